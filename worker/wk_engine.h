@@ -1,0 +1,127 @@
+/* The model runtime as its users see it: mmgw-run (offline evaluation) and the gRPC worker's scheduler.
+ *
+ * An engine owns one loaded model, one backend (CPU or CUDA) and one paged cache pool: KV pages and
+ * index-key pages of one MSA block each (config block_size tokens), shared by all sequences through
+ * per-sequence block tables. A sequence is a handle on its pages; forward() appends tokens to
+ * sequences and returns logits. The engine is not thread-safe: one thread (the scheduler) drives it.
+ *
+ * Contract for batching: a forward over several sequences gives, for each, the same results as running
+ * it alone (MSA stays on; no dense fallback).
+ */
+#ifndef WK_ENGINE_H
+#define WK_ENGINE_H
+
+#include <stdint.h>
+
+#include "mm_status.h"
+
+enum wk_backend { WK_BACKEND_CPU = 0, WK_BACKEND_CUDA = 1 };
+
+struct wk_engine_opts {
+    int32_t backend;      /* enum wk_backend */
+    int32_t threads;      /* CPU threads; 0 = all cores */
+    int64_t cache_pages;  /* pages in the pool (each holds block_size tokens of every layer); 0 = auto */
+    int64_t cache_bytes;  /* alternative budget in bytes when cache_pages is 0; 0 = auto */
+    int32_t max_batch_tokens; /* most tokens one forward() may take (sizes scratch buffers); 0 = 8192 */
+};
+
+struct wk_model_info {
+    char name[128];       /* from the model directory name */
+    char model_type[64];  /* config.json model_type */
+    char dtype[16];       /* weights: "bf16", "f32", "fp8_e4m3"... */
+    int32_t vocab_size;
+    int32_t hidden_size;
+    int64_t max_context;  /* max_position_embeddings */
+    int32_t block_size;   /* MSA block = cache page, in tokens */
+    int32_t n_layers;
+    int32_t first_msa_layer; /* -1 when the model has no MSA layer */
+    int32_t n_kv_groups;  /* num_key_value_heads */
+    int32_t topk_blocks;
+    int32_t image_token_id, video_token_id;
+    int32_t eos_ids[8];
+    int32_t n_eos;
+    int64_t pages_total;
+    int64_t bytes_per_page; /* KV + index cache bytes of one page over all layers */
+};
+
+/** A media item ready for the vision tower: patch rows [n_rows, row_len] (row_len = C*T*P*P) in the
+ * reference row order, and its grid. dtype is MM_DT_F32, MM_DT_BF16 or MM_DT_F16 (mm_dtype.h). */
+struct wk_media {
+    int32_t kind;  /* 0 image, 1 video (same numbering as the plugin ABI) */
+    int32_t dtype;
+    const void *pixels;
+    int64_t n_rows, row_len;
+    int64_t grid_t, grid_h, grid_w;
+};
+
+struct wk_engine;
+struct wk_seq;
+
+int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts, struct wk_engine **out,
+                       struct mm_err *err);
+void wk_engine_close(struct wk_engine *e);
+const struct wk_model_info *wk_engine_info(const struct wk_engine *e);
+
+/** Run the vision tower and projector on one item. *embeds (malloc'ed, caller frees) receives
+ * [*n_tokens, hidden_size] f32 rows: one per placeholder token (t*h*w/4 for M3). */
+int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, float **embeds, int64_t *n_tokens,
+                               struct mm_err *err);
+
+/* ---- sequences and pages ---- */
+/** A new empty sequence (no pages yet). */
+int32_t wk_seq_create(struct wk_engine *e, struct wk_seq **out, struct mm_err *err);
+/** A new sequence sharing all of parent's tokens (full pages shared by reference count; the partial
+ * last page copied), for n > 1 choices. */
+int32_t wk_seq_fork(struct wk_engine *e, const struct wk_seq *parent, struct wk_seq **out, struct mm_err *err);
+/** Release a sequence and its page references (pages return to the pool at once). */
+void wk_seq_free(struct wk_engine *e, struct wk_seq *s);
+/** Tokens in the sequence's cache. */
+int64_t wk_seq_len(const struct wk_seq *s);
+/** Pages not referenced by any sequence or the prefix cache's pinned set. */
+int64_t wk_engine_free_pages(const struct wk_engine *e);
+/** Pages a sequence of n tokens needs. */
+int64_t wk_engine_pages_for(const struct wk_engine *e, int64_t n_tokens);
+/** Reuse cached full pages whose token prefix equals ids[0..k) (k a multiple of block_size, k < n, and
+ * no page holding media placeholders unless media hashes match: pass media_hash 0 for text-only).
+ * Attaches them to the empty sequence s and returns k (0 when nothing matches). */
+int64_t wk_seq_reuse_prefix(struct wk_engine *e, struct wk_seq *s, const int32_t *ids, int64_t n,
+                            uint64_t media_hash);
+
+/* ---- forward ---- */
+enum wk_logits_mode { WK_LOGITS_NONE = 0, WK_LOGITS_LAST = 1, WK_LOGITS_ALL = 2 };
+
+/** One sequence's part of a forward step: n new tokens appended at positions [len, len + n). */
+struct wk_step_item {
+    struct wk_seq *seq;
+    const int32_t *ids;  /* n token ids */
+    int32_t n;
+    /** Optional: embeddings to use instead of the token embedding where use_embed[i] is 1
+     * ([n, hidden_size] f32, rows for other positions ignored). NULL = none. */
+    const float *embeds;
+    const uint8_t *use_embed;
+    int32_t logits_mode;    /* enum wk_logits_mode */
+    float *logits;          /* out: [1 or n, vocab] f32 (caller-allocated), per logits_mode */
+    /** Optional out: the first MSA layer's selected blocks for these n positions,
+     * [n_kv_groups, n, topk] i32, -1 = empty slot (topk = min(topk_blocks, blocks so far)). The caller
+     * passes sel_k = the row stride it allocated (>= topk_blocks). NULL = not wanted. */
+    int32_t *sel;
+    int32_t sel_k;
+};
+
+/** Append every item's tokens to its sequence and compute the requested logits. Pages are taken from the
+ * pool as needed; MM_EXHAUSTED (and no change to any sequence) when the pool cannot hold them. */
+int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32_t n_items, struct mm_err *err);
+
+/* ---- sampling ---- */
+struct wk_sampling {
+    float temperature; /* 0 = greedy */
+    float top_p;       /* 1 = off */
+    int32_t top_k;     /* 0 = off */
+    float min_p;       /* 0 = off */
+};
+
+/** Pick a token from logits [vocab]. rng is the per-choice state (seeded by the caller with the request
+ * seed). *logprob (optional) gets the chosen token's log-probability under the final distribution. */
+int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng, float *logprob);
+
+#endif
