@@ -63,7 +63,7 @@ uint16_t mm_f32_to_f16(float f)
     memcpy(&u, &f, 4);
     uint32_t sign = (u >> 16) & 0x8000;
     uint32_t absu = u & 0x7fffffffu;
-    if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00); /* NaN */
+    if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00);  /* NaN */
     if (absu >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow to inf (RNE boundary) */
     if (absu < 0x38800000u) {                                  /* subnormal or zero in f16 */
         float af;

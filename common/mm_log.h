@@ -16,9 +16,9 @@ void mm_log(int32_t level, const char *component, const char *fmt, ...) __attrib
 #define mm_log_error(comp, ...) mm_log(MM_LOG_ERROR, comp, __VA_ARGS__)
 #define mm_log_warn(comp, ...) mm_log(MM_LOG_WARN, comp, __VA_ARGS__)
 #define mm_log_info(comp, ...) mm_log(MM_LOG_INFO, comp, __VA_ARGS__)
-#define mm_log_debug(comp, ...)                                                                           \
-    do {                                                                                                  \
-        if (mm_log_get_level() >= MM_LOG_DEBUG) mm_log(MM_LOG_DEBUG, comp, __VA_ARGS__);                  \
+#define mm_log_debug(comp, ...)                                                                              \
+    do {                                                                                                     \
+        if (mm_log_get_level() >= MM_LOG_DEBUG) mm_log(MM_LOG_DEBUG, comp, __VA_ARGS__);                     \
     } while (0)
 
 #endif

@@ -50,11 +50,13 @@ static int32_t parse_entry(struct mm_st_file *f, const char *label, const char *
                            const unsigned char *data, uint64_t data_len, struct mm_st_tensor *t,
                            struct mm_err *err)
 {
-    if (!json_is_object(v)) return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': entry is not an object", label, name);
+    if (!json_is_object(v))
+        return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': entry is not an object", label, name);
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
            *jo = json_object_get(v, "data_offsets");
     if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) || json_array_size(jo) != 2)
-        return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': needs dtype, shape and data_offsets[2]", label, name);
+        return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': needs dtype, shape and data_offsets[2]", label,
+                          name);
     t->dtype = mm_dtype_parse(json_string_value(jd));
     if (t->dtype == MM_DT_INVALID)
         return mm_err_set(err, MM_UNSUPPORTED, "%s: tensor '%s': unknown dtype '%s'", label, name,
@@ -78,13 +80,15 @@ static int32_t parse_entry(struct mm_st_file *f, const char *label, const char *
     if (json_u64(json_array_get(jo, 0), &b) || json_u64(json_array_get(jo, 1), &e) || e < b)
         return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': bad data_offsets", label, name);
     if (e > data_len)
-        return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': data [%llu, %llu) past the end of the file (%llu bytes of data)",
-                          label, name, (unsigned long long)b, (unsigned long long)e, (unsigned long long)data_len);
+        return mm_err_set(err, MM_FORMAT,
+                          "%s: tensor '%s': data [%llu, %llu) past the end of the file (%llu bytes of data)",
+                          label, name, (unsigned long long)b, (unsigned long long)e,
+                          (unsigned long long)data_len);
     uint64_t nbytes = numel * mm_dtype_size(t->dtype);
     if (e - b != nbytes)
-        return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': %llu bytes for shape and dtype %s, offsets give %llu",
-                          label, name, (unsigned long long)nbytes, json_string_value(jd),
-                          (unsigned long long)(e - b));
+        return mm_err_set(
+            err, MM_FORMAT, "%s: tensor '%s': %llu bytes for shape and dtype %s, offsets give %llu", label,
+            name, (unsigned long long)nbytes, json_string_value(jd), (unsigned long long)(e - b));
     t->numel = numel;
     t->nbytes = nbytes;
     t->data = data + b;
@@ -94,11 +98,13 @@ static int32_t parse_entry(struct mm_st_file *f, const char *label, const char *
     return MM_OK;
 }
 
-int32_t mm_st_parse(const void *buf, size_t len, const char *label, struct mm_st_file **out, struct mm_err *err)
+int32_t mm_st_parse(const void *buf, size_t len, const char *label, struct mm_st_file **out,
+                    struct mm_err *err)
 {
     *out = NULL;
     if (!label) label = "<memory>";
-    if (len < 8) return mm_err_set(err, MM_FORMAT, "%s: too short for a safetensors file (%zu bytes)", label, len);
+    if (len < 8)
+        return mm_err_set(err, MM_FORMAT, "%s: too short for a safetensors file (%zu bytes)", label, len);
     const unsigned char *p = buf;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
@@ -109,7 +115,8 @@ int32_t mm_st_parse(const void *buf, size_t len, const char *label, struct mm_st
         return mm_err_set(err, MM_FORMAT, "%s: header of %llu bytes runs past the end of the file", label,
                           (unsigned long long)hlen);
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    json_t *root =
+        json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!root) return mm_err_set(err, MM_FORMAT, "%s: header is not valid JSON: %s", label, jerr.text);
     struct mm_st_file *f = calloc(1, sizeof *f);
     int32_t rc = MM_OK;
@@ -152,7 +159,8 @@ int32_t mm_st_parse(const void *buf, size_t len, const char *label, struct mm_st
             json_object_foreach(val, mk, mv)
             {
                 if (!json_is_string(mv)) {
-                    rc = mm_err_set(err, MM_FORMAT, "%s: __metadata__ value of '%s' is not a string", label, mk);
+                    rc = mm_err_set(err, MM_FORMAT, "%s: __metadata__ value of '%s' is not a string", label,
+                                    mk);
                     goto fail;
                 }
                 f->meta_keys[f->n_meta] = strdup(mk);
@@ -202,7 +210,8 @@ int32_t mm_st_open(const char *path, struct mm_st_file **out, struct mm_err *err
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mm_err_set(err, errno == ENOENT ? MM_NOT_FOUND : MM_IO, "%s: %s", path, strerror(errno));
+    if (fd < 0)
+        return mm_err_set(err, errno == ENOENT ? MM_NOT_FOUND : MM_IO, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -318,7 +327,8 @@ int32_t mm_st_writer_add(struct mm_st_writer *w, const char *name, int32_t dtype
         return mm_err_set(err, MM_INVALID, "tensor '%s': %zu bytes given, shape needs %llu", name, nbytes,
                           (unsigned long long)(numel * mm_dtype_size(dtype)));
     for (size_t i = 0; i < w->n; i++)
-        if (strcmp(w->t[i].name, name) == 0) return mm_err_set(err, MM_INVALID, "tensor '%s' added twice", name);
+        if (strcmp(w->t[i].name, name) == 0)
+            return mm_err_set(err, MM_INVALID, "tensor '%s' added twice", name);
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 16;
         struct wtensor *nt = realloc(w->t, cap * sizeof *nt);
@@ -344,7 +354,8 @@ int32_t mm_st_writer_add(struct mm_st_writer *w, const char *name, int32_t dtype
     return MM_OK;
 }
 
-int32_t mm_st_writer_add_metadata(struct mm_st_writer *w, const char *key, const char *value, struct mm_err *err)
+int32_t mm_st_writer_add_metadata(struct mm_st_writer *w, const char *key, const char *value,
+                                  struct mm_err *err)
 {
     if (!w->meta && !(w->meta = json_object())) return mm_err_set(err, MM_NOMEM, "out of memory");
     if (json_object_set_new(w->meta, key, json_string(value)))
@@ -389,7 +400,8 @@ int32_t mm_st_writer_save(struct mm_st_writer *w, const char *path, struct mm_er
     int ok = fwrite(lenb, 1, 8, fp) == 8 && fwrite(hdr, 1, hl, fp) == hl;
     for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
     free(hdr);
-    for (size_t i = 0; ok && i < w->n; i++) ok = fwrite(w->t[i].data, 1, w->t[i].nbytes, fp) == w->t[i].nbytes;
+    for (size_t i = 0; ok && i < w->n; i++)
+        ok = fwrite(w->t[i].data, 1, w->t[i].nbytes, fp) == w->t[i].nbytes;
     if (fclose(fp) != 0) ok = 0;
     if (!ok || rename(tmp, path) != 0) {
         int e = errno;

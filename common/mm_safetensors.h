@@ -31,7 +31,8 @@ struct mm_st_file;
 /** Map and validate path. On error *out is NULL and err names the file and the problem. */
 int32_t mm_st_open(const char *path, struct mm_st_file **out, struct mm_err *err);
 /** Validate an in-memory image (the caller keeps buf alive and unchanged until mm_st_close). */
-int32_t mm_st_parse(const void *buf, size_t len, const char *label, struct mm_st_file **out, struct mm_err *err);
+int32_t mm_st_parse(const void *buf, size_t len, const char *label, struct mm_st_file **out,
+                    struct mm_err *err);
 void mm_st_close(struct mm_st_file *f);
 
 const char *mm_st_path(const struct mm_st_file *f);
@@ -51,7 +52,8 @@ void mm_st_writer_destroy(struct mm_st_writer *w);
 /** Add a tensor; data (nbytes, which must equal numel * dtype size) is copied. Names must be unique. */
 int32_t mm_st_writer_add(struct mm_st_writer *w, const char *name, int32_t dtype, int32_t ndim,
                          const int64_t *shape, const void *data, size_t nbytes, struct mm_err *err);
-int32_t mm_st_writer_add_metadata(struct mm_st_writer *w, const char *key, const char *value, struct mm_err *err);
+int32_t mm_st_writer_add_metadata(struct mm_st_writer *w, const char *key, const char *value,
+                                  struct mm_err *err);
 /** Write atomically (a temporary file renamed over path). */
 int32_t mm_st_writer_save(struct mm_st_writer *w, const char *path, struct mm_err *err);
 

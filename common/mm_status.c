@@ -7,8 +7,8 @@
 const char *mm_status_name(int32_t code)
 {
     switch (code) {
-#define MM__STATUS_NAME(name, c, text)                                                                    \
-    case c:                                                                                               \
+#define MM__STATUS_NAME(name, c, text)                                                                       \
+    case c:                                                                                                  \
         return #name;
         MM_STATUS_MAP(MM__STATUS_NAME)
 #undef MM__STATUS_NAME
@@ -19,8 +19,8 @@ const char *mm_status_name(int32_t code)
 const char *mm_strerror(int32_t code)
 {
     switch (code) {
-#define MM__STATUS_TEXT(name, c, text)                                                                    \
-    case c:                                                                                               \
+#define MM__STATUS_TEXT(name, c, text)                                                                       \
+    case c:                                                                                                  \
         return text;
         MM_STATUS_MAP(MM__STATUS_TEXT)
 #undef MM__STATUS_TEXT

@@ -12,44 +12,44 @@
 static int test_failures__;
 static int test_checks__;
 
-#define CHECK(cond)                                                                                       \
-    do {                                                                                                  \
-        test_checks__++;                                                                                  \
-        if (!(cond)) {                                                                                    \
-            test_failures__++;                                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                     \
-        }                                                                                                 \
+#define CHECK(cond)                                                                                          \
+    do {                                                                                                     \
+        test_checks__++;                                                                                     \
+        if (!(cond)) {                                                                                       \
+            test_failures__++;                                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                         \
+        }                                                                                                    \
     } while (0)
 
-#define CHECK_MSG(cond, ...)                                                                              \
-    do {                                                                                                  \
-        test_checks__++;                                                                                  \
-        if (!(cond)) {                                                                                    \
-            test_failures__++;                                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);                     \
-            fprintf(stderr, __VA_ARGS__);                                                                 \
-            fputc('\n', stderr);                                                                          \
-        }                                                                                                 \
+#define CHECK_MSG(cond, ...)                                                                                 \
+    do {                                                                                                     \
+        test_checks__++;                                                                                     \
+        if (!(cond)) {                                                                                       \
+            test_failures__++;                                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);                         \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fputc('\n', stderr);                                                                             \
+        }                                                                                                    \
     } while (0)
 
-#define CHECK_EQ_INT(a, b)                                                                                \
-    do {                                                                                                  \
-        long long a__ = (long long)(a), b__ = (long long)(b);                                             \
-        CHECK_MSG(a__ == b__, "%s = %lld, %s = %lld", #a, a__, #b, b__);                                  \
+#define CHECK_EQ_INT(a, b)                                                                                   \
+    do {                                                                                                     \
+        long long a__ = (long long)(a), b__ = (long long)(b);                                                \
+        CHECK_MSG(a__ == b__, "%s = %lld, %s = %lld", #a, a__, #b, b__);                                     \
     } while (0)
 
-#define CHECK_STR(a, b)                                                                                   \
-    do {                                                                                                  \
-        const char *a__ = (a), *b__ = (b);                                                                \
-        CHECK_MSG(a__ && b__ && strcmp(a__, b__) == 0, "'%s' != '%s'", a__ ? a__ : "(null)",               \
-                  b__ ? b__ : "(null)");                                                                  \
+#define CHECK_STR(a, b)                                                                                      \
+    do {                                                                                                     \
+        const char *a__ = (a), *b__ = (b);                                                                   \
+        CHECK_MSG(a__ &&b__ &&strcmp(a__, b__) == 0, "'%s' != '%s'", a__ ? a__ : "(null)",                   \
+                  b__ ? b__ : "(null)");                                                                     \
     } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                                             \
-    do {                                                                                                  \
-        double a__ = (double)(a), b__ = (double)(b);                                                      \
-        CHECK_MSG(fabs(a__ - b__) <= (tol), "%s = %.9g, %s = %.9g (tol %g)", #a, a__, #b, b__,            \
-                  (double)(tol));                                                                         \
+#define CHECK_NEAR(a, b, tol)                                                                                \
+    do {                                                                                                     \
+        double a__ = (double)(a), b__ = (double)(b);                                                         \
+        CHECK_MSG(fabs(a__ - b__) <= (tol), "%s = %.9g, %s = %.9g (tol %g)", #a, a__, #b, b__,               \
+                  (double)(tol));                                                                            \
     } while (0)
 
 /** Print the reason and exit 77 (CTest "skipped"). */

@@ -18,24 +18,24 @@
 enum wk_backend { WK_BACKEND_CPU = 0, WK_BACKEND_CUDA = 1 };
 
 struct wk_engine_opts {
-    int32_t backend;      /* enum wk_backend */
-    int32_t threads;      /* CPU threads; 0 = all cores */
-    int64_t cache_pages;  /* pages in the pool (each holds block_size tokens of every layer); 0 = auto */
-    int64_t cache_bytes;  /* alternative budget in bytes when cache_pages is 0; 0 = auto */
+    int32_t backend;          /* enum wk_backend */
+    int32_t threads;          /* CPU threads; 0 = all cores */
+    int64_t cache_pages;      /* pages in the pool (each holds block_size tokens of every layer); 0 = auto */
+    int64_t cache_bytes;      /* alternative budget in bytes when cache_pages is 0; 0 = auto */
     int32_t max_batch_tokens; /* most tokens one forward() may take (sizes scratch buffers); 0 = 8192 */
 };
 
 struct wk_model_info {
-    char name[128];       /* from the model directory name */
-    char model_type[64];  /* config.json model_type */
-    char dtype[16];       /* weights: "bf16", "f32", "fp8_e4m3"... */
+    char name[128];      /* from the model directory name */
+    char model_type[64]; /* config.json model_type */
+    char dtype[16];      /* weights: "bf16", "f32", "fp8_e4m3"... */
     int32_t vocab_size;
     int32_t hidden_size;
-    int64_t max_context;  /* max_position_embeddings */
-    int32_t block_size;   /* MSA block = cache page, in tokens */
+    int64_t max_context; /* max_position_embeddings */
+    int32_t block_size;  /* MSA block = cache page, in tokens */
     int32_t n_layers;
     int32_t first_msa_layer; /* -1 when the model has no MSA layer */
-    int32_t n_kv_groups;  /* num_key_value_heads */
+    int32_t n_kv_groups;     /* num_key_value_heads */
     int32_t topk_blocks;
     int32_t image_token_id, video_token_id;
     int32_t eos_ids[8];
@@ -47,7 +47,7 @@ struct wk_model_info {
 /** A media item ready for the vision tower: patch rows [n_rows, row_len] (row_len = C*T*P*P) in the
  * reference row order, and its grid. dtype is MM_DT_F32, MM_DT_BF16 or MM_DT_F16 (mm_dtype.h). */
 struct wk_media {
-    int32_t kind;  /* 0 image, 1 video (same numbering as the plugin ABI) */
+    int32_t kind; /* 0 image, 1 video (same numbering as the plugin ABI) */
     int32_t dtype;
     const void *pixels;
     int64_t n_rows, row_len;
@@ -64,15 +64,16 @@ const struct wk_model_info *wk_engine_info(const struct wk_engine *e);
 
 /** Run the vision tower and projector on one item. *embeds (malloc'ed, caller frees) receives
  * [*n_tokens, hidden_size] f32 rows: one per placeholder token (t*h*w/4 for M3). */
-int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, float **embeds, int64_t *n_tokens,
-                               struct mm_err *err);
+int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, float **embeds,
+                               int64_t *n_tokens, struct mm_err *err);
 
 /* ---- sequences and pages ---- */
 /** A new empty sequence (no pages yet). */
 int32_t wk_seq_create(struct wk_engine *e, struct wk_seq **out, struct mm_err *err);
 /** A new sequence sharing all of parent's tokens (full pages shared by reference count; the partial
  * last page copied), for n > 1 choices. */
-int32_t wk_seq_fork(struct wk_engine *e, const struct wk_seq *parent, struct wk_seq **out, struct mm_err *err);
+int32_t wk_seq_fork(struct wk_engine *e, const struct wk_seq *parent, struct wk_seq **out,
+                    struct mm_err *err);
 /** Release a sequence and its page references (pages return to the pool at once). */
 void wk_seq_free(struct wk_engine *e, struct wk_seq *s);
 /** Tokens in the sequence's cache. */
@@ -93,14 +94,14 @@ enum wk_logits_mode { WK_LOGITS_NONE = 0, WK_LOGITS_LAST = 1, WK_LOGITS_ALL = 2 
 /** One sequence's part of a forward step: n new tokens appended at positions [len, len + n). */
 struct wk_step_item {
     struct wk_seq *seq;
-    const int32_t *ids;  /* n token ids */
+    const int32_t *ids; /* n token ids */
     int32_t n;
     /** Optional: embeddings to use instead of the token embedding where use_embed[i] is 1
      * ([n, hidden_size] f32, rows for other positions ignored). NULL = none. */
     const float *embeds;
     const uint8_t *use_embed;
-    int32_t logits_mode;    /* enum wk_logits_mode */
-    float *logits;          /* out: [1 or n, vocab] f32 (caller-allocated), per logits_mode */
+    int32_t logits_mode; /* enum wk_logits_mode */
+    float *logits;       /* out: [1 or n, vocab] f32 (caller-allocated), per logits_mode */
     /** Optional out: the first MSA layer's selected blocks for these n positions,
      * [n_kv_groups, n, topk] i32, -1 = empty slot (topk = min(topk_blocks, blocks so far)). The caller
      * passes sel_k = the row stride it allocated (>= topk_blocks). NULL = not wanted. */
@@ -110,7 +111,8 @@ struct wk_step_item {
 
 /** Append every item's tokens to its sequence and compute the requested logits. Pages are taken from the
  * pool as needed; MM_EXHAUSTED (and no change to any sequence) when the pool cannot hold them. */
-int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32_t n_items, struct mm_err *err);
+int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32_t n_items,
+                          struct mm_err *err);
 
 /* ---- sampling ---- */
 struct wk_sampling {
@@ -122,6 +124,7 @@ struct wk_sampling {
 
 /** Pick a token from logits [vocab]. rng is the per-choice state (seeded by the caller with the request
  * seed). *logprob (optional) gets the chosen token's log-probability under the final distribution. */
-int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng, float *logprob);
+int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng,
+                  float *logprob);
 
 #endif

@@ -101,7 +101,7 @@ struct mmgw_vision_params {
     uint64_t image_max_total_pixels; /* hard cap after resizing (M3: 12,845,056); 0 = none */
     double max_aspect_ratio;         /* refused above this (200) */
     /* video */
-    double video_fps;                /* sampling rate, frames per second of video */
+    double video_fps; /* sampling rate, frames per second of video */
     uint32_t video_min_frames, video_max_frames;
     uint64_t video_min_pixels, video_max_pixels; /* per frame */
     uint64_t video_total_pixels;                 /* M3: cap on frames x area (refused past it);
@@ -111,11 +111,11 @@ struct mmgw_vision_params {
 /** A media item after preprocessing, as the prompt expander sees it. */
 struct mmgw_media_info {
     uint32_t struct_size;
-    int32_t kind;                  /* enum mmgw_media_kind */
+    int32_t kind;                   /* enum mmgw_media_kind */
     int64_t grid_t, grid_h, grid_w; /* in patches */
-    uint32_t n_frames;             /* frames sampled (video), before temporal padding */
-    const uint32_t *frame_indices; /* source frame numbers, n_frames of them; NULL for images */
-    double source_fps;             /* the video's own frame rate; 0 if unknown */
+    uint32_t n_frames;              /* frames sampled (video), before temporal padding */
+    const uint32_t *frame_indices;  /* source frame numbers, n_frames of them; NULL for images */
+    double source_fps;              /* the video's own frame rate; 0 if unknown */
 };
 
 /** One piece of an expanded prompt: plain text to tokenize, or `count` copies of one special token
@@ -128,7 +128,7 @@ struct mmgw_prompt_seg {
     int32_t placeholder; /* 1 for a run of media placeholder tokens */
     const char *text;    /* the text, or the special token's text */
     uint32_t text_len;
-    uint32_t count;      /* repetitions (MMGW_SEG_TOKEN); 1 for text */
+    uint32_t count; /* repetitions (MMGW_SEG_TOKEN); 1 for text */
 };
 
 /** Receives expanded segments one by one. */
@@ -199,9 +199,9 @@ struct mmgw_plugin {
      * request's media list) and chat_template_kwargs is passed through. Writes the prompt text to out
      * with one media marker (media_marker()) per rendered media part, and the K of each rendered marker,
      * in order, to media_order (at most media_cap entries; *n_media set). */
-    int32_t (*render_chat)(const struct mmgw_plugin_instance *inst, const char *request_json, uint64_t json_len,
-                           struct mmgw_sink *out, uint32_t *media_order, uint32_t media_cap, uint32_t *n_media,
-                           struct mmgw_error *err);
+    int32_t (*render_chat)(const struct mmgw_plugin_instance *inst, const char *request_json,
+                           uint64_t json_len, struct mmgw_sink *out, uint32_t *media_order,
+                           uint32_t media_cap, uint32_t *n_media, struct mmgw_error *err);
     /** The special-token text that render_chat writes for a media part of this kind (static string). */
     const char *(*media_marker)(const struct mmgw_plugin_instance *inst, int32_t kind);
     /** Expand one media marker into segments (start marker, placeholders, timestamps...). */
@@ -221,10 +221,11 @@ struct mmgw_plugin {
                              struct mmgw_output_parser **out, struct mmgw_error *err);
     /** Feed newly decoded text (complete UTF-8 characters); events go to sink. Text that could still be
      * the start of a marker is held back until it can be decided. */
-    int32_t (*parser_feed)(struct mmgw_output_parser *p, const char *text, uint64_t len, struct mmgw_out_sink *sink,
-                           struct mmgw_error *err);
+    int32_t (*parser_feed)(struct mmgw_output_parser *p, const char *text, uint64_t len,
+                           struct mmgw_out_sink *sink, struct mmgw_error *err);
     /** End of output: flush what was held back and close any open tool call. */
-    int32_t (*parser_finish)(struct mmgw_output_parser *p, struct mmgw_out_sink *sink, struct mmgw_error *err);
+    int32_t (*parser_finish)(struct mmgw_output_parser *p, struct mmgw_out_sink *sink,
+                             struct mmgw_error *err);
     void (*parser_destroy)(struct mmgw_output_parser *p);
     /* ---- members appended in later minor versions go below this line ---- */
 };

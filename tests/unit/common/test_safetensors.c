@@ -66,17 +66,22 @@ int main(void)
     CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, &e), MM_OK);
     CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, &e), MM_FORMAT);
     CHECK(strstr(e.msg, "t.safetensors") && strstr(e.msg, "'a'"));
-    CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 16, &e), MM_FORMAT);
-    CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, &e), MM_UNSUPPORTED);
+    CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 16, &e),
+                 MM_FORMAT);
+    CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, &e),
+                 MM_UNSUPPORTED);
     CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
                        "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
                        8, &e),
                  MM_FORMAT);
     CHECK(strstr(e.msg, "overlap"));
     CHECK_EQ_INT(parse("[1,2]", 0, &e), MM_FORMAT);
-    CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,0]}}", 0, &e), MM_FORMAT);
-    CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999,99999999999,9999999],\"data_offsets\":[0,1]}}", 1, &e),
+    CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,0]}}", 0, &e),
                  MM_FORMAT);
+    CHECK_EQ_INT(
+        parse("{\"a\":{\"dtype\":\"U8\",\"shape\":[99999999999,99999999999,9999999],\"data_offsets\":[0,1]}}",
+              1, &e),
+        MM_FORMAT);
     CHECK_EQ_INT(parse("{\"a\":", 0, &e), MM_FORMAT);
     unsigned char huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
     CHECK_EQ_INT(mm_st_parse(huge, sizeof huge, "h", &f, &e), MM_FORMAT);
