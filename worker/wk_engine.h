@@ -42,6 +42,9 @@ struct wk_model_info {
     int32_t n_eos;
     int64_t pages_total;
     int64_t bytes_per_page; /* KV + index cache bytes of one page over all layers */
+    /* appended by the runtime: */
+    int32_t n_index_heads; /* MSA index heads: the first dimension of wk_step_item.sel (n_kv_groups in M3) */
+    int32_t local_blocks;  /* blocks forced into every MSA selection (the query's own block and before) */
 };
 
 /** A media item ready for the vision tower: patch rows [n_rows, row_len] (row_len = C*T*P*P) in the
@@ -103,8 +106,9 @@ struct wk_step_item {
     int32_t logits_mode; /* enum wk_logits_mode */
     float *logits;       /* out: [1 or n, vocab] f32 (caller-allocated), per logits_mode */
     /** Optional out: the first MSA layer's selected blocks for these n positions,
-     * [n_kv_groups, n, topk] i32, -1 = empty slot (topk = min(topk_blocks, blocks so far)). The caller
-     * passes sel_k = the row stride it allocated (>= topk_blocks). NULL = not wanted. */
+     * [n_kv_groups, n, topk] i32 (n_index_heads rows in general; equal to n_kv_groups in M3), -1 = empty slot
+     * (topk = min(topk_blocks, blocks so far)). The caller passes sel_k = the row stride it allocated (>=
+     * topk_blocks). NULL = not wanted. */
     int32_t *sel;
     int32_t sel_k;
 };

@@ -14,6 +14,9 @@
 
 #include <stdint.h>
 
+/** Largest top-k the CPU kernels select (M3 uses 16); configs asking for more are refused at load. */
+#define KN_MSA_MAX_TOPK 256
+
 /** A sequence's view of one layer's paged cache. */
 struct kn_paged_seq {
     const int32_t *block_table; /* page id per block */
@@ -40,5 +43,12 @@ void kn_msa_sparse_attention(const float *q, int32_t n, const int64_t *pos, int3
                              int32_t head_dim, float scale, const float *k_cache, const float *v_cache,
                              int32_t block, const struct kn_paged_seq *seq, const int32_t *sel, int32_t k,
                              int32_t sel_stride, float *out);
+
+/** kn_msa_topk with the reference's index_local_blocks: blocks pos/block - l for l in [0, n_local), clamped
+ * at 0, are all forced in (n_local = 1 is kn_msa_topk; 0 forces nothing). Forced blocks keep ascending-id
+ * order among themselves. */
+int32_t kn_msa_topk_local(const float *scores, int32_t n_idx_heads, int32_t n, const int64_t *pos,
+                          int32_t n_blocks, int32_t block, int32_t topk, int32_t n_local, int32_t *sel,
+                          int32_t sel_stride);
 
 #endif

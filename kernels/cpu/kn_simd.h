@@ -1,0 +1,85 @@
+/* Internal to kernels/cpu: inner loops compiled twice, for AVX2+FMA (picked at run time when the CPU has
+ * both) and for the baseline ISA, from one always-inline body. A kernel file writes `KN_INLINE void
+ * x_body(...)`, then `KN_DISPATCH(x, (params), (args))`, and calls `KN_CALL(x, (args))`. Bodies may call
+ * other bodies: they inline into each variant, so a whole loop nest runs in one ISA without per-call
+ * dispatch. */
+#ifndef KN_SIMD_H
+#define KN_SIMD_H
+
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KN_FAST_TARGET __attribute__((target("avx2,fma")))
+static inline int have_fast(void)
+{
+    static int v = -1; /* benign race: every thread computes the same value */
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return v;
+}
+#define KN_DISPATCH(name, params, args)                                                                      \
+    KN_FAST_TARGET static void name##_fast params                                                            \
+    {                                                                                                        \
+        name##_body args;                                                                                    \
+    }                                                                                                        \
+    static void name##_base params                                                                           \
+    {                                                                                                        \
+        name##_body args;                                                                                    \
+    }
+#define KN_CALL(name, args) (have_fast() ? name##_fast args : name##_base args)
+#else
+#define KN_DISPATCH(name, params, args)                                                                      \
+    static void name##_base params                                                                           \
+    {                                                                                                        \
+        name##_body args;                                                                                    \
+    }
+#define KN_CALL(name, args) name##_base args
+#endif
+#define KN_INLINE static inline __attribute__((always_inline))
+
+/* 8 float lanes (ymm registers in the AVX2 variants; pairs of xmm in the baseline) */
+typedef float kn_v8f __attribute__((vector_size(32)));
+
+KN_INLINE void dot_body(const float *restrict a, const float *restrict b, int64_t n, float *out)
+{
+    /* eight independent partial sums let the compiler use vector lanes without -ffast-math */
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += a[i + j] * b[i + j];
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++) t += a[i] * b[i];
+    *out = t;
+}
+
+KN_INLINE void axpy_body(float *restrict y, const float *restrict x, float alpha, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+/* exp(x) for x <= 0 (softmax weights), branch-free so loops over it vectorize: 2^n * p(r) with
+ * r = x - n ln2 in [-ln2/2, ln2/2] and a degree-6 polynomial (relative error < 2e-7). Below -87 it is 0. */
+KN_INLINE float expneg_body(float x)
+{
+    float xc = x < -87.0f ? -87.0f : x;
+    float t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to the nearest integer */
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t e = (int32_t)n + 127;
+    uint32_t bits = (uint32_t)e << 23;
+    float s;
+    __builtin_memcpy(&s, &bits, 4);
+    return x < -87.0f ? 0.0f : p * s;
+}
+
+#endif

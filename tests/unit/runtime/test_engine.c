@@ -1,0 +1,320 @@
+/* The engine contract (wk_engine.h) on a generated tiny checkpoint: chunked prefill and batching give the
+ * results of one sequence run alone, prefix reuse, fork, pool exhaustion without side effects, media
+ * encoding, and refusals of bad input. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mkdemo.h"
+#include "mmgw_test.h"
+#include "wk_engine.h"
+
+static char dir[256];
+static struct wk_engine *E;
+static int32_t V;
+
+static void prompt(int32_t *ids, int32_t n, uint32_t seed)
+{
+    for (int32_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ids[i] = 10 + (int32_t)((seed >> 8) % 8000);
+    }
+}
+
+static int32_t argmax(const float *l)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < V; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+static double maxdiff(const float *a, const float *b, int64_t n)
+{
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+/* Run ids through a fresh sequence in chunks of `chunk`, logits for every position. */
+static struct wk_seq *run_chunks(const int32_t *ids, int32_t n, int32_t chunk, float *logits)
+{
+    struct wk_seq *s = NULL;
+    struct mm_err err = {0};
+    CHECK_EQ_INT(wk_seq_create(E, &s, &err), MM_OK);
+    for (int32_t o = 0; o < n; o += chunk) {
+        int32_t k = n - o < chunk ? n - o : chunk;
+        struct wk_step_item it = {s, ids + o, k, NULL, NULL, WK_LOGITS_ALL, logits + (int64_t)o * V, NULL, 0};
+        CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
+    }
+    CHECK_EQ_INT(wk_seq_len(s), n);
+    return s;
+}
+
+static void test_chunking(void)
+{
+    enum { N = 50 };
+    int32_t ids[N];
+    prompt(ids, N, 1);
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    struct wk_seq *s1 = run_chunks(ids, N, N, a);
+    int chunks[] = {1, 7, 16, 26};
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        struct wk_seq *s2 = run_chunks(ids, N, chunks[c], b);
+        CHECK_MSG(maxdiff(a, b, (int64_t)N * V) < 1e-4, "chunk %d: max diff %g", chunks[c],
+                  maxdiff(a, b, (int64_t)N * V));
+        int same = 1;
+        for (int i = 0; i < N; i++) same &= argmax(a + (int64_t)i * V) == argmax(b + (int64_t)i * V);
+        CHECK(same);
+        wk_seq_free(E, s2);
+    }
+    wk_seq_free(E, s1);
+    free(a);
+    free(b);
+}
+
+/* Greedy-decode `steps` tokens for several sequences in one batch per step. */
+static void decode(struct wk_seq **s, int32_t n, const int32_t *first, int32_t steps, int32_t *out)
+{
+    struct mm_err err = {0};
+    struct wk_step_item it[8];
+    float *lg = malloc(sizeof(float) * (size_t)n * V);
+    int32_t cur[8];
+    for (int32_t j = 0; j < n; j++) cur[j] = first[j];
+    for (int32_t t = 0; t < steps; t++) {
+        for (int32_t j = 0; j < n; j++)
+            it[j] = (struct wk_step_item){s[j], &cur[j], 1, NULL, NULL, WK_LOGITS_LAST, lg + (int64_t)j * V,
+                                          NULL, 0};
+        CHECK_EQ_INT(wk_engine_forward(E, it, n, &err), MM_OK);
+        for (int32_t j = 0; j < n; j++) out[j * steps + t] = cur[j] = argmax(lg + (int64_t)j * V);
+    }
+    free(lg);
+}
+
+static void test_batching(void)
+{
+    enum { S = 3, STEPS = 6 };
+    const int32_t lens[S] = {5, 40, 33};
+    int32_t *ids[S];
+    float *alone[S], *batched[S];
+    struct wk_seq *sa[S], *sb[S];
+    struct mm_err err = {0};
+    int32_t first[S], out_a[S * STEPS], out_b[S * STEPS];
+    for (int j = 0; j < S; j++) {
+        ids[j] = malloc(sizeof(int32_t) * (size_t)lens[j]);
+        prompt(ids[j], lens[j], 100 + (uint32_t)j);
+        alone[j] = malloc(sizeof(float) * (size_t)lens[j] * V);
+        batched[j] = malloc(sizeof(float) * (size_t)lens[j] * V);
+        sa[j] = run_chunks(ids[j], lens[j], lens[j], alone[j]);
+        first[j] = argmax(alone[j] + (int64_t)(lens[j] - 1) * V);
+        decode(&sa[j], 1, &first[j], STEPS, out_a + j * STEPS);
+    }
+    struct wk_step_item it[S];
+    for (int j = 0; j < S; j++) {
+        CHECK_EQ_INT(wk_seq_create(E, &sb[j], &err), MM_OK);
+        it[j] = (struct wk_step_item){sb[j], ids[j], lens[j], NULL, NULL, WK_LOGITS_ALL, batched[j], NULL, 0};
+    }
+    CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
+    for (int j = 0; j < S; j++)
+        CHECK_MSG(maxdiff(alone[j], batched[j], (int64_t)lens[j] * V) < 1e-4, "seq %d", j);
+    decode(sb, S, first, STEPS, out_b);
+    CHECK(memcmp(out_a, out_b, sizeof out_a) == 0);
+    for (int j = 0; j < S; j++) {
+        wk_seq_free(E, sa[j]);
+        wk_seq_free(E, sb[j]);
+        free(ids[j]);
+        free(alone[j]);
+        free(batched[j]);
+    }
+}
+
+static void test_prefix_and_fork(void)
+{
+    enum { N = 45 }; /* two full pages of 16 and a partial one */
+    int32_t ids[N + 1];
+    prompt(ids, N + 1, 7);
+    struct mm_err err = {0};
+    int64_t free0 = wk_engine_free_pages(E);
+    float *ref = malloc(sizeof(float) * (N + 1) * V), *got = malloc(sizeof(float) * (N + 1) * V);
+    struct wk_seq *s1 = run_chunks(ids, N + 1, N + 1, ref);
+    CHECK_EQ_INT(wk_engine_free_pages(E), free0 - 3);
+    wk_seq_free(E, s1);
+    CHECK_EQ_INT(wk_engine_free_pages(E), free0); /* cached pages count as free */
+
+    /* a new sequence with the same first 45 tokens reuses the two full pages */
+    struct wk_seq *s2 = NULL;
+    CHECK_EQ_INT(wk_seq_create(E, &s2, &err), MM_OK);
+    int64_t k = wk_seq_reuse_prefix(E, s2, ids, N, 0);
+    CHECK_EQ_INT(k, 32);
+    CHECK_EQ_INT(wk_seq_len(s2), 32);
+    struct wk_step_item it = {s2, ids + k, (int32_t)(N + 1 - k), NULL, NULL, WK_LOGITS_ALL, got, NULL, 0};
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
+    CHECK_MSG(maxdiff(ref + k * V, got, (N + 1 - k) * V) < 1e-4, "reused prefix differs: %g",
+              maxdiff(ref + k * V, got, (N + 1 - k) * V));
+    /* k < n always: a prompt of exactly 32 tokens keeps its last page to compute */
+    struct wk_seq *s3 = NULL;
+    CHECK_EQ_INT(wk_seq_create(E, &s3, &err), MM_OK);
+    CHECK_EQ_INT(wk_seq_reuse_prefix(E, s3, ids, 32, 0), 16);
+    wk_seq_free(E, s3);
+    /* a different first token shares nothing */
+    int32_t other[N];
+    memcpy(other, ids, sizeof other);
+    other[0] ^= 1;
+    CHECK_EQ_INT(wk_seq_create(E, &s3, &err), MM_OK);
+    CHECK_EQ_INT(wk_seq_reuse_prefix(E, s3, other, N, 0), 0);
+    wk_seq_free(E, s3);
+
+    /* fork at a partial page: parent and child continue independently and each matches a fresh run */
+    struct wk_seq *child = NULL;
+    CHECK_EQ_INT(wk_seq_fork(E, s2, &child, &err), MM_OK);
+    CHECK_EQ_INT(wk_seq_len(child), N + 1);
+    int32_t xa = 1234, xb = 4321;
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    struct wk_step_item two[2] = {{s2, &xa, 1, NULL, NULL, WK_LOGITS_LAST, la, NULL, 0},
+                                  {child, &xb, 1, NULL, NULL, WK_LOGITS_LAST, lb, NULL, 0}};
+    CHECK_EQ_INT(wk_engine_forward(E, two, 2, &err), MM_OK);
+    int32_t full[N + 2];
+    memcpy(full, ids, sizeof(int32_t) * (N + 1));
+    float *fr = malloc(sizeof(float) * (N + 2) * V);
+    full[N + 1] = xa;
+    struct wk_seq *fa = run_chunks(full, N + 2, N + 2, fr);
+    CHECK_MSG(maxdiff(la, fr + (int64_t)(N + 1) * V, V) < 1e-4, "fork parent");
+    full[N + 1] = xb;
+    struct wk_seq *fb = run_chunks(full, N + 2, N + 2, fr);
+    CHECK_MSG(maxdiff(lb, fr + (int64_t)(N + 1) * V, V) < 1e-4, "fork child");
+    wk_seq_free(E, fa);
+    wk_seq_free(E, fb);
+    wk_seq_free(E, child);
+    wk_seq_free(E, s2);
+    CHECK_EQ_INT(wk_engine_free_pages(E), free0);
+    free(la);
+    free(lb);
+    free(fr);
+    free(ref);
+    free(got);
+}
+
+static void test_refusals(void)
+{
+    struct mm_err err = {0};
+    struct wk_seq *s = NULL;
+    CHECK_EQ_INT(wk_seq_create(E, &s, &err), MM_OK);
+    int32_t ids[3] = {5, V, 7};
+    float *lg = malloc(sizeof(float) * 3 * V);
+    struct wk_step_item it = {s, ids, 3, NULL, NULL, WK_LOGITS_LAST, lg, NULL, 0};
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+    CHECK(strstr(err.msg, "vocabulary") != NULL);
+    ids[1] = 6;
+    struct wk_step_item dup[2] = {it, it};
+    CHECK_EQ_INT(wk_engine_forward(E, dup, 2, &err), MM_INVALID);
+    it.n = 0;
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+    it.n = 3;
+    int32_t sel[3 * 2 * 2];
+    it.sel = sel;
+    it.sel_k = 2; /* < topk_blocks */
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+    it.sel = NULL;
+    it.logits = NULL;
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+    CHECK_EQ_INT(wk_seq_len(s), 0); /* nothing of the above changed the sequence */
+    wk_seq_free(E, s);
+    free(lg);
+}
+
+static void test_exhausted(void)
+{
+    struct wk_engine_opts o = {WK_BACKEND_CPU, 1, 4, 0, 256};
+    struct wk_engine *e = NULL;
+    struct mm_err err = {0};
+    CHECK_EQ_INT(wk_engine_open(dir, &o, &e, &err), MM_OK);
+    if (!e) return;
+    CHECK_EQ_INT(wk_engine_info(e)->pages_total, 4);
+    CHECK_EQ_INT(wk_engine_pages_for(e, 33), 3);
+    int32_t ids[100];
+    prompt(ids, 100, 3);
+    struct wk_seq *a = NULL, *b = NULL;
+    wk_seq_create(e, &a, &err);
+    wk_seq_create(e, &b, &err);
+    struct wk_step_item it = {a, ids, 40, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0};
+    CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK); /* 3 pages */
+    struct wk_step_item two[2] = {{a, ids + 40, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0},
+                                  {b, ids, 20, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0}};
+    CHECK_EQ_INT(wk_engine_forward(e, two, 2, &err), MM_EXHAUSTED); /* b needs 2, one is free */
+    CHECK_EQ_INT(wk_seq_len(a), 40);
+    CHECK_EQ_INT(wk_seq_len(b), 0);
+    CHECK_EQ_INT(wk_engine_free_pages(e), 1);
+    two[1].n = 16;
+    CHECK_EQ_INT(wk_engine_forward(e, two, 2, &err), MM_OK);
+    /* more tokens than max_batch_tokens in one step */
+    struct wk_seq *c = NULL;
+    wk_seq_create(e, &c, &err);
+    int32_t *big = calloc(300, sizeof(int32_t));
+    struct wk_step_item bi = {c, big, 300, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0};
+    CHECK_EQ_INT(wk_engine_forward(e, &bi, 1, &err), MM_TOO_LARGE);
+    free(big);
+    wk_engine_close(e); /* frees the live sequences too */
+}
+
+static void test_media(void)
+{
+    struct mm_err err = {0};
+    int64_t row = 3 * 2 * 14 * 14, n = 2 * 4 * 6;
+    float *px = malloc(sizeof(float) * (size_t)(n * row));
+    for (int64_t i = 0; i < n * row; i++) px[i] = (float)sin((double)i * 0.01);
+    struct wk_media m = {0, 1 /* MM_DT_F32 */, px, n, row, 2, 4, 6};
+    float *emb = NULL;
+    int64_t nt = 0;
+    CHECK_EQ_INT(wk_engine_encode_media(E, &m, &emb, &nt, &err), MM_OK);
+    CHECK_EQ_INT(nt, n / 4);
+    double norm = 0;
+    for (int64_t i = 0; emb && i < nt * wk_engine_info(E)->hidden_size; i++) norm += emb[i] * emb[i];
+    CHECK(norm > 0 && isfinite(norm));
+    /* the same item again gives the same embeddings (no state leaks between items) */
+    float *emb2 = NULL;
+    CHECK_EQ_INT(wk_engine_encode_media(E, &m, &emb2, &nt, &err), MM_OK);
+    CHECK(emb && emb2 &&
+          memcmp(emb, emb2, sizeof(float) * (size_t)(nt * wk_engine_info(E)->hidden_size)) == 0);
+    free(emb);
+    free(emb2);
+    m.row_len = row - 1;
+    CHECK_EQ_INT(wk_engine_encode_media(E, &m, &emb, &nt, &err), MM_INVALID);
+    m.row_len = row;
+    m.grid_h = 3; /* not a multiple of the merge size */
+    CHECK_EQ_INT(wk_engine_encode_media(E, &m, &emb, &nt, &err), MM_INVALID);
+    m.grid_h = 4;
+    m.n_rows = n - 1;
+    CHECK_EQ_INT(wk_engine_encode_media(E, &m, &emb, &nt, &err), MM_INVALID);
+    CHECK(emb == NULL);
+    free(px);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/mmgw_engine_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    struct mk_demo_opts o;
+    struct mm_err err = {0};
+    mk_demo_defaults(&o);
+    CHECK_EQ_INT(mk_demo_write(dir, &o, &err), MM_OK);
+    struct wk_engine_opts eo = {WK_BACKEND_CPU, 2, 256, 0, 512};
+    CHECK_EQ_INT(wk_engine_open(dir, &eo, &E, &err), MM_OK);
+    if (!E) {
+        fprintf(stderr, "%s\n", err.msg);
+        return test_done();
+    }
+    V = wk_engine_info(E)->vocab_size;
+    CHECK_EQ_INT(wk_engine_info(E)->first_msa_layer, 1);
+    CHECK_EQ_INT(wk_engine_info(E)->block_size, 16);
+    test_chunking();
+    test_batching();
+    test_prefix_and_fork();
+    test_refusals();
+    test_media();
+    wk_engine_close(E);
+    test_exhausted();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "cleanup failed\n");
+    return test_done();
+}

@@ -1,0 +1,72 @@
+/* Engine internals shared by wk_engine.c (lifecycle, sequences, pages), wk_forward.c and wk_vision.c. */
+#ifndef WK_ENGINE_INT_H
+#define WK_ENGINE_INT_H
+
+#include <stdint.h>
+
+#include "wk_backend.h"
+#include "wk_cache.h"
+#include "wk_config.h"
+#include "wk_engine.h"
+#include "wk_model.h"
+
+struct wk_seq {
+    int64_t len; /* tokens in the cache */
+    int32_t *bt; /* block table: page per block */
+    int64_t n_blocks, bt_cap;
+    /* prefix publishing: the chain key of the last full page and the ids of the current partial page */
+    uint64_t last_key;
+    uint64_t media_hash;
+    int32_t *cur_ids;           /* [block] */
+    uint8_t cur_media;          /* the partial page holds media placeholders */
+    uint8_t no_publish;         /* a page had media without a media hash: nothing after it can be shared */
+    uint8_t in_step;            /* set while a forward validates its items (duplicates are refused) */
+    struct wk_seq *prev, *next; /* the engine's list of live sequences */
+};
+
+/* Device activations for one forward step of up to max_tokens tokens. */
+struct wk_acts {
+    int64_t max_tokens;
+    float *x, *h, *q, *k, *v, *attn, *tmp, *y, *iq, *ik, *g, *u, *cos_t, *sin_t, *logits;
+    int32_t logits_rows;
+};
+
+/* Host staging for one step. */
+struct wk_host {
+    int32_t *ids, *seq_of;
+    int64_t *pos;
+    float *cos_t, *sin_t;
+    int32_t *sel; /* [idx_heads][max_tokens][topk] */
+    int64_t *media_rows;
+    float *media_data;
+    int64_t media_cap; /* rows media_data can hold */
+    /* per item */
+    int64_t *seq_first, *seq_len;
+    int32_t *seq_n;
+    const int32_t **tables;
+    int32_t items_cap;
+};
+
+struct wk_engine {
+    struct wk_config cfg;
+    struct wk_model_info info;
+    struct wk_be be;
+    struct wk_model_w w;
+    struct wk_cache *cache;
+    struct wk_acts a;
+    struct wk_host hs;
+    struct wk_seq *seqs; /* live sequences */
+    int32_t threads;
+};
+
+/* wk_forward.c */
+int32_t wk_forward_run(struct wk_engine *e, struct wk_step_item *items, int32_t n_items, struct mm_err *err);
+int32_t wk_forward_alloc(struct wk_engine *e, int64_t max_tokens, struct mm_err *err);
+void wk_forward_free(struct wk_engine *e);
+void wk_forward_profile_report(void);
+
+/* wk_vision.c */
+int32_t wk_vision_encode(struct wk_engine *e, const struct wk_media *m, float **embeds, int64_t *n_tokens,
+                         struct mm_err *err);
+
+#endif

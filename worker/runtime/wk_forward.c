@@ -1,0 +1,492 @@
+/* One forward step of the text model over a batch of sequences: the model code, written against the
+ * backend interface (wk_backend.h). */
+#include <math.h>
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kn_rope.h"
+#include "mm_log.h"
+#include "wk_engine_int.h"
+
+/* MMGW_PROFILE=1: CPU time of the driving thread per kind of operation, logged when the engine closes (meant
+ * for
+ * --threads 1 runs of a synchronous backend: work done by other threads is not counted). */
+enum prof_kind {
+    P_NORM,
+    P_QKV,
+    P_INDEX,
+    P_ATTN_DENSE,
+    P_ATTN_MSA,
+    P_OPROJ,
+    P_MOE,
+    P_MLP,
+    P_LOGITS,
+    P_OTHER,
+    P_N
+};
+static const char *const prof_names[P_N] = {"norms+rope", "q/k/v", "index q/k", "attn dense", "attn msa",
+                                            "o_proj",     "moe",   "dense mlp", "logits",     "other"};
+static double prof_t[P_N];
+static int prof_on = -1;
+
+static double prof_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define PROF(kind, stmt)                                                                                     \
+    do {                                                                                                     \
+        double t0__ = prof_on ? prof_now() : 0.0;                                                            \
+        stmt;                                                                                                \
+        if (prof_on) prof_t[kind] += prof_now() - t0__;                                                      \
+    } while (0)
+
+void wk_forward_profile_report(void)
+{
+    if (prof_on != 1) return;
+    double tot = 0;
+    for (int i = 0; i < P_N; i++) tot += prof_t[i];
+    if (tot <= 0) return;
+    for (int i = 0; i < P_N; i++) {
+        mm_log_info("runtime", "profile: %-10s %8.3f s %5.1f%%", prof_names[i], prof_t[i],
+                    100.0 * prof_t[i] / tot);
+        prof_t[i] = 0; /* one report per engine */
+    }
+}
+
+#define LOGIT_ROWS 32 /* rows of logits computed per product */
+
+int32_t wk_forward_alloc(struct wk_engine *e, int64_t T, struct mm_err *err)
+{
+    const struct wk_text_config *t = &e->cfg.text;
+    const struct wk_backend_iface *B = e->be.iface;
+    void *bc = e->be.ctx;
+    struct wk_acts *a = &e->a;
+    struct wk_host *hs = &e->hs;
+    int64_t H = t->hidden, qd = (int64_t)t->n_heads * t->head_dim, kd = (int64_t)t->n_kv * t->head_dim;
+    int64_t inter = t->dense_inter > t->shared_inter ? t->dense_inter : t->shared_inter;
+    int has_msa = t->first_msa >= 0;
+    a->max_tokens = T;
+    a->logits_rows = LOGIT_ROWS;
+    a->x = B->alloc(bc, T * H);
+    a->h = B->alloc(bc, T * H);
+    a->tmp = B->alloc(bc, T * H);
+    a->y = B->alloc(bc, T * H);
+    a->q = B->alloc(bc, T * qd);
+    a->attn = B->alloc(bc, T * qd);
+    a->k = B->alloc(bc, T * kd);
+    a->v = B->alloc(bc, T * kd);
+    a->g = B->alloc(bc, T * inter);
+    a->u = B->alloc(bc, T * inter);
+    a->cos_t = B->alloc(bc, T * t->rot_dim);
+    a->sin_t = B->alloc(bc, T * t->rot_dim);
+    a->logits = B->alloc(bc, (int64_t)LOGIT_ROWS * t->vocab_size);
+    if (has_msa) {
+        a->iq = B->alloc(bc, T * t->idx_heads * t->idx_dim);
+        a->ik = B->alloc(bc, T * t->idx_dim);
+    }
+    hs->ids = malloc(sizeof(int32_t) * (size_t)T);
+    hs->seq_of = malloc(sizeof(int32_t) * (size_t)T);
+    hs->pos = malloc(sizeof(int64_t) * (size_t)T);
+    hs->cos_t = malloc(sizeof(float) * (size_t)(T * t->rot_dim));
+    hs->sin_t = malloc(sizeof(float) * (size_t)(T * t->rot_dim));
+    hs->media_rows = malloc(sizeof(int64_t) * (size_t)T);
+    if (has_msa) hs->sel = malloc(sizeof(int32_t) * (size_t)(T * t->idx_heads * t->topk_blocks));
+    if (!a->x || !a->h || !a->tmp || !a->y || !a->q || !a->attn || !a->k || !a->v || !a->g || !a->u ||
+        !a->cos_t || !a->sin_t || !a->logits || (has_msa && (!a->iq || !a->ik || !hs->sel)) || !hs->ids ||
+        !hs->seq_of || !hs->pos || !hs->cos_t || !hs->sin_t || !hs->media_rows)
+        return mm_err_set(err, MM_NOMEM, "out of memory for activations of %lld tokens", (long long)T);
+    return MM_OK;
+}
+
+void wk_forward_free(struct wk_engine *e)
+{
+    const struct wk_backend_iface *B = e->be.iface;
+    void *bc = e->be.ctx;
+    struct wk_acts *a = &e->a;
+    float *all[] = {a->x,  a->h,  a->q, a->k, a->v,     a->attn,  a->tmp,   a->y,
+                    a->iq, a->ik, a->g, a->u, a->cos_t, a->sin_t, a->logits};
+    if (B)
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            if (all[i]) B->free(bc, all[i]);
+    memset(a, 0, sizeof *a);
+    struct wk_host *hs = &e->hs;
+    free(hs->ids);
+    free(hs->seq_of);
+    free(hs->pos);
+    free(hs->cos_t);
+    free(hs->sin_t);
+    free(hs->sel);
+    free(hs->media_rows);
+    free(hs->media_data);
+    free(hs->seq_first);
+    free(hs->seq_len);
+    free(hs->seq_n);
+    free(hs->tables);
+    memset(hs, 0, sizeof *hs);
+}
+
+static int32_t grow_items(struct wk_host *hs, int32_t n, struct mm_err *err)
+{
+    if (hs->items_cap >= n) return MM_OK;
+    int64_t *f = realloc(hs->seq_first, sizeof(int64_t) * (size_t)n);
+    if (f) hs->seq_first = f;
+    int64_t *l = realloc(hs->seq_len, sizeof(int64_t) * (size_t)n);
+    if (l) hs->seq_len = l;
+    int32_t *s = realloc(hs->seq_n, sizeof(int32_t) * (size_t)n);
+    if (s) hs->seq_n = s;
+    const int32_t **t = realloc(hs->tables, sizeof(int32_t *) * (size_t)n);
+    if (t) hs->tables = t;
+    if (!f || !l || !s || !t) return mm_err_set(err, MM_NOMEM, "out of memory");
+    hs->items_cap = n;
+    return MM_OK;
+}
+
+static int is_media_token(const struct wk_engine *e, int32_t id)
+{
+    return id == e->cfg.image_token_id || id == e->cfg.video_token_id;
+}
+
+static int32_t validate(struct wk_engine *e, struct wk_step_item *items, int32_t n_items, int64_t *total,
+                        struct mm_err *err)
+{
+    const struct wk_text_config *t = &e->cfg.text;
+    int32_t rc = MM_OK;
+    *total = 0;
+    if (n_items <= 0 || !items) return mm_err_set(err, MM_INVALID, "forward: no items");
+    int32_t marked = 0;
+    for (int32_t j = 0; j < n_items && !rc; j++, marked++) {
+        struct wk_step_item *it = &items[j];
+        if (!it->seq || !it->ids || it->n <= 0) {
+            rc = mm_err_set(err, MM_INVALID, "forward: item %d has no sequence or no tokens", j);
+            break;
+        }
+        if (it->seq->in_step) {
+            rc = mm_err_set(err, MM_INVALID, "forward: item %d repeats a sequence of this step", j);
+            break;
+        }
+        it->seq->in_step = 1;
+        if (it->seq->len + it->n > t->max_pos)
+            rc = mm_err_set(err, MM_TOO_LARGE, "forward: item %d: %lld tokens exceed the %lld-token context",
+                            j, (long long)(it->seq->len + it->n), (long long)t->max_pos);
+        else if (it->logits_mode != WK_LOGITS_NONE && it->logits_mode != WK_LOGITS_LAST &&
+                 it->logits_mode != WK_LOGITS_ALL)
+            rc = mm_err_set(err, MM_INVALID, "forward: item %d: logits_mode %d", j, it->logits_mode);
+        else if (it->logits_mode != WK_LOGITS_NONE && !it->logits)
+            rc = mm_err_set(err, MM_INVALID, "forward: item %d asks for logits without a buffer", j);
+        else if (it->use_embed && !it->embeds)
+            rc = mm_err_set(err, MM_INVALID, "forward: item %d has use_embed without embeds", j);
+        else if (it->sel && it->sel_k < t->topk_blocks)
+            rc = mm_err_set(err, MM_INVALID, "forward: item %d: sel_k %d < topk_blocks %d", j, it->sel_k,
+                            t->topk_blocks);
+        for (int32_t i = 0; !rc && i < it->n; i++)
+            if (it->ids[i] < 0 || it->ids[i] >= t->vocab_size)
+                rc = mm_err_set(err, MM_INVALID,
+                                "forward: item %d: token %d at %d is outside the vocabulary of %d", j,
+                                it->ids[i], i, t->vocab_size);
+        *total += it->n;
+    }
+    for (int32_t j = 0; j < marked; j++)
+        if (items[j].seq) items[j].seq->in_step = 0;
+    if (!rc && *total > e->a.max_tokens)
+        rc = mm_err_set(err, MM_TOO_LARGE, "forward: %lld tokens in one step (max_batch_tokens %lld)",
+                        (long long)*total, (long long)e->a.max_tokens);
+    return rc;
+}
+
+/* Take the pages the items need; all or nothing. */
+static int32_t take_pages(struct wk_engine *e, struct wk_step_item *items, int32_t n_items,
+                          int64_t *old_blocks, struct mm_err *err)
+{
+    int32_t B = e->cfg.text.block;
+    int64_t need = 0;
+    for (int32_t j = 0; j < n_items; j++) {
+        struct wk_seq *s = items[j].seq;
+        int64_t nb = (s->len + items[j].n + B - 1) / B;
+        if (nb > s->bt_cap) {
+            int64_t cap = s->bt_cap ? s->bt_cap : 16;
+            while (cap < nb) cap *= 2;
+            int32_t *bt = realloc(s->bt, sizeof(int32_t) * (size_t)cap);
+            if (!bt) return mm_err_set(err, MM_NOMEM, "out of memory for a block table");
+            s->bt = bt;
+            s->bt_cap = cap;
+        }
+        need += nb - s->n_blocks;
+    }
+    if (need > wk_cache_free_count(e->cache))
+        return mm_err_set(err, MM_EXHAUSTED, "forward: %lld pages needed, %lld free", (long long)need,
+                          (long long)wk_cache_free_count(e->cache));
+    for (int32_t j = 0; j < n_items; j++) {
+        struct wk_seq *s = items[j].seq;
+        old_blocks[j] = s->n_blocks;
+        int64_t nb = (s->len + items[j].n + B - 1) / B;
+        while (s->n_blocks < nb) s->bt[s->n_blocks++] = wk_cache_take(e->cache);
+    }
+    return MM_OK;
+}
+
+static void release_new_pages(struct wk_engine *e, struct wk_step_item *items, int32_t n_items,
+                              const int64_t *old_blocks)
+{
+    for (int32_t j = 0; j < n_items; j++) {
+        struct wk_seq *s = items[j].seq;
+        while (s->n_blocks > old_blocks[j]) wk_cache_unref(e->cache, s->bt[--s->n_blocks]);
+    }
+}
+
+/* After a step: remember the new tokens and publish the pages they filled. */
+static void commit(struct wk_engine *e, struct wk_step_item *it)
+{
+    struct wk_seq *s = it->seq;
+    int32_t B = e->cfg.text.block;
+    for (int32_t i = 0; i < it->n; i++) {
+        int64_t p = s->len + i;
+        int32_t slot = (int32_t)(p % B);
+        s->cur_ids[slot] = it->ids[i];
+        if (is_media_token(e, it->ids[i]) || (it->use_embed && it->use_embed[i])) s->cur_media = 1;
+        if (slot != B - 1) continue;
+        if (!s->no_publish && s->cur_media && s->media_hash == 0) s->no_publish = 1;
+        if (!s->no_publish) {
+            uint64_t key = wk_cache_key(s->last_key, s->cur_ids, B, s->cur_media ? s->media_hash : 0);
+            wk_cache_publish(e->cache, s->bt[p / B], key, s->last_key, s->cur_ids);
+            s->last_key = key;
+        }
+        s->cur_media = 0;
+    }
+    s->len += it->n;
+}
+
+static int32_t stage_media(struct wk_engine *e, struct wk_step_item *items, int32_t n_items, int64_t *n_rows,
+                           struct mm_err *err)
+{
+    struct wk_host *hs = &e->hs;
+    int32_t H = e->cfg.text.hidden;
+    int64_t cnt = 0, row = 0;
+    for (int32_t j = 0; j < n_items; j++) {
+        if (items[j].use_embed)
+            for (int32_t i = 0; i < items[j].n; i++) cnt += items[j].use_embed[i] != 0;
+    }
+    *n_rows = cnt;
+    if (!cnt) return MM_OK;
+    if (hs->media_cap < cnt) {
+        float *d = realloc(hs->media_data, sizeof(float) * (size_t)(cnt * H));
+        if (!d) return mm_err_set(err, MM_NOMEM, "out of memory for %lld media rows", (long long)cnt);
+        hs->media_data = d;
+        hs->media_cap = cnt;
+    }
+    cnt = 0;
+    for (int32_t j = 0; j < n_items; j++) {
+        for (int32_t i = 0; i < items[j].n; i++, row++) {
+            if (!items[j].use_embed || !items[j].use_embed[i]) continue;
+            hs->media_rows[cnt] = row;
+            memcpy(hs->media_data + cnt * H, items[j].embeds + (int64_t)i * H, sizeof(float) * (size_t)H);
+            cnt++;
+        }
+    }
+    return MM_OK;
+}
+
+static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *sel)
+{
+    const struct wk_text_config *t = &e->cfg.text;
+    const struct wk_backend_iface *B = e->be.iface;
+    void *bc = e->be.ctx;
+    struct wk_acts *a = &e->a;
+    int32_t H = t->hidden, nh = t->n_heads, nkv = t->n_kv, hd = t->head_dim, rot = t->rot_dim;
+    float eps = t->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    struct wk_msa_params mp = {t->idx_heads, t->idx_dim, t->topk_blocks, t->local_blocks};
+    int32_t irot =
+        rot < t->idx_dim ? rot : t->idx_dim; /* the reference truncates the table to the index dim */
+    if (prof_on < 0) {
+        const char *pe = getenv("MMGW_PROFILE");
+        prof_on = pe && *pe == '1';
+    }
+    for (int32_t l = 0; l < t->n_layers; l++) {
+        const struct wk_layer_w *w = &e->w.layers[l];
+        PROF(P_NORM, B->rmsnorm(bc, a->x, w->in_norm, T, H, eps, a->h));
+        PROF(P_QKV, {
+            B->linear(bc, w->q, NULL, a->h, T, a->q);
+            B->linear(bc, w->k, NULL, a->h, T, a->k);
+            B->linear(bc, w->v, NULL, a->h, T, a->v);
+        });
+        PROF(P_NORM, {
+            B->head_rmsnorm(bc, a->q, T, nh, hd, w->q_norm, eps);
+            B->head_rmsnorm(bc, a->k, T, nkv, hd, w->k_norm, eps);
+            B->rope(bc, a->q, T, nh, hd, a->cos_t, a->sin_t, rot, rot);
+            B->rope(bc, a->k, T, nkv, hd, a->cos_t, a->sin_t, rot, rot);
+        });
+        PROF(P_OTHER, B->kv_write(bc, l, a->k, a->v));
+        if (t->layer_sparse[l]) {
+            PROF(P_INDEX, {
+                B->linear(bc, w->iq, NULL, a->h, T, a->iq);
+                B->linear(bc, w->ik, NULL, a->h, T, a->ik);
+                B->head_rmsnorm(bc, a->iq, T, t->idx_heads, t->idx_dim, w->iq_norm, eps);
+                B->head_rmsnorm(bc, a->ik, T, 1, t->idx_dim, w->ik_norm, eps);
+                B->rope(bc, a->iq, T, t->idx_heads, t->idx_dim, a->cos_t, a->sin_t, rot, irot);
+                B->rope(bc, a->ik, T, 1, t->idx_dim, a->cos_t, a->sin_t, rot, irot);
+                B->idx_write(bc, l, a->ik);
+            });
+            PROF(P_ATTN_MSA,
+                 B->attn_msa(bc, l, a->q, a->iq, nh, scale, &mp, l == t->first_msa ? sel : NULL, a->attn));
+        } else {
+            PROF(P_ATTN_DENSE, B->attn_dense(bc, l, a->q, nh, scale, a->attn));
+        }
+        PROF(P_OPROJ, {
+            B->linear(bc, w->o, NULL, a->attn, T, a->tmp);
+            B->add(bc, a->x, a->tmp, T * H);
+        });
+        PROF(P_NORM, B->rmsnorm(bc, a->x, w->post_norm, T, H, eps, a->h));
+        if (t->layer_moe[l]) {
+            struct wk_moe m = {w->router,
+                               w->router_bias,
+                               (const struct wk_weight *const *)w->w1,
+                               (const struct wk_weight *const *)w->w3,
+                               (const struct wk_weight *const *)w->w2,
+                               t->n_experts,
+                               t->topk_experts,
+                               H,
+                               t->expert_inter,
+                               t->routed_scale,
+                               t->swiglu_alpha,
+                               t->swiglu_limit};
+            PROF(P_MOE, {
+                B->moe(bc, &m, a->h, T, a->tmp);
+                if (w->sh_gate) {
+                    int64_t S = t->shared_inter;
+                    B->linear(bc, w->sh_gate, NULL, a->h, T, a->g);
+                    B->linear(bc, w->sh_up, NULL, a->h, T, a->u);
+                    B->swiglu(bc, a->g, a->u, T * S, t->swiglu_alpha, t->swiglu_limit, a->g);
+                    B->linear(bc, w->sh_down, NULL, a->g, T, a->y);
+                    B->add(bc, a->tmp, a->y, T * H);
+                }
+            });
+        } else {
+            PROF(P_MLP, {
+                int64_t I = t->dense_inter;
+                B->linear(bc, w->gate, NULL, a->h, T, a->g);
+                B->linear(bc, w->up, NULL, a->h, T, a->u);
+                B->swiglu(bc, a->g, a->u, T * I, t->swiglu_alpha, t->swiglu_limit, a->g);
+                B->linear(bc, w->down, NULL, a->g, T, a->tmp);
+            });
+        }
+        PROF(P_OTHER, B->add(bc, a->x, a->tmp, T * H));
+    }
+    PROF(P_NORM, B->rmsnorm(bc, a->x, e->w.final_norm, T, H, eps, a->h));
+}
+
+/* Logits for the rows the items asked for, up to LOGIT_ROWS consecutive rows per product. */
+struct logit_run {
+    int64_t first;
+    int32_t n;
+    float *dst[LOGIT_ROWS];
+};
+
+static void flush_logits(struct wk_engine *e, struct logit_run *r)
+{
+    const struct wk_backend_iface *B = e->be.iface;
+    int32_t H = e->cfg.text.hidden, V = e->cfg.text.vocab_size;
+    if (!r->n) return;
+    B->linear(e->be.ctx, e->w.lm_head, NULL, e->a.h + r->first * H, r->n, e->a.logits);
+    for (int32_t i = 0; i < r->n; i++) B->download(e->be.ctx, r->dst[i], e->a.logits + (int64_t)i * V, V);
+    r->n = 0;
+}
+
+static void compute_logits(struct wk_engine *e, struct wk_step_item *items, int32_t n_items)
+{
+    int32_t V = e->cfg.text.vocab_size;
+    struct logit_run run = {0, 0, {0}};
+    int64_t first = 0;
+    for (int32_t j = 0; j < n_items; j++) {
+        const struct wk_step_item *it = &items[j];
+        for (int32_t i = 0; i < it->n; i++) {
+            float *d = NULL;
+            if (it->logits_mode == WK_LOGITS_ALL)
+                d = it->logits + (int64_t)i * V;
+            else if (it->logits_mode == WK_LOGITS_LAST && i == it->n - 1)
+                d = it->logits;
+            if (!d) continue;
+            int64_t r = first + i;
+            if (run.n && (run.first + run.n != r || run.n == LOGIT_ROWS)) flush_logits(e, &run);
+            if (!run.n) run.first = r;
+            run.dst[run.n++] = d;
+        }
+        first += it->n;
+    }
+    flush_logits(e, &run);
+}
+
+static void compute_logits_timed(struct wk_engine *e, struct wk_step_item *items, int32_t n_items)
+{
+    PROF(P_LOGITS, compute_logits(e, items, n_items));
+}
+
+int32_t wk_forward_run(struct wk_engine *e, struct wk_step_item *items, int32_t n_items, struct mm_err *err)
+{
+    const struct wk_text_config *t = &e->cfg.text;
+    struct wk_host *hs = &e->hs;
+    const struct wk_backend_iface *B = e->be.iface;
+    void *bc = e->be.ctx;
+    int64_t T;
+    int32_t rc = validate(e, items, n_items, &T, err);
+    if (rc) return rc;
+    if ((rc = grow_items(hs, n_items, err))) return rc;
+    int64_t *old_blocks = malloc(sizeof(int64_t) * (size_t)n_items);
+    if (!old_blocks) return mm_err_set(err, MM_NOMEM, "out of memory");
+    if ((rc = take_pages(e, items, n_items, old_blocks, err))) {
+        free(old_blocks);
+        return rc;
+    }
+    int64_t n_media = 0;
+    if ((rc = stage_media(e, items, n_items, &n_media, err))) goto fail;
+
+    int64_t row = 0, max_pos = 0;
+    int want_sel = 0;
+    for (int32_t j = 0; j < n_items; j++) {
+        struct wk_step_item *it = &items[j];
+        hs->seq_first[j] = row;
+        hs->seq_n[j] = it->n;
+        hs->seq_len[j] = it->seq->len + it->n;
+        hs->tables[j] = it->seq->bt;
+        for (int32_t i = 0; i < it->n; i++, row++) {
+            hs->ids[row] = it->ids[i];
+            hs->pos[row] = it->seq->len + i;
+            hs->seq_of[row] = j;
+        }
+        if (hs->seq_len[j] - 1 > max_pos) max_pos = hs->seq_len[j] - 1;
+        want_sel |= it->sel != NULL;
+    }
+    struct wk_batch batch = {T,         n_items,     hs->ids,    hs->pos, hs->seq_of, hs->seq_first,
+                             hs->seq_n, hs->seq_len, hs->tables, max_pos};
+    kn_rope_text_table(hs->pos, T, t->rot_dim, t->rope_theta, hs->cos_t, hs->sin_t);
+    if ((rc = B->batch_begin(bc, &batch, err))) goto fail;
+    B->upload(bc, e->a.cos_t, hs->cos_t, T * t->rot_dim);
+    B->upload(bc, e->a.sin_t, hs->sin_t, T * t->rot_dim);
+    B->embed(bc, e->w.embed, e->a.x, t->hidden);
+    if (n_media) B->set_rows(bc, e->a.x, t->hidden, hs->media_rows, hs->media_data, n_media);
+    struct wk_sel_out sel = {want_sel && t->first_msa >= 0 ? hs->sel : NULL, t->topk_blocks};
+    run_layers(e, T, &sel);
+    compute_logits_timed(e, items, n_items);
+    if ((rc = B->batch_end(bc, err))) goto fail;
+
+    for (int32_t j = 0; j < n_items; j++) {
+        struct wk_step_item *it = &items[j];
+        if (!it->sel) continue;
+        for (int32_t g = 0; g < t->idx_heads; g++)
+            for (int32_t i = 0; i < it->n; i++) {
+                int32_t *d = it->sel + ((int64_t)g * it->n + i) * it->sel_k;
+                const int32_t *s =
+                    sel.sel ? hs->sel + ((int64_t)g * T + hs->seq_first[j] + i) * t->topk_blocks : NULL;
+                for (int32_t x = 0; x < it->sel_k; x++) d[x] = s && x < t->topk_blocks ? s[x] : -1;
+            }
+    }
+    for (int32_t j = 0; j < n_items; j++) commit(e, &items[j]);
+    free(old_blocks);
+    return MM_OK;
+fail:
+    release_new_pages(e, items, n_items, old_blocks);
+    free(old_blocks);
+    return rc;
+}

@@ -1,0 +1,175 @@
+#include "wk_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Workers spin briefly on the run counter before sleeping: a forward step issues many short parallel loops
+ * back to back, and a condition-variable wake-up per loop would cost more than the loops. */
+#define SPIN_ROUNDS 4000
+
+struct wk_pool {
+    int32_t n;
+    pthread_t *th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t sleepers; /* under mu */
+    atomic_uint_fast64_t gen;
+    atomic_int stop;
+    /* Runs alternate between two slots; tasks are claimed from `ticket` = (run id << 32) | next task, so a
+     * worker that wakes up late can never run a task of a newer run with an older run's function. */
+    struct {
+        void (*fn)(void *, int64_t, int32_t);
+        void *arg;
+        int64_t n_tasks;
+    } slot[2];
+    atomic_uint_fast64_t ticket;
+    atomic_int_fast64_t completed; /* tasks finished, over all runs */
+};
+
+struct worker_arg {
+    struct wk_pool *p;
+    int32_t id;
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void drain(struct wk_pool *p, uint64_t run, int32_t id)
+{
+    void (*fn)(void *, int64_t, int32_t) = p->slot[run & 1].fn;
+    void *arg = p->slot[run & 1].arg;
+    int64_t n_tasks = p->slot[run & 1].n_tasks;
+    uint64_t cur = atomic_load(&p->ticket);
+    for (;;) {
+        if ((cur >> 32) != (run & 0xffffffffu) || (int64_t)(cur & 0xffffffffu) >= n_tasks) return;
+        if (!atomic_compare_exchange_weak(&p->ticket, &cur, cur + 1)) continue;
+        fn(arg, (int64_t)(cur & 0xffffffffu), id);
+        atomic_fetch_add_explicit(&p->completed, 1, memory_order_release);
+        cur = atomic_load(&p->ticket);
+    }
+}
+
+static void *worker(void *a)
+{
+    struct worker_arg *wa = a;
+    struct wk_pool *p = wa->p;
+    int32_t id = wa->id;
+    free(wa);
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
+            if (++spins < SPIN_ROUNDS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            p->sleepers++;
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
+            p->sleepers--;
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = g;
+        drain(p, g, id);
+    }
+    return NULL;
+}
+
+struct wk_pool *wk_pool_create(int32_t n_threads)
+{
+    if (n_threads <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = c > 0 ? (int32_t)c : 1;
+    }
+    if (n_threads > 256) n_threads = 256;
+    struct wk_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->stop, 0);
+    atomic_init(&p->ticket, 0);
+    atomic_init(&p->completed, 0);
+    if (n_threads > 1) {
+        p->th = calloc((size_t)n_threads - 1, sizeof *p->th);
+        if (!p->th) {
+            p->n = 1;
+            wk_pool_destroy(p);
+            return NULL;
+        }
+        for (int32_t i = 1; i < n_threads; i++) {
+            struct worker_arg *wa = malloc(sizeof *wa);
+            if (wa) {
+                wa->p = p;
+                wa->id = i;
+            }
+            if (!wa || pthread_create(&p->th[i - 1], NULL, worker, wa) != 0) {
+                free(wa);
+                p->n = i; /* only the threads started so far */
+                wk_pool_destroy(p);
+                return NULL;
+            }
+        }
+    }
+    return p;
+}
+
+void wk_pool_destroy(struct wk_pool *p)
+{
+    if (!p) return;
+    atomic_store(&p->stop, 1);
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int32_t i = 1; i < p->n && p->th; i++) pthread_join(p->th[i - 1], NULL);
+    free(p->th);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}
+
+int32_t wk_pool_threads(const struct wk_pool *p)
+{
+    return p->n;
+}
+
+void wk_pool_run(struct wk_pool *p, int64_t n_tasks, void (*fn)(void *arg, int64_t task, int32_t thread),
+                 void *arg)
+{
+    if (n_tasks <= 0) return;
+    if (p->n == 1 || n_tasks == 1) {
+        for (int64_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
+        return;
+    }
+    /* tasks are numbered in 32 bits */
+    if (n_tasks > 0x7fffffff) n_tasks = 0x7fffffff;
+    uint64_t run = atomic_load(&p->gen) + 1;
+    p->slot[run & 1].fn = fn;
+    p->slot[run & 1].arg = arg;
+    p->slot[run & 1].n_tasks = n_tasks;
+    int64_t target = atomic_load(&p->completed) + n_tasks;
+    atomic_store(&p->ticket, (run & 0xffffffffu) << 32);
+    atomic_store_explicit(&p->gen, run, memory_order_release);
+    pthread_mutex_lock(&p->mu);
+    if (p->sleepers) pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    drain(p, run, 0);
+    /* only tasks some worker has claimed are still running: wait for those, not for sleepy workers */
+    for (int spins = 0; atomic_load_explicit(&p->completed, memory_order_acquire) < target; spins++) {
+        /* a worker holding a task may have been descheduled (a busy machine): give it the core */
+        if (spins < SPIN_ROUNDS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+}
