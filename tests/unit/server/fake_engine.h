@@ -1,0 +1,40 @@
+/* TEST FIXTURE ONLY: a fake of worker/wk_engine.h for the scheduler's unit tests (see fake_engine.c). */
+#ifndef FAKE_ENGINE_H
+#define FAKE_ENGINE_H
+
+#include <stdint.h>
+
+struct wk_engine;
+
+struct fake_config {
+    int32_t vocab;
+    int64_t max_context;
+    int32_t block;
+    int64_t pages;
+    int32_t hidden;
+    int32_t eos, image, video;
+};
+
+struct fake_stats {
+    int64_t forwards, tokens, max_items, max_step_tokens, forks, encodes, reused_tokens, exhausted;
+    int64_t live_seqs;
+};
+
+/** Shape of the next engine wk_engine_open makes. */
+void fake_engine_set_config(const struct fake_config *c);
+/** The engine opened last. */
+struct wk_engine *fake_engine_last(void);
+const struct fake_stats *fake_engine_stats(const struct wk_engine *e);
+/** Make the forward call after n more successful ones fail with MM_ERROR (once). */
+void fake_engine_fail_forward_after(struct wk_engine *e, int64_t n);
+
+/** Sleep us microseconds in every forward (< 1 s). */
+void fake_engine_set_delay(struct wk_engine *e, int32_t us);
+
+/** The fake model's greedy continuation of a prompt run alone: k tokens into out. media_first[i], when
+ * not NaN, is the embedding value the fake sees at position i instead of ids[i] (NULL = text only). */
+int32_t fake_solo_greedy(const int32_t *ids, int64_t n, const float *media_first, int32_t k, int32_t *out);
+uint64_t fake_mix(uint64_t h, int64_t v);
+void fake_logits(int32_t vocab, uint64_t h, float *out);
+
+#endif

@@ -1,0 +1,94 @@
+/* Small pieces of the worker service: command line, log-probabilities, status mapping. */
+#include <math.h>
+
+#include "mmgw_test.h"
+#include "wk_cli.h"
+#include "wk_engine.h"
+#include "wk_grpc_status.h"
+#include "wk_logprobs.h"
+
+static void test_cli(void)
+{
+    struct wk_cli c;
+    struct mm_err err = {0};
+    char *a1[] = {"w",
+                  "--model",
+                  "/m",
+                  "--listen",
+                  "[::1]:0",
+                  "--threads",
+                  "3",
+                  "--max-queue",
+                  "7",
+                  "--cache-pages",
+                  "99",
+                  "--backend",
+                  "cuda",
+                  "--step-tokens",
+                  "64",
+                  "--no-shm",
+                  "--drain-timeout",
+                  "2"};
+    CHECK_EQ_INT(wk_cli_parse(18, a1, &c, &err), MM_OK);
+    CHECK_STR(c.model, "/m");
+    CHECK_STR(c.listen, "[::1]:0");
+    CHECK_EQ_INT(c.threads, 3);
+    CHECK_EQ_INT(c.max_queue, 7);
+    CHECK_EQ_INT(c.cache_pages, 99);
+    CHECK_EQ_INT(c.backend, WK_BACKEND_CUDA);
+    CHECK_EQ_INT(c.step_tokens, 64);
+    CHECK_EQ_INT(c.allow_shm, 0);
+    CHECK_EQ_INT(c.drain_ms, 2000);
+    char *a2[] = {"w", "--listen", "x:1"};
+    CHECK_EQ_INT(wk_cli_parse(3, a2, &c, &err), MM_INVALID); /* no --model */
+    char *a3[] = {"w", "--model", "m", "--threads", "-2"};
+    CHECK_EQ_INT(wk_cli_parse(5, a3, &c, &err), MM_INVALID);
+    CHECK(strstr(err.msg, "--threads") != NULL);
+    char *a4[] = {"w", "--model", "m", "--bogus", "1"};
+    CHECK_EQ_INT(wk_cli_parse(5, a4, &c, &err), MM_INVALID);
+    char *a5[] = {"w", "--model", "m", "--backend", "tpu"};
+    CHECK_EQ_INT(wk_cli_parse(5, a5, &c, &err), MM_INVALID);
+    char *a6[] = {"w", "--model"};
+    CHECK_EQ_INT(wk_cli_parse(2, a6, &c, &err), MM_INVALID);
+    char *a7[] = {"w", "--help"};
+    CHECK_EQ_INT(wk_cli_parse(2, a7, &c, &err), MM_OK);
+    CHECK(c.help);
+}
+
+static void test_logprobs(void)
+{
+    float x[6] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 2.0f};
+    double s = 0;
+    for (int i = 0; i < 6; i++) s += exp(x[i]);
+    float lse = wk_logsumexp(x, 6);
+    CHECK_NEAR(lse, log(s), 1e-5);
+    int32_t ids[3];
+    float lp[3];
+    wk_top_logprobs(x, 6, lse, 3, ids, lp);
+    CHECK_EQ_INT(ids[0], 1); /* tie with 3: the lower id first */
+    CHECK_EQ_INT(ids[1], 3);
+    CHECK_EQ_INT(ids[2], 5);
+    CHECK_NEAR(lp[2], 2.0 - log(s), 1e-5);
+    float big[3] = {1000.0f, 1000.0f, -INFINITY}; /* stable for large logits */
+    CHECK_NEAR(wk_logsumexp(big, 3), 1000.0 + log(2.0), 1e-3);
+}
+
+static void test_status(void)
+{
+    CHECK_EQ_INT(wk_grpc_status_from_mm(MM_OK), GRPC_STATUS_OK);
+    CHECK_EQ_INT(wk_grpc_status_from_mm(MM_INVALID), GRPC_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ_INT(wk_grpc_status_from_mm(MM_EXHAUSTED), GRPC_STATUS_RESOURCE_EXHAUSTED);
+    CHECK_EQ_INT(wk_grpc_status_from_mm(MM_CANCELLED), GRPC_STATUS_CANCELLED);
+    CHECK_EQ_INT(wk_grpc_status_from_mm(MM_UNAVAILABLE), GRPC_STATUS_UNAVAILABLE);
+    CHECK_EQ_INT(wk_grpc_status_from_mm(MM_NOT_FOUND), GRPC_STATUS_NOT_FOUND);
+    CHECK_EQ_INT(wk_grpc_status_from_mm(MM_ERROR), GRPC_STATUS_INTERNAL);
+    CHECK_EQ_INT(wk_grpc_status_from_mm(-999), GRPC_STATUS_INTERNAL);
+}
+
+int main(void)
+{
+    test_cli();
+    test_logprobs();
+    test_status();
+    return test_done();
+}

@@ -1,0 +1,608 @@
+/* The scheduler against a fake engine (test fixture): batching, chunked prefill, forks, stops, abort,
+ * admission, preemption, prefix reuse, media placement, drain. The expected tokens come from the fake
+ * model run alone (fake_solo_greedy), never from the scheduler. */
+#include <math.h>
+#include <stdio.h>
+
+#include "fake_engine.h"
+#include "mm_dtype.h"
+#include "mmgw_test.h"
+#include "sched_harness.h"
+#include "wk_engine.h"
+
+static const struct fake_config k_cfg = {.vocab = 64,
+                                         .max_context = 512,
+                                         .block = 4,
+                                         .pages = 256,
+                                         .hidden = 8,
+                                         .eos = 1,
+                                         .image = 60,
+                                         .video = 61};
+
+struct env {
+    struct wk_engine *e;
+    struct wk_sched *s;
+};
+
+static struct env env_open(const struct fake_config *cfg, const struct wk_sched_opts *so, int start)
+{
+    struct env v = {0};
+    struct mm_err err = {0};
+    fake_engine_set_config(cfg);
+    struct wk_engine_opts eo = {0};
+    CHECK(wk_engine_open("fake", &eo, &v.e, &err) == MM_OK);
+    CHECK(wk_sched_create(v.e, so, &v.s, &err) == MM_OK);
+    if (start) CHECK(wk_sched_start(v.s, &err) == MM_OK);
+    return v;
+}
+
+static void env_close(struct env *v)
+{
+    wk_sched_destroy(v->s);
+    CHECK_EQ_INT(fake_engine_stats(v->e)->live_seqs, 0); /* every sequence was freed */
+    wk_engine_close(v->e);
+}
+
+static int32_t submit(struct env *v, struct wk_request *r, struct rec *rc)
+{
+    struct wk_sched_sink sk = rec_sink(rc);
+    struct mm_err err = {0};
+    uint64_t t;
+    int32_t st = wk_sched_submit(v->s, r, &sk, &t, &err);
+    if (st != MM_OK) wk_request_free(r);
+    return st;
+}
+
+static void check_solo(struct rec *r, int32_t choice, const int32_t *ids, int64_t n, int32_t k)
+{
+    int32_t want[REC_MAX_TOKENS];
+    fake_solo_greedy(ids, n, NULL, k, want);
+    CHECK_EQ_INT(r->n_tok[choice], k);
+    int same = r->n_tok[choice] == k && memcmp(r->tok[choice], want, (size_t)k * sizeof(int32_t)) == 0;
+    CHECK_MSG(same, "choice %d differs from the solo greedy run", choice);
+}
+
+static void test_single(void)
+{
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&k_cfg, &so, 1);
+    int32_t ids[37];
+    mkprompt(ids, 37, 1, 64);
+    struct rec *r = rec_new();
+    CHECK(submit(&v, mkreq("a", ids, 37, 20, 1, 512), r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_OK);
+    check_solo(r, 0, ids, 37, 20);
+    CHECK_STR(r->comp[0].finish_reason, "length");
+    CHECK_EQ_INT(r->comp[0].prompt_tokens, 37);
+    CHECK_EQ_INT(r->comp[0].completion_tokens, 20);
+    CHECK_EQ_INT(r->comp[0].cached_tokens, 0);
+    CHECK(r->order_ok);
+    struct wk_sched_load l;
+    wk_sched_load(v.s, &l);
+    CHECK_EQ_INT(l.free_pages, l.total_pages);
+    CHECK_EQ_INT(l.running_requests, 0);
+    rec_free(r);
+    env_close(&v);
+}
+
+/* 16 requests at once, chunked prefill with a small budget: each equals its solo run, and steps mixed them */
+static void test_concurrent_chunked(void)
+{
+    struct wk_sched_opts so = {.step_tokens = 16};
+    struct env v = env_open(&k_cfg, &so, 1);
+    enum { N = 16 };
+    int32_t ids[N][80];
+    int64_t len[N];
+    struct rec *r[N];
+    for (int i = 0; i < N; i++) {
+        len[i] = 5 + i * 4;
+        mkprompt(ids[i], len[i], 100 + (uint64_t)i, 64);
+        r[i] = rec_new();
+        char id[16];
+        snprintf(id, sizeof(id), "c%d", i);
+        CHECK(submit(&v, mkreq(id, ids[i], len[i], 10 + i, 1, 512), r[i]) == MM_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK(rec_wait_end(r[i], 10000) == 0);
+        CHECK_EQ_INT(r[i]->status, MM_OK);
+        check_solo(r[i], 0, ids[i], len[i], 10 + i);
+        rec_free(r[i]);
+    }
+    const struct fake_stats *st = fake_engine_stats(v.e);
+    CHECK_MSG(st->max_items > 1, "no step batched several sequences (max %lld)", (long long)st->max_items);
+    CHECK_MSG(st->max_step_tokens <= 16, "a step took %lld tokens, budget 16",
+              (long long)st->max_step_tokens);
+    CHECK_EQ_INT(st->exhausted, 0);
+    env_close(&v);
+}
+
+static void test_fork_n(void)
+{
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&k_cfg, &so, 1);
+    int32_t ids[30];
+    mkprompt(ids, 30, 7, 64);
+    struct rec *r = rec_new();
+    CHECK(submit(&v, mkreq("f", ids, 30, 12, 3, 512), r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_OK);
+    for (int c = 0; c < 3; c++) {
+        check_solo(r, c, ids, 30, 12); /* greedy: every choice is the same continuation */
+        CHECK_STR(r->comp[c].finish_reason, "length");
+    }
+    CHECK_EQ_INT(r->completes, 3);
+    CHECK_EQ_INT(fake_engine_stats(v.e)->forks, 2);
+    rec_free(r);
+
+    /* sampling with a seed: reproducible, and the choices are not all equal */
+    struct rec *a = rec_new(), *b = rec_new();
+    for (int k = 0; k < 2; k++) {
+        struct wk_request *q = mkreq(k ? "s2" : "s1", ids, 30, 16, 3, 512);
+        q->sp.temperature = 5.0f;
+        q->sp.has_seed = 1;
+        q->sp.seed = 42;
+        CHECK(submit(&v, q, k ? b : a) == MM_OK);
+    }
+    CHECK(rec_wait_end(a, 5000) == 0 && rec_wait_end(b, 5000) == 0);
+    int same_runs = 1, all_same_choices = 1;
+    for (int c = 0; c < 3; c++) {
+        same_runs &= a->n_tok[c] == b->n_tok[c] && memcmp(a->tok[c], b->tok[c], sizeof(a->tok[c])) == 0;
+        all_same_choices &= memcmp(a->tok[c], a->tok[0], sizeof(a->tok[0])) == 0;
+    }
+    CHECK_MSG(same_runs, "the same seed gave different tokens");
+    CHECK_MSG(!all_same_choices, "three sampled choices came out identical");
+    rec_free(a);
+    rec_free(b);
+    env_close(&v);
+}
+
+/* A prompt whose greedy continuation meets the eos token within 40 tokens. */
+static int64_t find_eos_prompt(int32_t *ids, int64_t n, int32_t *eos_at)
+{
+    int32_t out[40];
+    for (uint64_t seed = 1; seed < 100000; seed++) {
+        mkprompt(ids, n, seed, 64);
+        fake_solo_greedy(ids, n, NULL, 40, out);
+        for (int i = 2; i < 40; i++)
+            if (out[i] == 1) {
+                int first = 1;
+                for (int j = 0; j < i; j++) first &= out[j] != 1;
+                if (!first) break;
+                *eos_at = i;
+                return (int64_t)seed;
+            }
+    }
+    return -1;
+}
+
+static void test_stops(void)
+{
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&k_cfg, &so, 1);
+    int32_t ids[20], eos_at = -1;
+    CHECK(find_eos_prompt(ids, 20, &eos_at) > 0);
+    /* eos: tokens up to and including it, finish "stop", matched */
+    struct rec *r = rec_new();
+    struct wk_request *q = mkreq("eos", ids, 20, 40, 1, 512);
+    q->sp.ignore_eos = 0;
+    CHECK(submit(&v, q, r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->n_tok[0], eos_at + 1);
+    CHECK_EQ_INT(r->tok[0][eos_at], 1);
+    CHECK_STR(r->comp[0].finish_reason, "stop");
+    CHECK(r->comp[0].has_matched_stop && r->comp[0].matched_stop == 1);
+    rec_free(r);
+
+    /* a stop id: the first occurrence of the solo run's 3rd token */
+    int32_t solo[40];
+    fake_solo_greedy(ids, 20, NULL, 40, solo);
+    int32_t stop = solo[2], first = 0;
+    while (solo[first] != stop) first++;
+    r = rec_new();
+    q = mkreq("stopid", ids, 20, 40, 1, 512);
+    q->sp.stop_ids = malloc(sizeof(int32_t));
+    q->sp.stop_ids[0] = stop;
+    q->sp.n_stop_ids = 1;
+    CHECK(submit(&v, q, r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->n_tok[0], first + 1);
+    CHECK_STR(r->comp[0].finish_reason, "stop");
+    CHECK_EQ_INT(r->comp[0].matched_stop, stop);
+    rec_free(r);
+
+    /* min_new_tokens: the stop id cannot come before it */
+    r = rec_new();
+    q = mkreq("minnew", ids, 20, 40, 1, 512);
+    q->sp.stop_ids = malloc(sizeof(int32_t));
+    q->sp.stop_ids[0] = solo[0];
+    q->sp.n_stop_ids = 1;
+    q->sp.min_new_tokens = 3;
+    CHECK(submit(&v, q, r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK(r->n_tok[0] >= 3);
+    for (int i = 0; i < 3 && i < r->n_tok[0]; i++) CHECK(r->tok[0][i] != solo[0]);
+    rec_free(r);
+
+    /* max_new_tokens 0: nothing generated, "length" */
+    r = rec_new();
+    CHECK(submit(&v, mkreq("zero", ids, 20, 0, 2, 512), r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_OK);
+    CHECK_EQ_INT(r->n_tok[0], 0);
+    CHECK_EQ_INT(r->completes, 2);
+    CHECK_STR(r->comp[1].finish_reason, "length");
+    rec_free(r);
+
+    /* the context bound: finish "length" when the sequence reaches max_context */
+    r = rec_new();
+    int32_t big[500];
+    mkprompt(big, 500, 3, 64);
+    CHECK(submit(&v, mkreq("ctx", big, 500, -1, 1, 512), r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->n_tok[0], 12);
+    CHECK_STR(r->comp[0].finish_reason, "length");
+    rec_free(r);
+    env_close(&v);
+}
+
+static int32_t g_abort_found = -1;
+static void on_abort(void *arg, int32_t found)
+{
+    g_abort_found = found;
+}
+
+static void test_abort_cancel(void)
+{
+    struct wk_sched_opts so = {.step_tokens = 8};
+    struct env v = env_open(&k_cfg, &so, 1);
+    fake_engine_set_delay(v.e, 2000);
+    int32_t ids[40];
+    mkprompt(ids, 40, 9, 64);
+    struct rec *r = rec_new();
+    CHECK(submit(&v, mkreq("long", ids, 40, 470, 2, 512), r) == MM_OK);
+    CHECK(rec_wait_tokens(r, 5, 5000) == 0);
+    wk_sched_abort(v.s, "long", on_abort, NULL);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_CANCELLED);
+    CHECK_EQ_INT(r->completes, 2);
+    CHECK_STR(r->comp[0].finish_reason, "abort");
+    CHECK(r->order_ok);
+    /* the abort callback runs after the pages are back */
+    for (int i = 0; i < 100 && g_abort_found < 0; i++) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK_EQ_INT(g_abort_found, 1);
+    struct wk_sched_load l;
+    wk_sched_load(v.s, &l);
+    CHECK_EQ_INT(l.free_pages, l.total_pages);
+    CHECK_EQ_INT(l.running_requests, 0);
+    rec_free(r);
+
+    g_abort_found = -1;
+    wk_sched_abort(v.s, "nobody", on_abort, NULL);
+    for (int i = 0; i < 100 && g_abort_found < 0; i++) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK_EQ_INT(g_abort_found, 0);
+
+    /* cancel by ticket (a client that went away) */
+    r = rec_new();
+    struct wk_sched_sink sk = rec_sink(r);
+    struct mm_err err = {0};
+    uint64_t t = 0;
+    CHECK(wk_sched_submit(v.s, mkreq("gone", ids, 40, 470, 1, 512), &sk, &t, &err) == MM_OK);
+    CHECK(rec_wait_tokens(r, 3, 5000) == 0);
+    wk_sched_cancel(v.s, t);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_CANCELLED);
+    CHECK(r->n_tok[0] < 470);
+    rec_free(r);
+    env_close(&v);
+}
+
+/* A pool of 24 pages (96 tokens): four requests of 10 pages each can only run two at a time. */
+static void test_admission(void)
+{
+    struct fake_config cfg = k_cfg;
+    cfg.pages = 24;
+    struct wk_sched_opts so = {.max_waiting = 8};
+    struct env v = env_open(&cfg, &so, 1);
+    int32_t ids[4][20];
+    struct rec *r[4];
+    for (int i = 0; i < 4; i++) {
+        mkprompt(ids[i], 20, 50 + (uint64_t)i, 64);
+        r[i] = rec_new();
+        char id[8];
+        snprintf(id, sizeof(id), "p%d", i);
+        CHECK(submit(&v, mkreq(id, ids[i], 20, 20, 1, 512), r[i]) == MM_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+        CHECK(rec_wait_end(r[i], 10000) == 0);
+        CHECK_EQ_INT(r[i]->status, MM_OK);
+        check_solo(r[i], 0, ids[i], 20, 20);
+        rec_free(r[i]);
+    }
+    CHECK_EQ_INT(fake_engine_stats(v.e)->exhausted, 0); /* never ran out mid-generation */
+
+    /* a request that can never fit the pool is refused at once */
+    int32_t big[60];
+    mkprompt(big, 60, 5, 64);
+    struct rec *x = rec_new();
+    CHECK_EQ_INT(submit(&v, mkreq("huge", big, 60, 60, 1, 512), x), MM_EXHAUSTED);
+    CHECK_EQ_INT(submit(&v, mkreq("many", big, 10, 30, 4, 512), x), MM_EXHAUSTED);
+    rec_free(x);
+    env_close(&v);
+}
+
+static void test_queue_bound_and_ids(void)
+{
+    struct wk_sched_opts so = {.max_waiting = 2};
+    struct env v = env_open(&k_cfg, &so, 0); /* not started: nothing leaves the queue */
+    int32_t ids[8];
+    mkprompt(ids, 8, 1, 64);
+    struct rec *r[4];
+    for (int i = 0; i < 4; i++) r[i] = rec_new();
+    CHECK_EQ_INT(submit(&v, mkreq("q0", ids, 8, 4, 1, 512), r[0]), MM_OK);
+    CHECK_EQ_INT(submit(&v, mkreq("q0", ids, 8, 4, 1, 512), r[1]), MM_INVALID); /* id in use */
+    CHECK_EQ_INT(submit(&v, mkreq("q1", ids, 8, 4, 1, 512), r[1]), MM_OK);
+    CHECK_EQ_INT(submit(&v, mkreq("q2", ids, 8, 4, 1, 512), r[2]), MM_EXHAUSTED);
+    struct wk_sched_load l;
+    wk_sched_load(v.s, &l);
+    CHECK_EQ_INT(l.waiting_requests, 2);
+    wk_sched_destroy(v.s);
+    CHECK(r[0]->ended && r[0]->status == MM_UNAVAILABLE);
+    CHECK(r[1]->ended && r[1]->status == MM_UNAVAILABLE);
+    CHECK(!r[2]->ended);
+    for (int i = 0; i < 4; i++) rec_free(r[i]);
+    wk_engine_close(v.e);
+}
+
+static void test_prefix_reuse(void)
+{
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&k_cfg, &so, 1);
+    int32_t ids[22];
+    mkprompt(ids, 22, 77, 64);
+    struct rec *a = rec_new(), *b = rec_new();
+    CHECK(submit(&v, mkreq("first", ids, 22, 6, 1, 512), a) == MM_OK);
+    CHECK(rec_wait_end(a, 5000) == 0);
+    CHECK_EQ_INT(a->comp[0].cached_tokens, 0);
+    CHECK(submit(&v, mkreq("second", ids, 22, 6, 1, 512), b) == MM_OK);
+    CHECK(rec_wait_end(b, 5000) == 0);
+    CHECK_EQ_INT(b->comp[0].cached_tokens, 20); /* the five full pages of 4 */
+    check_solo(b, 0, ids, 22, 6);
+    rec_free(a);
+    rec_free(b);
+    env_close(&v);
+}
+
+/* Requests without max_new_tokens grow their reservation step by step; when the pool runs short the
+ * youngest is preempted and recomputed later, and its tokens are still exactly the solo run's. */
+static void test_preemption(void)
+{
+    struct fake_config cfg = k_cfg;
+    cfg.pages = 64;
+    cfg.max_context = 120;
+    struct wk_sched_opts so = {.grow_tokens = 8, .step_tokens = 32};
+    struct env v = env_open(&cfg, &so, 1);
+    enum { N = 3 };
+    int32_t ids[N][10];
+    struct rec *r[N];
+    for (int i = 0; i < N; i++) {
+        mkprompt(ids[i], 10, 300 + (uint64_t)i, 64);
+        r[i] = rec_new();
+        char id[8];
+        snprintf(id, sizeof(id), "u%d", i);
+        CHECK(submit(&v, mkreq(id, ids[i], 10, -1, i == 1 ? 2 : 1, 120), r[i]) == MM_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK(rec_wait_end(r[i], 20000) == 0);
+        CHECK_EQ_INT(r[i]->status, MM_OK);
+        check_solo(r[i], 0, ids[i], 10, 110);
+        if (i == 1) check_solo(r[i], 1, ids[i], 10, 110);
+        CHECK_STR(r[i]->comp[0].finish_reason, "length");
+        rec_free(r[i]);
+    }
+    struct wk_sched_load l;
+    wk_sched_load(v.s, &l);
+    CHECK_MSG(l.preemptions > 0, "expected the small pool to force a preemption");
+    CHECK_EQ_INT(fake_engine_stats(v.e)->exhausted, 0);
+    env_close(&v);
+}
+
+/* An image and a two-run video: embeddings land on their runs, also when prefill chunks split a run. */
+static void test_media(void)
+{
+    struct wk_sched_opts so = {.step_tokens = 5};
+    struct env v = env_open(&k_cfg, &so, 1);
+    enum { L = 30 };
+    int32_t ids[L];
+    mkprompt(ids, L, 11, 64);
+    /* image: 3 tokens at [4, 7) = 12 patch rows; video: 2 runs of 2 tokens at [12, 14) and [20, 22) */
+    for (int p = 4; p < 7; p++) ids[p] = 60;
+    for (int p = 12; p < 14; p++) ids[p] = 61;
+    for (int p = 20; p < 22; p++) ids[p] = 61;
+    struct wk_request *q = mkreq("mm", ids, L, 8, 1, 512);
+    q->n_media = 2;
+    q->media = calloc(2, sizeof(*q->media));
+    const int64_t row = 6;
+    float *img = calloc(12 * row, sizeof(float));
+    uint16_t *vid = calloc(16 * row, sizeof(uint16_t)); /* BF16 */
+    float media_first[L];
+    for (int p = 0; p < L; p++) media_first[p] = NAN;
+    for (int t = 0; t < 3; t++) {
+        img[t * 4 * row] = 0.25f * (float)(t + 1);
+        media_first[4 + t] = img[t * 4 * row];
+    }
+    const int vpos[4] = {12, 13, 20, 21};
+    for (int t = 0; t < 4; t++) {
+        vid[t * 4 * row] = mm_f32_to_bf16(-0.5f * (float)(t + 1));
+        media_first[vpos[t]] = mm_bf16_to_f32(vid[t * 4 * row]);
+    }
+    q->media[0] = (struct wk_media_item){.kind = 0,
+                                         .dtype = MM_DT_F32,
+                                         .pixels = img,
+                                         .n_rows = 12,
+                                         .row_len = row,
+                                         .grid_t = 1,
+                                         .grid_h = 2,
+                                         .grid_w = 6,
+                                         .n_runs = 1,
+                                         .n_tokens = 3,
+                                         .release = free,
+                                         .release_arg = img};
+    q->media[0].runs = calloc(1, sizeof(struct wk_placeholder_run));
+    q->media[0].runs[0] = (struct wk_placeholder_run){4, 3};
+    q->media[1] = (struct wk_media_item){.kind = 1,
+                                         .dtype = MM_DT_BF16,
+                                         .pixels = vid,
+                                         .n_rows = 16,
+                                         .row_len = row,
+                                         .grid_t = 2,
+                                         .grid_h = 2,
+                                         .grid_w = 4,
+                                         .n_runs = 2,
+                                         .n_tokens = 4,
+                                         .release = free,
+                                         .release_arg = vid};
+    q->media[1].runs = calloc(2, sizeof(struct wk_placeholder_run));
+    q->media[1].runs[0] = (struct wk_placeholder_run){12, 2};
+    q->media[1].runs[1] = (struct wk_placeholder_run){20, 2};
+    q->media_hash = 1234;
+    struct rec *r = rec_new();
+    CHECK(submit(&v, q, r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_OK);
+    int32_t want[8];
+    fake_solo_greedy(ids, L, media_first, 8, want);
+    CHECK_MSG(r->n_tok[0] == 8 && memcmp(r->tok[0], want, sizeof(want)) == 0,
+              "media output differs from solo");
+    CHECK_EQ_INT(fake_engine_stats(v.e)->encodes, 2);
+    rec_free(r);
+
+    /* the vision tower disagreeing with the placeholder count ends the request with MM_INVALID */
+    q = mkreq("mmbad", ids, L, 8, 1, 512);
+    for (int p = 12; p < 22; p++) q->ids[p] = 5;
+    q->n_media = 1;
+    q->media = calloc(1, sizeof(*q->media));
+    float *img2 = calloc(8 * row, sizeof(float));
+    q->media[0] = (struct wk_media_item){.kind = 0,
+                                         .dtype = MM_DT_F32,
+                                         .pixels = img2,
+                                         .n_rows = 8,
+                                         .row_len = row,
+                                         .grid_t = 1,
+                                         .grid_h = 2,
+                                         .grid_w = 4,
+                                         .n_runs = 1,
+                                         .n_tokens = 3,
+                                         .release = free,
+                                         .release_arg = img2};
+    q->media[0].runs = calloc(1, sizeof(struct wk_placeholder_run));
+    q->media[0].runs[0] = (struct wk_placeholder_run){4, 3};
+    r = rec_new();
+    CHECK(submit(&v, q, r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_INVALID);
+    rec_free(r);
+    env_close(&v);
+}
+
+static void test_logprobs(void)
+{
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&k_cfg, &so, 1);
+    int32_t ids[12];
+    mkprompt(ids, 12, 21, 64);
+    struct wk_request *q = mkreq("lp", ids, 12, 5, 1, 512);
+    q->sp.return_logprobs = 1;
+    q->sp.top_logprobs = 3;
+    struct rec *r = rec_new();
+    CHECK(submit(&v, q, r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    /* the fake's logits: 5 at the peak, the rest in [0, 1): compute the peak's log-softmax independently */
+    uint64_t h = 0x1234;
+    for (int i = 0; i < 12; i++) h = fake_mix(h, ids[i]);
+    float lg[64];
+    fake_logits(64, h, lg);
+    double sum = 0;
+    for (int i = 0; i < 64; i++) sum += exp((double)lg[i]);
+    CHECK_NEAR(r->lp[0][0], 5.0 - log(sum), 1e-4);
+    for (int k = 0; k < 5; k++) {
+        CHECK(r->lp[0][k] < 0.0f);
+        CHECK_EQ_INT(r->top1[0][k], r->tok[0][k]);
+    }
+    rec_free(r);
+    env_close(&v);
+}
+
+static void test_forward_failure_and_drain(void)
+{
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&k_cfg, &so, 1);
+    int32_t ids[10];
+    mkprompt(ids, 10, 31, 64);
+    fake_engine_fail_forward_after(v.e, 2);
+    struct rec *r = rec_new();
+    CHECK(submit(&v, mkreq("boom", ids, 10, 20, 1, 512), r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_ERROR);
+    CHECK_EQ_INT(r->completes, 1); /* the open choice still gets its Complete */
+    CHECK_STR(r->comp[0].finish_reason, "abort");
+    rec_free(r);
+    /* the scheduler keeps serving */
+    r = rec_new();
+    CHECK(submit(&v, mkreq("after", ids, 10, 5, 1, 512), r) == MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_OK);
+    check_solo(r, 0, ids, 10, 5);
+    rec_free(r);
+
+    /* drain: a running request finishes, new ones are refused */
+    fake_engine_set_delay(v.e, 1000);
+    r = rec_new();
+    CHECK(submit(&v, mkreq("last", ids, 10, 200, 1, 512), r) == MM_OK);
+    CHECK(rec_wait_tokens(r, 2, 5000) == 0);
+    wk_sched_drain(v.s, 10000);
+    struct rec *late = rec_new();
+    CHECK_EQ_INT(submit(&v, mkreq("late", ids, 10, 5, 1, 512), late), MM_UNAVAILABLE);
+    CHECK_EQ_INT(wk_sched_wait_idle(v.s, 10000), MM_OK);
+    CHECK_EQ_INT(r->status, MM_OK);
+    CHECK_EQ_INT(r->n_tok[0], 200);
+    rec_free(r);
+    rec_free(late);
+    env_close(&v);
+
+    /* drain with no time left: running requests end with UNAVAILABLE */
+    v = env_open(&k_cfg, &so, 1);
+    fake_engine_set_delay(v.e, 1000);
+    r = rec_new();
+    CHECK(submit(&v, mkreq("cut", ids, 10, 480, 1, 512), r) == MM_OK);
+    CHECK(rec_wait_tokens(r, 2, 5000) == 0);
+    wk_sched_drain(v.s, 0);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK(r->status == MM_UNAVAILABLE || r->status == MM_OK);
+    CHECK_STR(r->comp[0].finish_reason, r->status == MM_OK ? "length" : "abort");
+    rec_free(r);
+    env_close(&v);
+}
+
+int main(void)
+{
+    test_single();
+    test_concurrent_chunked();
+    test_fork_n();
+    test_stops();
+    test_abort_cancel();
+    test_admission();
+    test_queue_bound_and_ids();
+    test_prefix_reuse();
+    test_preemption();
+    test_media();
+    test_logprobs();
+    test_forward_failure_and_drain();
+    return test_done();
+}

@@ -1,0 +1,34 @@
+/* Log-probabilities for GenerateChunk (see wk_logprobs.h). */
+#include "wk_logprobs.h"
+
+#include <math.h>
+
+float wk_logsumexp(const float *x, int32_t n)
+{
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    if (!isfinite(mx)) return mx;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
+    return mx + (float)log(sum);
+}
+
+void wk_top_logprobs(const float *x, int32_t n, float lse, int32_t k, int32_t *ids, float *logprobs)
+{
+    /* k is small (<= 20): keep a sorted array and insert, one pass over the vocabulary */
+    int32_t have = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (have == k && !(v > logprobs[k - 1])) continue;
+        int32_t j = have < k ? have++ : k - 1;
+        while (j > 0 && v > logprobs[j - 1]) {
+            logprobs[j] = logprobs[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        logprobs[j] = v;
+        ids[j] = i;
+    }
+    for (int32_t j = 0; j < have; j++) logprobs[j] -= lse;
+}

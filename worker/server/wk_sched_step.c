@@ -1,0 +1,400 @@
+/* One batched step: compose the forward (decode tokens first, then prompt and catch-up chunks within the
+ * token budget), run it, then sample, stream and finish choices. */
+#include "wk_sched_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mm_log.h"
+#include "wk_logprobs.h"
+#include "wk_clock.h"
+
+#define LOG "sched"
+
+/* Step-local buffers for media embeddings of prompt chunks. */
+struct embed_buf {
+    float *rows;
+    uint8_t *use;
+};
+
+static int32_t ensure_items(struct wk_sched *s, int32_t n)
+{
+    if (n <= s->items_cap) return 0;
+    int32_t cap = s->items_cap ? s->items_cap : 64;
+    while (cap < n) cap *= 2;
+    struct wk_step_item *it = realloc(s->items, (size_t)cap * sizeof(*it));
+    if (!it) return -1;
+    s->items = it;
+    struct sreq **ir = realloc(s->item_req, (size_t)cap * sizeof(*ir));
+    if (!ir) return -1;
+    s->item_req = ir;
+    int32_t *ic = realloc(s->item_choice, (size_t)cap * sizeof(*ic));
+    if (!ic) return -1;
+    s->item_choice = ic;
+    s->items_cap = cap;
+    return 0;
+}
+
+static int32_t ensure_logits(struct wk_sched *s, int64_t rows)
+{
+    int64_t need = rows * s->info->vocab_size;
+    if (need <= s->logits_cap) return 0;
+    float *l = realloc(s->logits, (size_t)need * sizeof(float));
+    if (!l) return -1;
+    s->logits = l;
+    s->logits_cap = need;
+    return 0;
+}
+
+void sched_finish_choice(struct wk_sched *s, struct sreq *q, int32_t i, const char *reason,
+                         int32_t has_matched, int32_t matched)
+{
+    struct choice *c = &q->ch[i];
+    if (c->finished) return;
+    c->finished = 1;
+    q->n_done++;
+    /* choice 0 keeps the prompt until the others have forked from it */
+    if (c->seq && !(i == 0 && q->state != SREQ_RUNNING)) {
+        wk_seq_free(s->e, c->seq);
+        c->seq = NULL;
+    }
+    struct wk_complete_ev ev = {
+        .index = i,
+        .finish_reason = reason,
+        .prompt_tokens = q->r->n_ids,
+        .completion_tokens = c->n_gen,
+        .cached_tokens = q->cached,
+        .has_matched_stop = has_matched,
+        .matched_stop = matched,
+    };
+    q->sink.complete(q->sink.ctx, &ev);
+}
+
+static int32_t is_eos(const struct wk_sched *s, int32_t tok)
+{
+    for (int32_t i = 0; i < s->info->n_eos; i++)
+        if (s->info->eos_ids[i] == tok) return 1;
+    return 0;
+}
+
+static int32_t is_stop(const struct sreq *q, int32_t tok)
+{
+    for (int32_t i = 0; i < q->r->sp.n_stop_ids; i++)
+        if (q->r->sp.stop_ids[i] == tok) return 1;
+    return 0;
+}
+
+/* Sample choice i's next token from raw logits, stream it, and finish the choice when it stops. */
+static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const float *logits)
+{
+    struct choice *c = &q->ch[i];
+    const struct wk_sampling_req *sp = &q->r->sp;
+    const int32_t V = s->info->vocab_size;
+    const float *lg = logits;
+    if (c->n_gen < sp->min_new_tokens) {
+        /* too early to stop: the stop tokens cannot be chosen yet */
+        memcpy(s->scratch, logits, (size_t)V * sizeof(float));
+        if (!sp->ignore_eos)
+            for (int32_t k = 0; k < s->info->n_eos; k++)
+                if (s->info->eos_ids[k] >= 0 && s->info->eos_ids[k] < V)
+                    s->scratch[s->info->eos_ids[k]] = -INFINITY;
+        for (int32_t k = 0; k < sp->n_stop_ids; k++) s->scratch[sp->stop_ids[k]] = -INFINITY;
+        lg = s->scratch;
+    }
+    struct wk_sampling ws = {
+        .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k, .min_p = sp->min_p};
+    int32_t tok = wk_sample(lg, V, &ws, &c->rng, NULL);
+    if (tok < 0 || tok >= V) tok = 0; /* defensive: a sampler bug must not index out of the vocabulary */
+
+    if (c->n_gen == c->cap_gen) {
+        int64_t cap = c->cap_gen ? c->cap_gen * 2 : 16;
+        int32_t *g = realloc(c->gen, (size_t)cap * sizeof(int32_t));
+        if (!g) {
+            sched_finish_choice(s, q, i, "abort", 0, 0);
+            return;
+        }
+        c->gen = g;
+        c->cap_gen = cap;
+    }
+    c->gen[c->n_gen++] = tok;
+
+    float lp = 0.0f;
+    int32_t top_ids[WK_MAX_TOP_LOGPROBS];
+    float top_lp[WK_MAX_TOP_LOGPROBS];
+    struct wk_chunk_ev ev = {.index = i, .ids = &c->gen[c->n_gen - 1], .n = 1};
+    if (sp->return_logprobs) {
+        float lse = wk_logsumexp(logits, V);
+        lp = logits[tok] - lse;
+        ev.logprobs = &lp;
+        if (sp->top_logprobs > 0) {
+            int32_t k = sp->top_logprobs < V ? sp->top_logprobs : V;
+            wk_top_logprobs(logits, V, lse, k, top_ids, top_lp);
+            ev.top_n = k;
+            ev.top_ids = top_ids;
+            ev.top_logprobs = top_lp;
+        }
+    }
+    if (!q->t_first_ms) q->t_first_ms = wk_now_ms();
+    q->sink.chunk(q->sink.ctx, &ev);
+
+    if ((!sp->ignore_eos && is_eos(s, tok)) || is_stop(q, tok)) {
+        sched_finish_choice(s, q, i, "stop", 1, tok);
+    } else if (c->n_gen >= sp->max_new_tokens || q->r->n_ids + c->n_gen >= s->info->max_context) {
+        sched_finish_choice(s, q, i, "length", 0, 0);
+    }
+}
+
+/* The prompt is in choice 0's sequence: fork the other choices from it and sample every first token. */
+static int32_t prompt_done(struct wk_sched *s, struct sreq *q, const float *logits)
+{
+    const int32_t n = q->r->sp.n;
+    for (int32_t i = 1; i < n; i++) {
+        if (q->ch[i].finished) continue;
+        struct mm_err err = {0};
+        if (wk_seq_fork(s->e, q->ch[0].seq, &q->ch[i].seq, &err) != MM_OK) {
+            mm_log_error(LOG, "request '%s': fork: %s", q->r->id, err.msg);
+            sched_end(s, q, err.code ? err.code : MM_ERROR, err.msg);
+            return -1;
+        }
+    }
+    q->state = SREQ_RUNNING;
+    if (q->ch[0].finished && q->ch[0].seq) { /* a preempted request whose choice 0 had already ended */
+        wk_seq_free(s->e, q->ch[0].seq);
+        q->ch[0].seq = NULL;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        struct choice *c = &q->ch[i];
+        if (c->finished || c->n_gen > 0) continue;
+        if (q->r->sp.max_new_tokens == 0) {
+            sched_finish_choice(s, q, i, "length", 0, 0);
+        } else if (logits) {
+            take_token(s, q, i, logits);
+        }
+    }
+    return 0;
+}
+
+/* Embeddings for prompt positions [a, a + n) of q: encode each media item on first need. Returns 0 and
+ * fills eb (rows NULL when the chunk has no media), or -1 after ending the request. */
+static int32_t chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_t n, struct embed_buf *eb)
+{
+    const struct wk_request *r = q->r;
+    const int64_t H = s->info->hidden_size;
+    eb->rows = NULL;
+    eb->use = NULL;
+    for (int32_t m = 0; m < r->n_media; m++) {
+        const struct wk_media_item *mi = &r->media[m];
+        int64_t row = 0; /* embedding row of the run's first position */
+        for (int32_t j = 0; j < mi->n_runs; j++) {
+            const struct wk_placeholder_run *run = &mi->runs[j];
+            int64_t lo = run->offset > a ? run->offset : a;
+            int64_t hi = run->offset + run->length < a + n ? run->offset + run->length : a + n;
+            if (lo < hi) {
+                if (!q->embeds[m]) {
+                    struct wk_media wm = {.kind = mi->kind,
+                                          .dtype = mi->dtype,
+                                          .pixels = mi->pixels,
+                                          .n_rows = mi->n_rows,
+                                          .row_len = mi->row_len,
+                                          .grid_t = mi->grid_t,
+                                          .grid_h = mi->grid_h,
+                                          .grid_w = mi->grid_w};
+                    struct mm_err err = {0};
+                    int64_t nt = 0;
+                    int32_t rc = wk_engine_encode_media(s->e, &wm, &q->embeds[m], &nt, &err);
+                    if (rc == MM_OK && nt != mi->n_tokens) {
+                        rc = mm_err_set(&err, MM_INVALID,
+                                        "mm_inputs[%d]: the vision tower made %lld embeddings, the "
+                                        "placeholders hold %lld",
+                                        m, (long long)nt, (long long)mi->n_tokens);
+                    } else if (rc != MM_OK) {
+                        mm_err_prefix(&err, "mm_inputs[%d]", m);
+                    }
+                    if (rc != MM_OK) {
+                        free(q->embeds[m]);
+                        q->embeds[m] = NULL;
+                        free(eb->rows);
+                        free(eb->use);
+                        sched_end(s, q, rc, err.msg);
+                        return -1;
+                    }
+                    /* the pixels are no longer needed: a preempted request keeps its embeddings */
+                    struct wk_media_item *mm = &q->r->media[m];
+                    if (mm->release) mm->release(mm->release_arg);
+                    mm->release = NULL;
+                    mm->pixels = NULL;
+                }
+                if (!eb->rows) {
+                    eb->rows = malloc((size_t)(n * H) * sizeof(float));
+                    eb->use = calloc((size_t)n, 1);
+                    if (!eb->rows || !eb->use) {
+                        free(eb->rows);
+                        free(eb->use);
+                        sched_end(s, q, MM_NOMEM, "out of memory for media embeddings");
+                        return -1;
+                    }
+                }
+                memcpy(eb->rows + (lo - a) * H, q->embeds[m] + (row + lo - run->offset) * H,
+                       (size_t)((hi - lo) * H) * sizeof(float));
+                memset(eb->use + (lo - a), 1, (size_t)(hi - lo));
+            }
+            row += run->length;
+        }
+    }
+    return 0;
+}
+
+static struct sreq *youngest(struct wk_sched *s)
+{
+    struct sreq *y = NULL;
+    for (struct sreq *q = s->running; q; q = q->next)
+        if (!y || q->admit_seq > y->admit_seq) y = q;
+    return y;
+}
+
+int32_t sched_step(struct wk_sched *s)
+{
+    if (!s->running) return 0;
+    int32_t n_items = 0, n_logit_rows = 0;
+    int32_t budget = s->o.step_tokens;
+    int32_t cap = 0;
+    for (struct sreq *q = s->running; q; q = q->next) cap += q->r->sp.n;
+    if (ensure_items(s, cap) != 0) {
+        mm_log_error(LOG, "out of memory for a step of %d sequences", cap);
+        return 0;
+    }
+    struct embed_buf *ebs = calloc((size_t)cap, sizeof(*ebs));
+    if (!ebs) return 0;
+
+    /* decode tokens first: they are what streams are waiting for */
+    for (struct sreq *q = s->running; q; q = q->next) {
+        if (q->state != SREQ_RUNNING) continue;
+        for (int32_t i = 0; i < q->r->sp.n; i++) {
+            struct choice *c = &q->ch[i];
+            if (c->finished || !c->seq || c->fed != c->n_gen - 1 || budget < 1) continue;
+            s->items[n_items] = (struct wk_step_item){
+                .seq = c->seq, .ids = &c->gen[c->fed], .n = 1, .logits_mode = WK_LOGITS_LAST};
+            s->item_req[n_items] = q;
+            s->item_choice[n_items++] = i;
+            budget--;
+        }
+    }
+    /* then prompt chunks and catch-up (preempted choices re-entering their tokens), oldest first */
+    struct sreq *q = s->running;
+    while (q && budget > 0) {
+        struct sreq *next = q->next;
+        if (q->state == SREQ_PREFILL) {
+            int64_t left = q->r->n_ids - q->prompt_fed;
+            int32_t nchunk = (int32_t)(left < budget ? left : budget);
+            int32_t need_logits = 0;
+            for (int32_t i = 0; i < q->r->sp.n; i++)
+                if (!q->ch[i].finished && q->ch[i].n_gen == 0 && q->r->sp.max_new_tokens > 0) need_logits = 1;
+            struct embed_buf eb;
+            if (chunk_embeds(s, q, q->prompt_fed, nchunk, &eb) != 0) {
+                q = next;
+                continue;
+            }
+            ebs[n_items] = eb;
+            s->items[n_items] = (struct wk_step_item){
+                .seq = q->ch[0].seq,
+                .ids = q->r->ids + q->prompt_fed,
+                .n = nchunk,
+                .embeds = eb.rows,
+                .use_embed = eb.use,
+                .logits_mode = (nchunk == left && need_logits) ? WK_LOGITS_LAST : WK_LOGITS_NONE};
+            s->item_req[n_items] = q;
+            s->item_choice[n_items++] = -1;
+            budget -= nchunk;
+        } else {
+            for (int32_t i = 0; i < q->r->sp.n && budget > 0; i++) {
+                struct choice *c = &q->ch[i];
+                if (c->finished || !c->seq || c->fed >= c->n_gen - 1) continue;
+                int64_t left = c->n_gen - 1 - c->fed;
+                int32_t nchunk = (int32_t)(left < budget ? left : budget);
+                s->items[n_items] = (struct wk_step_item){
+                    .seq = c->seq, .ids = c->gen + c->fed, .n = nchunk, .logits_mode = WK_LOGITS_NONE};
+                s->item_req[n_items] = q;
+                s->item_choice[n_items++] = i;
+                budget -= nchunk;
+            }
+        }
+        q = next;
+    }
+    for (int32_t k = 0; k < n_items; k++) n_logit_rows += s->items[k].logits_mode != WK_LOGITS_NONE;
+    if (ensure_logits(s, n_logit_rows) != 0) {
+        for (int32_t k = 0; k < n_items; k++) {
+            free(ebs[k].rows);
+            free(ebs[k].use);
+        }
+        free(ebs);
+        /* nothing ran; shed the youngest request so that the next step needs less */
+        mm_log_error(LOG, "out of memory for %d logit rows", n_logit_rows);
+        sched_end(s, youngest(s), MM_NOMEM, "out of memory for the step's logits");
+        return 1;
+    }
+    n_logit_rows = 0;
+    for (int32_t k = 0; k < n_items; k++)
+        if (s->items[k].logits_mode != WK_LOGITS_NONE)
+            s->items[k].logits = s->logits + (int64_t)(n_logit_rows++) * s->info->vocab_size;
+
+    int32_t rc = MM_OK;
+    struct mm_err err = {0};
+    if (n_items > 0) {
+        rc = wk_engine_forward(s->e, s->items, n_items, &err);
+        s->steps++;
+    }
+    for (int32_t k = 0; k < n_items; k++) {
+        free(ebs[k].rows);
+        free(ebs[k].use);
+    }
+    free(ebs);
+    if (n_items == 0) return 0;
+
+    if (rc == MM_EXHAUSTED) {
+        /* the reservation should prevent this; if the engine disagrees, recompute the youngest later */
+        struct sreq *y = youngest(s);
+        mm_log_warn(LOG, "cache full mid-step (%s): preempting '%s'", err.msg, y->r->id);
+        if (s->running == y && !y->next) {
+            sched_end(s, y, MM_EXHAUSTED, "the cache cannot hold this request");
+        } else {
+            sched_preempt(s, y);
+        }
+        return 1;
+    }
+    if (rc != MM_OK) {
+        mm_log_error(LOG, "forward failed: %s (%s); ending the %d requests in the step", err.msg,
+                     mm_status_name(rc), n_items);
+        for (int32_t k = 0; k < n_items; k++) {
+            struct sreq *r = s->item_req[k];
+            int32_t seen = 0;
+            for (int32_t j = 0; j < k; j++) seen |= s->item_req[j] == r;
+            if (!seen) sched_end(s, r, MM_ERROR, err.msg[0] ? err.msg : "model step failed");
+        }
+        return 1;
+    }
+
+    for (int32_t k = 0; k < n_items; k++) {
+        struct sreq *r = s->item_req[k];
+        const struct wk_step_item *it = &s->items[k];
+        int32_t i = s->item_choice[k];
+        if (i < 0) {
+            r->prompt_fed += it->n;
+            if (r->prompt_fed == r->r->n_ids) prompt_done(s, r, it->logits);
+            /* prompt_done may end r; nothing after this touches it */
+            continue;
+        }
+        struct choice *c = &r->ch[i];
+        c->fed += it->n;
+        if (it->logits_mode != WK_LOGITS_NONE) take_token(s, r, i, it->logits);
+    }
+    /* requests whose every choice has ended */
+    q = s->running;
+    while (q) {
+        struct sreq *next = q->next;
+        if (q->state == SREQ_RUNNING && q->n_done == q->r->sp.n) sched_end(s, q, MM_OK, NULL);
+        q = next;
+    }
+    return 1;
+}

@@ -1,0 +1,17 @@
+/* Read-only mappings of POSIX shared-memory objects named in a Tensor (gateway and worker on one host). */
+#ifndef WK_SHM_H
+#define WK_SHM_H
+
+#include <stdint.h>
+
+#include "mm_status.h"
+
+/** Map bytes [offset, offset + length) of the object `name` ("/name", as shm_open takes it) read-only.
+ * *data points at the first byte; *handle is passed to wk_shm_unmap. MM_INVALID for a bad name or a
+ * range past the object's end, MM_NOT_FOUND when the object does not exist. */
+int32_t wk_shm_map(const char *name, uint64_t offset, uint64_t length, const void **data, void **handle,
+                   struct mm_err *err);
+/** Unmap (a release hook: takes void *). NULL is fine. */
+void wk_shm_unmap(void *handle);
+
+#endif

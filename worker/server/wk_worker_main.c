@@ -1,0 +1,152 @@
+/* mmgw-worker: serve one model over gRPC (proto/worker.proto).
+ *
+ * Threads: main (signals), the scheduler (owns the engine), the gRPC completion-queue thread, and the
+ * engine's own compute threads. SIGTERM or SIGINT drains: no new calls, running requests finish (or end
+ * with UNAVAILABLE after --drain-timeout), then exit 0. A second signal cuts the drain short. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mm_log.h"
+#include "wk_cli.h"
+#include "wk_engine.h"
+#include "wk_grpc_server.h"
+#include "wk_sched.h"
+#include "wk_uploads.h"
+
+#define LOG "worker"
+
+static int32_t write_port_file(const char *path, int32_t port)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) return -1;
+    FILE *f = fopen(tmp, "w");
+    if (!f) return -1;
+    int ok = fprintf(f, "%d\n", port) > 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) return -1;
+    return 0;
+}
+
+/* The scheduler a second signal cuts short; cleared (under the lock) before the scheduler is freed. */
+static pthread_mutex_t g_sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct wk_sched *g_sig_sched;
+static sigset_t g_sig_set;
+
+static void *second_signal_main(void *arg)
+{
+    int sig = 0;
+    if (sigwait(&g_sig_set, &sig) == 0) {
+        pthread_mutex_lock(&g_sig_mu);
+        if (g_sig_sched) {
+            mm_log_warn(LOG, "second signal (%d): aborting the requests still running", sig);
+            wk_sched_drain(g_sig_sched, 0);
+        }
+        pthread_mutex_unlock(&g_sig_mu);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    struct wk_cli cli;
+    struct mm_err err = {0};
+    if (wk_cli_parse(argc, argv, &cli, &err) != MM_OK) {
+        fprintf(stderr, "mmgw-worker: %s\n%s", err.msg, wk_cli_usage());
+        return 2;
+    }
+    if (cli.help) {
+        fputs(wk_cli_usage(), stdout);
+        return 0;
+    }
+    if (cli.log_level >= 0) mm_log_set_level(cli.log_level);
+
+    /* every thread inherits this mask, so only sigwait sees the signals */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct wk_engine_opts eo = {.backend = cli.backend,
+                                .threads = cli.threads,
+                                .cache_pages = cli.cache_pages,
+                                .max_batch_tokens = cli.step_tokens};
+    struct wk_engine *e = NULL;
+    if (wk_engine_open(cli.model, &eo, &e, &err) != MM_OK) {
+        mm_log_error(LOG, "cannot open model '%s': %s", cli.model, err.msg);
+        return 1;
+    }
+    const struct wk_model_info *mi = wk_engine_info(e);
+    mm_log_info(LOG, "model '%s' (%s, %s): vocab %d, context %lld, %lld cache pages of %d tokens", mi->name,
+                mi->model_type, mi->dtype, mi->vocab_size, (long long)mi->max_context,
+                (long long)mi->pages_total, mi->block_size);
+
+    struct wk_uploads *up = wk_uploads_create((uint64_t)cli.upload_bytes, cli.upload_ttl_ms);
+    struct wk_sched_opts so = {.max_waiting = cli.max_queue,
+                               .max_seqs = cli.max_seqs,
+                               .step_tokens = cli.step_tokens,
+                               .grow_tokens = cli.grow_tokens};
+    struct wk_sched *s = NULL;
+    int rc = 1;
+    if (!up) {
+        mm_log_error(LOG, "out of memory");
+        goto out;
+    }
+    if (wk_sched_create(e, &so, &s, &err) != MM_OK || wk_sched_start(s, &err) != MM_OK) {
+        mm_log_error(LOG, "scheduler: %s", err.msg);
+        goto out;
+    }
+    struct wk_service svc = {
+        .info = mi,
+        .sched = s,
+        .uploads = up,
+        .limits = {.vocab_size = mi->vocab_size,
+                   .max_context = mi->max_context,
+                   .image_token_id = mi->image_token_id,
+                   .video_token_id = mi->video_token_id,
+                   .merge_factor = 4,
+                   .uploads = up,
+                   .allow_shm = cli.allow_shm},
+        .max_message_bytes = cli.max_message_bytes,
+        .threads = cli.grpc_threads,
+    };
+    struct wk_grpc *g = NULL;
+    int32_t port = 0;
+    if (wk_grpc_create(cli.listen, &svc, &g, &port, &err) != MM_OK) {
+        mm_log_error(LOG, "%s", err.msg);
+        goto out;
+    }
+    mm_log_info(LOG, "listening on %s (port %d)", cli.listen, port);
+    if (cli.port_file && write_port_file(cli.port_file, port) != 0)
+        mm_log_warn(LOG, "cannot write the port file '%s'", cli.port_file);
+
+    int sig = 0;
+    sigwait(&set, &sig);
+    mm_log_info(LOG, "signal %d: draining (no new calls; up to %lld s for running requests)", sig,
+                (long long)(cli.drain_ms / 1000));
+    g_sig_set = set;
+    g_sig_sched = s;
+    pthread_t th;
+    if (pthread_create(&th, NULL, second_signal_main, NULL) == 0) pthread_detach(th);
+    wk_sched_drain(s, cli.drain_ms);
+    wk_grpc_shutdown(g, cli.drain_ms + 5000); /* streams end once the scheduler finished or aborted them */
+    wk_sched_wait_idle(s, 5000);
+    /* stop the scheduler while the calls it may still hold are valid, then the server (whose late
+     * completions may still reach the stopped scheduler, which answers them at once) */
+    wk_sched_stop(s);
+    wk_grpc_destroy(g);
+    mm_log_info(LOG, "drained; bye");
+    rc = 0;
+out:
+    pthread_mutex_lock(&g_sig_mu);
+    g_sig_sched = NULL;
+    pthread_mutex_unlock(&g_sig_mu);
+    wk_sched_destroy(s);
+    wk_uploads_destroy(up);
+    wk_engine_close(e);
+    return rc;
+}
