@@ -1,0 +1,669 @@
+/* The gRPC client against fake_worker.py on 127.0.0.1: unary calls, streaming, flow control, cancel
+ * (Abort reaches the worker), a worker dying mid-stream, status mapping, deadlines, and the three ways a
+ * tensor travels (inline, shared memory, UploadTensor) with byte-exact checks on the worker side. */
+#include <dirent.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "fake_worker.h"
+#include "gw_upstream.h"
+#include "gw_upstream_generate.h"
+#include "gw_upstream_media.h"
+#include "mmgw_test.h"
+#include "test_loop.h"
+
+static struct test_loop *loop;
+static struct gw_upstream *up;
+static pthread_t main_thread;
+
+/* ---- unary ---- */
+
+struct unary_out {
+    int done;
+    int on_main;
+    struct gw_call_status st;
+    Mmgw__Worker__V1__ModelInfoResponse info;
+    char model_name[64];
+    int healthy;
+    char health_msg[128];
+    uint32_t running, waiting;
+    int found;
+};
+
+static void on_unary(void *arg, const struct gw_call_status *st, const ProtobufCMessage *resp)
+{
+    struct unary_out *o = arg;
+    o->done = 1;
+    o->on_main = pthread_equal(pthread_self(), main_thread);
+    o->st = *st;
+    if (!resp) return;
+    if (resp->descriptor == &mmgw__worker__v1__model_info_response__descriptor) {
+        const Mmgw__Worker__V1__ModelInfoResponse *r = (const void *)resp;
+        snprintf(o->model_name, sizeof(o->model_name), "%s", r->model_name);
+        o->info.block_size = r->block_size;
+        o->info.supports_shm = r->supports_shm;
+    } else if (resp->descriptor == &mmgw__worker__v1__health_response__descriptor) {
+        const Mmgw__Worker__V1__HealthResponse *r = (const void *)resp;
+        o->healthy = r->healthy;
+        snprintf(o->health_msg, sizeof(o->health_msg), "%s", r->message);
+    } else if (resp->descriptor == &mmgw__worker__v1__load_response__descriptor) {
+        const Mmgw__Worker__V1__LoadResponse *r = (const void *)resp;
+        o->running = r->running_requests;
+        o->waiting = r->waiting_requests;
+    } else if (resp->descriptor == &mmgw__worker__v1__abort_response__descriptor) {
+        o->found = ((const Mmgw__Worker__V1__AbortResponse *)resp)->found;
+    }
+}
+
+static int unary_done(void *arg)
+{
+    return ((struct unary_out *)arg)->done;
+}
+
+static long health_yielded(struct gw_upstream_chan *ch)
+{
+    struct unary_out o;
+    memset(&o, 0, sizeof(o));
+    struct mm_err e;
+    if (gw_upstream_health(ch, 2000, test_loop_executor(loop), on_unary, &o, &e) != MM_OK) return -1;
+    if (!test_loop_run(loop, unary_done, &o, 3000) || o.st.code != MM_OK) return -1;
+    const char *y = strstr(o.health_msg, "yielded=");
+    return y ? atol(y + 8) : -1;
+}
+
+static void test_unary(void)
+{
+    struct fake_worker w;
+    const char *args[] = {"--id", "7", "--running", "3", "--waiting", "2", "--supports-shm", NULL};
+    if (fake_worker_start(&w, "unary", 0, args) != 0) {
+        CHECK(0);
+        return;
+    }
+    struct gw_upstream_chan *ch = NULL;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+    CHECK(gw_upstream_chan_is_local(ch));
+    struct gw_worker_info info;
+    gw_upstream_chan_info(ch, &info);
+    CHECK_EQ_INT(info.known, 0);
+
+    struct unary_out o;
+    memset(&o, 0, sizeof(o));
+    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_done, &o, 10000));
+    CHECK_EQ_INT(o.st.code, MM_OK);
+    CHECK(o.on_main);
+    CHECK_STR(o.model_name, "fake-7");
+    CHECK_EQ_INT(o.info.block_size, 4);
+    gw_upstream_chan_info(ch, &info);
+    CHECK_EQ_INT(info.known, 1);
+    CHECK_EQ_INT(info.supports_shm, 1);
+    CHECK_STR(info.model_name, "fake-7");
+
+    memset(&o, 0, sizeof(o));
+    CHECK_EQ_INT(gw_upstream_health(ch, 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_done, &o, 5000));
+    CHECK_EQ_INT(o.healthy, 1);
+
+    memset(&o, 0, sizeof(o));
+    CHECK_EQ_INT(gw_upstream_load(ch, 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_done, &o, 5000));
+    CHECK_EQ_INT(o.running, 3);
+    CHECK_EQ_INT(o.waiting, 2);
+
+    memset(&o, 0, sizeof(o));
+    CHECK_EQ_INT(gw_upstream_abort(ch, "nothing", 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_done, &o, 5000));
+    CHECK_EQ_INT(o.found, 1);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"abort\"", "\"nothing\"", NULL), 1);
+
+    gw_upstream_chan_close(ch);
+    fake_worker_kill(&w);
+    fake_worker_cleanup(&w);
+}
+
+/* ---- streaming ---- */
+
+struct stream {
+    struct gw_gen_call *call;
+    int responses, chunks, completes, done, on_main;
+    uint32_t tokens[64];
+    int n_tokens;
+    struct gw_call_status st;
+    uint32_t reported;
+    int pause_after;  /* pause once this many responses arrived (0 = never) */
+    int cancel_after; /* cancel once this many arrived (0 = never) */
+    int cancelled;
+    char finish[16];
+};
+
+static void on_resp(void *arg, const Mmgw__Worker__V1__GenerateResponse *r)
+{
+    struct stream *s = arg;
+    s->responses++;
+    s->on_main = pthread_equal(pthread_self(), main_thread);
+    if (r->response_case == MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_CHUNK) {
+        s->chunks++;
+        for (size_t i = 0; i < r->chunk->n_token_ids && s->n_tokens < 64; i++)
+            s->tokens[s->n_tokens++] = r->chunk->token_ids[i];
+    } else if (r->response_case == MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_COMPLETE) {
+        s->completes++;
+        snprintf(s->finish, sizeof(s->finish), "%s", r->complete->finish_reason);
+    }
+    if (s->pause_after && s->responses == s->pause_after) gw_gen_pause(s->call);
+    if (s->cancel_after && s->responses == s->cancel_after) {
+        gw_gen_cancel(s->call);
+        s->cancelled = 1;
+    }
+}
+
+static void on_done(void *arg, const struct gw_call_status *st, uint32_t responses)
+{
+    struct stream *s = arg;
+    s->done++;
+    s->st = *st;
+    s->reported = responses;
+}
+
+static int stream_done(void *arg)
+{
+    return ((struct stream *)arg)->done > 0;
+}
+
+static const struct gw_gen_callbacks callbacks = {on_resp, on_done};
+
+static int32_t start(struct gw_upstream_chan *ch, const char *id, struct stream *s,
+                     const struct gw_gen_opts *opts, Mmgw__Worker__V1__MultimodalItem **items, size_t n_items)
+{
+    uint32_t ids[3] = {11, 12, 13};
+    Mmgw__Worker__V1__GenerateRequest req = MMGW__WORKER__V1__GENERATE_REQUEST__INIT;
+    req.request_id = (char *)id;
+    req.input_ids = ids;
+    req.n_input_ids = 3;
+    req.mm_inputs = items;
+    req.n_mm_inputs = n_items;
+    struct mm_err e;
+    int32_t rc = gw_upstream_generate(ch, &req, opts, test_loop_executor(loop), &callbacks, s, &s->call, &e);
+    if (rc != MM_OK) fprintf(stderr, "generate: %s\n", e.msg);
+    return rc;
+}
+
+struct logwait {
+    struct fake_worker *w;
+    const char *a, *b;
+};
+
+static int log_has(void *arg)
+{
+    struct logwait *l = arg;
+    return fake_worker_log_count(l->w, l->a, l->b, NULL) > 0;
+}
+
+static void test_stream_basic(void)
+{
+    struct fake_worker w;
+    const char *args[] = {"--id", "3", "--tokens", "5", NULL};
+    if (fake_worker_start(&w, "stream", 0, args) != 0) {
+        CHECK(0);
+        return;
+    }
+    struct gw_upstream_chan *ch;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+    struct stream s;
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "basic-1", &s, NULL, NULL, 0), MM_OK);
+    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK_EQ_INT(s.st.code, MM_OK);
+    CHECK_EQ_INT(s.chunks, 5);
+    CHECK_EQ_INT(s.completes, 1);
+    CHECK_EQ_INT(s.reported, 6);
+    CHECK_STR(s.finish, "length");
+    CHECK(s.on_main);
+    for (int i = 0; i < 5 && i < s.n_tokens; i++) CHECK_EQ_INT(s.tokens[i], 3000 + i);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"generate\"", "[11, 12, 13]", NULL), 1);
+
+    /* many concurrent streams on one channel, each complete and in order */
+    enum { N = 16 };
+    struct stream many[N];
+    memset(many, 0, sizeof(many));
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "many-%d", i);
+        CHECK_EQ_INT(start(ch, id, &many[i], NULL, NULL, 0), MM_OK);
+    }
+    int all = 0;
+    for (int round = 0; round < 200 && !all; round++) {
+        test_loop_run(loop, NULL, NULL, 50);
+        all = 1;
+        for (int i = 0; i < N; i++) all &= many[i].done == 1;
+    }
+    CHECK(all);
+    for (int i = 0; i < N; i++)
+        if (many[i].done != 1)
+            fprintf(stderr, "stream %d: done %d responses %d\n", i, many[i].done, many[i].responses);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(many[i].st.code, MM_OK);
+        CHECK_EQ_INT(many[i].chunks, 5);
+        CHECK_EQ_INT(many[i].n_tokens > 4 ? many[i].tokens[4] : 0, 3004);
+    }
+    gw_upstream_chan_close(ch);
+    fake_worker_kill(&w);
+    fake_worker_cleanup(&w);
+}
+
+static void test_cancel_aborts(void)
+{
+    struct fake_worker w;
+    const char *args[] = {"--tokens", "2000", "--delay-ms", "10", NULL};
+    if (fake_worker_start(&w, "cancel", 0, args) != 0) {
+        CHECK(0);
+        return;
+    }
+    struct gw_upstream_chan *ch;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+    struct stream s;
+    memset(&s, 0, sizeof(s));
+    s.cancel_after = 3;
+    CHECK_EQ_INT(start(ch, "cancel-me", &s, NULL, NULL, 0), MM_OK);
+    struct logwait lw = {&w, "\"abort\"", "\"cancel-me\""};
+    CHECK_MSG(test_loop_run(loop, log_has, &lw, 5000), "Abort never reached the worker");
+    /* the worker's stream stops (gRPC stops pulling its generator once the call is cancelled) */
+    test_loop_run(loop, NULL, NULL, 100);
+    long y1 = health_yielded(ch);
+    test_loop_run(loop, NULL, NULL, 300);
+    long y2 = health_yielded(ch);
+    CHECK_MSG(y1 >= 2 && y1 == y2, "the worker kept generating after cancel (%ld -> %ld)", y1, y2);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"finished\"", "\"cancel-me\"", NULL), 0);
+    test_loop_run(loop, NULL, NULL, 100);
+    CHECK_EQ_INT(s.responses, 3); /* nothing delivered after cancel */
+    CHECK_EQ_INT(s.done, 0);      /* and no on_done either */
+    gw_upstream_chan_close(ch);
+    fake_worker_kill(&w);
+    fake_worker_cleanup(&w);
+}
+
+static void test_failures(void)
+{
+    struct mm_err e;
+    /* a worker that dies mid-stream: the error comes after the chunks it sent */
+    struct fake_worker w;
+    const char *dies[] = {"--tokens", "10", "--die-after", "2", NULL};
+    if (fake_worker_start(&w, "dies", 0, dies) == 0) {
+        struct gw_upstream_chan *ch;
+        CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+        struct stream s;
+        memset(&s, 0, sizeof(s));
+        CHECK_EQ_INT(start(ch, "dies-1", &s, NULL, NULL, 0), MM_OK);
+        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK_EQ_INT(s.chunks, 2);
+        CHECK_EQ_INT(s.completes, 0);
+        CHECK_MSG(s.st.code == MM_UNAVAILABLE || s.st.code == MM_ERROR, "code %d: %s", s.st.code,
+                  s.st.message);
+        CHECK(strstr(s.st.message, w.target) != NULL);
+        gw_upstream_chan_close(ch);
+        fake_worker_kill(&w);
+        fake_worker_cleanup(&w);
+    } else {
+        CHECK(0);
+    }
+    /* status codes map through the table, with the worker's message */
+    struct {
+        const char *grpc;
+        int32_t mm;
+    } codes[] = {{"INVALID_ARGUMENT", MM_INVALID},
+                 {"RESOURCE_EXHAUSTED", MM_EXHAUSTED},
+                 {"UNAVAILABLE", MM_UNAVAILABLE}};
+    for (size_t i = 0; i < 3; i++) {
+        const char *fail[] = {"--fail-all", "--fail-code", codes[i].grpc, NULL};
+        if (fake_worker_start(&w, "fails", 0, fail) != 0) {
+            CHECK(0);
+            continue;
+        }
+        struct gw_upstream_chan *ch;
+        CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+        struct stream s;
+        memset(&s, 0, sizeof(s));
+        CHECK_EQ_INT(start(ch, "fails-1", &s, NULL, NULL, 0), MM_OK);
+        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK_MSG(s.st.code == codes[i].mm, "%s -> %d (%s)", codes[i].grpc, s.st.code, s.st.message);
+        CHECK(strstr(s.st.message, "scripted failure") != NULL);
+        CHECK(strstr(s.st.message, codes[i].grpc) != NULL);
+        CHECK_EQ_INT(s.responses, 0);
+        gw_upstream_chan_close(ch);
+        fake_worker_kill(&w);
+        fake_worker_cleanup(&w);
+    }
+    /* nobody listening */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sin);
+    bind(fd, (struct sockaddr *)&sin, sizeof(sin));
+    getsockname(fd, (struct sockaddr *)&sin, &sl);
+    close(fd);
+    char target[64];
+    snprintf(target, sizeof(target), "127.0.0.1:%d", ntohs(sin.sin_port));
+    struct gw_upstream_chan *ch;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, target, &ch, &e), MM_OK);
+    struct stream s;
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "nobody", &s, NULL, NULL, 0), MM_OK);
+    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK_EQ_INT(s.st.code, MM_UNAVAILABLE);
+    gw_upstream_chan_close(ch);
+
+    /* a deadline */
+    const char *slow[] = {"--tokens", "100", "--delay-ms", "100", NULL};
+    if (fake_worker_start(&w, "slow", 0, slow) == 0) {
+        CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+        memset(&s, 0, sizeof(s));
+        struct gw_gen_opts o = {.timeout_ms = 400};
+        CHECK_EQ_INT(start(ch, "slow-1", &s, &o, NULL, 0), MM_OK);
+        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK_EQ_INT(s.st.code, MM_TIMEOUT);
+        CHECK(s.chunks >= 1 && s.chunks < 100);
+        gw_upstream_chan_close(ch);
+        fake_worker_kill(&w);
+        fake_worker_cleanup(&w);
+    }
+}
+
+/* A paused consumer stops the worker: its stream stalls far short of the end, and resumes to the end. */
+static void test_flow_control(void)
+{
+    struct fake_worker w;
+    const char *args[] = {"--tokens", "3000", "--chunk-ids", "1024", NULL};
+    if (fake_worker_start(&w, "flow", 0, args) != 0) {
+        CHECK(0);
+        return;
+    }
+    struct gw_upstream_chan *ch;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+    struct stream s;
+    memset(&s, 0, sizeof(s));
+    s.pause_after = 1;
+    CHECK_EQ_INT(start(ch, "flow-1", &s, NULL, NULL, 0), MM_OK);
+    test_loop_run(loop, NULL, NULL, 1000);
+    long y1 = health_yielded(ch);
+    test_loop_run(loop, NULL, NULL, 400);
+    long y2 = health_yielded(ch);
+    CHECK_EQ_INT(s.responses, 1); /* nothing delivered while paused */
+    CHECK_MSG(y1 >= 0 && y1 < 3000, "the worker sent %ld of 3000 chunks to a paused consumer", y1);
+    CHECK_MSG(y2 == y1, "the worker kept sending while paused (%ld -> %ld)", y1, y2);
+    printf("flow control: worker stalled after %ld of 3000 4-KiB chunks while the consumer was paused\n", y1);
+    gw_gen_resume(s.call);
+    CHECK(test_loop_run(loop, stream_done, &s, 30000));
+    CHECK_EQ_INT(s.st.code, MM_OK);
+    CHECK_EQ_INT(s.chunks, 3000);
+    CHECK_EQ_INT(s.completes, 1);
+    gw_upstream_chan_close(ch);
+    fake_worker_kill(&w);
+    fake_worker_cleanup(&w);
+}
+
+/* ---- media ---- */
+
+static uint8_t *pattern(size_t n, unsigned seed)
+{
+    uint8_t *p = malloc(n);
+    if (!p) return NULL;
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(x >> 24);
+    }
+    return p;
+}
+
+struct item_buf {
+    Mmgw__Worker__V1__MultimodalItem item;
+    Mmgw__Worker__V1__Tensor tensor;
+    int64_t shape[2];
+    int64_t grid[3];
+};
+
+static void make_item(struct item_buf *b, uint8_t *data, size_t len)
+{
+    mmgw__worker__v1__multimodal_item__init(&b->item);
+    mmgw__worker__v1__tensor__init(&b->tensor);
+    b->tensor.dtype = MMGW__WORKER__V1__DTYPE__BF16;
+    b->shape[0] = (int64_t)(len / 2352);
+    b->shape[1] = 1176;
+    b->tensor.shape = b->shape;
+    b->tensor.n_shape = 2;
+    b->tensor.data.data = data;
+    b->tensor.data.len = len;
+    b->item.modality = MMGW__WORKER__V1__MODALITY__IMAGE;
+    b->item.pixel_values = &b->tensor;
+}
+
+static int count_shm_objects(void)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "mmgw-%ld-", (long)getpid());
+    DIR *d = opendir("/dev/shm");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+struct upload_out {
+    int done;
+    struct gw_call_status st;
+    uint64_t received;
+};
+
+static void on_up(void *arg, const struct gw_call_status *st, uint64_t received)
+{
+    struct upload_out *u = arg;
+    u->done = 1;
+    u->st = *st;
+    u->received = received;
+}
+
+static int upload_done(void *arg)
+{
+    return ((struct upload_out *)arg)->done;
+}
+
+static void test_media(void)
+{
+    struct fake_worker w;
+    const char *args[] = {"--supports-shm", "--tokens", "2", NULL};
+    if (fake_worker_start(&w, "media", 0, args) != 0) {
+        CHECK(0);
+        return;
+    }
+    struct gw_upstream_chan *ch;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+    struct unary_out o;
+    memset(&o, 0, sizeof(o));
+    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_done, &o, 10000));
+
+    size_t small_len = 2352 * 4, big_len = 2352 * 2600; /* 9 KiB and ~6 MiB */
+    uint8_t *small = pattern(small_len, 1), *big = pattern(big_len, 2);
+    struct item_buf ib[2];
+    make_item(&ib[0], small, small_len);
+    make_item(&ib[1], big, big_len);
+    Mmgw__Worker__V1__MultimodalItem *items[2] = {&ib[0].item, &ib[1].item};
+    char crc_small[32], crc_big[32], bytes_big[32];
+    snprintf(crc_small, sizeof(crc_small), "\"crc\": %lu", crc32(0, small, (uInt)small_len));
+    snprintf(crc_big, sizeof(crc_big), "\"crc\": %lu", crc32(0, big, (uInt)big_len));
+    snprintf(bytes_big, sizeof(bytes_big), "\"bytes\": %zu", big_len);
+
+    /* local worker with shared memory: the big tensor goes through /dev/shm, unlinked afterwards */
+    struct stream s;
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "media-shm", &s, NULL, items, 2), MM_OK);
+    struct gw_gen_transport tr;
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.inline_items, 1);
+    CHECK_EQ_INT(tr.shm_items, 1);
+    CHECK_EQ_INT(tr.upload_items, 0);
+    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-shm\"", "\"transport\": \"inline\"", crc_small, NULL), 1);
+    CHECK_EQ_INT(
+        fake_worker_log_count(&w, "\"media-shm\"", "\"transport\": \"shm\"", crc_big, bytes_big, NULL), 1);
+    test_loop_run(loop, NULL, NULL, 50);
+    CHECK_EQ_INT(count_shm_objects(), 0);
+
+    /* without shared memory: an UploadTensor stream first, the Generate names the upload */
+    memset(&s, 0, sizeof(s));
+    struct gw_gen_opts opts = {.no_shm = 1, .upload_chunk_bytes = 256 * 1024};
+    CHECK_EQ_INT(start(ch, "media-up", &s, &opts, items, 2), MM_OK);
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.upload_items, 1);
+    CHECK(test_loop_run(loop, stream_done, &s, 20000));
+    CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"upload\"", "media-up-1-", crc_big, NULL), 1);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-up\"", "\"transport\": \"upload\"", crc_big, NULL), 1);
+
+    /* a low inline limit sends even the small one out of band */
+    memset(&s, 0, sizeof(s));
+    struct gw_gen_opts tiny = {.no_shm = 1, .inline_max_bytes = 1000};
+    CHECK_EQ_INT(start(ch, "media-tiny", &s, &tiny, items, 2), MM_OK);
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.upload_items, 2);
+    CHECK(test_loop_run(loop, stream_done, &s, 20000));
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-tiny\"", "\"transport\": \"upload\"", crc_small, NULL),
+                 1);
+
+    /* cancel while uploading: no callback, the caller's buffer is free to go */
+    memset(&s, 0, sizeof(s));
+    uint8_t *huge = pattern(32u << 20, 3);
+    struct item_buf hb;
+    make_item(&hb, huge, 32u << 20);
+    Mmgw__Worker__V1__MultimodalItem *hitems[1] = {&hb.item};
+    struct gw_gen_opts small_chunks = {.no_shm = 1, .upload_chunk_bytes = 64 * 1024};
+    CHECK_EQ_INT(start(ch, "media-cancel", &s, &small_chunks, hitems, 1), MM_OK);
+    test_loop_run(loop, NULL, NULL, 30);
+    gw_gen_cancel(s.call);
+    memset(huge, 0, 32u << 20);
+    free(huge);
+    test_loop_run(loop, NULL, NULL, 300);
+    CHECK_EQ_INT(s.done, 0);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"generate\"", "\"media-cancel\"", NULL), 0);
+
+    /* an F32 tensor travels as BF16 (round to nearest even), unless asked to keep F32 */
+    size_t nf = 2352;
+    float *f32 = malloc(nf * sizeof(float));
+    uint16_t *want = malloc(nf * sizeof(uint16_t));
+    for (size_t i = 0; i < nf; i++) {
+        f32[i] = ((float)i - 1000.0f) / 3.0f;
+        uint32_t u;
+        memcpy(&u, &f32[i], 4);
+        want[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    struct item_buf fb;
+    make_item(&fb, (uint8_t *)f32, nf * sizeof(float));
+    fb.tensor.dtype = MMGW__WORKER__V1__DTYPE__F32;
+    Mmgw__Worker__V1__MultimodalItem *fitems[1] = {&fb.item};
+    char crc_bf16[32], bytes_bf16[32];
+    snprintf(crc_bf16, sizeof(crc_bf16), "\"crc\": %lu", crc32(0, (const uint8_t *)want, (uInt)(nf * 2)));
+    snprintf(bytes_bf16, sizeof(bytes_bf16), "\"bytes\": %zu", nf * 2);
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "media-f32", &s, NULL, fitems, 1), MM_OK);
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.converted_items, 1);
+    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-f32\"", crc_bf16, bytes_bf16, "\"dtype\": 2", NULL), 1);
+    memset(&s, 0, sizeof(s));
+    struct gw_gen_opts keep = {.keep_f32 = 1};
+    CHECK_EQ_INT(start(ch, "media-keep", &s, &keep, fitems, 1), MM_OK);
+    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    snprintf(bytes_bf16, sizeof(bytes_bf16), "\"bytes\": %zu", nf * 4);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-keep\"", bytes_bf16, "\"dtype\": 1", NULL), 1);
+    free(f32);
+    free(want);
+
+    /* the upload call on its own */
+    struct upload_out u;
+    memset(&u, 0, sizeof(u));
+    CHECK_EQ_INT(gw_upstream_upload(ch, "direct-1", big, big_len, 100000, 10000, test_loop_executor(loop),
+                                    on_up, &u, NULL, &e),
+                 MM_OK);
+    CHECK(test_loop_run(loop, upload_done, &u, 10000));
+    CHECK_EQ_INT(u.st.code, MM_OK);
+    CHECK_EQ_INT(u.received, big_len);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"upload\"", "\"direct-1\"", crc_big, NULL), 1);
+
+    free(small);
+    free(big);
+    gw_upstream_chan_close(ch);
+    fake_worker_kill(&w);
+    fake_worker_cleanup(&w);
+}
+
+/* Destroying the client with a stream in flight cancels it and returns. */
+static void test_destroy_in_flight(void)
+{
+    struct fake_worker w;
+    const char *args[] = {"--tokens", "1000", "--delay-ms", "20", NULL};
+    if (fake_worker_start(&w, "destroy", 0, args) != 0) {
+        CHECK(0);
+        return;
+    }
+    struct gw_upstream_chan *ch;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+    struct stream s;
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "destroy-1", &s, NULL, NULL, 0), MM_OK);
+    test_loop_run(loop, NULL, NULL, 200);
+    gw_upstream_chan_close(ch);
+    gw_upstream_destroy(up);
+    up = NULL;
+    test_loop_run(loop, stream_done, &s, 2000);
+    CHECK_EQ_INT(s.done, 1);
+    CHECK_EQ_INT(s.st.code, MM_CANCELLED);
+    fake_worker_kill(&w);
+    fake_worker_cleanup(&w);
+}
+
+int main(void)
+{
+    main_thread = pthread_self();
+    loop = test_loop_new();
+    struct mm_err e;
+    if (!loop || gw_upstream_create(NULL, &up, &e) != MM_OK) {
+        fprintf(stderr, "setup failed\n");
+        return 1;
+    }
+    printf("-- test_unary\n");
+    fflush(stdout);
+    test_unary();
+    printf("-- test_stream_basic\n");
+    fflush(stdout);
+    test_stream_basic();
+    printf("-- test_cancel_aborts\n");
+    fflush(stdout);
+    test_cancel_aborts();
+    printf("-- test_failures\n");
+    fflush(stdout);
+    test_failures();
+    printf("-- test_flow_control\n");
+    fflush(stdout);
+    test_flow_control();
+    printf("-- test_media\n");
+    fflush(stdout);
+    test_media();
+    printf("-- test_destroy_in_flight\n");
+    fflush(stdout);
+    test_destroy_in_flight();
+    CHECK_EQ_INT(count_shm_objects(), 0);
+    if (up) gw_upstream_destroy(up);
+    test_loop_free(loop);
+    return test_done();
+}
