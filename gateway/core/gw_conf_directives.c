@@ -1,0 +1,336 @@
+/* The directive tables: one row per directive. To add a directive, add a field to the struct in
+ * gw_config.h and a row here; docs/config.md is regenerated with `mmgw --dump-directives`. */
+#include "gw_conf.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mm_log.h"
+
+int32_t gw_conf__apply_defaults(struct gw_conf_parse *cf, uint32_t ctx, void *conf);
+
+#define MS_DAY (86400000LL)
+#define GIB (1LL << 30)
+
+/* gw_conf_set_str_list needs the count right after the array pointer */
+_Static_assert(offsetof(struct gw_media_conf, n_fetch_allow) ==
+                   offsetof(struct gw_media_conf, fetch_allow) + sizeof(const char **),
+               "n_fetch_allow must follow fetch_allow");
+_Static_assert(offsetof(struct gw_media_conf, n_fetch_deny) ==
+                   offsetof(struct gw_media_conf, fetch_deny) + sizeof(const char **),
+               "n_fetch_deny must follow fetch_deny");
+_Static_assert(offsetof(struct gw_model_conf, n_upstreams) ==
+                   offsetof(struct gw_model_conf, upstreams) + sizeof(const char **),
+               "n_upstreams must follow upstreams");
+
+/* ---- blocks ---- */
+
+static const char *set_http_block(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    struct gw_config *c = conf;
+    gw_conf_enter_block(cf, GW_CTX_HTTP, &c->http);
+    return NULL;
+}
+
+static const char *set_media_block(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    struct gw_config *c = conf;
+    gw_conf_enter_block(cf, GW_CTX_MEDIA, &c->media);
+    return NULL;
+}
+
+static const char *set_model_block(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    struct gw_config *c = conf;
+    const char *name = gw_conf_arg(cf, 0);
+    if (!*name) return "empty model name";
+    if (strlen(name) > 256) return "model name longer than 256 bytes";
+    for (const char *p = name; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) return "model name contains a control character";
+    for (size_t i = 0; i < c->n_models; i++)
+        if (strcmp(c->models[i].name, name) == 0)
+            return gw_conf_msg(cf, "model \"%s\" is already defined at %s:%d", name, c->models[i].file,
+                               c->models[i].line);
+    struct gw_model_conf *m = gw_conf_push(cf, &c->models, &c->n_models, sizeof *m);
+    if (!m) return "out of memory";
+    m->name = gw_conf_strdup(cf, name);
+    m->file = gw_conf_strdup(cf, gw_conf_file(cf));
+    m->line = gw_conf_line(cf);
+    if (!m->name || !m->file) return "out of memory";
+    if (gw_conf__apply_defaults(cf, GW_CTX_MODEL, m)) return "invalid defaults";
+    gw_conf_enter_block(cf, GW_CTX_MODEL, m);
+    return NULL;
+}
+
+/* ---- http ---- */
+
+static const char *set_listen(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    struct gw_http_conf *h = conf;
+    const char *addr = gw_conf_arg(cf, 0);
+    struct gw_listen_conf l = {.backlog = 511};
+    if (gw_conf_parse_addr(addr, &l.addr, &l.addr_len))
+        return gw_conf_msg(cf, "invalid address \"%s\" (expected IP:PORT, [IPv6]:PORT, *:PORT or PORT)",
+                           addr);
+    for (size_t i = 1; i < gw_conf_nargs(cf); i++) {
+        const char *p = gw_conf_arg(cf, i);
+        if (strcmp(p, "ssl") == 0) {
+            l.ssl = true;
+        } else if (strcmp(p, "http2") == 0) {
+            l.http2 = true;
+        } else if (strncmp(p, "backlog=", 8) == 0) {
+            char *end;
+            long v = strtol(p + 8, &end, 10);
+            if (!isdigit((unsigned char)p[8]) || *end || v < 1 || v > 65535)
+                return gw_conf_msg(cf, "invalid backlog \"%s\" (expected 1 to 65535)", p + 8);
+            l.backlog = (int32_t)v;
+        } else {
+            return gw_conf_msg(cf, "invalid parameter \"%s\" (expected ssl, http2 or backlog=N)", p);
+        }
+    }
+    l.text = gw_conf_strdup(cf, addr);
+    l.file = gw_conf_strdup(cf, gw_conf_file(cf));
+    l.line = gw_conf_line(cf);
+    struct gw_listen_conf *slot = gw_conf_push(cf, &h->listen, &h->n_listen, sizeof *slot);
+    if (!slot || !l.text || !l.file) return "out of memory";
+    *slot = l;
+    return NULL;
+}
+
+static const char *set_log_level(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    int32_t lv = mm_log_level_parse(gw_conf_arg(cf, 0));
+    if (lv < 0)
+        return gw_conf_msg(cf, "invalid value \"%s\" (expected error, warn, info or debug)",
+                           gw_conf_arg(cf, 0));
+    *(int32_t *)((char *)conf + d->offset) = lv;
+    return NULL;
+}
+
+/* ---- model ---- */
+
+static const char *set_plugin_option(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    struct gw_model_conf *m = conf;
+    const char *k = gw_conf_arg(cf, 0), *v = gw_conf_arg(cf, 1);
+    if (!*k) return "empty option name";
+    for (size_t i = 0; i < m->n_plugin_options; i++)
+        if (strcmp(m->plugin_options[i].key, k) == 0) return gw_conf_msg(cf, "option \"%s\" is duplicate", k);
+    struct gw_kv *kv = gw_conf_push(cf, &m->plugin_options, &m->n_plugin_options, sizeof *kv);
+    if (!kv || !(kv->key = gw_conf_strdup(cf, k)) || !(kv->value = gw_conf_strdup(cf, v)))
+        return "out of memory";
+    return NULL;
+}
+
+static const char *set_plugin(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    struct gw_model_conf *m = conf;
+    const char *v = gw_conf_arg(cf, 0);
+    if (!*v) return "empty value";
+    /* a name with a slash or ending in .so is a file; anything else is a built-in plugin name */
+    size_t n = strlen(v);
+    bool is_path = strchr(v, '/') || (n > 3 && strcmp(v + n - 3, ".so") == 0);
+    m->plugin = is_path ? gw_conf_path(cf, v) : gw_conf_strdup(cf, v);
+    return m->plugin ? NULL : "out of memory";
+}
+
+static bool valid_host_port(const char *s)
+{
+    if (strncmp(s, "unix:", 5) == 0) return s[5] != '\0';
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (s[0] == '[') return gw_conf_parse_addr(s, &ss, &len) == 0;
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || !colon[1]) return false;
+    for (const char *p = s; p < colon; p++)
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != '_') return false;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    return !*end && isdigit((unsigned char)colon[1]) && port >= 1 && port <= 65535;
+}
+
+static const char *set_upstream(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    for (size_t i = 0; i < gw_conf_nargs(cf); i++)
+        if (!valid_host_port(gw_conf_arg(cf, i)))
+            return gw_conf_msg(cf, "invalid address \"%s\" (expected HOST:PORT, [IPv6]:PORT or unix:PATH)",
+                               gw_conf_arg(cf, i));
+    return gw_conf_set_str_list(cf, d, conf);
+}
+
+/* ---- media ---- */
+
+/* A host, *.domain wildcard, IP address or CIDR; the fetch policy interprets them. */
+static bool valid_host_rule(const char *s)
+{
+    const char *slash = strchr(s, '/');
+    if (slash) {
+        char ip[64];
+        size_t n = (size_t)(slash - s);
+        if (n == 0 || n >= sizeof ip) return false;
+        memcpy(ip, s, n);
+        ip[n] = '\0';
+        unsigned char buf[16];
+        int max;
+        if (inet_pton(AF_INET, ip, buf) == 1)
+            max = 32;
+        else if (inet_pton(AF_INET6, ip, buf) == 1)
+            max = 128;
+        else
+            return false;
+        char *end;
+        long bits = strtol(slash + 1, &end, 10);
+        return isdigit((unsigned char)slash[1]) && !*end && bits >= 0 && bits <= max;
+    }
+    unsigned char buf[16];
+    if (inet_pton(AF_INET6, s, buf) == 1) return true;
+    const char *h = strncmp(s, "*.", 2) == 0 ? s + 2 : s;
+    if (!*h || strlen(h) > 253) return false;
+    for (const char *p = h; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != '_') return false;
+    return true;
+}
+
+static const char *set_host_rules(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    for (size_t i = 0; i < gw_conf_nargs(cf); i++)
+        if (!valid_host_rule(gw_conf_arg(cf, i)))
+            return gw_conf_msg(cf,
+                               "invalid value \"%s\" (expected a host, *.domain, an IP address or a CIDR)",
+                               gw_conf_arg(cf, i));
+    return gw_conf_set_str_list(cf, d, conf);
+}
+
+/* ---- tables ---- */
+
+#define HTTP(f) offsetof(struct gw_http_conf, f)
+#define MODEL(f) offsetof(struct gw_model_conf, f)
+#define MEDIA(f) offsetof(struct gw_media_conf, f)
+
+static const struct gw_directive main_directives[] = {
+    {"http", GW_CTX_MAIN | GW_CONF_BLOCK | GW_CONF_NOARGS, set_http_block, 0, 0, 0, NULL, "{ ... }",
+     "The HTTP server: listeners, TLS, limits, timeouts, logging.", NULL},
+    {"model", GW_CTX_MAIN | GW_CONF_BLOCK | GW_CONF_MULTI | GW_CONF_TAKE1, set_model_block, 0, 0, 0, NULL,
+     "NAME { ... }", "A served model; NAME is what clients put in \"model\".", NULL},
+    {"media", GW_CTX_MAIN | GW_CONF_BLOCK | GW_CONF_NOARGS, set_media_block, 0, 0, 0, NULL, "{ ... }",
+     "Media fetch policy and budgets.", NULL},
+    {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
+};
+
+static const struct gw_directive http_directives[] = {
+    {"listen", GW_CTX_HTTP | GW_CONF_1MORE | GW_CONF_MULTI, set_listen, 0, 0, 0, NULL,
+     "ADDRESS:PORT [ssl] [http2] [backlog=N]",
+     "A listening socket (repeatable). Plain listeners take HTTP/1.1 and HTTP/2 with prior knowledge; `ssl` "
+     "ones "
+     "TLS with ALPN h2/http/1.1. ADDRESS is an IPv4 address, [IPv6], `*` or `localhost`; port 0 picks a free "
+     "port.",
+     NULL},
+    {"ssl_certificate", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_path, HTTP(ssl_certificate), 0, 0, NULL,
+     "FILE", "PEM certificate (chain) for `ssl` listeners.", NULL},
+    {"ssl_certificate_key", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_path, HTTP(ssl_certificate_key), 0, 0,
+     NULL, "FILE", "PEM private key for `ssl` listeners.", NULL},
+    {"worker_threads", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_int_auto, HTTP(worker_threads), 0, 1024,
+     "auto", "N | auto", "Event-loop threads (`auto` = one per CPU). A change needs a restart.", NULL},
+    {"client_max_body_size", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_size, HTTP(client_max_body_size), 0,
+     64 * GIB, "64m", "SIZE", "Largest request body; larger ones get 413.", NULL},
+    {"client_max_header_size", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_size, HTTP(client_max_header_size),
+     1024, 1 << 20, "32k", "SIZE",
+     "Largest request line plus headers; larger ones get 431 (414 for a long URI).", NULL},
+    {"client_max_headers", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_int, HTTP(client_max_headers), 1, 10000,
+     "100", "N", "Most header fields in one request.", NULL},
+    {"client_header_timeout", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_msec, HTTP(client_header_timeout_ms),
+     1, MS_DAY, "60s", "TIME", "Time to receive a request head (and the TLS handshake); then 408.", NULL},
+    {"client_body_timeout", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_msec, HTTP(client_body_timeout_ms), 1,
+     MS_DAY, "60s", "TIME", "Longest pause between two reads of a request body; then 408.", NULL},
+    {"keepalive_timeout", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_msec, HTTP(keepalive_timeout_ms), 1,
+     MS_DAY, "75s", "TIME", "An idle connection (no request in progress) is closed after this.", NULL},
+    {"keepalive_requests", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_int, HTTP(keepalive_requests), 1,
+     100000000, "10000", "N", "Requests served on one HTTP/1.1 connection before it is closed.", NULL},
+    {"send_timeout", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_msec, HTTP(send_timeout_ms), 1, MS_DAY, "60s",
+     "TIME",
+     "A client that reads nothing for this long while a response is pending is disconnected (request "
+     "aborted).",
+     NULL},
+    {"max_connections", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_int, HTTP(max_connections), 1, 10000000,
+     "10000", "N",
+     "Open client connections (split evenly between loops); past it new connections wait in the listen "
+     "backlog.",
+     NULL},
+    {"http2", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_flag, HTTP(http2), 0, 0, "on", "on | off",
+     "Accept HTTP/2 (prior knowledge on plain listeners, ALPN on TLS).", NULL},
+    {"http2_max_concurrent_streams", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_int,
+     HTTP(http2_max_concurrent_streams), 1, 100000, "128", "N",
+     "SETTINGS_MAX_CONCURRENT_STREAMS per connection.", NULL},
+    {"stream_buffer_max", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_size, HTTP(stream_buffer_max), 4096, GIB,
+     "1m", "SIZE", "Most response bytes queued for one request (backpressure bound for slow readers).", NULL},
+    {"shutdown_timeout", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_msec, HTTP(shutdown_timeout_ms), 0, MS_DAY,
+     "30s", "TIME", "On SIGTERM, how long running requests may finish before they are cut.", NULL},
+    {"log_level", GW_CTX_HTTP | GW_CONF_TAKE1, set_log_level, HTTP(log_level), 0, 0, "info",
+     "error | warn | info | debug", "Log verbosity (stderr). MMGW_LOG_LEVEL in the environment wins.", NULL},
+    {"access_log", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_flag, HTTP(access_log), 0, 0, "off", "on | off",
+     "One log line per request: client, request line, status, bytes, duration, request id.", NULL},
+    {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
+};
+
+static const struct gw_directive model_directives[] = {
+    {"plugin", GW_CTX_MODEL | GW_CONF_TAKE1, set_plugin, MODEL(plugin), 0, 0, NULL, "NAME | PATH.so",
+     "The model plugin: a built-in name (`m3`, `qwen2vl`) or a path to a shared object.", NULL},
+    {"plugin_option", GW_CTX_MODEL | GW_CONF_TAKE2 | GW_CONF_MULTI, set_plugin_option, 0, 0, 0, NULL,
+     "KEY VALUE",
+     "An option passed to the plugin as text (repeatable), e.g. `plugin_option max_long_side_pixel 1024;`.",
+     NULL},
+    {"tokenizer", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_path, MODEL(tokenizer), 0, 0, NULL, "FILE",
+     "The model's HF tokenizer.json.", NULL},
+    {"upstream", GW_CTX_MODEL | GW_CONF_1MORE | GW_CONF_MULTI, set_upstream, MODEL(upstreams), 0, 0, NULL,
+     "HOST:PORT ...", "Worker address(es) speaking proto/worker.proto (repeatable).", NULL},
+    {"max_model_len", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_int, MODEL(max_model_len), 0, 100000000, "0",
+     "N", "Prompt plus completion tokens; 0 = what the worker reports.", NULL},
+    {"preprocess_threads", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_int, MODEL(preprocess_threads), 1, 1024,
+     "2", "N", "Threads decoding and preprocessing this model's media.", NULL},
+    {"max_media_per_request", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_int, MODEL(max_media_per_request), 0,
+     10000, "16", "N", "Images plus videos accepted in one request.", NULL},
+    {"health_check_interval", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_msec, MODEL(health_check_interval_ms),
+     100, MS_DAY, "5s", "TIME", "How often each worker is probed (Health/Load).", NULL},
+    {"health_check_timeout", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_msec, MODEL(health_check_timeout_ms),
+     10, MS_DAY, "2s", "TIME", "Deadline of one probe.", NULL},
+    {"retries", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_int, MODEL(retries), 0, 100, "2", "N",
+     "Other workers tried when one fails before the first token was sent.", NULL},
+    {"breaker_failures", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_int, MODEL(breaker_failures), 1, 100000,
+     "5", "N", "Consecutive failures that open a worker's circuit breaker.", NULL},
+    {"breaker_cooldown", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_msec, MODEL(breaker_cooldown_ms), 1,
+     MS_DAY, "30s", "TIME", "Time an open breaker waits before a half-open probe.", NULL},
+    {"upstream_connect_timeout", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_msec,
+     MODEL(upstream_connect_timeout_ms), 1, MS_DAY, "5s", "TIME", "Deadline for connecting to a worker.",
+     NULL},
+    {"request_timeout", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_msec, MODEL(request_timeout_ms), 0,
+     7 * MS_DAY, "0", "TIME", "Deadline of one generation on the worker; 0 = none.", NULL},
+    {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
+};
+
+static const struct gw_directive media_directives[] = {
+    {"media_fetch_allow", GW_CTX_MEDIA | GW_CONF_1MORE | GW_CONF_MULTI, set_host_rules, MEDIA(fetch_allow), 0,
+     0, NULL, "HOST | *.DOMAIN | CIDR ...",
+     "Widen the default fetch policy (which refuses loopback, private, link-local, metadata ... addresses).",
+     NULL},
+    {"media_fetch_deny", GW_CTX_MEDIA | GW_CONF_1MORE | GW_CONF_MULTI, set_host_rules, MEDIA(fetch_deny), 0,
+     0, NULL, "HOST | *.DOMAIN | CIDR ...", "Narrow the fetch policy; deny wins over allow.", NULL},
+    {"fetch_timeout", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_msec, MEDIA(fetch_timeout_ms), 1, MS_DAY,
+     "10s", "TIME", "Total time for fetching one media URL (all redirects).", NULL},
+    {"fetch_connect_timeout", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_msec, MEDIA(fetch_connect_timeout_ms),
+     1, MS_DAY, "3s", "TIME", "Connect time per hop.", NULL},
+    {"fetch_max_bytes", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_size, MEDIA(fetch_max_bytes), 1, 16 * GIB,
+     "32m", "SIZE", "Largest media body fetched; the transfer stops the moment it passes.", NULL},
+    {"fetch_max_redirects", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_int, MEDIA(fetch_max_redirects), 0, 50,
+     "5", "N", "Redirect hops followed (each re-checked against the policy).", NULL},
+    {"max_pixels", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_int64, MEDIA(max_pixels), 0, 1LL << 40, "0", "N",
+     "Decoded pixels per image or frame before resizing; 0 = the plugin's budget.", NULL},
+    {"allow_data_urls", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_flag, MEDIA(allow_data_urls), 0, 0, "on",
+     "on | off", "Accept `data:` URLs in image_url / video_url parts.", NULL},
+    {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
+};
+
+const struct gw_directive *const gw_conf_tables[] = {main_directives, http_directives, model_directives,
+                                                     media_directives, NULL};
