@@ -1,0 +1,108 @@
+/* JSON writers for the hot paths (chunks are written once per token): strings and numbers. */
+#include <math.h>
+#include <string.h>
+
+#include "gw_api_json.h"
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len;
+    uint32_t min;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len) return 0;
+    uint32_t cp = c & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+int gw_json_str(struct mm_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    /* worst case: every byte becomes \u00xx */
+    if (n > (SIZE_MAX - 2) / 6 || mm_buf_reserve(b, n * 6 + 2)) return -1;
+    char *o = b->data + b->len;
+    *o++ = '"';
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            i++;
+            continue;
+        }
+        if (c < 0x80) {
+            *o++ = '\\';
+            switch (c) {
+            case '"':
+                *o++ = '"';
+                break;
+            case '\\':
+                *o++ = '\\';
+                break;
+            case '\n':
+                *o++ = 'n';
+                break;
+            case '\r':
+                *o++ = 'r';
+                break;
+            case '\t':
+                *o++ = 't';
+                break;
+            case '\b':
+                *o++ = 'b';
+                break;
+            case '\f':
+                *o++ = 'f';
+                break;
+            default:
+                *o++ = 'u';
+                *o++ = '0';
+                *o++ = '0';
+                *o++ = hex[c >> 4];
+                *o++ = hex[c & 15];
+            }
+            i++;
+            continue;
+        }
+        size_t l = utf8_seq(p + i, n - i);
+        if (l == 0) { /* U+FFFD for a byte that starts no valid sequence */
+            *o++ = (char)0xef;
+            *o++ = (char)0xbf;
+            *o++ = (char)0xbd;
+            i++;
+            continue;
+        }
+        memcpy(o, p + i, l);
+        o += l;
+        i += l;
+    }
+    *o++ = '"';
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
+    return 0;
+}
+
+int gw_json_num(struct mm_buf *b, double v)
+{
+    if (!isfinite(v)) return mm_buf_append_str(b, "-9999.0");
+    if (v == floor(v) && fabs(v) < 1e15) return mm_buf_printf(b, "%.1f", v);
+    return mm_buf_printf(b, "%.9g", v);
+}

@@ -1,0 +1,389 @@
+/* The request pipeline up to the prompt: every media item the template kept is loaded and preprocessed
+ * concurrently — data: URLs are decoded on the preprocessing pool, http(s) URLs are fetched on the
+ * service loop under the media policy first — and when the last one is in, the prompt is built and the
+ * generation (or the /tokenize answer) starts. Nothing here blocks an event loop. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_api_dataurl.h"
+#include "gw_api_internal.h"
+#include "mm_dtype.h"
+#include "mm_log.h"
+
+static void respond_tokenize(struct gw_api_req *r);
+
+/* An async operation came back: drop its hold; true when the request is over (the caller stops). */
+static bool async_back(struct gw_api_req *r)
+{
+    r->pending--;
+    if (r->finished) {
+        if (r->pending == 0) gw_api_req_release(r);
+        return true;
+    }
+    return false;
+}
+
+/* A fetch or decode problem is the client's (400: refused address, undecodable, too many pixels); byte
+ * caps on what was sent or fetched are 413 (bytes_stage); overload and shutdown 503. */
+static void media_failed(struct gw_api_req *r, struct gw_api_media *m, int32_t code, bool bytes_stage,
+                         const char *msg)
+{
+    struct gw_api_error e;
+    int status = code == MM_TOO_LARGE && bytes_stage ? 413
+                 : code == MM_NOMEM || code == MM_EXHAUSTED || code == MM_CANCELLED || code == MM_UNAVAILABLE
+                     ? 503
+                     : 400;
+    gw_api_fail(&e, status, m->param, "%s: %s", m->param, msg);
+    gw_api_req_fail(r, &e);
+}
+
+/* Prompts above this many bytes are tokenized on the preprocessing pool, not on the loop (the tokenizer
+ * does ~50 MB/s: 32 KiB is well under a millisecond, a 1 MB prompt would stall the loop ~20 ms). */
+#define INLINE_TOKENIZE_MAX (32 * 1024)
+
+static void prompt_ready(struct gw_api_req *r, int rc, const struct gw_api_error *e)
+{
+    if (rc) {
+        gw_api_req_fail(r, e);
+        return;
+    }
+    if (r->kind == GW_API_TOKENIZE)
+        respond_tokenize(r);
+    else
+        gw_api_generate(r);
+}
+
+struct tjob {
+    struct gw_api_req *r;
+    const struct gw_executor *ex;
+    int rc;
+    struct gw_api_error e;
+};
+
+static void tjob_back(void *arg)
+{
+    struct tjob *j = arg;
+    struct gw_api_req *r = j->r;
+    if (!async_back(r)) prompt_ready(r, j->rc, &j->e);
+    free(j);
+}
+
+static void tjob_run(void *arg)
+{
+    /* the loop leaves the request's prompt state alone while this job is pending */
+    struct tjob *j = arg;
+    j->rc = gw_api_prompt_build(j->r, &j->e);
+    if (gw_executor_post(j->ex, tjob_back, j) != 0) free(j); /* the loop is gone (shutdown) */
+}
+
+static void all_media_ready(struct gw_api_req *r)
+{
+    struct gw_api_error e;
+    if (r->prompt.len > INLINE_TOKENIZE_MAX && r->model->pool) {
+        struct tjob *j = calloc(1, sizeof *j);
+        if (j) {
+            j->r = r;
+            j->ex = r->http->executor;
+            if (gw_pool_submit(r->model->pool, tjob_run, j) == MM_OK) {
+                r->pending++;
+                return;
+            }
+            free(j); /* queue full: tokenize here rather than refuse */
+        }
+    }
+    int rc = gw_api_prompt_build(r, &e);
+    prompt_ready(r, rc, &e);
+}
+
+/* ---- preprocessing on the pool ---- */
+
+struct pjob {
+    struct gw_api_req *r;
+    size_t k;
+    const struct gw_executor *ex;
+    const struct mmgw_plugin *vt;
+    const struct mmgw_plugin_instance *inst;
+    int32_t kind;
+    const char *url; /* a data: URL (decoded here), or NULL when bytes are given */
+    size_t url_len;
+    uint8_t *bytes;
+    size_t n_bytes;
+    uint64_t max_bytes;
+    struct gw_media_limits lim;
+    char label[128];
+    /* out */
+    int32_t rc;
+    bool in_decode_url; /* the failure was decoding the data: URL itself */
+    struct mm_err err;
+    struct gw_media_result res;
+    uint64_t hash;
+};
+
+/* A 64-bit content hash of the encoded bytes (prefix-cache and affinity key; not cryptographic). */
+static uint64_t content_hash(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    h ^= h >> 29;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 32;
+    return h ? h : 1;
+}
+
+static void pjob_back(void *arg);
+
+static void pjob_run(void *arg)
+{
+    struct pjob *j = arg;
+    mm_err_clear(&j->err);
+    j->rc = MM_OK;
+    if (j->url) {
+        struct gw_api_dataurl du;
+        j->rc = gw_api_dataurl_decode(j->url, j->url_len, j->max_bytes, &du, &j->err);
+        j->in_decode_url = j->rc != MM_OK;
+        j->bytes = du.data;
+        j->n_bytes = du.len;
+    }
+    if (j->rc == MM_OK) {
+        struct gw_media_input in = {.kind = j->kind, .data = j->bytes, .len = j->n_bytes, .label = j->label};
+        struct gw_media_options opt = {.dtype = MM_DT_BF16, .limits = &j->lim};
+        j->rc = gw_media_process(&in, j->vt, j->inst, &opt, &j->res, &j->err);
+        if (j->rc == MM_OK) j->hash = content_hash(j->bytes, j->n_bytes);
+    }
+    free(j->bytes);
+    j->bytes = NULL;
+    if (gw_executor_post(j->ex, pjob_back, j) != 0) {
+        /* the loop is gone (shutdown): nobody will read this */
+        gw_media_result_free(&j->res);
+        free(j);
+    }
+}
+
+static void pjob_back(void *arg)
+{
+    struct pjob *j = arg;
+    struct gw_api_req *r = j->r;
+    if (async_back(r)) {
+        gw_media_result_free(&j->res);
+        free(j);
+        return;
+    }
+    struct gw_api_media *m = &r->media[j->k];
+    if (j->rc != MM_OK) {
+        media_failed(r, m, j->rc, j->in_decode_url, j->err.msg[0] ? j->err.msg : mm_strerror(j->rc));
+        free(j);
+        return;
+    }
+    m->res = j->res;
+    m->hash = j->hash;
+    m->done = true;
+    struct gw_api_state *st = r->st;
+    gw_series_observe(st->m.stage[1], (double)m->res.timing.decode_ns / 1e9);
+    gw_series_observe(st->m.stage[2], (double)m->res.timing.post_ns / 1e9);
+    gw_series_inc(m->kind == MMGW_MEDIA_VIDEO ? r->model->media_video : r->model->media_image);
+    free(j);
+    if (--r->media_left == 0) all_media_ready(r);
+}
+
+/* Queue the preprocessing of item k; takes bytes (or decodes the data: URL on the pool). */
+static int submit_media(struct gw_api_req *r, size_t k, uint8_t *bytes, size_t n)
+{
+    struct gw_api_media *m = &r->media[k];
+    struct pjob *j = calloc(1, sizeof *j);
+    if (!j) {
+        free(bytes);
+        media_failed(r, m, MM_NOMEM, false, "out of memory");
+        return -1;
+    }
+    j->r = r;
+    j->k = k;
+    j->ex = r->http->executor;
+    j->vt = r->model->vt;
+    j->inst = r->model->inst;
+    j->kind = m->kind;
+    j->bytes = bytes;
+    j->n_bytes = n;
+    if (!bytes) {
+        j->url = m->url;
+        j->url_len = m->url_len;
+    }
+    const struct gw_media_conf *mc = &r->st->config->media;
+    j->max_bytes = (uint64_t)mc->fetch_max_bytes;
+    j->lim.max_input_bytes = (uint64_t)mc->fetch_max_bytes;
+    if (mc->max_pixels > 0) j->lim.max_source_pixels = (uint64_t)mc->max_pixels;
+    snprintf(j->label, sizeof j->label, "%s", m->param);
+    int32_t rc = gw_pool_submit(r->model->pool, pjob_run, j);
+    if (rc != MM_OK) {
+        free(j->bytes);
+        free(j);
+        media_failed(r, m, rc == MM_EXHAUSTED ? MM_EXHAUSTED : MM_UNAVAILABLE, false,
+                     "the preprocessing queue is full; try again later");
+        return -1;
+    }
+    r->pending++;
+    return 0;
+}
+
+/* ---- fetching on the service loop ---- */
+
+struct fop {
+    struct gw_api_req *r;
+    size_t k;
+    const struct gw_executor *ex;
+    struct gw_fetcher *fetcher;
+    char *url;
+    int32_t rc;
+    char msg[512];
+    uint8_t *body;
+    size_t n;
+    int64_t t0;
+};
+
+static void fop_back(void *arg);
+
+static void fop_post_back(struct fop *f)
+{
+    if (gw_executor_post(f->ex, fop_back, f) != 0) {
+        free(f->body);
+        free(f->url);
+        free(f);
+    }
+}
+
+static void fop_done(void *arg, struct gw_fetch_result *res)
+{
+    struct fop *f = arg;
+    f->rc = res->status;
+    snprintf(f->msg, sizeof f->msg, "%s", res->message ? res->message : "");
+    if (res->status == MM_OK) f->body = (uint8_t *)mm_buf_detach(&res->body, &f->n);
+    fop_post_back(f);
+}
+
+static void fop_start(void *arg)
+{
+    struct fop *f = arg;
+    struct mm_err err;
+    mm_err_clear(&err);
+    int32_t rc = gw_fetch_start(f->fetcher, f->url, NULL, fop_done, f, NULL, &err);
+    if (rc != MM_OK) {
+        f->rc = rc;
+        snprintf(f->msg, sizeof f->msg, "%s", err.msg);
+        fop_post_back(f);
+    }
+}
+
+static void fop_back(void *arg)
+{
+    struct fop *f = arg;
+    struct gw_api_req *r = f->r;
+    free(f->url);
+    if (async_back(r)) {
+        free(f->body);
+        free(f);
+        return;
+    }
+    gw_series_observe(r->st->m.stage[0], (double)(gw_api_now_ns() - f->t0) / 1e9);
+    struct gw_api_media *m = &r->media[f->k];
+    if (f->rc != MM_OK) {
+        media_failed(r, m, f->rc, true, f->msg[0] ? f->msg : mm_strerror(f->rc));
+        free(f->body);
+        free(f);
+        return;
+    }
+    uint8_t *body = f->body;
+    size_t n = f->n;
+    size_t k = f->k;
+    free(f);
+    submit_media(r, k, body, n);
+}
+
+static int fetch_media(struct gw_api_req *r, size_t k)
+{
+    struct gw_api_media *m = &r->media[k];
+    struct fop *f = calloc(1, sizeof *f);
+    if (f) f->url = strndup(m->url, m->url_len);
+    if (!f || !f->url) {
+        free(f);
+        media_failed(r, m, MM_NOMEM, false, "out of memory");
+        return -1;
+    }
+    f->r = r;
+    f->k = k;
+    f->ex = r->http->executor;
+    f->fetcher = r->st->fetcher;
+    f->t0 = gw_api_now_ns();
+    if (gw_executor_post(gw_api_svc_executor(r->st->svc), fop_start, f) != 0) {
+        free(f->url);
+        free(f);
+        media_failed(r, m, MM_UNAVAILABLE, false, "the server is reloading; try again");
+        return -1;
+    }
+    r->pending++;
+    return 0;
+}
+
+void gw_api_pipeline_start(struct gw_api_req *r)
+{
+    size_t todo = 0;
+    for (size_t k = 0; k < r->n_media; k++) todo += r->media[k].rendered;
+    if (todo == 0) {
+        all_media_ready(r);
+        return;
+    }
+    r->media_left = todo;
+    /* hold the request while starting, so a synchronous failure cannot free it under us */
+    r->pending++;
+    for (size_t k = 0; k < r->n_media && !r->finished; k++) {
+        struct gw_api_media *m = &r->media[k];
+        if (!m->rendered) continue;
+        if (gw_api_is_data_url(m->url, m->url_len))
+            submit_media(r, k, NULL, 0);
+        else
+            fetch_media(r, k);
+    }
+    async_back(r);
+}
+
+/* ---- /tokenize answers come from here once the prompt exists ---- */
+
+static void respond_tokenize(struct gw_api_req *r)
+{
+    struct mm_buf b;
+    mm_buf_init(&b, 0);
+    int bad = mm_buf_append_str(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < r->ids.n && !bad; i++)
+        bad = mm_buf_printf(&b, i ? ",%u" : "%u", r->ids.ids[i]) < 0;
+    uint64_t mml = gw_api_max_model_len(r->model);
+    if (!bad) bad = mm_buf_printf(&b, "],\"count\":%zu,\"max_model_len\":", r->ids.n) < 0;
+    if (!bad)
+        bad = mml ? mm_buf_printf(&b, "%llu", (unsigned long long)mml) < 0 : mm_buf_append_str(&b, "null");
+    if (!bad && r->p.return_token_strs) {
+        bad = mm_buf_append_str(&b, ",\"token_strs\":[");
+        for (size_t i = 0; i < r->ids.n && !bad; i++) {
+            size_t len = 0;
+            const char *t = gw_tokenizer_id_to_token(r->model->tok, r->ids.ids[i], &len);
+            bad = (i && mm_buf_append(&b, ",", 1)) || gw_json_str(&b, t ? t : "", t ? len : 0);
+        }
+        if (!bad) bad = mm_buf_append_str(&b, "]");
+    }
+    if (!bad) bad = mm_buf_append_str(&b, "}");
+    if (bad) {
+        struct gw_api_error e;
+        gw_api_fail(&e, 503, NULL, "out of memory");
+        mm_buf_free(&b);
+        gw_api_req_fail(r, &e);
+        return;
+    }
+    if (!r->aborted) gw_http_respond(r->http, 200, "application/json", b.data, b.len);
+    mm_buf_free(&b);
+    gw_api_req_metrics(r, 200);
+    gw_api_req_release(r);
+}

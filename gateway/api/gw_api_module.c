@@ -1,0 +1,90 @@
+/* The OpenAI API module of `mmgw`: one state per configuration generation (the model registry), its
+ * routes, and the per-worker metrics collector. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_api.h"
+#include "gw_api_internal.h"
+#include "mm_log.h"
+
+static void collect_workers(struct gw_metrics *reg, void *ud)
+{
+    struct gw_api_state *st = ud;
+    for (size_t i = 0; i < st->n_models; i++) {
+        struct gw_api_model *m = &st->models[i];
+        if (!m->router) continue;
+        struct gw_worker_stats ws[64];
+        size_t n = gw_router_stats(m->router, ws, 64);
+        if (n > 64) n = 64;
+        for (size_t k = 0; k < n; k++) {
+            const char *l[] = {m->name, ws[k].target};
+            double h = ws[k].health == GW_WORKER_HEALTHY   ? 1.0
+                       : ws[k].health == GW_WORKER_UNKNOWN ? 0.5
+                                                           : 0.0;
+            double b = ws[k].breaker == GW_BREAKER_CLOSED      ? 0.0
+                       : ws[k].breaker == GW_BREAKER_HALF_OPEN ? 1.0
+                                                               : 2.0;
+            gw_series_set(gw_metric_series(st->m.w_health, l), h);
+            gw_series_set(gw_metric_series(st->m.w_breaker, l), b);
+            gw_series_set(gw_metric_series(st->m.w_inflight, l), ws[k].in_flight);
+            gw_series_set(gw_metric_series(st->m.w_load, l), ws[k].reported_load);
+            gw_series_set(gw_metric_series(st->m.w_requests, l), (double)ws[k].requests);
+            gw_series_set(gw_metric_series(st->m.w_failures, l), (double)ws[k].failures);
+        }
+    }
+}
+
+static void api_fini(void *state)
+{
+    struct gw_api_state *st = state;
+    if (!st) return;
+    if (st->collecting) gw_metrics_remove_collector(st->reg, collect_workers, st);
+    gw_api_registry_free(st);
+    free(st);
+}
+
+struct route_def {
+    const char *method, *path;
+    gw_handler_fn fn;
+};
+
+static const struct route_def routes[] = {
+    {"POST", "/v1/chat/completions", gw_api_handle_chat},
+    {"POST", "/v1/completions", gw_api_handle_completions},
+    {"GET", "/v1/models", gw_api_handle_models},
+    {"POST", "/tokenize", gw_api_handle_tokenize},
+    {"POST", "/detokenize", gw_api_handle_detokenize},
+    {"GET", "/health/models", gw_api_handle_health},
+};
+
+static int32_t api_init(const struct gw_module_ctx *ctx, void *prev_state, void **state, struct mm_err *err)
+{
+    struct gw_api_state *st = calloc(1, sizeof *st);
+    if (!st) return mm_err_set(err, MM_NOMEM, "out of memory");
+    st->reg = ctx->metrics;
+    int32_t rc = gw_api_metrics_init(ctx->metrics, &st->m, err);
+    if (rc == MM_OK) rc = gw_api_registry_build(st, ctx, err);
+    for (size_t i = 0; rc == MM_OK && i < sizeof routes / sizeof routes[0]; i++)
+        rc = gw_routes_add(ctx->routes, routes[i].method, routes[i].path, GW_ROUTE_EXACT, routes[i].fn, st,
+                           false, err);
+    if (rc == MM_OK && !ctx->check_only) {
+        if (gw_metrics_add_collector(ctx->metrics, collect_workers, st) != MM_OK)
+            rc = mm_err_set(err, MM_NOMEM, "out of memory");
+        else
+            st->collecting = true;
+    }
+    if (rc != MM_OK) {
+        api_fini(st);
+        return rc;
+    }
+    if (!ctx->check_only)
+        mm_log_info(GW_API_COMP, "serving %zu model(s)%s", st->n_models, prev_state ? " (reloaded)" : "");
+    *state = st;
+    return MM_OK;
+}
+
+const struct gw_module gw_api_module = {
+    .name = "api",
+    .init = api_init,
+    .fini = api_fini,
+};

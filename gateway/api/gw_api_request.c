@@ -1,0 +1,153 @@
+/* The per-request context: creation, the client going away, release, metrics, body parsing. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gw_api_internal.h"
+#include "mm_log.h"
+
+static void on_abort(struct gw_request *req, void *ud)
+{
+    struct gw_api_req *r = ud;
+    r->aborted = true;
+    if (r->call) {
+        gw_route_cancel(r->call); /* the worker gets an Abort now */
+        r->call = NULL;
+    }
+    gw_api_req_metrics(r, 499); /* nginx's "client closed request" */
+    gw_api_req_release(r);
+}
+
+struct gw_api_req *gw_api_req_new(struct gw_request *http, struct gw_api_state *st, enum gw_api_kind kind,
+                                  const char *endpoint)
+{
+    struct gw_api_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->http = http;
+    r->st = st;
+    r->kind = kind;
+    r->endpoint = endpoint;
+    r->created = (int64_t)time(NULL);
+    r->t_start_ns = http->start_ns;
+    mm_buf_init(&r->prompt, 0);
+    mm_buf_init(&r->out, 0);
+    mm_buf_init(&r->prefix, 0);
+    gw_tok_ids_init(&r->ids);
+    gw_request_ref(http);
+    gw_request_on_abort(http, on_abort, r);
+    return r;
+}
+
+static void choice_free(struct gw_api_req *r, struct gw_api_choice *c)
+{
+    if (c->parser && r->model) r->model->vt->parser_destroy(c->parser);
+    gw_api_stop_free(&c->stop);
+    mm_buf_free(&c->text);
+    mm_buf_free(&c->content);
+    mm_buf_free(&c->reasoning);
+    for (size_t i = 0; i < c->n_calls; i++) {
+        free(c->calls[i].name);
+        mm_buf_free(&c->calls[i].args);
+    }
+    free(c->calls);
+    mm_buf_free(&c->lp);
+    mm_buf_free(&c->lp_tokens);
+    mm_buf_free(&c->lp_values);
+    mm_buf_free(&c->lp_tops);
+    mm_buf_free(&c->lp_offsets);
+}
+
+static void req_destroy(struct gw_api_req *r)
+{
+    for (uint32_t i = 0; i < r->n_choices; i++) choice_free(r, &r->choices[i]);
+    free(r->choices);
+    for (size_t i = 0; i < r->n_media; i++) {
+        json_decref(r->media[i].src);
+        free(r->media[i].bytes);
+        gw_media_result_free(&r->media[i].res);
+    }
+    free(r->media);
+    free(r->media_order);
+    free(r->prompt_ids);
+    free(r->norm_json);
+    free(r->items);
+    free(r->item_ptrs);
+    free(r->tensors);
+    free(r->ranges);
+    free(r->range_ptrs);
+    free(r->grids);
+    mm_buf_free(&r->prompt);
+    mm_buf_free(&r->out);
+    mm_buf_free(&r->prefix);
+    gw_tok_ids_free(&r->ids);
+    json_decref(r->body);
+    struct gw_request *http = r->http;
+    free(r);
+    gw_request_unref(http);
+}
+
+void gw_api_req_release(struct gw_api_req *r)
+{
+    if (r->call) {
+        gw_route_cancel(r->call);
+        r->call = NULL;
+    }
+    if (!r->finished) {
+        r->finished = true;
+        gw_request_on_abort(r->http, NULL, NULL);
+        if (r->streaming) gw_http_stream_on_drain(r->http, 0, NULL, NULL); /* r is going away */
+    }
+    if (r->pending == 0) req_destroy(r);
+}
+
+void gw_api_req_metrics(struct gw_api_req *r, int status)
+{
+    if (r->metrics_done) return; /* recorded once */
+    r->metrics_done = true;
+    char s[8];
+    snprintf(s, sizeof s, "%d", status);
+    const char *model = r->model ? r->model->name : "(none)";
+    const char *l3[] = {model, r->endpoint, s};
+    const char *l2[] = {model, r->endpoint};
+    gw_series_inc(gw_metric_series(r->st->m.requests, l3));
+    gw_series_observe(gw_metric_series(r->st->m.duration, l2),
+                      (double)(gw_api_now_ns() - r->t_start_ns) / 1e9);
+}
+
+void gw_api_req_fail(struct gw_api_req *r, const struct gw_api_error *e)
+{
+    if (!r->aborted) gw_api_send_error(r->http, e);
+    gw_api_req_metrics(r, e->status);
+    gw_api_req_release(r);
+}
+
+int gw_api_parse_body(struct gw_request *req, struct gw_api_state *st, json_t **body,
+                      struct gw_api_model **model, struct gw_api_error *e)
+{
+    *body = NULL;
+    *model = NULL;
+    json_error_t je;
+    json_t *b = json_loadb(req->body ? req->body : "", req->body_len, 0, &je);
+    if (!b)
+        return gw_api_fail(e, 400, NULL, "the request body is not valid JSON (line %d, column %d): %s",
+                           je.line, je.column, je.text);
+    if (!json_is_object(b)) {
+        json_decref(b);
+        return gw_api_fail(e, 400, NULL, "the request body must be a JSON object");
+    }
+    *body = b;
+    json_t *m = json_object_get(b, "model");
+    if ((!m || json_is_null(m)) && st->n_models == 1) { /* one model served: naming it is optional (vLLM) */
+        *model = &st->models[0];
+        return 0;
+    }
+    if (!m || json_is_null(m)) return gw_api_fail(e, 400, "model", "'model' is required");
+    if (!json_is_string(m)) return gw_api_fail(e, 400, "model", "'model' must be a string");
+    *model = gw_api_find_model(st, json_string_value(m));
+    if (!*model) {
+        gw_api_fail(e, 404, "model", "The model `%.200s` does not exist.", json_string_value(m));
+        e->code = "model_not_found";
+        return -1;
+    }
+    return 0;
+}

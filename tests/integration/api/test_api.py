@@ -1,0 +1,893 @@
+#!/usr/bin/python3
+"""Integration tests of the OpenAI API (gateway/api) with real processes on loopback.
+
+Usage: test_api.py CASE   (exit 0 pass, 1 fail, 77 skipped with a reason)
+
+  golden_h1     greedy completions equal the golden greedy tokens for every m3-tiny-a case (text from ids; image,
+                multi and video through multi_modal_data and the whole media pipeline), HTTP/1.1
+  golden_h2     the same over HTTP/2: cleartext prior knowledge and TLS (ALPN h2, certificate made here)
+  tokenize      /tokenize equals tokenizer/goldens.json; /detokenize gives the decoded text back
+  media_tokens  a streamed image chat costs exactly t*h*w/4 + 2 tokens more than the same text; a video chat
+                (h*w/4 + 2 + its timestamp text) per temporal group
+  errors        every error class: 400 (JSON, fields, media, context), 404, 405, 413, 429, 503
+  toy           the Python toy worker behind the gateway: chat, completions, streaming, n, stop strings,
+                stop_token_ids, logprobs
+  qwen2vl       the Qwen2-VL plugin behind the gateway (template, stop token, image pads) with the toy worker
+  parse         a scripted worker: reasoning_content, tool_calls (streamed and not), finish_reason tool_calls,
+                thinking_mode, stop strings, worker failures before and after the first token
+  robust        400 random and malformed requests (every answer a 2xx or an OpenAI error), 40 concurrent streams
+                of which half are cut by their client
+  disconnect    a client that goes away mid-stream aborts the worker request (the worker's Load shows it)
+  failover      two workers behind one model, one killed: requests still succeed
+  backpressure  a client that does not read: the gateway pauses the worker stream instead of buffering
+  reload        SIGHUP adds a model while a stream runs; the stream completes on the old generation
+  metrics       /metrics has the API families with the requests just made
+  demo          without ../shared: mmgw-mkdemo + mmgw-mktokenizer + the real worker, chat with an image by
+                data: URL and by http URL (fetched from a loopback server the config allows)
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from api_fixture import *  # noqa: E402,F401,F403
+import api_fixture as fx  # noqa: E402
+
+M3_TOK = os.path.join(fx.TESTDATA, "m3-tiny-a", "tokenizer.json")
+M3_DIR = os.path.join(fx.TESTDATA, "m3-tiny-a")
+MEDIA = os.path.join(fx.TESTDATA, "media")
+
+
+def demo_tokenizer(d):
+    """A byte-level M3-style tokenizer made by mmgw-mktokenizer; returns (path, {token: id})."""
+    fx.need_file(fx.MKTOK, "mmgw-mktokenizer")
+    path = os.path.join(d, "tokenizer.json")
+    subprocess.run([fx.MKTOK, "--out", path], check=True, capture_output=True, timeout=60)
+    with open(path) as f:
+        t = json.load(f)
+    ids = {a["content"]: a["id"] for a in t["added_tokens"]}
+    vocab = max([a["id"] for a in t["added_tokens"]] + list(t["model"]["vocab"].values())) + 1
+    return path, ids, vocab
+
+
+def toy_setup(d, *toy_args, models_extra="", media="", n_workers=1, http_extra="", model_name="toy"):
+    tok, ids, vocab = demo_tokenizer(d)
+    workers = [fx.ToyWorker("--vocab", str(vocab), "--image-token", str(ids["]<]image[>["]), "--video-token",
+                            str(ids["]<]video[>["]), *toy_args) for _ in range(n_workers)]
+    gw = fx.Gateway(fx.model_block(model_name, "m3", tok, [w.addr for w in workers],
+                                   "health_check_interval 200ms;\n    health_check_timeout 1s;\n    " + models_extra),
+                    media=media, http_extra=http_extra)
+    return gw, workers, ids
+
+
+def tokenize(gw, text, model=None):
+    body = {"prompt": text, "add_special_tokens": False}
+    if model:
+        body["model"] = model
+    st, r = fx.post(gw, "/tokenize", body)
+    assert st == 200, r
+    return r["tokens"]
+
+
+def detok(gw, ids):
+    st, r = fx.post(gw, "/detokenize", {"tokens": ids})
+    assert st == 200, r
+    return r["prompt"]
+
+
+# ---------------------------------------------------------------- golden
+
+def golden_requests(gw):
+    """[(case, body, greedy)]: the golden prompts as completions requests."""
+    g = fx.goldens()
+    img, vid, start, end = (tokenize(gw, t)[0] for t in
+                            ("]<]image[>[", "]<]video[>[", "]<]start of image[>[", "]<]end of image[>["))
+    out = []
+    for case in ("text_short", "text_sparse", "long", "image", "multi", "video"):
+        ids, greedy = g[case]["ids"], g[case]["greedy"]
+        body = {"model": "m3-tiny", "max_tokens": len(greedy), "temperature": 0, "logprobs": 0,
+                "return_tokens_as_token_ids": True}
+        if case == "video":
+            s = ids.index(start)
+            e = len(ids) - 1 - ids[::-1].index(end)
+            fi = g["video"]["frame_indices"]
+            ts = tokenize(gw, "]<]%.1f seconds[>[" % (fi[0] / 30.0))  # the clip is 30 fps (media/videos.json)
+            if not fx.check(ids[s - len(ts):s] == ts, "video golden: the first timestamp tokenizes as the reference"):
+                continue
+            body["prompt"] = ids[:s - len(ts)] + [vid] + ids[e + 1:]
+            body["multi_modal_data"] = {"video": [fx.data_url(os.path.join(MEDIA, "pan_640x360_30fps.mp4"))]}
+        elif case in ("image", "multi"):
+            p, i = [], 0
+            while i < len(ids):
+                if ids[i] == start:
+                    i = ids.index(end, i) + 1
+                    p.append(img)
+                else:
+                    p.append(ids[i])
+                    i += 1
+            files = ["chelsea.webp"] + (["tiny_18x11.png"] if case == "multi" else [])
+            body["prompt"] = p
+            body["multi_modal_data"] = {"image": [fx.data_url(os.path.join(MEDIA, f)) for f in files]}
+        else:
+            body["prompt"] = ids
+        out.append((case, body, greedy, len(ids)))
+    return out
+
+
+def check_golden(case, status, r, greedy, n_prompt, how):
+    if not fx.check(status == 200, f"{case} {how}: status {status}: {str(r)[:300]}"):
+        return
+    got = [int(t.split(":")[1]) for t in r["choices"][0]["logprobs"]["tokens"]]
+    fx.check(got == greedy, f"{case} {how}: greedy {got} != golden {greedy}")
+    fx.check(r["usage"]["prompt_tokens"] == n_prompt,
+             f"{case} {how}: prompt_tokens {r['usage']['prompt_tokens']} != golden prompt length {n_prompt}")
+    fx.check(r["usage"]["completion_tokens"] == len(greedy), f"{case} {how}: completion_tokens")
+
+
+def golden_gateway(listens=("127.0.0.1:0",), http_extra=""):
+    fx.need_testdata()
+    w = fx.RealWorker(M3_DIR)
+    gw = fx.Gateway(fx.model_block("m3-tiny", "m3", M3_TOK, [w.addr]), listens=listens, http_extra=http_extra)
+    return w, gw
+
+
+def case_golden_h1():
+    w, gw = golden_gateway()
+    for case, body, greedy, n in golden_requests(gw):
+        st, r = fx.post(gw, "/v1/completions", body, timeout=300)
+        check_golden(case, st, r, greedy, n, "HTTP/1.1")
+
+
+def case_golden_h2():
+    fx.need_testdata()
+    d = tempfile.mkdtemp(prefix="mmgw-api-tls-")
+    crt, key = fx.make_cert(d)
+    w, gw = golden_gateway(listens=("127.0.0.1:0", "127.0.0.1:0 ssl"),
+                           http_extra=f"ssl_certificate {crt};\n    ssl_certificate_key {key};")
+    for case, body, greedy, n in golden_requests(gw):
+        st, ver, r = fx.curl_json(gw.url("/v1/completions", 0), body, "--http2-prior-knowledge", timeout=300)
+        fx.check(ver == "2", f"{case}: h2c answered over HTTP/{ver}")
+        check_golden(case, st, r, greedy, n, "h2c")
+        st, ver, r = fx.curl_json(f"https://localhost:{gw.ports[1]}/v1/completions", body, "--http2", "-k",
+                                  "--resolve", f"localhost:{gw.ports[1]}:127.0.0.1", timeout=300)
+        fx.check(ver == "2", f"{case}: TLS answered over HTTP/{ver}")
+        check_golden(case, st, r, greedy, n, "TLS h2")
+
+
+def case_tokenize():
+    fx.need_testdata()
+    with open(os.path.join(fx.TESTDATA, "tokenizer", "goldens.json")) as f:
+        gold = json.load(f)
+    gw = fx.Gateway(fx.model_block("m3-tiny", "m3", M3_TOK, ["127.0.0.1:1"]))
+    for i, g in enumerate(gold):
+        st, r = fx.post(gw, "/tokenize", {"model": "m3-tiny", "prompt": g["text"], "add_special_tokens": False})
+        fx.check(st == 200 and r["tokens"] == g["ids"] and r["count"] == len(g["ids"]),
+                 f"tokenize golden {i} ({g['text'][:30]!r}): {str(r)[:200]}")
+        st, r = fx.post(gw, "/detokenize", {"model": "m3-tiny", "tokens": g["ids"]})
+        fx.check(st == 200 and r["prompt"] == g["decoded"], f"detokenize golden {i}: {str(r)[:200]}")
+    st, r = fx.post(gw, "/tokenize", {"model": "m3-tiny", "prompt": gold[0]["text"], "return_token_strs": True})
+    fx.check(st == 200 and len(r.get("token_strs", [])) == len(gold[0]["ids"]), f"token_strs: {r}")
+    # a chat through /tokenize: the rendered M3 template starts with ]~!b[ and ends with the generation prompt
+    st, r = fx.post(gw, "/tokenize", {"model": "m3-tiny", "messages": [{"role": "user", "content": "Hello"}]})
+    fx.check(st == 200 and r["tokens"][0] == tokenize(gw, "]~!b[")[0], f"tokenize messages: {str(r)[:200]}")
+    text = detok(gw, r["tokens"]) if st == 200 else ""
+    fx.check(text.startswith("]~!b[]~b]system\n") and text.endswith("]~b]user\nHello[e~[\n]~b]ai\n"),
+             f"tokenize messages renders the M3 template: {text[-60:]!r}")
+
+
+# ---------------------------------------------------------------- media token counts
+
+def stream_usage(gw, content, model="m3-tiny"):
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 2, "stream": True,
+            "stream_options": {"include_usage": True}}
+    st, ev = fx.sse_events(gw, "/v1/chat/completions", body)
+    if not fx.check(st == 200 and ev and ev[-1] == "[DONE]", f"stream status {st}: {str(ev)[:300]}"):
+        return None
+    chunks = [json.loads(e) for e in ev[:-1]]
+    fx.check(all(c["object"] == "chat.completion.chunk" for c in chunks), "chunk objects")
+    fx.check(chunks[0]["choices"][0]["delta"].get("role") == "assistant", "first chunk carries the role")
+    fx.check(chunks[-1]["choices"] == [] and chunks[-1]["usage"], "the usage chunk has no choices")
+    fx.check(any(c["choices"] and c["choices"][0]["finish_reason"] == "length" for c in chunks), "finish_reason")
+    return chunks[-1]["usage"]["prompt_tokens"]
+
+
+def case_media_tokens():
+    w, gw = golden_gateway()
+    g = fx.goldens()
+    text = [{"type": "text", "text": "Describe this"}]
+    base = stream_usage(gw, text)
+    t, h, wd = g["image"]["image_grid_thw"]
+    with_img = stream_usage(gw, text + [{"type": "image_url", "image_url": {"url": fx.data_url(
+        os.path.join(MEDIA, "chelsea.webp"))}}])
+    if base is not None and with_img is not None:
+        fx.check(with_img - base == t * h * wd // 4 + 2,
+                 f"image costs {with_img - base} tokens, expected {t}*{h}*{wd}/4 + 2 = {t * h * wd // 4 + 2}")
+    vt, vh, vw = g["video"]["video_grid_thw"]
+    fi = g["video"]["frame_indices"]
+    ts_tokens = sum(len(tokenize(gw, "]<]%.1f seconds[>[" % (fi[2 * k] / 30.0))) for k in range(vt))
+    want = vt * (vh * vw // 4 + 2) + ts_tokens
+    with_vid = stream_usage(gw, text + [{"type": "video_url", "video_url": {"url": fx.data_url(
+        os.path.join(MEDIA, "pan_640x360_30fps.mp4"))}}])
+    if base is not None and with_vid is not None:
+        fx.check(with_vid - base == want, f"video costs {with_vid - base} tokens, expected {vt} groups x "
+                 f"({vh}*{vw}/4 + 2) + {ts_tokens} timestamp tokens = {want}")
+    # vLLM's {"type": "image", "image": URL} spelling counts the same
+    alt = stream_usage(gw, text + [{"type": "image", "image": fx.data_url(os.path.join(MEDIA, "chelsea.webp"))}])
+    fx.check(alt == with_img, f"{{'type':'image'}} part: {alt} tokens, image_url part: {with_img}")
+
+
+# ---------------------------------------------------------------- errors
+
+def case_errors():
+    d = tempfile.mkdtemp(prefix="mmgw-api-err-")
+    stub = fx.MediaServer({"/x.png": b"not an image at all"})
+    gw, (toy,), ids = toy_setup(d, "--max-running", "1", "--rate", "50",
+                                models_extra="max_model_len 1000;\n    max_media_per_request 2;",
+                                media="fetch_max_bytes 2k;\n    max_pixels 10000;",
+                                http_extra="client_max_body_size 64k;")
+    chat = "/v1/chat/completions"
+
+    def expect(status, body, param=None, contains=None, path=chat, raw=None, what=""):
+        st, r = fx.post(gw, path, body, raw=raw)
+        fx.check(st == status and fx.is_error(r, param, contains),
+                 f"{what or contains}: expected {status} param={param}, got {st}: {str(r)[:300]}")
+        return r
+
+    user = lambda content: {"model": "toy", "messages": [{"role": "user", "content": content}], "max_tokens": 4}
+    # 400: malformed JSON and fields, each naming the parameter
+    expect(400, None, None, "not valid JSON", raw=b'{"model": "toy", "messages": [')
+    expect(400, None, None, "JSON object", raw=b'[1, 2]')
+    expect(400, {"model": "toy"}, "messages", "required")
+    expect(400, {"model": "toy", "messages": []}, "messages", "non-empty")
+    expect(400, dict(user("hi"), temperature=5), "temperature", "between")
+    expect(400, dict(user("hi"), top_p="x"), "top_p", "number")
+    expect(400, dict(user("hi"), n=0), "n", "between")
+    expect(400, dict(user("hi"), max_tokens=-1), "max_tokens", "between")
+    expect(400, dict(user("hi"), stop=[1]), "stop", "string")
+    expect(400, dict(user("hi"), stream_options={"include_usage": True}), "stream_options", "stream")
+    expect(400, dict(user("hi"), top_logprobs=3), "top_logprobs", "logprobs")
+    expect(400, dict(user("hi"), presence_penalty=0.5), "presence_penalty", "not supported")
+    expect(400, dict(user("hi"), tool_choice="required"), "tool_choice", "constrained")
+    expect(400, dict(user("hi"), stop_token_ids=[10 ** 6]), "stop_token_ids", "token id")
+    expect(400, {"model": "toy", "prompt": [1, 10 ** 6]}, "prompt", "token id", path="/v1/completions")
+    expect(400, {"model": "toy", "prompt": ["a", "b"]}, "prompt", "batched", path="/v1/completions")
+    expect(400, {"model": "toy", "messages": [{"role": "wizard", "content": "x"}]}, "messages", "role")
+    # 400: media, with the reason
+    img = lambda url: [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}]
+    expect(400, user(img("file:///etc/passwd")), "messages[0].content[1].image_url", "scheme")
+    expect(400, user(img("ftp://example.com/x.png")), "messages[0].content[1].image_url", "scheme")
+    expect(400, user(img(stub.url("/x.png"))), "messages[0].content[1].image_url", None, what="loopback refused")
+    fx.check(stub.hits == [], f"the refused address was contacted: {stub.hits}")
+    expect(400, user(img("data:image/png;base64,aGVsbG8gd29ybGQ=")), "messages[0].content[1].image_url", None,
+           what="undecodable image")
+    expect(400, user(img("data:image/png;base64,@@@@")), "messages[0].content[1].image_url", "base64")
+    big_png = png_bytes(200, 100)  # 20,000 pixels > max_pixels 10000
+    import base64
+    expect(400, user(img("data:image/png;base64," + base64.b64encode(big_png).decode())),
+           "messages[0].content[1].image_url", "pixels", what="too many pixels")
+    expect(400, user([{"type": "image_url"}]), "messages[0].content[0]", "URL")
+    expect(400, user([{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]), "messages[0].content[0]",
+           "input_audio")
+    three = img(fx.data_url_bytes(png_bytes(8, 8))) + img(fx.data_url_bytes(png_bytes(8, 8)))[1:] * 2
+    expect(400, user(three), None, "too many media")
+    expect(400, user("please read ]<]image[>[ aloud"), "messages", "marker")
+    # 400: context length (max_model_len 1000)
+    expect(400, {"model": "toy", "prompt": "word " * 1500, "max_tokens": 4}, "prompt", "maximum context length",
+           path="/v1/completions")
+    expect(400, {"model": "toy", "prompt": "hello", "max_tokens": 1000}, "prompt", "maximum context length",
+           path="/v1/completions")
+    # 404: model and route; 405: method
+    r = expect(404, {"model": "nope", "messages": [{"role": "user", "content": "x"}]}, "model", "does not exist")
+    fx.check(r["error"]["code"] == "model_not_found", f"404 code: {r}")
+    st, body = fx.get(gw, "/v1/nothing")
+    fx.check(st == 404 and fx.is_error(json.loads(body)), f"unknown route: {st} {body[:200]}")
+    st, body = fx.get(gw, "/v1/chat/completions")
+    fx.check(st == 405 and fx.is_error(json.loads(body)), f"GET on a POST route: {st} {body[:200]}")
+    # 413: body over client_max_body_size, media over fetch_max_bytes (2k)
+    expect(413, user("x" * 70000), None, None, what="body too large")
+    expect(413, user(img(fx.data_url_bytes(os.urandom(4000), "image/png"))), "messages[0].content[1].image_url",
+           "bytes", what="media too large")
+    # 429: the worker is full (--max-running 1): hold one stream open, the next request is refused
+    hold = threading.Thread(target=lambda: fx.sse_events(gw, chat, dict(user("a b c d e f"), max_tokens=40,
+                                                                         stream=True)), daemon=True)
+    hold.start()
+    time.sleep(0.5)
+    st, r = fx.post(gw, chat, user("hello"))
+    fx.check(st == 429 and fx.is_error(r), f"worker full: expected 429, got {st}: {str(r)[:300]}")
+    hold.join(30)
+    stub.close()
+    # 503: no worker listening
+    gw2 = fx.Gateway(fx.model_block("toy", "m3", os.path.join(d, "tokenizer.json"), [f"127.0.0.1:{fx.free_port()}"],
+                                    "health_check_interval 200ms;\n    retries 1;"))
+    st, r = fx.post(gw2, chat, user("hello"), timeout=60)
+    fx.check(st == 503 and fx.is_error(r), f"no worker: expected 503, got {st}: {str(r)[:300]}")
+    deadline = time.time() + 5  # three failed checks at 200 ms take the worker out
+    while time.time() < deadline:
+        st, body = fx.get(gw2, "/health/models")
+        if st == 503:
+            break
+        time.sleep(0.1)
+    fx.check(st == 503 and json.loads(body)["models"]["toy"]["status"] == "unavailable",
+             f"/health/models without a worker: {st} {body[:300]}")
+    # the gateway keeps serving after all that
+    st, r = fx.post(gw, chat, user("still alive?"))
+    fx.check(st == 200, f"after the errors: {st} {str(r)[:200]}")
+
+
+def png_bytes(w, h):
+    import io
+    from PIL import Image
+    im = Image.new("RGB", (w, h), (120, 30, 200))
+    for x in range(0, w, 3):
+        im.putpixel((x, x % h), (x % 256, 255, 0))
+    b = io.BytesIO()
+    im.save(b, "PNG")
+    return b.getvalue()
+
+
+def _data_url_bytes(data, mime="image/png"):
+    import base64
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+fx.data_url_bytes = _data_url_bytes
+
+
+# ---------------------------------------------------------------- toy worker
+
+def case_toy():
+    d = tempfile.mkdtemp(prefix="mmgw-api-toy-")
+    gw, (toy,), ids = toy_setup(d, "--max-context", "60000")
+    prompt = "alpha beta gamma delta"
+    pids = tokenize(gw, prompt)
+    # echo mode: choice i token j = prompt_ids[(j + i) % len]
+    st, r = fx.post(gw, "/v1/completions", {"model": "toy", "prompt": prompt, "max_tokens": len(pids), "n": 2,
+                                             "logprobs": 1})
+    if fx.check(st == 200, f"completions: {st} {str(r)[:300]}"):
+        fx.check(r["choices"][0]["text"] == prompt, f"echo: {r['choices'][0]['text']!r}")
+        rot = pids[1:] + pids[:1]
+        fx.check(r["choices"][1]["text"] == detok(gw, rot), f"choice 1: {r['choices'][1]['text']!r}")
+        lp = r["choices"][0]["logprobs"]
+        fx.check(lp["token_logprobs"] == [-0.5] * len(pids) and len(lp["top_logprobs"][0]) == 1, f"logprobs: {lp}")
+        fx.check(r["usage"] == {"prompt_tokens": len(pids), "completion_tokens": 2 * len(pids),
+                                "total_tokens": 3 * len(pids), "prompt_tokens_details": {"cached_tokens": 0}},
+                 f"usage: {r['usage']}")
+        fx.check(all(c["finish_reason"] == "length" for c in r["choices"]), "finish_reason length")
+    # stop strings: matched on the text, across token boundaries, never emitted
+    for stop in ("gamma", "ta ga", "a d"):
+        st, r = fx.post(gw, "/v1/completions", {"model": "toy", "prompt": prompt, "max_tokens": 20, "stop": [stop]})
+        want = prompt[:prompt.index(stop)]
+        fx.check(st == 200 and r["choices"][0]["text"] == want and r["choices"][0]["finish_reason"] == "stop",
+                 f"stop {stop!r}: {str(r)[:300]}")
+    # the same streamed: concatenated deltas equal the non-streamed text
+    st, ev = fx.sse_events(gw, "/v1/completions", {"model": "toy", "prompt": prompt, "max_tokens": 20,
+                                                   "stop": "ta ga", "stream": True})
+    if fx.check(st == 200 and ev[-1] == "[DONE]", f"stream: {st} {str(ev)[:300]}"):
+        text = "".join(json.loads(e)["choices"][0]["text"] for e in ev[:-1])
+        fx.check(text == prompt[:prompt.index("ta ga")], f"streamed stop: {text!r}")
+    # stop_token_ids: the id ends the choice and its text is not shown
+    st, r = fx.post(gw, "/v1/completions", {"model": "toy", "prompt": pids, "max_tokens": 20,
+                                             "stop_token_ids": [pids[2]]})
+    fx.check(st == 200 and r["choices"][0]["text"] == detok(gw, pids[:2]) and
+             r["choices"][0]["finish_reason"] == "stop" and r["usage"]["completion_tokens"] == 3,
+             f"stop_token_ids: {str(r)[:300]}")
+    # chat: the plugin's stop token [e~[ in the echo ends the answer and is not shown
+    st, r = fx.post(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": "hi"}],
+                                                  "max_tokens": 500, "logprobs": True, "top_logprobs": 2})
+    if fx.check(st == 200, f"chat: {st} {str(r)[:300]}"):
+        c = r["choices"][0]
+        fx.check(c["finish_reason"] == "stop" and "[e~[" not in c["message"]["content"],
+                 f"chat stops on [e~[: {str(c)[:300]}")
+        fx.check(c["message"]["content"].startswith("]~!b[]~b]system"), "chat echoes the M3 template")
+        lp = c["logprobs"]["content"]
+        fx.check(lp and lp[0]["logprob"] == -0.5 and len(lp[0]["top_logprobs"]) == 2 and lp[0]["bytes"],
+                 f"chat logprobs: {str(lp[:1])[:300]}")
+    # chat streaming with n=2: every choice gets a role chunk, deltas and one finish
+    st, ev = fx.sse_events(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": "yo"}],
+                                                        "max_tokens": 6, "n": 2, "stream": True})
+    if fx.check(st == 200 and ev[-1] == "[DONE]", f"chat stream n=2: {st}"):
+        chunks = [json.loads(e) for e in ev[:-1]]
+        for i in range(2):
+            mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == i]
+            fx.check(mine[0]["delta"].get("role") == "assistant", f"choice {i} role")
+            fx.check(sum(1 for c in mine if c["finish_reason"]) == 1 and mine[-1]["finish_reason"] == "length",
+                     f"choice {i} finish")
+    # /v1/models
+    st, body = fx.get(gw, "/v1/models")
+    m = json.loads(body)
+    fx.check(st == 200 and m["object"] == "list" and m["data"][0]["id"] == "toy" and
+             m["data"][0]["max_model_len"] == 60000, f"/v1/models: {body}")
+    # a long prompt (> 32 KiB) is tokenized on the preprocessing pool: same ids, echoed back verbatim
+    long_text = "".join(f"line {i}: the quick brown fox; " for i in range(1200))
+    st, t = fx.post(gw, "/tokenize", {"model": "toy", "prompt": long_text, "add_special_tokens": False})
+    st2, r = fx.post(gw, "/v1/completions", {"model": "toy", "prompt": long_text, "max_tokens": t["count"],
+                                              "add_special_tokens": False})
+    fx.check(st == 200 and st2 == 200 and r["usage"]["prompt_tokens"] == t["count"] and
+             r["choices"][0]["text"] == long_text, f"long prompt: {st} {st2} {str(r)[:200]}")
+
+
+def case_qwen2vl():
+    """The second plugin behind the same gateway: Qwen2-VL's ChatML template, stop token and pad expansion
+    (m3-tiny-a's tokenizer also holds the Qwen2-VL special tokens, ids 0-6), served by the toy worker."""
+    fx.need_testdata()
+    toy = fx.ToyWorker("--vocab", "8199", "--image-token", "5", "--video-token", "6")
+    gw = fx.Gateway(fx.model_block("qwen", "qwen2vl", M3_TOK, [toy.addr], "health_check_interval 200ms;"))
+    st, r = fx.post(gw, "/v1/chat/completions", {"model": "qwen", "messages": [{"role": "user", "content": "hi"}],
+                                                  "max_tokens": 100})
+    fx.check(st == 200 and r["choices"][0]["message"]["content"] == "<|im_start|>system\nYou are a helpful assistant."
+             and r["choices"][0]["finish_reason"] == "stop", f"qwen2vl echo stops at <|im_end|>: {str(r)[:300]}")
+    text = [{"type": "text", "text": "look"}]
+    base = stream_usage(gw, text, model="qwen")
+    img = stream_usage(gw, text + [{"type": "image_url", "image_url": {"url": fx.data_url_bytes(png_bytes(100, 60))}}],
+                       model="qwen")
+    # 60x100 -> 56x112 (multiples of 28, rounded half to even) -> a 4x8 patch grid -> 8 pads + vision_start/end
+    if base is not None and img is not None:
+        fx.check(img - base == 8 + 2, f"qwen2vl image costs {img - base} tokens, expected 10")
+
+
+# ---------------------------------------------------------------- reasoning, tool calls, worker failures
+
+class ScriptWorker(fx.Proc):
+    def __init__(self, d, vocab, eos):
+        self.script = os.path.join(d, "script.json")
+        self.set([])
+        pf = os.path.join(d, "sport")
+        super().__init__([fx.PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "script_worker.py"),
+                          "--listen", "127.0.0.1:0", "--port-file", pf, "--script", self.script, "--vocab", str(vocab),
+                          "--eos", str(eos)], "script")
+        self.port = fx.wait_port_file(pf, self)
+        self.addr = f"127.0.0.1:{self.port}"
+
+    def set(self, ids, **kw):
+        with open(self.script, "w") as f:
+            json.dump(dict(kw, ids=ids), f)
+
+
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather",
+                                                  "parameters": {"type": "object", "properties": {
+                                                      "city": {"type": "string"}, "days": {"type": "integer"}}}}}
+
+
+def case_parse():
+    d = tempfile.mkdtemp(prefix="mmgw-api-parse-")
+    tok, ids, vocab = demo_tokenizer(d)
+    sw = ScriptWorker(d, vocab, ids["[e~["])
+    gw = fx.Gateway(fx.model_block("m3", "m3", tok, [sw.addr], "retries 0;"))
+    NS = "]<]minimax[>["
+    out = ("<mm:think>I should call the tool.</mm:think>Let me check." + NS + "<tool_call>\n" + NS +
+           '<invoke name="get_weather">' + NS + "<city>Paris" + NS + "</city>" + NS + "<days>2" + NS + "</days>" + NS +
+           "</invoke>\n" + NS + "</tool_call>")
+    sw.set(tokenize(gw, out) + [ids["[e~["]])
+    body = {"model": "m3", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER_TOOL],
+            "max_tokens": 200}
+    st, r = fx.post(gw, "/v1/chat/completions", body)
+    if fx.check(st == 200, f"tool chat: {st} {str(r)[:300]}"):
+        c = r["choices"][0]
+        m = c["message"]
+        fx.check(m.get("reasoning_content") == "I should call the tool.", f"reasoning: {m}")
+        fx.check(m["content"] == "Let me check.", f"content: {m}")
+        calls = m.get("tool_calls") or []
+        fx.check(len(calls) == 1 and calls[0]["type"] == "function" and calls[0]["id"].startswith("call_") and
+                 calls[0]["function"]["name"] == "get_weather" and
+                 json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris", "days": 2}, f"tool_calls: {calls}")
+        fx.check(c["finish_reason"] == "tool_calls", f"finish_reason {c['finish_reason']}")
+        print("tool chat answer:", json.dumps(m)[:400])
+    # the same streamed: the deltas add up to the same message, the call's first delta names it
+    st, ev = fx.sse_events(gw, "/v1/chat/completions", dict(body, stream=True))
+    if fx.check(st == 200 and ev[-1] == "[DONE]", f"tool stream: {st} {str(ev)[:300]}"):
+        deltas = [json.loads(e)["choices"][0] for e in ev[:-1]]
+        reasoning = "".join(x["delta"].get("reasoning_content") or "" for x in deltas)
+        content = "".join(x["delta"].get("content") or "" for x in deltas)
+        tcs = [t for x in deltas for t in x["delta"].get("tool_calls") or []]
+        fx.check(reasoning == "I should call the tool." and content == "Let me check.", f"stream text: {reasoning!r} {content!r}")
+        fx.check(tcs and tcs[0]["index"] == 0 and tcs[0]["type"] == "function" and tcs[0]["id"].startswith("call_") and
+                 tcs[0]["function"]["name"] == "get_weather", f"first tool delta: {tcs[:1]}")
+        args = "".join(t["function"].get("arguments", "") for t in tcs)
+        fx.check(json.loads(args) == {"city": "Paris", "days": 2} and all(t["index"] == 0 for t in tcs),
+                 f"streamed arguments: {args!r}")
+        fx.check([x["finish_reason"] for x in deltas if x["finish_reason"]] == ["tool_calls"], "one finish: tool_calls")
+    # thinking_mode enabled: the answer starts inside the reasoning; the stop token is never shown
+    sw.set(tokenize(gw, "plan it</mm:think>The answer.") + [ids["[e~["]])
+    st, r = fx.post(gw, "/v1/chat/completions", dict(body, chat_template_kwargs={"thinking_mode": "enabled"}, tools=None))
+    fx.check(st == 200 and r["choices"][0]["message"].get("reasoning_content") == "plan it" and
+             r["choices"][0]["message"]["content"] == "The answer." and r["choices"][0]["finish_reason"] == "stop",
+             f"thinking enabled: {str(r)[:300]}")
+    # a stop string inside the answer cuts it and hides the rest, tool markup included
+    sw.set(tokenize(gw, "Alpha beta. STOP here" + NS + "<tool_call>"))
+    st, r = fx.post(gw, "/v1/chat/completions", dict(body, stop=[" STOP"]))
+    fx.check(st == 200 and r["choices"][0]["message"]["content"] == "Alpha beta." and
+             r["choices"][0]["finish_reason"] == "stop", f"stop string: {str(r)[:300]}")
+    # the worker fails before any token: its status (RESOURCE_EXHAUSTED = 429); after tokens: an SSE error event
+    sw.set([5, 6], error="RESOURCE_EXHAUSTED")
+    st, r = fx.post(gw, "/v1/chat/completions", body)
+    fx.check(st == 429 and fx.is_error(r), f"worker refused: {st} {str(r)[:300]}")
+    sw.set(tokenize(gw, "one two three four five six"), die_after=3)
+    st, ev = fx.sse_events(gw, "/v1/chat/completions", dict(body, stream=True))
+    if fx.check(st == 200 and isinstance(ev, list), f"mid-stream failure: {st} {str(ev)[:200]}"):
+        last = json.loads(ev[-1]) if ev and ev[-1] != "[DONE]" else {}
+        fx.check(fx.is_error(last) and len(ev) >= 2, f"mid-stream failure ends with an error event: {ev[-2:]}")
+    st, r = fx.post(gw, "/v1/chat/completions", body)
+    fx.check(st >= 500 and fx.is_error(r), f"non-streamed mid-stream failure: {st} {str(r)[:300]}")
+
+
+# ---------------------------------------------------------------- robustness
+
+def random_value(rng, depth=0):
+    kinds = ["str", "int", "float", "bool", "null", "list", "dict"] if depth < 3 else ["str", "int", "null"]
+    k = rng.choice(kinds)
+    if k == "str":
+        return rng.choice(["", "x", "image_url", "text", "data:,", "http://127.0.0.1/x", "]<]image[>[", "\u00e9\ud83d\ude00",
+                           "a" * rng.randint(0, 300), "file:///etc/passwd", "data:image/png;base64,AAAA"])
+    if k == "int":
+        return rng.choice([0, 1, -1, 2 ** 31, -2 ** 63, 10 ** 20, rng.randint(-5, 5000)])
+    if k == "float":
+        return rng.choice([0.5, -1e300, 1e-300, 3.5, 2.0])
+    if k == "bool":
+        return rng.random() < 0.5
+    if k == "null":
+        return None
+    if k == "list":
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    keys = ["role", "content", "type", "text", "image_url", "video_url", "url", "image", "tool_calls", "name",
+            "reasoning_content", "arguments", "function", "tool_call_id"]
+    return {rng.choice(keys): random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def random_body(rng):
+    roles = ["system", "user", "assistant", "tool", "developer", "root", "bogus", 5]
+    msgs = []
+    for _ in range(rng.randint(0, 4)):
+        m = {"role": rng.choice(roles)}
+        r = rng.random()
+        if r < 0.3:
+            m["content"] = random_value(rng)
+        elif r < 0.8:
+            m["content"] = [random_value(rng) if rng.random() < 0.3 else
+                            {"type": rng.choice(["text", "image_url", "video_url", "image", "input_audio", 7]),
+                             "text": random_value(rng), "image_url": random_value(rng)} for _ in range(rng.randint(0, 3))]
+        else:
+            m["content"] = "hello"
+        if rng.random() < 0.2:
+            m["tool_calls"] = random_value(rng)
+        msgs.append(m)
+    body = {"model": rng.choice(["toy", "toy", "nope", 3, None]), "messages": msgs if rng.random() < 0.9 else random_value(rng)}
+    for k in ("max_tokens", "temperature", "top_p", "top_k", "n", "stop", "stream", "logprobs", "top_logprobs",
+              "tools", "tool_choice", "stream_options", "seed", "stop_token_ids", "chat_template_kwargs",
+              "response_format", "min_p"):
+        if rng.random() < 0.15:
+            body[k] = random_value(rng)
+    body.setdefault("max_tokens", 4)
+    return body
+
+
+def case_robust():
+    import random
+    rng = random.Random(1234)
+    d = tempfile.mkdtemp(prefix="mmgw-api-rob-")
+    gw, (toy,), ids = toy_setup(d, "--rate", "200", models_extra="max_media_per_request 4;",
+                                media="fetch_timeout 1s;\n    max_pixels 100000;")
+    seen = {}
+    for i in range(400):
+        if i % 50 == 49:  # some raw garbage too
+            raw = bytes(rng.randrange(256) for _ in range(rng.randint(0, 200)))
+            st, r = fx.post(gw, "/v1/chat/completions", None, raw=raw)
+        else:
+            body = random_body(rng)
+            path = rng.choice(["/v1/chat/completions", "/v1/chat/completions", "/tokenize", "/v1/completions"])
+            if path == "/v1/completions":
+                body = {"model": "toy", "prompt": random_value(rng), "max_tokens": 3,
+                        "multi_modal_data": random_value(rng) if rng.random() < 0.3 else None}
+            st, r = fx.post(gw, path, body, timeout=30)
+        seen[st] = seen.get(st, 0) + 1
+        ok = st == 200 or (st in (400, 404, 413, 429) and fx.is_error(r))
+        if not fx.check(ok, f"random request {i}: {st} {str(r)[:300]}"):
+            break
+    print("statuses:", seen)
+    fx.check(seen.get(200, 0) > 10 and seen.get(400, 0) > 50, f"the random mix hit both answers and refusals: {seen}")
+    # many concurrent streams, half of them cut by the client mid-way
+    def one(k):
+        try:
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+            body = json.dumps({"model": "toy", "messages": [{"role": "user", "content": "go %d" % k}],
+                               "max_tokens": 40, "stream": True}).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body)
+            got = b""
+            while (k % 2 == 0 and got.count(b"data: ") < 3) or (k % 2 == 1 and b"[DONE]" not in got):
+                c = s.recv(65536)
+                if not c:
+                    break
+                got += c
+            s.close()
+            return k % 2 == 0 or b"[DONE]" in got
+        except OSError:
+            return False
+    threads, results = [], []
+    for k in range(40):
+        t = threading.Thread(target=lambda k=k: results.append(one(k)))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(60)
+    fx.check(len(results) == 40 and all(results), f"concurrent streams: {results.count(True)}/40 ok")
+    st, r = fx.post(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": "x"}],
+                                                  "max_tokens": 3})
+    fx.check(st == 200, "still serving after the random requests")
+
+
+# ---------------------------------------------------------------- disconnect and failover
+
+def worker_load(stub, pb2):
+    return stub.Load(pb2.LoadRequest(), timeout=2)
+
+
+def case_disconnect():
+    import grpc
+    d = tempfile.mkdtemp(prefix="mmgw-api-disc-")
+    gw, (toy,), ids = toy_setup(d, "--rate", "20")
+    pb2, pb2_grpc = fx.grpc_stubs()
+    stub = pb2_grpc.WorkerStub(grpc.insecure_channel(toy.addr))
+    for proto in ("h1", "h2"):
+        if proto == "h1":
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+            body = json.dumps({"model": "toy", "messages": [{"role": "user", "content": "talk"}], "max_tokens": 2000,
+                               "stream": True}).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                      b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += s.recv(65536)
+            close = s.close
+        else:
+            p = subprocess.Popen(["curl", "-sN", "--http2-prior-knowledge", "-H", "content-type: application/json",
+                                  "-d", json.dumps({"model": "toy", "messages": [{"role": "user", "content": "talk"}],
+                                                    "max_tokens": 2000, "stream": True}),
+                                  gw.url("/v1/chat/completions")], stdout=subprocess.PIPE)
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += p.stdout.read1(65536)
+            close = lambda: (p.kill(), p.wait())
+        fx.check(worker_load(stub, pb2).running_requests == 1, f"{proto}: the worker runs the stream")
+        t0 = time.time()
+        close()
+        running = 1
+        while time.time() - t0 < 5:
+            running = worker_load(stub, pb2).running_requests
+            if running == 0:
+                break
+            time.sleep(0.01)
+        dt = time.time() - t0
+        print(f"{proto}: client gone -> worker request ended in {dt * 1000:.0f} ms (includes the Load polling)")
+        fx.check(running == 0 and dt < 1.0, f"{proto}: worker still running {running} after {dt:.2f}s")
+    st, r = fx.post(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": "x"}],
+                                                  "max_tokens": 3})
+    fx.check(st == 200, "serving after disconnects")
+
+
+def case_failover():
+    d = tempfile.mkdtemp(prefix="mmgw-api-fo-")
+    gw, workers, ids = toy_setup(d, n_workers=2, models_extra="retries 2;\n    breaker_failures 2;")
+    body = {"model": "toy", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
+    for i in range(6):
+        st, r = fx.post(gw, "/v1/chat/completions", body)
+        fx.check(st == 200, f"before the kill, request {i}: {st}")
+    workers[0].kill()
+    ok = 0
+    for i in range(20):
+        st, r = fx.post(gw, "/v1/chat/completions", body, timeout=30)
+        ok += st == 200
+        if st != 200:
+            print(f"request {i} after the kill: {st} {str(r)[:200]}")
+    fx.check(ok == 20, f"after one worker died: {ok}/20 requests succeeded")
+    deadline = time.time() + 5  # three failed health checks at 200 ms take it out
+    while time.time() < deadline:
+        st, body = fx.get(gw, "/health/models")
+        h = json.loads(body)["models"]["toy"]
+        dead = [w for w in h["workers"] if w["target"] == workers[0].addr][0]
+        if dead["health"] == "unhealthy":
+            break
+        time.sleep(0.1)
+    fx.check(h["status"] == "ok" and dead["health"] == "unhealthy", f"/health/models after the kill: {body}")
+
+
+def case_backpressure():
+    """The toy worker's Load reports pages that grow with every generated token, so it shows whether the
+    worker's stream stalls while the client does not read (gateway paused it) and resumes when it reads."""
+    import grpc
+    d = tempfile.mkdtemp(prefix="mmgw-api-bp-")
+    gw, (toy,), ids = toy_setup(d, "--max-context", "400000", "--total-pages", "1000000", "--block-size", "16",
+                                http_extra="stream_buffer_max 256k;")
+    pb2, pb2_grpc = fx.grpc_stubs()
+    stub = pb2_grpc.WorkerStub(grpc.insecure_channel(toy.addr))
+    used = lambda: 1000000 - worker_load(stub, pb2).free_kv_pages
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", gw.port))
+    body = json.dumps({"model": "toy", "prompt": "one two three four five six seven eight nine ten",
+                       "max_tokens": 300000, "stream": True}).encode()
+    rss0 = gw.rss_kb()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: " +
+              str(len(body)).encode() + b"\r\n\r\n" + body)
+    time.sleep(3)
+    p1 = used()
+    time.sleep(2)
+    p2 = used()
+    grown = gw.rss_kb() - rss0
+    print(f"client not reading: worker pages {p1} -> {p2} over 2 s; gateway RSS grew {grown} kB")
+    fx.check(p1 > 0 and p2 - p1 <= 2, f"the worker kept generating while the client did not read ({p1} -> {p2})")
+    if not fx.sanitized():  # ASan keeps freed memory in quarantine: RSS says nothing there
+        fx.check(grown < 8 * 1024, f"the gateway buffered {grown} kB for a client that does not read")
+    # the client reads: the stream resumes and the events arrive in order (the toy counts up in echo order)
+    s.settimeout(30)
+    data = b""
+    t0 = time.time()
+    while time.time() - t0 < 3:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    p3 = used()
+    fx.check(p3 > p2 + 10, f"the worker did not resume after the client read ({p2} -> {p3})")
+    texts = []
+    for block in data.split(b"\n\n"):
+        i = block.find(b"data: {")
+        if i >= 0:
+            try:
+                texts.append(json.loads(block[i + 6:])["choices"][0]["text"])
+            except ValueError:
+                pass  # a chunk-size line cut the event: ignored
+    joined = "".join(texts)
+    fx.check(len(texts) > 1000 and joined.startswith("one two three four five six seven eight nine ten"),
+             f"events after resuming: {len(texts)}, text starts {joined[:60]!r}")
+    s.close()
+
+
+# ---------------------------------------------------------------- reload and metrics
+
+def case_reload():
+    d = tempfile.mkdtemp(prefix="mmgw-api-rl-")
+    gw, (toy,), ids = toy_setup(d, "--rate", "40")
+    tok = os.path.join(d, "tokenizer.json")
+    result = {}
+
+    def long_stream():
+        result["r"] = fx.sse_events(gw, "/v1/chat/completions", {"model": "toy", "messages": [
+            {"role": "user", "content": "a long answer"}], "max_tokens": 60, "stream": True})
+
+    t = threading.Thread(target=long_stream, daemon=True)
+    t.start()
+    time.sleep(0.4)
+    gw.write_conf(fx.model_block("toy", "m3", tok, [toy.addr]) + fx.model_block("toy2", "m3", tok, [toy.addr]))
+    gw.proc.send_signal(signal.SIGHUP)
+    gw.wait_log(r"reloaded", 1, timeout=30)
+    st, body = fx.get(gw, "/v1/models")
+    fx.check(st == 200 and {m["id"] for m in json.loads(body)["data"]} == {"toy", "toy2"}, f"after reload: {body}")
+    st, r = fx.post(gw, "/v1/chat/completions", {"model": "toy2", "messages": [{"role": "user", "content": "x"}],
+                                                  "max_tokens": 3})
+    fx.check(st == 200, f"the new model answers: {st} {str(r)[:200]}")
+    t.join(60)
+    st, ev = result.get("r", (0, []))
+    fx.check(st == 200 and ev and ev[-1] == "[DONE]" and
+             sum(1 for e in ev[:-1] if json.loads(e)["choices"] and json.loads(e)["choices"][0]["finish_reason"]) == 1,
+             f"the stream across the reload: {st} {str(ev)[-300:]}")
+    # a broken config is refused and the running one keeps serving
+    gw.write_conf("model broken { plugin m3; tokenizer /nonexistent.json; upstream 127.0.0.1:1; }\n")
+    gw.proc.send_signal(signal.SIGHUP)
+    gw.wait_log(r"reload failed", 1, timeout=30)
+    st, r = fx.post(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": "x"}],
+                                                  "max_tokens": 3})
+    fx.check(st == 200, f"after a failed reload: {st}")
+
+
+def case_metrics():
+    d = tempfile.mkdtemp(prefix="mmgw-api-met-")
+    gw, (toy,), ids = toy_setup(d)
+    for _ in range(3):
+        fx.post(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": "m"}],
+                                              "max_tokens": 5})
+    fx.post(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "m"}, {"type": "image_url", "image_url": {"url": fx.data_url_bytes(png_bytes(64, 48))}}]}],
+                                          "max_tokens": 2})
+    fx.post(gw, "/v1/chat/completions", {"model": "nope", "messages": []})
+    st, txt = fx.get(gw, "/metrics")
+    fx.check(st == 200, "metrics status")
+
+    def val(name, **labels):
+        for line in txt.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                    return float(line.rsplit(" ", 1)[1])
+        return None
+
+    fx.check(val("mmgw_api_requests_total", model="toy", endpoint="chat", status="200") == 4,
+             "requests_total{toy,chat,200} == 4")
+    fx.check(val("mmgw_api_requests_total", model="(none)", endpoint="chat", status="404") == 1, "404 counted")
+    fx.check(val("mmgw_api_time_to_first_token_seconds_count", model="toy", endpoint="chat") == 4, "ttft count")
+    fx.check(val("mmgw_api_tokens_total", model="toy", kind="completion") == 17, "completion tokens 3*5+2")
+    fx.check((val("mmgw_api_tokens_total", model="toy", kind="prompt") or 0) > 0, "prompt tokens")
+    for stage in ("decode", "resize", "tokenize"):
+        fx.check((val("mmgw_api_preprocess_seconds_count", stage=stage) or 0) >= 1, f"preprocess stage {stage}")
+    fx.check(val("mmgw_api_media_total", model="toy", kind="image") == 1, "media_total image")
+    fx.check(val("mmgw_worker_healthy", model="toy", worker=toy.addr) == 1, "worker healthy gauge")
+    fx.check(val("mmgw_worker_in_flight", model="toy", worker=toy.addr) == 0, "worker in-flight gauge")
+    fx.check(val("mmgw_http_requests_total", route="/v1/chat/completions", method="POST", status="200") == 4,
+             "the server's own request counter")
+
+
+# ---------------------------------------------------------------- demo (no ../shared)
+
+def smart_resize(h, w, factor=28, min_px=3136, max_px=451584):
+    import math
+
+    def rnd(x):
+        return round(x)  # Python rounds halves to even, as the reference
+
+    hb, wb = max(factor, rnd(h / factor) * factor), max(factor, rnd(w / factor) * factor)
+    if hb * wb > max_px:
+        beta = math.sqrt(h * w / max_px)
+        hb, wb = math.floor(h / beta / factor) * factor, math.floor(w / beta / factor) * factor
+    elif hb * wb < min_px:
+        beta = math.sqrt(min_px / (h * w))
+        hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
+    return hb, wb
+
+
+def case_demo():
+    fx.need_file(fx.MKDEMO, "mmgw-mkdemo")
+    d = tempfile.mkdtemp(prefix="mmgw-api-demo-")
+    tok, ids, vocab = demo_tokenizer(d)
+    subprocess.run([fx.MKDEMO, "--out", os.path.join(d, "ckpt"), "--tokenizer", tok], check=True, capture_output=True,
+                   timeout=120)
+    w = fx.RealWorker(os.path.join(d, "ckpt"))
+    png = png_bytes(100, 60)
+    srv = fx.MediaServer({"/cat.png": png})
+    gw = fx.Gateway(fx.model_block("m3-demo", "m3", tok, [w.addr]), media="media_fetch_allow 127.0.0.1;")
+    # text, then the same with an image by data: URL and by URL: the image costs grid/4 + 2 tokens
+    text = [{"type": "text", "text": "What is in the picture"}]
+    base = stream_usage(gw, text, model="m3-demo")
+    h, wd = smart_resize(60, 100)
+    want = (h // 14) * (wd // 14) // 4 + 2
+    u1 = stream_usage(gw, text + [{"type": "image_url", "image_url": {"url": fx.data_url_bytes(png)}}], model="m3-demo")
+    u2 = stream_usage(gw, text + [{"type": "image_url", "image_url": {"url": srv.url("/cat.png")}}], model="m3-demo")
+    if base is not None and u1 is not None:
+        fx.check(u1 - base == want, f"demo image by data: URL costs {u1 - base}, expected {want}")
+    fx.check(u2 == u1, f"by URL {u2} tokens, by data: URL {u1}")
+    fx.check(srv.hits == ["/cat.png"], f"media server hits: {srv.hits}")
+    srv.close()
+    # completions from ids and text agree; greedy decoding is deterministic
+    ids_hello = tokenize(gw, "Hello demo world")
+    b = {"model": "m3-demo", "max_tokens": 6, "temperature": 0, "logprobs": 0, "return_tokens_as_token_ids": True}
+    st1, r1 = fx.post(gw, "/v1/completions", dict(b, prompt="Hello demo world", add_special_tokens=False))
+    st2, r2 = fx.post(gw, "/v1/completions", dict(b, prompt=ids_hello))
+    fx.check(st1 == 200 and st2 == 200 and r1["choices"][0]["logprobs"]["tokens"] ==
+             r2["choices"][0]["logprobs"]["tokens"] and r1["choices"][0]["text"] == r2["choices"][0]["text"],
+             f"text vs ids prompt: {str(r1)[:200]} / {str(r2)[:200]}")
+    st, ver, r3 = fx.curl_json(gw.url("/v1/completions"), dict(b, prompt=ids_hello), "--http2-prior-knowledge")
+    fx.check(st == 200 and ver == "2" and r3["choices"][0]["logprobs"]["tokens"] ==
+             r2["choices"][0]["logprobs"]["tokens"], f"h2c: {st} {ver}")
+
+
+CASES = {
+    "golden_h1": case_golden_h1, "golden_h2": case_golden_h2, "tokenize": case_tokenize,
+    "media_tokens": case_media_tokens, "errors": case_errors, "toy": case_toy, "disconnect": case_disconnect,
+    "failover": case_failover, "parse": case_parse, "qwen2vl": case_qwen2vl, "robust": case_robust, "backpressure": case_backpressure, "reload": case_reload, "metrics": case_metrics,
+    "demo": case_demo,
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        print(__doc__)
+        sys.exit(2)
+    try:
+        CASES[sys.argv[1]]()
+    except Exception:
+        import traceback
+        traceback.print_exc()
+        fx.FAILURES.append("exception")
+    fx.finish()

@@ -1,0 +1,94 @@
+/* data: URLs: base64 (standard, URL-safe, unpadded, wrapped), percent-encoded payloads, media types,
+ * refusals with their reasons, and the size cap, against an independent encoder. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "gw_api_dataurl.h"
+#include "mmgw_test.h"
+
+static char *b64(const uint8_t *p, size_t n, int urlsafe, int pad, int wrap)
+{
+    const char *a = urlsafe ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+                            : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc(n * 2 + 16), *q = o;
+    size_t col = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v =
+            (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        size_t k = n - i >= 3 ? 4 : n - i + 1;
+        for (size_t j = 0; j < 4; j++) {
+            if (j < k)
+                *q++ = a[(v >> (18 - 6 * j)) & 63];
+            else if (pad)
+                *q++ = '=';
+        }
+        if (wrap && (col += 4) >= 16) {
+            *q++ = '\n';
+            col = 0;
+        }
+    }
+    *q = '\0';
+    return o;
+}
+
+static int32_t decode(const char *url, uint64_t cap, struct gw_api_dataurl *d, struct mm_err *e)
+{
+    mm_err_clear(e);
+    return gw_api_dataurl_decode(url, strlen(url), cap, d, e);
+}
+
+int main(void)
+{
+    struct gw_api_dataurl d;
+    struct mm_err e;
+    CHECK(gw_api_is_data_url("DATA:x", 6) && !gw_api_is_data_url("dat", 3) &&
+          !gw_api_is_data_url("http://x", 8));
+    CHECK(decode("data:image/PNG;base64,aGVsbG8=", 0, &d, &e) == MM_OK);
+    CHECK(d.len == 5 && memcmp(d.data, "hello", 5) == 0);
+    CHECK_STR(d.mediatype, "image/png");
+    free(d.data);
+    CHECK(decode("data:text/plain;charset=utf-8;base64,aGk", 0, &d, &e) == MM_OK); /* no padding */
+    CHECK(d.len == 2 && memcmp(d.data, "hi", 2) == 0);
+    CHECK_STR(d.mediatype, "text/plain");
+    free(d.data);
+    CHECK(decode("data:,a%20b%2Cc", 0, &d, &e) == MM_OK);
+    CHECK(d.len == 5 && memcmp(d.data, "a b,c", 5) == 0 && d.mediatype[0] == '\0');
+    free(d.data);
+    /* refusals name the problem */
+    CHECK(decode("data:image/png;base64", 0, &d, &e) == MM_INVALID && strstr(e.msg, ","));
+    CHECK(decode("data:image/png;base64,", 0, &d, &e) == MM_INVALID && strstr(e.msg, "empty"));
+    CHECK(decode("data:image/png;base64,aGV*bG8=", 0, &d, &e) == MM_INVALID && strstr(e.msg, "offset 3"));
+    CHECK(decode("data:image/png;base64,aGVsb", 0, &d, &e) == MM_INVALID && strstr(e.msg, "truncated"));
+    CHECK(decode("data:image/png;base64,aGk=aGk=", 0, &d, &e) == MM_INVALID);
+    CHECK(decode("data:,100%", 0, &d, &e) == MM_INVALID && strstr(e.msg, "percent"));
+    CHECK(decode("http://x/y.png", 0, &d, &e) == MM_INVALID && d.data == NULL);
+    /* round trips of random bytes in every spelling, and the cap at its boundary */
+    uint64_t s = 12345;
+    for (int t = 0; t < 300; t++) {
+        size_t n = (size_t)(t * 7 % 200);
+        uint8_t *p = malloc(n + 1);
+        for (size_t i = 0; i < n; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            p[i] = (uint8_t)(s >> 56);
+        }
+        char *enc = b64(p, n, t & 1, t & 2, t & 4);
+        char *url = malloc(strlen(enc) + 64);
+        sprintf(url, "data:application/octet-stream;base64,%s", enc);
+        int32_t rc = decode(url, 0, &d, &e);
+        if (n == 0) {
+            CHECK(rc == MM_INVALID);
+        } else {
+            CHECK_MSG(rc == MM_OK && d.len == n && memcmp(d.data, p, n) == 0, "round trip %d (%zu bytes): %s",
+                      t, n, e.msg);
+            free(d.data);
+            CHECK(decode(url, n, &d, &e) == MM_OK);
+            free(d.data);
+            if (n > 1) CHECK(decode(url, n - 1, &d, &e) == MM_TOO_LARGE && d.data == NULL); /* 0 = no cap */
+        }
+        free(url);
+        free(enc);
+        free(p);
+    }
+    CHECK(decode("data:,abcdef", 5, &d, &e) == MM_TOO_LARGE);
+    return test_done();
+}
