@@ -1,0 +1,50 @@
+/* Video decoding from memory with FFmpeg (libavformat/libavcodec/libswscale), decoding only what frame
+ * sampling needs.
+ *
+ * gw_video_open demuxes the whole container once (packets only, no decoding: cheap) to learn the exact
+ * frame count, every frame's presentation order and where the keyframes are. gw_video_frame then decodes
+ * forward to each requested frame: it jumps to the keyframe that governs the target when that is ahead of
+ * the decoder (skipping whole GOPs), and drops non-reference frames that no request needs without decoding
+ * them (AVDISCARD_NONREF). Frames are numbered in presentation order from 0, as the reference readers do.
+ *
+ * RGB conversion is FFmpeg's default (swscale, bicubic flags, same size): the frame's own colour matrix
+ * and range when it is tagged, BT.601 limited range otherwise.
+ *
+ * Input is untrusted: demuxers and decoders are limited to common video formats (format and codec
+ * whitelists), sizes and frame counts are checked against gw_media_limits before decoding, and a
+ * wall-clock deadline interrupts FFmpeg through its interrupt callback. Not thread-safe per video; many
+ * videos may be decoded on many threads at once. */
+#ifndef GW_VIDEO_DECODE_H
+#define GW_VIDEO_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gw_image_decode.h"
+#include "gw_media.h"
+#include "mm_status.h"
+
+struct gw_video;
+
+struct gw_video_info {
+    uint32_t width, height; /* of the video stream (every frame is converted to this size) */
+    uint64_t total_frames;  /* frames in the video stream, counted from its packets */
+    double fps;             /* average frame rate */
+    const char *codec;      /* decoder name, e.g. "h264" (static string) */
+};
+
+/** Open and index a video. threads = decoder threads (0 or 1 = single-threaded). */
+int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_limits *lim, const char *label,
+                      int threads, struct gw_video **out, struct gw_video_info *info, struct mm_err *err);
+
+/** Announce every frame that will be requested, so that no other non-reference frame is decoded. */
+void gw_video_want(struct gw_video *v, const uint32_t *indices, uint32_t n);
+
+/** Decode up to frame `index` (presentation order; indices must not decrease between calls) and return it
+ * as RGB8. *out is owned by the video and valid until the next call. */
+int32_t gw_video_frame(struct gw_video *v, uint64_t index, const struct gw_rgb_image **out,
+                       struct mm_err *err);
+
+void gw_video_close(struct gw_video *v);
+
+#endif

@@ -1,0 +1,86 @@
+/* Streaming safetensors writer for mmgw-preprocess (see pp_write.h). The format: an 8-byte little-endian
+ * header length, the JSON header (padded with spaces to a multiple of 8), then the raw tensor data. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "mm_dtype.h"
+#include "pp_write.h"
+
+int32_t pp_write_safetensors(const char *path, const struct pp_tensor *t, size_t n, const char *meta_key,
+                             const char *meta_value, struct mm_err *err)
+{
+    json_t *hdr = json_object();
+    if (!hdr) return mm_err_set(err, MM_NOMEM, "out of memory");
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bytes = 0, numel = 1;
+        for (size_t c = 0; c < t[i].n_chunks; c++) bytes += t[i].chunks[c].len;
+        json_t *shape = json_array();
+        for (int d = 0; d < t[i].ndim; d++) {
+            json_array_append_new(shape, json_integer(t[i].shape[d]));
+            numel *= (uint64_t)t[i].shape[d];
+        }
+        if (numel * mm_dtype_size(t[i].dtype) != bytes) {
+            json_decref(shape);
+            json_decref(hdr);
+            return mm_err_set(err, MM_ERROR, "tensor %s: %llu bytes for its shape", t[i].name,
+                              (unsigned long long)bytes);
+        }
+        json_t *e = json_pack("{s:s, s:o, s:[I, I]}", "dtype", mm_dtype_name(t[i].dtype), "shape", shape,
+                              "data_offsets", (json_int_t)off, (json_int_t)(off + bytes));
+        if (!e || json_object_set_new(hdr, t[i].name, e)) {
+            json_decref(hdr);
+            return mm_err_set(err, MM_NOMEM, "out of memory");
+        }
+        off += bytes;
+    }
+    if (meta_key) json_object_set_new(hdr, "__metadata__", json_pack("{s:s}", meta_key, meta_value));
+    char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(hdr);
+    if (!text) return mm_err_set(err, MM_NOMEM, "out of memory");
+    size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
+
+    size_t pl = strlen(path);
+    char *tmp = malloc(pl + 16);
+    if (!tmp) {
+        free(text);
+        return mm_err_set(err, MM_NOMEM, "out of memory");
+    }
+    snprintf(tmp, pl + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0) close(fd), unlink(tmp);
+        free(tmp);
+        free(text);
+        return mm_err_set(err, MM_IO, "%s: cannot create: %s", path, strerror(e));
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(text, 1, hl, f) == hl;
+    for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    free(text);
+    for (size_t i = 0; ok && i < n; i++)
+        for (size_t c = 0; ok && c < t[i].n_chunks; c++)
+            ok = t[i].chunks[c].len == 0 ||
+                 fwrite(t[i].chunks[c].data, 1, t[i].chunks[c].len, f) == t[i].chunks[c].len;
+    int e = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) e = errno;
+        unlink(tmp);
+        free(tmp);
+        return mm_err_set(err, MM_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    free(tmp);
+    return MM_OK;
+}
