@@ -1,0 +1,1130 @@
+/* Benchmarks of the CUDA MSA kernels on one GPU, by the methods of the device notes: CUDA events around
+ * each timed region, medians of repeated runs after a warm-up, inputs rotated among several sets when one
+ * set would fit in L2, and the ceilings measured in the same run (a device-to-device copy and a cuBLAS bf16
+ * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
+ *
+ *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]]
+ *   NAMES: ceil index topk decode prefill layer fp8agree
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include "kn_cuda.h"
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* plumbing                                                                                               */
+
+#define CK(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t e__ = (call);                                                                            \
+        if (e__ != cudaSuccess) {                                                                            \
+            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e__));    \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static struct mm_err g_err;
+#define KC(call)                                                                                             \
+    do {                                                                                                     \
+        int32_t rc__ = (call);                                                                               \
+        if (rc__ != MM_OK) {                                                                                 \
+            fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, g_err.msg);                  \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static int g_quick;
+static cudaStream_t g_stream = 0; /* the stream the timed kn_cuda calls use (a capture stream for graphs) */
+static FILE *g_tsv;
+static double g_copy_tbs = 0, g_gemm_tflops = 0;
+
+static void *dmalloc(size_t n)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, n ? n : 1));
+    return p;
+}
+
+static void *hmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "FATAL: host out of memory (%zu)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static void *upload(const void *h, size_t n)
+{
+    void *d = dmalloc(n);
+    CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef void (*bench_fn)(void *arg, int iter);
+
+/* Median milliseconds of iters runs of f (after warm runs), each bracketed by events. */
+static double time_ms(bench_fn f, void *arg, int warm, int iters)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < warm; i++) f(arg, i);
+    CK(cudaDeviceSynchronize());
+    double *t = (double *)hmalloc(sizeof(double) * (size_t)iters);
+    for (int i = 0; i < iters; i++) {
+        CK(cudaEventRecord(a, 0));
+        f(arg, warm + i);
+        CK(cudaEventRecord(b, 0));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t[i] = ms;
+    }
+    CK(cudaGetLastError());
+    qsort(t, (size_t)iters, sizeof(double), cmp_double);
+    double med = t[iters / 2];
+    free(t);
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return med;
+}
+
+/* Back-to-back: median over iters of (time of reps consecutive calls) / reps, as a serving loop issues them
+ * (60 layers per token, no host round trip in between). Per-call-synced times (time_ms) include the launch
+ * latency and the idle gap of every call; on this VM that is ~10 us for a small kernel. */
+static double time_b2b_ms(bench_fn f, void *arg, int warm, int iters, int reps)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < warm; i++) f(arg, i);
+    CK(cudaDeviceSynchronize());
+    double *t = (double *)hmalloc(sizeof(double) * (size_t)iters);
+    for (int i = 0; i < iters; i++) {
+        CK(cudaEventRecord(a, 0));
+        for (int r = 0; r < reps; r++) f(arg, i * reps + r);
+        CK(cudaEventRecord(b, 0));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t[i] = ms / reps;
+    }
+    CK(cudaGetLastError());
+    qsort(t, (size_t)iters, sizeof(double), cmp_double);
+    double med = t[iters / 2];
+    free(t);
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return med;
+}
+
+/* Median ms of replays of graphs captured from f(arg, k) for k = 0..n_graphs-1 (rotated), after warm runs. */
+static double time_graph_ms(bench_fn f, void *arg, int n_graphs, int warm, int iters)
+{
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraphExec_t ex[8];
+    for (int k = 0; k < n_graphs; k++) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+        g_stream = st;
+        f(arg, k);
+        g_stream = 0;
+        CK(cudaStreamEndCapture(st, &g));
+        CK(cudaGraphInstantiate(&ex[k], g, 0));
+        CK(cudaGraphDestroy(g));
+    }
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < warm; i++) CK(cudaGraphLaunch(ex[i % n_graphs], st));
+    CK(cudaStreamSynchronize(st));
+    double *t = (double *)hmalloc(sizeof(double) * (size_t)iters);
+    for (int i = 0; i < iters; i++) {
+        CK(cudaEventRecord(a, st));
+        CK(cudaGraphLaunch(ex[i % n_graphs], st));
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t[i] = ms;
+    }
+    qsort(t, (size_t)iters, sizeof(double), cmp_double);
+    double med = t[iters / 2];
+    free(t);
+    for (int k = 0; k < n_graphs; k++) CK(cudaGraphExecDestroy(ex[k]));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaStreamDestroy(st));
+    return med;
+}
+
+static void emit(const char *bench, const char *config, const char *metric, double value, const char *unit)
+{
+    printf("  %-14s %-44s %-18s %12.4g %s\n", bench, config, metric, value, unit);
+    if (g_tsv) {
+        fprintf(g_tsv, "%s\t%s\t%s\t%.6g\t%s\n", bench, config, metric, value, unit);
+        fflush(g_tsv);
+    }
+    fflush(stdout);
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* data fill kernels                                                                                      */
+
+__device__ __forceinline__ uint64_t hash64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+__device__ __forceinline__ float hnormal(uint64_t i, uint64_t seed)
+{
+    uint64_t h = hash64(i * 2654435761ull + seed * 0x9E3779B97F4A7C15ull + 1);
+    float u = ((float)(h >> 40) + 0.5f) / 16777216.0f, v = (float)((h >> 8) & 0xffffff) / 16777216.0f;
+    return sqrtf(-2.0f * logf(u)) * cospif(2.0f * v);
+}
+
+__global__ void k_fill_bf16(uint16_t *p, int64_t n, uint64_t seed, float sd)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        __nv_bfloat16 b = __float2bfloat16_rn(hnormal((uint64_t)i, seed) * sd);
+        p[i] = *(uint16_t *)&b;
+    }
+}
+
+__global__ void k_fill_f32(float *p, int64_t n, uint64_t seed, float sd)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = hnormal((uint64_t)i, seed) * sd;
+}
+
+/* q[i] = base[i / share] + eps * noise: runs of `share` consecutive queries with nearly equal vectors */
+__global__ void k_fill_shared_q(float *q, int64_t n_q, int32_t width, int32_t share, uint64_t seed, float eps)
+{
+    int64_t tot = n_q * width;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < tot;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = t / width, e = t % width;
+        float base = hnormal((uint64_t)((i / share) * width + e), seed);
+        q[t] = base + eps * hnormal((uint64_t)t, seed + 7);
+    }
+}
+
+/* bf16 index keys [tokens][dim] -> e4m3 + per-token scale (amax / 448), one warp per token */
+__global__ void k_quant_fp8(const uint16_t *src, int64_t tokens, int32_t dim, uint8_t *dst, float *scale)
+{
+    int lane = threadIdx.x & 31;
+    int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (t >= tokens) return;
+    float amax = 0;
+    for (int32_t d = lane; d < dim; d += 32)
+        amax = fmaxf(amax, fabsf(__uint_as_float((uint32_t)src[t * dim + d] << 16)));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float s = amax > 0 ? amax / 448.0f : 1.0f;
+    for (int32_t d = lane; d < dim; d += 32)
+        dst[t * dim + d] = (uint8_t)__nv_cvt_float_to_fp8(
+            __uint_as_float((uint32_t)src[t * dim + d] << 16) / s, __NV_SATFINITE, __NV_E4M3);
+    if (lane == 0) scale[t] = s;
+}
+
+static void fill_bf16(void *p, int64_t n, uint64_t seed, float sd)
+{
+    k_fill_bf16<<<4096, 256>>>((uint16_t *)p, n, seed, sd);
+    CK(cudaGetLastError());
+}
+
+static void fill_f32(float *p, int64_t n, uint64_t seed, float sd)
+{
+    k_fill_f32<<<4096, 256>>>(p, n, seed, sd);
+    CK(cudaGetLastError());
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* shapes and batches                                                                                     */
+
+static const struct kn_cuda_msa_shape M3 = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
+
+/* A query batch on the device: one query per listed (seq, pos); block tables given. */
+struct dbatch {
+    struct kn_cuda_qbatch qb;
+    void *mem[6];
+};
+
+static void dbatch_make(struct dbatch *d, int32_t n, int32_t n_seqs, const int32_t *qseq, const int64_t *pos,
+                        const int32_t *bt, int32_t bt_stride)
+{
+    memset(d, 0, sizeof(*d));
+    int32_t *off = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)(n_seqs + 1));
+    int64_t *last = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)n_seqs);
+    int32_t *tiles = (int32_t *)hmalloc(sizeof(int32_t) * 2 * (size_t)(n + 1));
+    KC(kn_cuda_qbatch_plan(n, n_seqs, qseq, pos, M3.block, off, last, tiles, &d->qb, &g_err));
+    d->mem[0] = upload(qseq, sizeof(int32_t) * (size_t)n);
+    d->mem[1] = upload(pos, sizeof(int64_t) * (size_t)n);
+    d->mem[2] = upload(off, sizeof(int32_t) * (size_t)(n_seqs + 1));
+    d->mem[3] = upload(last, sizeof(int64_t) * (size_t)n_seqs);
+    d->mem[4] = upload(tiles, sizeof(int32_t) * 2 * (size_t)d->qb.n_tiles);
+    d->mem[5] = upload(bt, sizeof(int32_t) * (size_t)n_seqs * bt_stride);
+    d->qb.qseq = (const int32_t *)d->mem[0];
+    d->qb.pos = (const int64_t *)d->mem[1];
+    d->qb.seq_blk_off = (const int32_t *)d->mem[2];
+    d->qb.seq_last = (const int64_t *)d->mem[3];
+    d->qb.tiles = (const int32_t *)d->mem[4];
+    d->qb.block_table = (const int32_t *)d->mem[5];
+    d->qb.bt_stride = bt_stride;
+    free(off), free(last), free(tiles);
+}
+
+static void dbatch_free(struct dbatch *d)
+{
+    for (int k = 0; k < 6; k++) cudaFree(d->mem[k]);
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* ceilings                                                                                               */
+
+struct copy_arg {
+    void *a, *b;
+    size_t n;
+};
+
+static void run_copy(void *p, int it)
+{
+    struct copy_arg *c = (struct copy_arg *)p;
+    (void)it;
+    CK(cudaMemcpyAsync(c->b, c->a, c->n, cudaMemcpyDeviceToDevice, 0));
+}
+
+struct gemm_arg {
+    struct kn_cuda_blas *bl;
+    void *a, *w, *c;
+    int64_t m, n, k;
+};
+
+static void run_gemm(void *p, int it)
+{
+    struct gemm_arg *g = (struct gemm_arg *)p;
+    (void)it;
+    KC(kn_cuda_gemm_bf16(g->bl, g->m, g->n, g->k, g->a, g->k, g->w, g->k, 0.0f, g->c, g->n, 1, &g_err));
+}
+
+__global__ void k_empty(void) {}
+
+static void run_empty(void *p, int it)
+{
+    (void)p, (void)it;
+    k_empty<<<132, 128>>>();
+}
+
+static void bench_ceilings(void)
+{
+    printf("== ceilings\n");
+    struct copy_arg c;
+    c.n = g_quick ? (256u << 20) : (size_t)4 << 30;
+    c.a = dmalloc(c.n);
+    c.b = dmalloc(c.n);
+    fill_bf16(c.a, (int64_t)(c.n / 2), 1, 1.0f);
+    double ms = time_ms(run_copy, &c, 3, g_quick ? 5 : 20);
+    g_copy_tbs = 2.0 * (double)c.n / (ms * 1e-3) / 1e12;
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "%.1f GB device-to-device", c.n / 1e9);
+    emit("ceiling", cfg, "copy (rd+wr)", g_copy_tbs, "TB/s");
+    cudaFree(c.a), cudaFree(c.b);
+
+    struct gemm_arg g;
+    g.m = g.n = g.k = g_quick ? 2048 : 8192;
+    KC(kn_cuda_blas_create(&g.bl, 0, &g_err));
+    g.a = dmalloc((size_t)(g.m * g.k * 2));
+    g.w = dmalloc((size_t)(g.n * g.k * 2));
+    g.c = dmalloc((size_t)(g.m * g.n * 2));
+    fill_bf16(g.a, g.m * g.k, 2, 1.0f);
+    fill_bf16(g.w, g.n * g.k, 3, 1.0f);
+    ms = time_ms(run_gemm, &g, 3, g_quick ? 5 : 20);
+    g_gemm_tflops = 2.0 * (double)g.m * g.n * g.k / (ms * 1e-3) / 1e12;
+    snprintf(cfg, sizeof cfg, "cuBLAS bf16 %lldx%lldx%lld random", (long long)g.m, (long long)g.n,
+             (long long)g.k);
+    emit("ceiling", cfg, "gemm", g_gemm_tflops, "TFLOP/s");
+    cudaFree(g.a), cudaFree(g.w), cudaFree(g.c);
+    kn_cuda_blas_destroy(g.bl);
+    /* the floor under every small kernel on this machine: an empty launch */
+    emit("ceiling", "empty kernel, synced per call", "launch floor", time_ms(run_empty, NULL, 10, 50) * 1e3,
+         "us");
+    emit("ceiling", "empty kernel, back to back", "launch floor",
+         time_b2b_ms(run_empty, NULL, 10, 9, 50) * 1e3, "us");
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* decode index scoring and top-k                                                                         */
+
+struct idx_arg {
+    int32_t n_sets;
+    struct dbatch *sets;
+    struct kn_cuda_cache *cache; /* per set */
+    float *q, *scores;
+    int32_t *sel;
+    int32_t score_stride, mode; /* 0 scores, 1 topk, 2 both */
+};
+
+static void run_idx(void *p, int it)
+{
+    struct idx_arg *a = (struct idx_arg *)p;
+    int s = it % a->n_sets;
+    if (a->mode != 1)
+        KC(kn_cuda_msa_index_scores(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride,
+                                    KN_PATH_DECODE, 0, &g_err));
+    if (a->mode != 0)
+        KC(kn_cuda_msa_topk(&M3, &a->sets[s].qb, a->scores, a->score_stride, a->sel, M3.topk, 0, &g_err));
+}
+
+static void bench_index(int do_topk)
+{
+    printf("== decode index scoring (tensor cores, one pass per query) and top-k\n");
+    static const int64_t ctxs[] = {131072, 524288, 1048576};
+    static const int32_t batches[] = {1, 8, 64};
+    for (int ci = 0; ci < 3; ci++)
+        for (int bi = 0; bi < 3; bi++) {
+            const int64_t ctx = g_quick ? ctxs[ci] / 16 : ctxs[ci];
+            const int32_t batch = batches[bi], nb = (int32_t)(ctx / M3.block);
+            const int64_t set_pages = (int64_t)batch * nb;
+            const double set_bytes = (double)set_pages * M3.block * M3.idx_dim * 2;
+            int32_t n_sets = (int32_t)ceil(2e9 / set_bytes);
+            if (n_sets < 1) n_sets = 1;
+            if (n_sets > 8) n_sets = 8;
+            const int64_t pages = set_pages * n_sets;
+            uint16_t *idx = (uint16_t *)dmalloc((size_t)pages * M3.block * M3.idx_dim * 2);
+            uint8_t *idx8 = (uint8_t *)dmalloc((size_t)pages * M3.block * M3.idx_dim);
+            float *sc8 = (float *)dmalloc((size_t)pages * M3.block * 4);
+            fill_bf16(idx, pages * M3.block * M3.idx_dim, 11, 1.0f);
+            k_quant_fp8<<<(unsigned)((pages * M3.block + 7) / 8), 256>>>(idx, pages * M3.block, M3.idx_dim,
+                                                                         idx8, sc8);
+            CK(cudaGetLastError());
+            struct dbatch *sets = (struct dbatch *)hmalloc(sizeof(struct dbatch) * (size_t)n_sets);
+            struct kn_cuda_cache *cb =
+                (struct kn_cuda_cache *)hmalloc(sizeof(struct kn_cuda_cache) * (size_t)n_sets);
+            struct kn_cuda_cache *c8 =
+                (struct kn_cuda_cache *)hmalloc(sizeof(struct kn_cuda_cache) * (size_t)n_sets);
+            int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch);
+            int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)batch);
+            int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch * nb);
+            for (int32_t s = 0; s < n_sets; s++) {
+                for (int32_t i = 0; i < batch; i++) {
+                    qseq[i] = i;
+                    pos[i] = ctx - 1;
+                    for (int32_t b = 0; b < nb; b++)
+                        bt[(int64_t)i * nb + b] = (int32_t)(s * set_pages + (int64_t)i * nb + b);
+                }
+                dbatch_make(&sets[s], batch, batch, qseq, pos, bt, nb);
+                memset(&cb[s], 0, sizeof(cb[s]));
+                cb[s].k = cb[s].v = idx; /* not read by index scoring */
+                cb[s].idx = idx;
+                cb[s].idx_dtype = KN_IDX_BF16;
+                cb[s].n_pages = pages;
+                c8[s] = cb[s];
+                c8[s].idx = idx8;
+                c8[s].idx_scale = sc8;
+                c8[s].idx_dtype = KN_IDX_FP8;
+            }
+            float *q = (float *)dmalloc(sizeof(float) * (size_t)batch * M3.n_idx_heads * M3.idx_dim);
+            fill_f32(q, (int64_t)batch * M3.n_idx_heads * M3.idx_dim, 12, 1.0f);
+            float *scores = (float *)dmalloc(sizeof(float) * (size_t)M3.n_idx_heads * batch * nb);
+            int32_t *sel = (int32_t *)dmalloc(sizeof(int32_t) * (size_t)M3.n_idx_heads * batch * M3.topk);
+            struct idx_arg a = {n_sets, sets, cb, q, scores, sel, nb, 0};
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "ctx %lldK batch %d (%d sets)", (long long)(ctx / 1024), batch, n_sets);
+            const int iters = g_quick ? 5 : 30;
+            double ms = time_ms(run_idx, &a, 3, iters);
+            double tbs = set_bytes / (ms * 1e-3) / 1e12;
+            emit("index bf16", cfg, "time", ms * 1e3, "us");
+            emit("index bf16", cfg, "bandwidth", tbs, "TB/s");
+            emit("index bf16", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+            const int reps = set_bytes < 1e9 ? 20 : 4;
+            ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
+            tbs = set_bytes / (ms * 1e-3) / 1e12;
+            emit("index bf16 b2b", cfg, "time", ms * 1e3, "us");
+            emit("index bf16 b2b", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+            a.cache = c8;
+            ms = time_ms(run_idx, &a, 3, iters);
+            double bytes8 = (double)set_pages * M3.block * (M3.idx_dim + 4);
+            tbs = bytes8 / (ms * 1e-3) / 1e12;
+            emit("index fp8", cfg, "time", ms * 1e3, "us");
+            emit("index fp8", cfg, "bandwidth", tbs, "TB/s");
+            emit("index fp8", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+            ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
+            tbs = bytes8 / (ms * 1e-3) / 1e12;
+            emit("index fp8 b2b", cfg, "time", ms * 1e3, "us");
+            emit("index fp8 b2b", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+            if (do_topk) {
+                a.mode = 1;
+                ms = time_ms(run_idx, &a, 3, iters);
+                emit("topk", cfg, "time", ms * 1e3, "us");
+                ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, 20);
+                emit("topk b2b", cfg, "time", ms * 1e3, "us");
+            }
+            for (int32_t s = 0; s < n_sets; s++) dbatch_free(&sets[s]);
+            free(sets), free(cb), free(c8), free(qseq), free(pos), free(bt);
+            cudaFree(idx), cudaFree(idx8), cudaFree(sc8), cudaFree(q), cudaFree(scores), cudaFree(sel);
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* paged sparse decode attention                                                                          */
+
+struct dec_arg {
+    int32_t n_sets;
+    struct dbatch *sets;
+    struct kn_cuda_cache c;
+    void *q, *out, *ws;
+    size_t ws_bytes;
+    int32_t **sel; /* per set, device [G][batch][topk] */
+    int dense;
+};
+
+static void run_dec(void *p, int it)
+{
+    struct dec_arg *a = (struct dec_arg *)p;
+    int s = it % a->n_sets;
+    if (a->dense)
+        KC(kn_cuda_dense_attention(&M3, &a->sets[s].qb, &a->c, a->q, a->out, a->ws, a->ws_bytes,
+                                   KN_PATH_DECODE, 0, &g_err));
+    else
+        KC(kn_cuda_msa_attention(&M3, &a->sets[s].qb, &a->c, a->q, a->sel[s], M3.topk, a->out, a->ws,
+                                 a->ws_bytes, KN_PATH_DECODE, 0, &g_err));
+}
+
+/* distinct random blocks < own, own first; n = min(topk, own + 1) valid, rest -1 */
+static void random_selection(int32_t *row, int64_t own, int32_t topk)
+{
+    int32_t n = own + 1 < topk ? (int32_t)own + 1 : topk;
+    row[0] = (int32_t)own;
+    for (int32_t j = 1; j < n; j++) {
+        int32_t b, dup;
+        do {
+            b = (int32_t)(rnd() % (uint64_t)own);
+            dup = 0;
+            for (int32_t m = 0; m < j; m++) dup |= row[m] == b;
+        } while (dup);
+        row[j] = b;
+    }
+    for (int32_t j = n; j < topk; j++) row[j] = -1;
+}
+
+static void bench_decode(void)
+{
+    printf("== paged sparse decode attention (selected pages only)\n");
+    static const int32_t batches[] = {1, 16, 64};
+    const int64_t ctx = g_quick ? 65536 : 1048576;
+    const int32_t nb = (int32_t)(ctx / M3.block), G = M3.n_kv;
+    for (int bi = 0; bi < 3; bi++) {
+        const int32_t batch = batches[bi];
+        const int32_t n_sets = batch >= 64 ? 4 : 8;
+        /* pages only for the selected blocks: bt maps them to distinct pages, everything else to page 0 */
+        int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch * nb);
+        int32_t *sel = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)G * batch * M3.topk);
+        int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch);
+        int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)batch);
+        struct dbatch *sets = (struct dbatch *)hmalloc(sizeof(struct dbatch) * (size_t)n_sets);
+        int32_t **seld = (int32_t **)hmalloc(sizeof(int32_t *) * (size_t)n_sets);
+        int64_t next_page = 1;
+        double bytes = 0;
+        for (int32_t s = 0; s < n_sets; s++) {
+            memset(bt, 0, sizeof(int32_t) * (size_t)batch * nb);
+            for (int32_t i = 0; i < batch; i++) {
+                qseq[i] = i;
+                pos[i] = ctx - 1 - (int64_t)(rnd() % 64);
+                for (int32_t g = 0; g < G; g++) {
+                    int32_t *row = sel + ((int64_t)g * batch + i) * M3.topk;
+                    random_selection(row, pos[i] / M3.block, M3.topk);
+                    for (int32_t j = 0; j < M3.topk; j++)
+                        if (row[j] >= 0 && bt[(int64_t)i * nb + row[j]] == 0)
+                            bt[(int64_t)i * nb + row[j]] = (int32_t)next_page++;
+                }
+            }
+            dbatch_make(&sets[s], batch, batch, qseq, pos, bt, nb);
+            seld[s] = (int32_t *)upload(sel, sizeof(int32_t) * (size_t)G * batch * M3.topk);
+        }
+        /* bytes over the selected pages: K and V of the group's slice, visible tokens only */
+        for (int32_t i = 0; i < batch; i++) bytes += (double)G * M3.topk * M3.block * M3.head_dim * 2 * 2;
+        const int64_t pages = next_page;
+        const size_t kv = (size_t)pages * M3.block * G * M3.head_dim * 2;
+        struct dec_arg a;
+        memset(&a, 0, sizeof(a));
+        a.n_sets = n_sets;
+        a.sets = sets;
+        a.sel = seld;
+        a.c.k = dmalloc(kv);
+        a.c.v = dmalloc(kv);
+        a.c.n_pages = pages;
+        fill_bf16(a.c.k, (int64_t)(kv / 2), 21, 1.0f);
+        fill_bf16(a.c.v, (int64_t)(kv / 2), 22, 1.0f);
+        a.q = dmalloc((size_t)batch * M3.n_heads * M3.head_dim * 2);
+        fill_bf16(a.q, (int64_t)batch * M3.n_heads * M3.head_dim, 23, 1.0f);
+        a.out = dmalloc((size_t)batch * M3.n_heads * M3.head_dim * 2);
+        a.ws_bytes = kn_cuda_msa_attention_ws(&M3, &sets[0].qb, M3.topk, KN_PATH_DECODE);
+        a.ws = dmalloc(a.ws_bytes);
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "ctx %lldK batch %d top-16 (%d sets)", (long long)(ctx / 1024), batch,
+                 n_sets);
+        double ms = time_ms(run_dec, &a, 3, g_quick ? 5 : 50);
+        double tbs = bytes / (ms * 1e-3) / 1e12;
+        emit("sparse decode", cfg, "time", ms * 1e3, "us");
+        emit("sparse decode", cfg, "bandwidth", tbs, "TB/s");
+        emit("sparse decode", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+        ms = time_b2b_ms(run_dec, &a, 3, g_quick ? 3 : 9, 20);
+        tbs = bytes / (ms * 1e-3) / 1e12;
+        emit("sparse decode b2b", cfg, "time", ms * 1e3, "us");
+        emit("sparse decode b2b", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+        for (int32_t s = 0; s < n_sets; s++) dbatch_free(&sets[s]), cudaFree(seld[s]);
+        free(sets), free(seld), free(bt), free(sel), free(qseq), free(pos);
+        cudaFree(a.c.k), cudaFree(a.c.v), cudaFree(a.q), cudaFree(a.out), cudaFree(a.ws);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* sparse prefill attention (KV-block-major) and the dense prefill baseline                              */
+
+/* Selections for a whole prefill of L tokens, [G][L][topk]. structured: per 128-query tile and group a shared
+ * set (own block + 15 earlier ones), each query swapping every shared block with probability swap for a
+ * random other one; random: own block + independent random earlier blocks. Returns the mean fraction of a
+ * query's selected blocks that are in its tile's shared set. */
+static double make_prefill_selection(int32_t *sel, int64_t L, int structured, double swap)
+{
+    const int32_t G = M3.n_kv, K = M3.topk;
+    double shared_sum = 0;
+    int64_t shared_n = 0;
+    int32_t tile_set[16];
+    for (int32_t g = 0; g < G; g++)
+        for (int64_t t0 = 0; t0 < L; t0 += M3.block) {
+            const int64_t own = t0 / M3.block;
+            random_selection(tile_set, own, K);
+            for (int64_t i = t0; i < t0 + M3.block && i < L; i++) {
+                int32_t *row = sel + ((int64_t)g * L + i) * K;
+                if (!structured) {
+                    random_selection(row, own, K);
+                    continue;
+                }
+                memcpy(row, tile_set, sizeof(int32_t) * K);
+                int32_t n = own + 1 < K ? (int32_t)own + 1 : K;
+                if (own + 1 > K) /* only when there are other blocks to swap in */
+                    for (int32_t j = 1; j < n; j++) {
+                        if ((double)(rnd() % 1000000) / 1e6 >= swap) continue;
+                        int32_t b, dup;
+                        do {
+                            b = (int32_t)(rnd() % (uint64_t)own);
+                            dup = 0;
+                            for (int32_t m = 0; m < n; m++) dup |= row[m] == b;
+                        } while (dup);
+                        row[j] = b;
+                    }
+                int32_t hit = 0;
+                for (int32_t j = 0; j < n; j++)
+                    for (int32_t m = 0; m < n; m++) hit += row[j] == tile_set[m];
+                shared_sum += (double)hit / n;
+                shared_n++;
+            }
+        }
+    return shared_n ? shared_sum / shared_n : 0.0;
+}
+
+/* Useful FLOPs of attention over the selections: 4 * head_dim per (query head, visible key). */
+static double sparse_flops(const int32_t *sel, int64_t L)
+{
+    const int32_t G = M3.n_kv, K = M3.topk, hpg = M3.n_heads / M3.n_kv;
+    double keys = 0;
+    for (int32_t g = 0; g < G; g++)
+        for (int64_t i = 0; i < L; i++)
+            for (int32_t j = 0; j < K; j++) {
+                int32_t b = sel[((int64_t)g * L + i) * K + j];
+                if (b < 0) continue;
+                int64_t vis = i - (int64_t)b * M3.block + 1;
+                keys += vis < M3.block ? vis : M3.block;
+            }
+    return keys * hpg * 4.0 * M3.head_dim;
+}
+
+struct pf_arg {
+    int64_t L, chunk;
+    struct dbatch *chunks;
+    int32_t n_chunks;
+    struct kn_cuda_cache c;
+    uint16_t *q, *out;
+    float *qi;
+    int32_t *sel;
+    void *ws;
+    size_t ws_bytes;
+    int what; /* 0 sparse attention, 1 dense attention, 2 select (fused), 3 select + sparse attention */
+};
+
+static void run_pf(void *p, int it)
+{
+    struct pf_arg *a = (struct pf_arg *)p;
+    (void)it;
+    const int64_t hd = (int64_t)M3.n_heads * M3.head_dim;
+    for (int32_t c = 0; c < a->n_chunks; c++) {
+        const struct kn_cuda_qbatch *qb = &a->chunks[c].qb;
+        const int64_t i0 = c * a->chunk;
+        /* selections are stored per chunk, [G][n][K] at c * G * chunk * K (a [G][L][K] array would not give
+         * the kernels their [G][n][K] rows) */
+        int32_t *sel = a->sel + (int64_t)c * M3.n_kv * a->chunk * M3.topk;
+        if (a->what == 1)
+            KC(kn_cuda_dense_attention(&M3, qb, &a->c, a->q + i0 * hd, a->out + i0 * hd, a->ws, a->ws_bytes,
+                                       KN_PATH_PREFILL, 0, &g_err));
+        if (a->what == 2 || a->what == 3)
+            KC(kn_cuda_msa_select(&M3, qb, &a->c, a->qi + i0 * M3.n_idx_heads * M3.idx_dim, sel, M3.topk,
+                                  a->ws, a->ws_bytes, KN_PATH_PREFILL, 0, &g_err));
+        if (a->what == 0 || a->what == 3)
+            KC(kn_cuda_msa_attention(&M3, qb, &a->c, a->q + i0 * hd, sel, M3.topk, a->out + i0 * hd, a->ws,
+                                     a->ws_bytes, KN_PATH_PREFILL, 0, &g_err));
+    }
+}
+
+/* One sequence of L tokens in pages 0..L/128-1, queries chunked; caches random. */
+static void pf_setup(struct pf_arg *a, int64_t L, int64_t chunk)
+{
+    memset(a, 0, sizeof(*a));
+    a->L = L;
+    a->chunk = chunk;
+    a->n_chunks = (int32_t)((L + chunk - 1) / chunk);
+    const int32_t nb = (int32_t)(L / M3.block);
+    const size_t kv = (size_t)nb * M3.block * M3.n_kv * M3.head_dim * 2;
+    a->c.k = dmalloc(kv);
+    a->c.v = dmalloc(kv);
+    a->c.idx = dmalloc((size_t)nb * M3.block * M3.idx_dim * 2);
+    a->c.idx_dtype = KN_IDX_BF16;
+    a->c.n_pages = nb;
+    fill_bf16(a->c.k, (int64_t)(kv / 2), 31, 1.0f);
+    fill_bf16(a->c.v, (int64_t)(kv / 2), 32, 1.0f);
+    fill_bf16(a->c.idx, (int64_t)nb * M3.block * M3.idx_dim, 33, 1.0f);
+    a->q = (uint16_t *)dmalloc((size_t)L * M3.n_heads * M3.head_dim * 2);
+    a->out = (uint16_t *)dmalloc((size_t)L * M3.n_heads * M3.head_dim * 2);
+    fill_bf16(a->q, L * M3.n_heads * M3.head_dim, 34, 1.0f);
+    a->qi = (float *)dmalloc(sizeof(float) * (size_t)L * M3.n_idx_heads * M3.idx_dim);
+    a->sel = (int32_t *)dmalloc(sizeof(int32_t) * (size_t)a->n_chunks * M3.n_kv * chunk * M3.topk);
+    int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb);
+    for (int32_t b = 0; b < nb; b++) bt[b] = b;
+    a->chunks = (struct dbatch *)hmalloc(sizeof(struct dbatch) * (size_t)a->n_chunks);
+    int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)chunk);
+    int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)chunk);
+    size_t ws = 0;
+    for (int32_t c = 0; c < a->n_chunks; c++) {
+        int64_t i0 = c * chunk, n = L - i0 < chunk ? L - i0 : chunk;
+        for (int64_t i = 0; i < n; i++) qseq[i] = 0, pos[i] = i0 + i;
+        dbatch_make(&a->chunks[c], (int32_t)n, 1, qseq, pos, bt, nb);
+        size_t w1 = kn_cuda_msa_attention_ws(&M3, &a->chunks[c].qb, M3.topk, KN_PATH_PREFILL);
+        if (w1 > ws) ws = w1;
+    }
+    a->ws_bytes = ws;
+    a->ws = dmalloc(ws);
+    free(bt), free(qseq), free(pos);
+}
+
+static void pf_free(struct pf_arg *a)
+{
+    for (int32_t c = 0; c < a->n_chunks; c++) dbatch_free(&a->chunks[c]);
+    free(a->chunks);
+    cudaFree(a->c.k), cudaFree(a->c.v), cudaFree(a->c.idx), cudaFree(a->q), cudaFree(a->out), cudaFree(a->qi);
+    cudaFree(a->sel), cudaFree(a->ws);
+}
+
+/* host selections [G][L][K] -> device per-chunk layout [chunk][G][n][K] */
+static void pf_upload_sel(struct pf_arg *a, const int32_t *sel)
+{
+    const int32_t G = M3.n_kv, K = M3.topk;
+    int32_t *tmp = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)a->n_chunks * G * a->chunk * K);
+    for (int32_t c = 0; c < a->n_chunks; c++) {
+        int64_t i0 = c * a->chunk, n = a->L - i0 < a->chunk ? a->L - i0 : a->chunk;
+        for (int32_t g = 0; g < G; g++)
+            memcpy(tmp + (int64_t)c * G * a->chunk * K + (int64_t)g * n * K,
+                   sel + ((int64_t)g * a->L + i0) * K, sizeof(int32_t) * (size_t)(n * K));
+    }
+    CK(cudaMemcpy(a->sel, tmp, sizeof(int32_t) * (size_t)a->n_chunks * G * a->chunk * K,
+                  cudaMemcpyHostToDevice));
+    free(tmp);
+}
+
+static void bench_prefill(void)
+{
+    printf("== sparse prefill attention, KV-block-major (given selections)\n");
+    static const int64_t Ls[] = {65536, 131072, 262144};
+    for (int li = 0; li < 3; li++) {
+        const int64_t L = g_quick ? Ls[li] / 16 : Ls[li];
+        struct pf_arg a;
+        pf_setup(&a, L, 16384);
+        int32_t *sel = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)M3.n_kv * L * M3.topk);
+        for (int structured = 1; structured >= 0; structured--) {
+            double overlap = make_prefill_selection(sel, L, structured, 0.08);
+            double flops = sparse_flops(sel, L);
+            pf_upload_sel(&a, sel);
+            a.what = 0;
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "L %lldK %s", (long long)(L / 1024),
+                     structured ? "structured" : "random");
+            double ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
+            if (structured) emit("sparse prefill", cfg, "shared w/ tile", 100.0 * overlap, "%");
+            emit("sparse prefill", cfg, "time", ms, "ms");
+            emit("sparse prefill", cfg, "effective", flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+        }
+        free(sel);
+        pf_free(&a);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* one MSA layer (index + select + attend) against dense attention, same shapes, same run                 */
+
+struct layer_dec_arg {
+    struct dbatch b;
+    struct kn_cuda_cache c;
+    float *qi[4];
+    void *q, *out, *ws;
+    size_t ws_bytes;
+    int32_t *sel;
+    int dense;
+};
+
+static void run_layer_dec(void *p, int it)
+{
+    struct layer_dec_arg *a = (struct layer_dec_arg *)p;
+    if (a->dense) {
+        KC(kn_cuda_dense_attention(&M3, &a->b.qb, &a->c, a->q, a->out, a->ws, a->ws_bytes, KN_PATH_DECODE,
+                                   g_stream, &g_err));
+        return;
+    }
+    KC(kn_cuda_msa_select(&M3, &a->b.qb, &a->c, a->qi[it % 4], a->sel, M3.topk, a->ws, a->ws_bytes,
+                          KN_PATH_DECODE, g_stream, &g_err));
+    KC(kn_cuda_msa_attention(&M3, &a->b.qb, &a->c, a->q, a->sel, M3.topk, a->out, a->ws, a->ws_bytes,
+                             KN_PATH_DECODE, g_stream, &g_err));
+}
+
+static void bench_layer(void)
+{
+    printf("== one MSA layer (index + top-k + sparse attention) vs dense attention, same shapes\n");
+    /* decode at 1M, batch 1 */
+    {
+        const int64_t ctx = g_quick ? 65536 : 1048576;
+        const int32_t nb = (int32_t)(ctx / M3.block);
+        struct layer_dec_arg a;
+        memset(&a, 0, sizeof(a));
+        const size_t kv = (size_t)nb * M3.block * M3.n_kv * M3.head_dim * 2;
+        a.c.k = dmalloc(kv);
+        a.c.v = dmalloc(kv);
+        a.c.idx = dmalloc((size_t)nb * M3.block * M3.idx_dim * 2);
+        a.c.idx_dtype = KN_IDX_BF16;
+        a.c.n_pages = nb;
+        fill_bf16(a.c.k, (int64_t)(kv / 2), 41, 1.0f);
+        fill_bf16(a.c.v, (int64_t)(kv / 2), 42, 1.0f);
+        fill_bf16(a.c.idx, (int64_t)nb * M3.block * M3.idx_dim, 43, 1.0f);
+        uint8_t *idx8 = (uint8_t *)dmalloc((size_t)nb * M3.block * M3.idx_dim);
+        float *sc8 = (float *)dmalloc((size_t)nb * M3.block * 4);
+        k_quant_fp8<<<(unsigned)((nb * (int64_t)M3.block + 7) / 8), 256>>>(
+            (const uint16_t *)a.c.idx, (int64_t)nb * M3.block, M3.idx_dim, idx8, sc8);
+        CK(cudaGetLastError());
+        int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb);
+        for (int32_t b = 0; b < nb; b++) bt[b] = b;
+        int32_t qseq = 0;
+        int64_t pos = ctx - 1;
+        dbatch_make(&a.b, 1, 1, &qseq, &pos, bt, nb);
+        for (int k = 0; k < 4; k++) {
+            a.qi[k] = (float *)dmalloc(sizeof(float) * M3.n_idx_heads * M3.idx_dim);
+            fill_f32(a.qi[k], M3.n_idx_heads * M3.idx_dim, 44 + k, 1.0f);
+        }
+        a.q = dmalloc((size_t)M3.n_heads * M3.head_dim * 2);
+        a.out = dmalloc((size_t)M3.n_heads * M3.head_dim * 2);
+        fill_bf16(a.q, M3.n_heads * M3.head_dim, 49, 1.0f);
+        a.sel = (int32_t *)dmalloc(sizeof(int32_t) * M3.n_kv * M3.topk);
+        size_t w1 = kn_cuda_msa_select_ws(&M3, &a.b.qb, KN_PATH_DECODE);
+        size_t w2 = kn_cuda_msa_attention_ws(&M3, &a.b.qb, M3.topk, KN_PATH_DECODE);
+        size_t w3 = kn_cuda_dense_attention_ws(&M3, &a.b.qb, KN_PATH_DECODE);
+        a.ws_bytes = w1 > w2 ? w1 : w2;
+        if (w3 > a.ws_bytes) a.ws_bytes = w3;
+        a.ws = dmalloc(a.ws_bytes);
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "decode ctx %lldK batch 1", (long long)(ctx / 1024));
+        const int iters = g_quick ? 5 : 50;
+        a.dense = 1;
+        double dense_ms = time_ms(run_layer_dec, &a, 3, iters);
+        a.dense = 0;
+        double msa_ms = time_ms(run_layer_dec, &a, 3, iters);
+        struct kn_cuda_cache cb = a.c;
+        a.c.idx = idx8;
+        a.c.idx_scale = sc8;
+        a.c.idx_dtype = KN_IDX_FP8;
+        double msa8_ms = time_ms(run_layer_dec, &a, 3, iters);
+        a.c = cb;
+        emit("layer", cfg, "dense (ours)", dense_ms * 1e3, "us");
+        emit("layer", cfg, "dense bandwidth", (double)kv * 2 / (dense_ms * 1e-3) / 1e12, "TB/s");
+        emit("layer", cfg, "MSA bf16 index", msa_ms * 1e3, "us");
+        emit("layer", cfg, "MSA fp8 index", msa8_ms * 1e3, "us");
+        emit("layer", cfg, "speedup bf16", dense_ms / msa_ms, "x");
+        emit("layer", cfg, "speedup fp8", dense_ms / msa8_ms, "x");
+        /* back to back, as consecutive layers of a decode step run */
+        a.dense = 1;
+        double dense_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
+        a.dense = 0;
+        double msa_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
+        a.c.idx = idx8;
+        a.c.idx_scale = sc8;
+        a.c.idx_dtype = KN_IDX_FP8;
+        double msa8_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
+        a.c = cb;
+        emit("layer b2b", cfg, "dense (ours)", dense_b * 1e3, "us");
+        emit("layer b2b", cfg, "MSA bf16 index", msa_b * 1e3, "us");
+        emit("layer b2b", cfg, "MSA fp8 index", msa8_b * 1e3, "us");
+        emit("layer b2b", cfg, "speedup bf16", dense_b / msa_b, "x");
+        emit("layer b2b", cfg, "speedup fp8", dense_b / msa8_b, "x");
+        /* the same launches replayed from CUDA graphs (how a serving loop would issue them) */
+        a.dense = 1;
+        double dense_g = time_graph_ms(run_layer_dec, &a, 1, 3, iters);
+        a.dense = 0;
+        double msa_g = time_graph_ms(run_layer_dec, &a, 4, 3, iters);
+        a.c.idx = idx8;
+        a.c.idx_scale = sc8;
+        a.c.idx_dtype = KN_IDX_FP8;
+        double msa8_g = time_graph_ms(run_layer_dec, &a, 4, 3, iters);
+        a.c = cb;
+        emit("layer graph", cfg, "dense (ours)", dense_g * 1e3, "us");
+        emit("layer graph", cfg, "MSA bf16 index", msa_g * 1e3, "us");
+        emit("layer graph", cfg, "MSA fp8 index", msa8_g * 1e3, "us");
+        emit("layer graph", cfg, "speedup bf16", dense_g / msa_g, "x");
+        emit("layer graph", cfg, "speedup fp8", dense_g / msa8_g, "x");
+        dbatch_free(&a.b);
+        for (int k = 0; k < 4; k++) cudaFree(a.qi[k]);
+        cudaFree(a.c.k), cudaFree(a.c.v), cudaFree(a.c.idx), cudaFree(idx8), cudaFree(sc8), cudaFree(a.q);
+        cudaFree(a.out), cudaFree(a.sel), cudaFree(a.ws);
+        free(bt);
+    }
+    /* prefill at 64K and 256K: fused select + KV-block-major attention vs dense flash prefill */
+    static const int64_t Ls[] = {65536, 262144};
+    for (int li = 0; li < 2; li++) {
+        const int64_t L = g_quick ? Ls[li] / 16 : Ls[li];
+        struct pf_arg a;
+        pf_setup(&a, L, 16384);
+        for (int structured = 1; structured >= 0; structured--) {
+            /* structured: the 128 queries of a tile share one index query up to small noise */
+            k_fill_shared_q<<<4096, 256>>>(a.qi, L, M3.n_idx_heads * M3.idx_dim, structured ? 128 : 1,
+                                           structured ? 51 : 52, structured ? 0.05f : 0.0f);
+            CK(cudaGetLastError());
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "prefill L %lldK %s", (long long)(L / 1024),
+                     structured ? "structured" : "random");
+            a.what = 2;
+            double sel_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            a.what = 3;
+            double msa_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            /* measured overlap of the selections the index produced, and their useful FLOPs */
+            int32_t *sel = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)M3.n_kv * L * M3.topk);
+            int32_t *tmp =
+                (int32_t *)hmalloc(sizeof(int32_t) * (size_t)a.n_chunks * M3.n_kv * a.chunk * M3.topk);
+            CK(cudaMemcpy(tmp, a.sel, sizeof(int32_t) * (size_t)a.n_chunks * M3.n_kv * a.chunk * M3.topk,
+                          cudaMemcpyDeviceToHost));
+            for (int32_t c = 0; c < a.n_chunks; c++) {
+                int64_t i0 = c * a.chunk, n = L - i0 < a.chunk ? L - i0 : a.chunk;
+                for (int32_t g = 0; g < M3.n_kv; g++)
+                    memcpy(sel + ((int64_t)g * L + i0) * M3.topk,
+                           tmp + (int64_t)c * M3.n_kv * a.chunk * M3.topk + (int64_t)g * n * M3.topk,
+                           sizeof(int32_t) * (size_t)(n * M3.topk));
+            }
+            double pair = 0;
+            int64_t pairs = 0;
+            for (int32_t g = 0; g < M3.n_kv; g++)
+                for (int64_t t0 = 16 * M3.block; t0 + M3.block <= L; t0 += 8 * M3.block) {
+                    /* consecutive query pairs inside sampled tiles */
+                    for (int64_t i = t0; i < t0 + M3.block - 1; i += 4) {
+                        const int32_t *r1 = sel + ((int64_t)g * L + i) * M3.topk, *r2 = r1 + M3.topk;
+                        int32_t hit = 0;
+                        for (int32_t x = 0; x < M3.topk; x++)
+                            for (int32_t y = 0; y < M3.topk; y++) hit += r1[x] >= 0 && r1[x] == r2[y];
+                        pair += hit / (double)M3.topk;
+                        pairs++;
+                    }
+                }
+            double flops = sparse_flops(sel, L);
+            free(sel), free(tmp);
+            emit("layer", cfg, "neighbour overlap", pairs ? 100.0 * pair / pairs : 0, "%");
+            emit("layer", cfg, "select (fused)", sel_ms, "ms");
+            emit("layer", cfg, "MSA total", msa_ms, "ms");
+            emit("layer", cfg, "attention eff.", flops / ((msa_ms - sel_ms) * 1e-3) / 1e12, "TFLOP/s");
+        }
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "prefill L %lldK", (long long)(L / 1024));
+        a.what = 1;
+        double dense_ms = time_ms(run_pf, &a, 1, g_quick ? 1 : 2);
+        double dflops = 4.0 * M3.n_heads * M3.head_dim * ((double)L * (L + 1) / 2);
+        emit("layer", cfg, "dense (ours)", dense_ms, "ms");
+        emit("layer", cfg, "dense rate", dflops / (dense_ms * 1e-3) / 1e12, "TFLOP/s");
+        pf_free(&a);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* how often an FP8 index cache changes the selection                                                     */
+
+static void bench_fp8_agree(void)
+{
+    printf("== FP8 (e4m3, per-token scale) vs bf16 index cache: selection agreement\n");
+    const int64_t ctx = g_quick ? 16384 : 131072;
+    const int32_t batch = 64, nb = (int32_t)(ctx / M3.block);
+    const int64_t tokens = (int64_t)batch * ctx;
+    for (int structured = 0; structured < 2; structured++) {
+        struct kn_cuda_cache cb;
+        memset(&cb, 0, sizeof(cb));
+        cb.idx = dmalloc((size_t)tokens * M3.idx_dim * 2);
+        cb.k = cb.v = cb.idx;
+        cb.idx_dtype = KN_IDX_BF16;
+        cb.n_pages = (int64_t)batch * nb;
+        if (structured) {
+            /* keys of a block share a random direction (scaled per block) plus noise: block scores spread out
+             * as trained index keys' do, instead of i.i.d. maxima that all sit near the same value */
+            float *tmp = (float *)dmalloc(sizeof(float) * (size_t)tokens * M3.idx_dim);
+            k_fill_shared_q<<<4096, 256>>>(tmp, tokens, M3.idx_dim, M3.block, 61, 0.5f);
+            CK(cudaGetLastError());
+            KC(kn_cuda_convert(tmp, cb.idx, tokens * M3.idx_dim, 1, 0, &g_err));
+            cudaFree(tmp);
+        } else {
+            fill_bf16(cb.idx, tokens * M3.idx_dim, 62, 1.0f);
+        }
+        struct kn_cuda_cache c8 = cb;
+        c8.idx = dmalloc((size_t)tokens * M3.idx_dim);
+        c8.idx_scale = (float *)dmalloc((size_t)tokens * 4);
+        c8.idx_dtype = KN_IDX_FP8;
+        k_quant_fp8<<<(unsigned)((tokens + 7) / 8), 256>>>((const uint16_t *)cb.idx, tokens, M3.idx_dim,
+                                                           (uint8_t *)c8.idx, c8.idx_scale);
+        CK(cudaGetLastError());
+        int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch * nb);
+        int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * batch);
+        int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * batch);
+        for (int32_t i = 0; i < batch; i++) {
+            qseq[i] = i;
+            pos[i] = ctx - 1;
+            for (int32_t b = 0; b < nb; b++) bt[(int64_t)i * nb + b] = i * nb + b;
+        }
+        struct dbatch d;
+        dbatch_make(&d, batch, batch, qseq, pos, bt, nb);
+        float *q = (float *)dmalloc(sizeof(float) * (size_t)batch * M3.n_idx_heads * M3.idx_dim);
+        fill_f32(q, (int64_t)batch * M3.n_idx_heads * M3.idx_dim, 63, 1.0f);
+        size_t wsb = kn_cuda_msa_select_ws(&M3, &d.qb, KN_PATH_DECODE);
+        void *ws = dmalloc(wsb);
+        const int64_t nsel = (int64_t)M3.n_idx_heads * batch * M3.topk;
+        int32_t *s1 = (int32_t *)dmalloc(sizeof(int32_t) * nsel),
+                *s2 = (int32_t *)dmalloc(sizeof(int32_t) * nsel);
+        KC(kn_cuda_msa_select(&M3, &d.qb, &cb, q, s1, M3.topk, ws, wsb, KN_PATH_DECODE, 0, &g_err));
+        KC(kn_cuda_msa_select(&M3, &d.qb, &c8, q, s2, M3.topk, ws, wsb, KN_PATH_DECODE, 0, &g_err));
+        int32_t *h1 = (int32_t *)hmalloc(sizeof(int32_t) * nsel),
+                *h2 = (int32_t *)hmalloc(sizeof(int32_t) * nsel);
+        CK(cudaMemcpy(h1, s1, sizeof(int32_t) * nsel, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h2, s2, sizeof(int32_t) * nsel, cudaMemcpyDeviceToHost));
+        int64_t rows = 0, rows_diff = 0, blocks_diff = 0;
+        for (int64_t r = 0; r < nsel / M3.topk; r++) {
+            int32_t miss = 0;
+            for (int32_t x = 0; x < M3.topk; x++) {
+                int found = 0;
+                for (int32_t y = 0; y < M3.topk; y++) found |= h1[r * M3.topk + x] == h2[r * M3.topk + y];
+                miss += !found;
+            }
+            rows++, rows_diff += miss > 0, blocks_diff += miss;
+        }
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "ctx %lldK batch %d %s keys", (long long)(ctx / 1024), batch,
+                 structured ? "block-structured" : "iid random");
+        emit("fp8 agree", cfg, "rows differing", 100.0 * rows_diff / rows, "%");
+        emit("fp8 agree", cfg, "blocks differing", 100.0 * blocks_diff / (rows * M3.topk), "%");
+        dbatch_free(&d);
+        free(bt), free(qseq), free(pos), free(h1), free(h2);
+        cudaFree(cb.idx), cudaFree(c8.idx), cudaFree(c8.idx_scale), cudaFree(q), cudaFree(ws), cudaFree(s1);
+        cudaFree(s2);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
+
+static int want(const char *only, const char *name)
+{
+    if (!only) return 1;
+    char buf[256];
+    snprintf(buf, sizeof buf, ",%s,", only);
+    char key[64];
+    snprintf(key, sizeof key, ",%s,", name);
+    return strstr(buf, key) != NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            g_quick = 1;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            out = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else {
+            fprintf(stderr, "usage: kn_bench [--quick] [--out FILE.tsv] [--only "
+                            "ceil,index,topk,decode,prefill,layer,fp8agree]\n");
+            return 2;
+        }
+    }
+    if (kn_cuda_device_count() <= 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    if (out) {
+        g_tsv = fopen(out, "w");
+        if (!g_tsv) {
+            perror(out);
+            return 1;
+        }
+        fprintf(g_tsv, "bench\tconfig\tmetric\tvalue\tunit\n");
+    }
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    int drv = 0, rt = 0, clk = 0, mclk = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0);
+    cudaDeviceGetAttribute(&mclk, cudaDevAttrMemoryClockRate, 0);
+    printf(
+        "device: %s, %d SMs, %.0f MB L2, %.1f GB, cc %d.%d, driver API %d, runtime %d, max SM clock %d MHz, "
+        "memory clock %d MHz\n",
+        p.name, p.multiProcessorCount, p.l2CacheSize / 1048576.0, p.totalGlobalMem / 1e9, p.major, p.minor,
+        drv, rt, clk / 1000, mclk / 1000);
+    if (g_tsv) fprintf(g_tsv, "device\t%s\tSMs\t%d\t\n", p.name, p.multiProcessorCount);
+    bench_ceilings(); /* always: the other numbers are reported against these */
+    if (want(only, "index")) bench_index(want(only, "topk") || !only);
+    if (want(only, "decode")) bench_decode();
+    if (want(only, "prefill")) bench_prefill();
+    if (want(only, "layer")) bench_layer();
+    if (want(only, "fp8agree")) bench_fp8_agree();
+    CK(cudaDeviceSynchronize());
+    if (g_tsv) fclose(g_tsv);
+    printf("done\n");
+    return 0;
+}

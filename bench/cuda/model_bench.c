@@ -1,0 +1,201 @@
+/* Whole-model speed through the engine API on the CUDA backend: time to first token (prefill of a random
+ * prompt of CTX tokens, chunked by max_batch_tokens, logits of the last position) and decode tokens/s
+ * (greedy, every sequence of the batch one token per step), for a checkpoint given on the command line (the
+ * synthetic one with M3's attention and index shapes comes from mmgw-mkdemo; see bench/cuda/README.md).
+ *
+ *   model_bench --model DIR [--ctx 32768,131072] [--batch 1,16] [--steps 32] [--pages N] [--chunk 8192]
+ *               [--out results.tsv]
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mm_status.h"
+#include "wk_engine.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_list(const char *s, int64_t *v, int max)
+{
+    int n = 0;
+    while (s && *s && n < max) {
+        char *end;
+        v[n++] = strtoll(s, &end, 10);
+        s = *end == ',' ? end + 1 : NULL;
+    }
+    return n;
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL, *outp = NULL;
+    int64_t ctxs[8] = {32768, 131072}, batches[8] = {1, 16};
+    int n_ctx = 2, n_batch = 2;
+    int64_t pages = 0, chunk = 8192, steps = 32;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model"))
+            model = argv[i + 1];
+        else if (!strcmp(argv[i], "--ctx"))
+            n_ctx = parse_list(argv[i + 1], ctxs, 8);
+        else if (!strcmp(argv[i], "--batch"))
+            n_batch = parse_list(argv[i + 1], batches, 8);
+        else if (!strcmp(argv[i], "--steps"))
+            steps = strtoll(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--pages"))
+            pages = strtoll(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--chunk"))
+            chunk = strtoll(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--out"))
+            outp = argv[i + 1];
+        else {
+            fprintf(stderr, "model_bench: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!model || chunk < 1 || steps < 1) {
+        fprintf(stderr,
+                "usage: model_bench --model DIR [--ctx 32768,...] [--batch 1,...] [--steps N] [--pages N] "
+                "[--chunk N] [--out FILE]\n");
+        return 2;
+    }
+    FILE *tsv = outp ? fopen(outp, "w") : NULL;
+    struct wk_engine_opts o = {0};
+    o.backend = WK_BACKEND_CUDA;
+    o.cache_pages = pages;
+    o.max_batch_tokens = (int32_t)chunk;
+    struct wk_engine *e = NULL;
+    struct mm_err err = {0};
+    double t0 = now_s();
+    if (wk_engine_open(model, &o, &e, &err)) {
+        fprintf(stderr, "model_bench: %s: %s\n", mm_status_name(err.code), err.msg);
+        return err.code == MM_UNAVAILABLE ? 77 : 1;
+    }
+    const struct wk_model_info *info = wk_engine_info(e);
+    printf("model %s: %d layers, hidden %d, block %d, %lld pages (load %.1f s)\n", info->name, info->n_layers,
+           info->hidden_size, info->block_size, (long long)info->pages_total, now_s() - t0);
+    const int32_t V = info->vocab_size;
+    uint64_t rng = 12345;
+    /* warm-up (not timed): cuBLAS heuristics, scratch buffers grown to their working sizes */
+    {
+        struct wk_seq *ws = NULL;
+        int32_t *wid = calloc((size_t)chunk, sizeof(int32_t));
+        float *wl = malloc(sizeof(float) * (size_t)V);
+        int rc = !wid || !wl || wk_seq_create(e, &ws, &err);
+        for (int k = 0; k < 2 && !rc; k++) {
+            struct wk_step_item it = {0};
+            it.seq = ws;
+            it.ids = wid;
+            it.n = (int32_t)chunk;
+            it.logits_mode = WK_LOGITS_LAST;
+            it.logits = wl;
+            rc = wk_engine_forward(e, &it, 1, &err);
+        }
+        for (int k = 0; k < 4 && !rc; k++) {
+            struct wk_step_item it = {0};
+            it.seq = ws;
+            it.ids = wid;
+            it.n = 1;
+            it.logits_mode = WK_LOGITS_LAST;
+            it.logits = wl;
+            rc = wk_engine_forward(e, &it, 1, &err);
+        }
+        if (rc) fprintf(stderr, "model_bench: warm-up failed: %s\n", err.msg);
+        if (ws) wk_seq_free(e, ws);
+        free(wid);
+        free(wl);
+    }
+    for (int ci = 0; ci < n_ctx; ci++)
+        for (int bi = 0; bi < n_batch; bi++) {
+            const int64_t ctx = ctxs[ci], B = batches[bi];
+            if (wk_engine_pages_for(e, ctx + steps) * B > wk_engine_free_pages(e)) {
+                printf("  ctx %lld batch %lld: skipped, needs %lld pages (%lld free)\n", (long long)ctx,
+                       (long long)B, (long long)(wk_engine_pages_for(e, ctx + steps) * B),
+                       (long long)wk_engine_free_pages(e));
+                continue;
+            }
+            struct wk_seq **seqs = calloc((size_t)B, sizeof *seqs);
+            int32_t *ids = malloc(sizeof(int32_t) * (size_t)chunk);
+            float *logits = malloc(sizeof(float) * (size_t)V * (size_t)B);
+            int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
+            struct wk_step_item *items = calloc((size_t)B, sizeof *items);
+            if (!seqs || !ids || !logits || !next || !items) {
+                fprintf(stderr, "model_bench: out of memory\n");
+                return 1;
+            }
+            int rc = 0;
+            for (int64_t s = 0; s < B && !rc; s++) rc = wk_seq_create(e, &seqs[s], &err);
+            /* prefill: every sequence's prompt in chunks; the batch's first token is out when the last one is
+             */
+            double tp = now_s();
+            for (int64_t s = 0; s < B && !rc; s++)
+                for (int64_t p = 0; p < ctx && !rc; p += chunk) {
+                    int32_t n = (int32_t)(ctx - p < chunk ? ctx - p : chunk);
+                    for (int32_t i = 0; i < n; i++) {
+                        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                        ids[i] = (int32_t)((rng >> 33) % (uint64_t)V);
+                    }
+                    struct wk_step_item it = {0};
+                    it.seq = seqs[s];
+                    it.ids = ids;
+                    it.n = n;
+                    it.logits_mode = p + n == ctx ? WK_LOGITS_LAST : WK_LOGITS_NONE;
+                    it.logits = logits + s * V;
+                    rc = wk_engine_forward(e, &it, 1, &err);
+                }
+            double ttft = now_s() - tp;
+            /* decode: one token per sequence per step */
+            double td = now_s();
+            for (int64_t st = 0; st < steps && !rc; st++) {
+                for (int64_t s = 0; s < B; s++) {
+                    next[s] = argmax(logits + s * V, V);
+                    memset(&items[s], 0, sizeof items[s]);
+                    items[s].seq = seqs[s];
+                    items[s].ids = &next[s];
+                    items[s].n = 1;
+                    items[s].logits_mode = WK_LOGITS_LAST;
+                    items[s].logits = logits + s * V;
+                }
+                rc = wk_engine_forward(e, items, (int32_t)B, &err);
+            }
+            double dec = now_s() - td;
+            if (rc) {
+                printf("  ctx %lld batch %lld: FAILED: %s: %s\n", (long long)ctx, (long long)B,
+                       mm_status_name(err.code), err.msg);
+            } else {
+                double tps = (double)(B * steps) / dec;
+                printf("  ctx %7lld batch %3lld: TTFT %8.3f s (prefill %.0f tok/s)  decode %8.1f tok/s (%.2f "
+                       "ms/step)\n",
+                       (long long)ctx, (long long)B, ttft, (double)(B * ctx) / ttft, tps,
+                       1e3 * dec / (double)steps);
+                if (tsv) {
+                    fprintf(tsv, "model\tctx %lldK batch %lld\tTTFT\t%.6g\ts\n", (long long)(ctx / 1024),
+                            (long long)B, ttft);
+                    fprintf(tsv, "model\tctx %lldK batch %lld\tdecode\t%.6g\ttok/s\n",
+                            (long long)(ctx / 1024), (long long)B, tps);
+                    fflush(tsv);
+                }
+            }
+            fflush(stdout);
+            for (int64_t s = 0; s < B; s++)
+                if (seqs[s]) wk_seq_free(e, seqs[s]);
+            free(seqs), free(ids), free(logits), free(next), free(items);
+        }
+    wk_engine_close(e);
+    if (tsv) fclose(tsv);
+    return 0;
+}

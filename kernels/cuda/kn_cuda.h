@@ -1,0 +1,262 @@
+/* CUDA kernels for MiniMax-M3 on Hopper (sm_90a): MSA (index scoring, top-k, sparse prefill and decode
+ * attention), dense paged attention, and the element-wise/normalization/MoE pieces of the model.
+ *
+ * Every function takes device pointers, enqueues work on `stream` and returns an mm_status code (with a
+ * one-line message in err). Nothing synchronizes unless its comment says so. Checks of shapes and
+ * arguments happen on the host before anything is launched.
+ *
+ * Layouts (the same as the CPU kernels of kn_msa.h, with bf16 instead of f32 in the caches):
+ *   K, V cache of one layer:   bf16 [n_pages][block][n_kv][head_dim]
+ *   index-key cache:           bf16 [n_pages][block][idx_dim], or e4m3 [n_pages][block][idx_dim] plus an
+ *                              f32 scale per token [n_pages][block] (key = e4m3 value * scale)
+ *   selections:                i32  [n_idx_heads][n][sel_stride], best first, -1 = empty slot
+ *   block scores:              f32  [n_idx_heads][n][score_stride]
+ * Queries of a step are described by struct kn_cuda_qbatch: query i belongs to sequence qseq[i] (a row of
+ * the block table) and sits at absolute position pos[i]; it sees keys at positions <= pos[i].
+ */
+#ifndef KN_CUDA_H
+#define KN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "mm_status.h" /* a C header without C++ guards: declare its functions with C linkage */
+
+/** Queries per tile of the fused prefill index kernel (struct kn_cuda_qbatch.tiles). */
+#define KN_CUDA_QTILE 64
+/** Largest top-k the CUDA MSA kernels support (M3 uses 16). */
+#define KN_CUDA_MAX_TOPK 32
+
+enum kn_cuda_idx_dtype { KN_IDX_BF16 = 0, KN_IDX_FP8 = 1, KN_IDX_F32 = 2 };
+/** K/V cache element type. F32 is the exact mode for small models and cross-checks: attention queries and
+ * outputs are then f32 too, and only the GENERIC paths run (AUTO picks them). */
+enum kn_cuda_kv_dtype { KN_KV_BF16 = 0, KN_KV_F32 = 1 };
+
+/** Which implementation to run; AUTO picks the fastest that supports the shapes. GENERIC is the plain
+ * SIMT version every shape supports (also the on-GPU cross-check of the fast ones). */
+enum kn_cuda_path { KN_PATH_AUTO = 0, KN_PATH_GENERIC = 1, KN_PATH_DECODE = 2, KN_PATH_PREFILL = 3 };
+
+/** The attention shapes of one model (the same for every MSA layer). */
+struct kn_cuda_msa_shape {
+    int32_t n_heads, n_kv, head_dim; /* main attention (GQA: n_heads / n_kv heads per KV group) */
+    int32_t n_idx_heads, idx_dim;    /* index branch: one index head per KV group in M3 */
+    int32_t block;                   /* MSA block = cache page, in tokens */
+    int32_t topk;                    /* selected blocks per (query, KV group) */
+    int32_t n_local;                 /* blocks forced in ending at the query's own (1 in M3) */
+    float scale;                     /* softmax scale, head_dim^-0.5 */
+};
+
+/** One layer's paged caches (device memory). */
+struct kn_cuda_cache {
+    void *k, *v;      /* bf16 (or f32, kv_dtype) [n_pages][block][n_kv][head_dim] */
+    void *idx;        /* index keys, bf16, e4m3 or f32 [n_pages][block][idx_dim] */
+    float *idx_scale; /* KN_IDX_FP8 only: [n_pages][block] */
+    int32_t idx_dtype;
+    int64_t n_pages;
+    int32_t kv_dtype; /* enum kn_cuda_kv_dtype; 0 = bf16 */
+};
+
+/** The queries of one forward step. Device arrays, plus a few numbers the host already knows (so that no
+ * launch needs a device-to-host copy). kn_cuda_qbatch_plan fills the host-side arrays. */
+struct kn_cuda_qbatch {
+    int32_t n;                  /* queries */
+    int32_t n_seqs;             /* sequences (rows of block_table) */
+    const int32_t *qseq;        /* [n]: sequence of each query */
+    const int64_t *pos;         /* [n]: absolute position of each query */
+    const int32_t *block_table; /* [n_seqs][bt_stride]: page id of each block */
+    int32_t bt_stride;
+    const int32_t *seq_blk_off; /* [n_seqs + 1]: prefix sums of the blocks each sequence's queries see */
+    const int64_t *seq_last;    /* [n_seqs]: largest query position of each sequence (-1 = no query) */
+    int32_t total_blocks;       /* host copy of seq_blk_off[n_seqs] */
+    int32_t max_blocks;         /* host: max over queries of pos / block + 1 */
+    const int32_t *tiles;       /* [n_tiles][2] (first query, count): runs of <= KN_CUDA_QTILE consecutive
+                                   queries of one sequence with increasing positions */
+    int32_t n_tiles;
+    int32_t max_q_per_seq; /* host: most queries of one sequence (1 for a pure decode step) */
+};
+
+/** Host-side planning for a kn_cuda_qbatch: from qseq_h[n] and pos_h[n] (host copies) fill seq_blk_off_h
+ * [n_seqs + 1], seq_last_h [n_seqs] and tiles_h [n][2] (room for n tiles), and the host numbers of qb (n,
+ * n_seqs, total_blocks, max_blocks, n_tiles, max_q_per_seq). The caller then uploads the arrays and sets the
+ * device pointers. */
+int32_t kn_cuda_qbatch_plan(int32_t n, int32_t n_seqs, const int32_t *qseq_h, const int64_t *pos_h,
+                            int32_t block, int32_t *seq_blk_off_h, int64_t *seq_last_h, int32_t *tiles_h,
+                            struct kn_cuda_qbatch *qb, struct mm_err *err);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* MSA                                                                                                    */
+
+/** Block scores for every query: scores[g][i][b] = max over keys j <= pos[i] of block b of dot(q[i][g], key
+ * j) (fp32 accumulation; -inf when no key of b is visible), for b < pos[i]/block + 1; later entries of the
+ * row are not written. q: f32 [n][n_idx_heads][idx_dim]. path: AUTO, GENERIC or DECODE (tensor cores, one
+ * pass over each query's key pages). */
+int32_t kn_cuda_msa_index_scores(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                 const struct kn_cuda_cache *c, const float *q, float *scores,
+                                 int32_t score_stride, int32_t path, cudaStream_t stream, struct mm_err *err);
+
+/** Top-k per (index head, query) over block scores, as kn_msa_topk_local: the n_local blocks ending at the
+ * query's own are forced in, then the best by score (ties to the lower id), best first; -inf and NaN never
+ * take a slot; every one of the sel_stride slots is written (-1 = empty). */
+int32_t kn_cuda_msa_topk(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                         const float *scores, int32_t score_stride, int32_t *sel, int32_t sel_stride,
+                         cudaStream_t stream, struct mm_err *err);
+
+/** Index scores and top-k together. PREFILL runs the fused tensor-core kernel (bf16 index cache, idx_dim 128,
+ * block 128, n_idx_heads <= 4): no score matrix is written. Other paths use kn_cuda_msa_index_scores then
+ * kn_cuda_msa_topk with ws as the score buffer. */
+int32_t kn_cuda_msa_select(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                           const struct kn_cuda_cache *c, const float *q, int32_t *sel, int32_t sel_stride,
+                           void *ws, size_t ws_bytes, int32_t path, cudaStream_t stream, struct mm_err *err);
+size_t kn_cuda_msa_select_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                             int32_t path);
+
+/** Sparse attention over the selected blocks with the token-level causal mask. q: bf16
+ * [n][n_heads][head_dim]; out: bf16 [n][n_heads][head_dim] (both f32 with an f32 K/V cache). path: GENERIC,
+ * DECODE (paged split-K per (query, KV group)), PREFILL (KV-block-major with partial outputs and a merge) or
+ * AUTO. */
+int32_t kn_cuda_msa_attention(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                              const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
+                              int32_t sel_stride, void *out, void *ws, size_t ws_bytes, int32_t path,
+                              cudaStream_t stream, struct mm_err *err);
+size_t kn_cuda_msa_attention_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                int32_t sel_stride, int32_t path);
+
+/** Dense causal attention over each query's whole visible context (the dense layers). Same layouts as
+ * kn_cuda_msa_attention; path GENERIC, DECODE (split-K over all pages), PREFILL (query-major flash) or AUTO.
+ */
+int32_t kn_cuda_dense_attention(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                const struct kn_cuda_cache *c, const void *q, void *out, void *ws,
+                                size_t ws_bytes, int32_t path, cudaStream_t stream, struct mm_err *err);
+size_t kn_cuda_dense_attention_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                  int32_t path);
+
+/** Append the step's keys and values to the caches at (qseq[i], pos[i]). k, v: f32 rows [n][n_kv*head_dim]
+ * with row strides kv_stride (elements), both NULL = no K/V; kidx: f32 [n] rows of idx_dim, stride
+ * kidx_stride (NULL = no index keys, as in dense layers). FP8 index keys are stored with a per-token scale
+ * amax/448. */
+int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                             const struct kn_cuda_cache *c, const float *k, const float *v, int64_t kv_stride,
+                             const float *kidx, int64_t kidx_stride, cudaStream_t stream, struct mm_err *err);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Element-wise, normalization, embedding (f32 unless said otherwise; bf16 as raw uint16 bits)           */
+
+/** Gemma RMSNorm of n rows: out = x * rsqrt(mean(x^2) + eps) * (1 + w); out_bf16 != 0 writes bf16. x and
+ * out may alias when both are f32. */
+int32_t kn_cuda_rmsnorm(const float *x, int64_t x_stride, const float *w, int64_t n, int32_t dim, float eps,
+                        void *out, int64_t out_stride, int32_t out_bf16, cudaStream_t stream,
+                        struct mm_err *err);
+/** Per-head Gemma RMSNorm in place: n rows of n_heads heads (head_dim each, rows stride apart), one weight.
+ */
+int32_t kn_cuda_head_rmsnorm(float *x, int64_t n, int32_t n_heads, int32_t head_dim, int64_t stride,
+                             const float *w, float eps, cudaStream_t stream, struct mm_err *err);
+/** LayerNorm (biased variance) of n rows, b may be NULL; out_bf16 as in kn_cuda_rmsnorm. */
+int32_t kn_cuda_layernorm(const float *x, int64_t x_stride, const float *w, const float *b, int64_t n,
+                          int32_t dim, float eps, void *out, int64_t out_stride, int32_t out_bf16,
+                          cudaStream_t stream, struct mm_err *err);
+/** Text RoPE tables cos/sin [n][rot] for positions pos (device), as kn_rope_text_table (fp32 inverse
+ * frequencies, fp32 angle, trigonometry in double). */
+int32_t kn_cuda_rope_table(const int64_t *pos, int64_t n, int32_t rot, double theta, float *cos_t,
+                           float *sin_t, cudaStream_t stream, struct mm_err *err);
+/** Rotate the first rot dims of each head in place (rotate-half), table rows table_stride apart. */
+int32_t kn_cuda_rope_apply(float *x, int64_t n, int32_t n_heads, int32_t head_dim, int64_t stride,
+                           const float *cos_t, const float *sin_t, int32_t table_stride, int32_t rot,
+                           cudaStream_t stream, struct mm_err *err);
+/** out = (clamp(up) + 1) * g * sigmoid(alpha g) with g = min(gate, limit); gate/up rows of dim with strides;
+ * out f32 or bf16 rows of dim (stride out_stride). */
+int32_t kn_cuda_swiglu(const float *gate, const float *up, int64_t in_stride, int64_t n, int32_t dim,
+                       float alpha, float limit, void *out, int64_t out_stride, int32_t out_bf16,
+                       cudaStream_t stream, struct mm_err *err);
+/** GELU in place (kind: 0 erf, 1 tanh, 2 quick, as kn_act.h) over n elements. */
+int32_t kn_cuda_gelu(float *x, int64_t n, int32_t kind, cudaStream_t stream, struct mm_err *err);
+/** y[i] = x[i] + bias[i % dim] (bias may be NULL: copy/convert) into f32 or bf16. */
+int32_t kn_cuda_add_bias_convert(const float *x, const float *bias, int64_t n, int32_t dim, void *y,
+                                 int32_t y_bf16, cudaStream_t stream, struct mm_err *err);
+/** y += x (n elements). */
+int32_t kn_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream, struct mm_err *err);
+/** Convert n elements: f32 -> bf16 (to_bf16 = 1) or bf16 -> f32. */
+int32_t kn_cuda_convert(const void *src, void *dst, int64_t n, int32_t to_bf16, cudaStream_t stream,
+                        struct mm_err *err);
+/** Embedding rows out[i] = table[ids[i]] (bf16 table [vocab][dim] -> f32), ids checked against vocab
+ * (out of range -> zeros and *bad set on the device). */
+int32_t kn_cuda_embed(const void *table, int32_t vocab, int32_t dim, const int32_t *ids, int64_t n,
+                      float *out, int32_t *bad, cudaStream_t stream, struct mm_err *err);
+/** FP8-E4M3 weight [rows][cols] with 2-D block scales [ceil(rows/bs_rows)][ceil(cols/bs_cols)] (f32,
+ * "weight_scale_inv", multiplied) -> bf16 [rows][cols]. */
+int32_t kn_cuda_dequant_fp8_block(const uint8_t *w, const float *scale, int64_t rows, int64_t cols,
+                                  int32_t bs_rows, int32_t bs_cols, void *out_bf16, cudaStream_t stream,
+                                  struct mm_err *err);
+/** out[rows[j]] = data[j] for n_rows rows of dim floats (rows: device int64). */
+int32_t kn_cuda_scatter_rows(float *out, int32_t dim, const int64_t *rows, const float *data, int64_t n_rows,
+                             cudaStream_t stream, struct mm_err *err);
+/** Bidirectional attention of n rows (one vision item): q/k/v rows stride apart (f32), heads head_dim apart;
+ * out f32 rows out_stride apart. */
+int32_t kn_cuda_attn_full(const float *q, const float *k, const float *v, int64_t stride, int64_t n,
+                          int32_t n_heads, int32_t head_dim, float scale, float *out, int64_t out_stride,
+                          cudaStream_t stream, struct mm_err *err);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* MoE routing                                                                                            */
+
+/** Sigmoid router: for each of n rows of logits [n][n_exp], choose top_k experts by sigmoid + bias (bias may
+ * be NULL), weights = chosen raw sigmoids renormalized to sum 1 and multiplied by scaling. ids/wts:
+ * [n][top_k]. Ties go to the lower expert id. */
+int32_t kn_cuda_moe_route(const float *logits, const float *bias, int64_t n, int32_t n_exp, int32_t top_k,
+                          float scaling, int32_t *ids, float *wts, cudaStream_t stream, struct mm_err *err);
+/** Group the n*top_k (row, slot) pairs by expert: offsets [n_exp + 1] (exclusive scan of the counts; the host
+ * reads them to size the expert GEMMs), perm [n*top_k] = row*top_k + slot in expert order (order inside an
+ * expert unspecified; results do not depend on it) and inv [n*top_k] its inverse. One CTA; n_exp <= 4096. */
+int32_t kn_cuda_moe_sort(const int32_t *ids, int64_t n, int32_t top_k, int32_t n_exp, int32_t *offsets,
+                         int32_t *perm, int32_t *inv, cudaStream_t stream, struct mm_err *err);
+/** out[j] = x[perm[j] / top_k] as bf16 (out_bf16 = 1) or f32 rows of dim (gather of the routed rows), j < m.
+ */
+int32_t kn_cuda_moe_gather(const float *x, int64_t x_stride, const int32_t *perm, int64_t m, int32_t top_k,
+                           int32_t dim, void *out, int32_t out_bf16, cudaStream_t stream, struct mm_err *err);
+/** y[r] += sum over slots s of wts[r][s] * e[inv[r*top_k + s]]: the weighted combine of the expert outputs
+ * e [n*top_k][dim] (f32, expert order). */
+int32_t kn_cuda_moe_combine(const float *e, const int32_t *inv, const float *wts, int64_t n, int32_t top_k,
+                            int32_t dim, float *y, int64_t y_stride, cudaStream_t stream, struct mm_err *err);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* GEMM (cuBLAS)                                                                                          */
+
+struct kn_cuda_blas; /* a cuBLAS handle and its workspace */
+
+int32_t kn_cuda_blas_create(struct kn_cuda_blas **out, cudaStream_t stream, struct mm_err *err);
+void kn_cuda_blas_destroy(struct kn_cuda_blas *b);
+int32_t kn_cuda_blas_set_stream(struct kn_cuda_blas *b, cudaStream_t stream, struct mm_err *err);
+
+/** C[m][n] = A[m][k] . W[n][k]^T (+ beta C): bf16 A and W (row-major, leading dims in elements), fp32
+ * accumulation; C f32 (c_bf16 = 0) or bf16. The "x . W^T" of a linear layer. */
+int32_t kn_cuda_gemm_bf16(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                          const void *w, int64_t ldw, float beta, void *c, int64_t ldc, int32_t c_bf16,
+                          struct mm_err *err);
+/** Same product in plain fp32 (no TF32): f32 A and W, f32 C. For weights whose rounding to bf16 would move
+ * decisions (the MoE router, the index projections) and for an all-fp32 run. */
+int32_t kn_cuda_gemm_f32(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const float *w, int64_t ldw, float beta, float *c, int64_t ldc, struct mm_err *err);
+/** Strided batched version: batch products, operands batch_a/batch_w/batch_c elements apart. */
+int32_t kn_cuda_gemm_bf16_batched(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const void *a,
+                                  int64_t lda, int64_t batch_a, const void *w, int64_t ldw, int64_t batch_w,
+                                  float beta, void *c, int64_t ldc, int64_t batch_c, int32_t c_bf16,
+                                  int32_t batch, struct mm_err *err);
+
+/* ---------------------------------------------------------------------------------------------------- */
+/* Device facts                                                                                           */
+
+/** Number of usable CUDA devices (0 when the driver or device is missing; never fails). */
+int32_t kn_cuda_device_count(void);
+/** Map a CUDA error to MM_ERROR with the CUDA error name in err; returns MM_OK for cudaSuccess. */
+int32_t kn_cuda_check(cudaError_t e, const char *what, struct mm_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,179 @@
+/* Helpers shared by the kn_cuda kernels: tensor-core fragments (mma.sync m16n8k16), async copies, bf16
+ * packing, and the argument checks every entry point uses. Internal to kernels/cuda. */
+#ifndef KN_CUDA_INTERNAL_CUH
+#define KN_CUDA_INTERNAL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kn_cuda.h"
+
+#define KN_WARP 32
+
+/* Set err and return from the enclosing host function when a CUDA call fails. */
+#define KN_CU(call, what)                                                                                    \
+    do {                                                                                                     \
+        cudaError_t kn_e__ = (call);                                                                         \
+        if (kn_e__ != cudaSuccess) return kn_cuda_check(kn_e__, what, err);                                  \
+    } while (0)
+
+/* After a launch: report launch-configuration errors (not the asynchronous execution errors). */
+#define KN_LAUNCHED(what) KN_CU(cudaGetLastError(), what)
+
+static inline int64_t kn_cdiv(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* ---- bf16 packing ---- */
+
+__device__ __forceinline__ uint32_t kn_pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t kn_pack_f16(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ float kn_bf16_lo(uint32_t w)
+{
+    return __uint_as_float(w << 16);
+}
+
+__device__ __forceinline__ float kn_bf16_hi(uint32_t w)
+{
+    return __uint_as_float(w & 0xffff0000u);
+}
+
+__device__ __forceinline__ float kn_bf16_to_f32(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+__device__ __forceinline__ uint16_t kn_f32_to_bf16(float f)
+{
+    __nv_bfloat16 b = __float2bfloat16_rn(f);
+    return *reinterpret_cast<uint16_t *>(&b);
+}
+
+/* Two e4m3 values (low byte first) -> f16x2, exact (every e4m3 value is an f16 value). */
+__device__ __forceinline__ uint32_t kn_e4m3x2_to_f16x2(uint16_t v)
+{
+    __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)v, __NV_E4M3);
+    return (uint32_t)r.x | ((uint32_t)r.y << 16);
+}
+
+/* ---- tensor cores: D = A(16x16, row) * B(16x8, col) + D, fp32 accumulate ----
+ * Fragment ownership for lane = 4*gid + tig:
+ *   A: a[0] = (row gid,   k 2tig..2tig+1)   a[1] = (row gid+8, k 2tig..)
+ *      a[2] = (row gid,   k 2tig+8..+9)     a[3] = (row gid+8, k 2tig+8..)
+ *   B: b[0] = (k 2tig..2tig+1, col gid)     b[1] = (k 2tig+8..+9, col gid)
+ *   C: c[0..1] = (row gid, col 2tig..+1)    c[2..3] = (row gid+8, col 2tig..+1) */
+__device__ __forceinline__ void kn_mma_bf16(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void kn_mma_f16(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* ---- shared memory: ldmatrix and cp.async ---- */
+
+__device__ __forceinline__ uint32_t kn_smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* Four 8x8 b16 matrices; lane l supplies the row address of matrix l/8, row l%8. */
+__device__ __forceinline__ void kn_ldsm_x4(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void kn_ldsm_x4_trans(uint32_t r[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* 16-byte global -> shared copy that bypasses registers; src_bytes < 16 zero-fills the rest. */
+__device__ __forceinline__ void kn_cp_async16(uint32_t dst, const void *src, int32_t src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+/* 4-byte global -> shared copy (through L1: .ca is the only kind for sizes below 16). */
+__device__ __forceinline__ void kn_cp_async4(uint32_t dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+
+__device__ __forceinline__ void kn_cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> __device__ __forceinline__ void kn_cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Streaming 16-byte global load (read once: do not keep in L1). */
+__device__ __forceinline__ uint4 kn_ldg_stream(const void *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+/* 128-byte rows of 16-byte chunks: chunk c of row r lives at chunk c ^ (r & 7), so that the 8 rows an
+ * ldmatrix reads at one column fall in 8 different bank groups. Rows of 256 bytes (16 chunks) swizzle the
+ * low 3 bits of the chunk index the same way. */
+__device__ __forceinline__ int kn_swz(int row, int chunk)
+{
+    return chunk ^ (row & 7);
+}
+
+/* ---- warp reductions ---- */
+
+__device__ __forceinline__ float kn_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float kn_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ---- host-side argument checks shared by the MSA entry points ---- */
+
+int32_t kn_check_msa_args(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                          const struct kn_cuda_cache *c, const char *what, struct mm_err *err);
+
+/* Streaming multiprocessors of the current device (cached). */
+int32_t kn_cuda_sm_count(void);
+
+#endif

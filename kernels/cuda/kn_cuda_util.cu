@@ -1,0 +1,106 @@
+/* Device facts, error mapping, and host-side planning of a step's query batch. */
+#include "kn_cuda_internal.cuh"
+
+#include <string.h>
+
+extern "C" int32_t kn_cuda_check(cudaError_t e, const char *what, struct mm_err *err)
+{
+    if (e == cudaSuccess) return MM_OK;
+    int32_t code = e == cudaErrorMemoryAllocation ? MM_NOMEM : MM_ERROR;
+    return mm_err_set(err, code, "%s: CUDA %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+extern "C" int32_t kn_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky "no driver" error so later calls see a clean slate */
+        return 0;
+    }
+    return n;
+}
+
+int32_t kn_cuda_sm_count(void)
+{
+    static int sms;
+    if (!sms) {
+        int dev = 0, n = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
+            sms = n;
+        else
+            sms = 132;
+    }
+    return sms;
+}
+
+extern "C" int32_t kn_cuda_qbatch_plan(int32_t n, int32_t n_seqs, const int32_t *qseq_h, const int64_t *pos_h,
+                                       int32_t block, int32_t *seq_blk_off_h, int64_t *seq_last_h,
+                                       int32_t *tiles_h, struct kn_cuda_qbatch *qb, struct mm_err *err)
+{
+    if (n < 0 || n_seqs <= 0 || block <= 0 || !qb || !seq_blk_off_h || !seq_last_h || !tiles_h ||
+        (n > 0 && (!qseq_h || !pos_h)))
+        return mm_err_set(err, MM_INVALID, "kn_cuda_qbatch_plan: bad arguments (n %d, n_seqs %d, block %d)",
+                          n, n_seqs, block);
+    /* blocks seen by each sequence = max over its queries of pos / block + 1 */
+    for (int32_t s = 0; s <= n_seqs; s++) seq_blk_off_h[s] = 0;
+    for (int32_t s = 0; s < n_seqs; s++) seq_last_h[s] = -1;
+    int64_t max_blocks = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (qseq_h[i] < 0 || qseq_h[i] >= n_seqs || pos_h[i] < 0)
+            return mm_err_set(err, MM_INVALID,
+                              "kn_cuda_qbatch_plan: query %d has sequence %d / position %lld", i, qseq_h[i],
+                              (long long)pos_h[i]);
+        int64_t nb = pos_h[i] / block + 1;
+        if (nb > INT32_MAX / 2)
+            return mm_err_set(err, MM_TOO_LARGE, "kn_cuda_qbatch_plan: position %lld", (long long)pos_h[i]);
+        if (nb > seq_blk_off_h[qseq_h[i] + 1]) seq_blk_off_h[qseq_h[i] + 1] = (int32_t)nb;
+        if (pos_h[i] > seq_last_h[qseq_h[i]]) seq_last_h[qseq_h[i]] = pos_h[i];
+        if (nb > max_blocks) max_blocks = nb;
+    }
+    for (int32_t s = 0; s < n_seqs; s++) {
+        int64_t t = (int64_t)seq_blk_off_h[s] + seq_blk_off_h[s + 1];
+        if (t > INT32_MAX) return mm_err_set(err, MM_TOO_LARGE, "kn_cuda_qbatch_plan: too many blocks");
+        seq_blk_off_h[s + 1] = (int32_t)t;
+    }
+    /* tiles: runs of consecutive queries of one sequence with increasing positions */
+    int32_t nt = 0, max_q = 0, run_seq = -1, run_len = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int contiguous = i > 0 && qseq_h[i] == qseq_h[i - 1] && pos_h[i] > pos_h[i - 1];
+        if (!contiguous || tiles_h[2 * (nt - 1) + 1] == KN_CUDA_QTILE) {
+            tiles_h[2 * nt] = i;
+            tiles_h[2 * nt + 1] = 0;
+            nt++;
+        }
+        tiles_h[2 * (nt - 1) + 1]++;
+        if (qseq_h[i] == run_seq)
+            run_len++;
+        else
+            run_seq = qseq_h[i], run_len = 1;
+        if (run_len > max_q) max_q = run_len;
+    }
+    qb->n = n;
+    qb->n_seqs = n_seqs;
+    qb->total_blocks = seq_blk_off_h[n_seqs];
+    qb->max_blocks = (int32_t)max_blocks;
+    qb->n_tiles = nt;
+    qb->max_q_per_seq = max_q;
+    return MM_OK;
+}
+
+int32_t kn_check_msa_args(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                          const struct kn_cuda_cache *c, const char *what, struct mm_err *err)
+{
+    if (!sh || !qb || !c) return mm_err_set(err, MM_INVALID, "%s: NULL shape, batch or cache", what);
+    if (sh->n_heads <= 0 || sh->n_kv <= 0 || sh->n_heads % sh->n_kv || sh->head_dim <= 0 ||
+        sh->head_dim % 8 || sh->block <= 0 || sh->topk <= 0 || sh->topk > KN_CUDA_MAX_TOPK || sh->n_local < 0)
+        return mm_err_set(err, MM_INVALID,
+                          "%s: unsupported shape (heads %d, kv %d, head_dim %d, block %d, topk %d (max %d))",
+                          what, sh->n_heads, sh->n_kv, sh->head_dim, sh->block, sh->topk, KN_CUDA_MAX_TOPK);
+    if (qb->n < 0 || qb->n_seqs <= 0 || (qb->n > 0 && (!qb->qseq || !qb->pos || !qb->block_table)) ||
+        qb->bt_stride < qb->max_blocks)
+        return mm_err_set(err, MM_INVALID,
+                          "%s: bad query batch (n %d, seqs %d, bt_stride %d < max_blocks %d)", what, qb->n,
+                          qb->n_seqs, qb->bt_stride, qb->max_blocks);
+    return MM_OK;
+}

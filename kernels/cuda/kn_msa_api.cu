@@ -1,0 +1,285 @@
+/* The MSA entry points of kn_cuda.h: argument checks, the choice of implementation, and appending a step's
+ * keys and values to the paged caches. */
+#include "kn_msa_kernels.cuh"
+
+/* Queries of one sequence up to which the per-(query, KV group) paged kernels beat the tiled prefill ones. */
+#define KN_DECODE_MAX_Q 4
+
+static int32_t pick_select(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                           const struct kn_cuda_cache *c, int32_t path)
+{
+    const int dec_ok = kn_index_decode_supported(sh) && c->idx_dtype != KN_IDX_F32 &&
+                       (c->idx_dtype != KN_IDX_FP8 || sh->idx_dim % 64 == 0);
+    if (path == KN_PATH_AUTO) {
+        if (qb->max_q_per_seq > KN_DECODE_MAX_Q && kn_index_prefill_supported(sh, c)) return KN_PATH_PREFILL;
+        return dec_ok ? KN_PATH_DECODE : KN_PATH_GENERIC;
+    }
+    return path;
+}
+
+static int32_t pick_attention(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                              const struct kn_cuda_cache *c, int32_t sel_stride, int32_t path)
+{
+    if (path != KN_PATH_AUTO) return path;
+    if (c && c->kv_dtype == KN_KV_F32) return KN_PATH_GENERIC;
+    if (qb->max_q_per_seq <= KN_DECODE_MAX_Q && kn_attn_decode_supported(sh)) return KN_PATH_DECODE;
+    if (kn_attn_prefill_supported(sh, sel_stride)) return KN_PATH_PREFILL;
+    return kn_attn_decode_supported(sh) ? KN_PATH_DECODE : KN_PATH_GENERIC;
+}
+
+static int32_t pick_dense(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                          const struct kn_cuda_cache *c, int32_t path)
+{
+    if (path != KN_PATH_AUTO) return path;
+    if (c && c->kv_dtype == KN_KV_F32) return KN_PATH_GENERIC;
+    if (qb->max_q_per_seq <= KN_DECODE_MAX_Q && kn_attn_decode_supported(sh)) return KN_PATH_DECODE;
+    if (kn_attn_dense_prefill_supported(sh)) return KN_PATH_PREFILL;
+    return KN_PATH_GENERIC;
+}
+
+static int32_t check_cache(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c, int need_idx,
+                           const char *what, struct mm_err *err)
+{
+    if (!c->k || !c->v) return mm_err_set(err, MM_INVALID, "%s: cache without K/V", what);
+    if (c->kv_dtype != KN_KV_BF16 && c->kv_dtype != KN_KV_F32)
+        return mm_err_set(err, MM_INVALID, "%s: K/V dtype %d", what, c->kv_dtype);
+    if (need_idx) {
+        if (!c->idx ||
+            (c->idx_dtype != KN_IDX_BF16 && c->idx_dtype != KN_IDX_FP8 && c->idx_dtype != KN_IDX_F32) ||
+            (c->idx_dtype == KN_IDX_FP8 && !c->idx_scale))
+            return mm_err_set(err, MM_INVALID, "%s: bad index cache (dtype %d)", what, c->idx_dtype);
+        if (sh->n_idx_heads <= 0 || sh->idx_dim <= 0)
+            return mm_err_set(err, MM_INVALID, "%s: index heads %d, dim %d", what, sh->n_idx_heads,
+                              sh->idx_dim);
+    }
+    return MM_OK;
+}
+
+extern "C" int32_t kn_cuda_msa_index_scores(const struct kn_cuda_msa_shape *sh,
+                                            const struct kn_cuda_qbatch *qb, const struct kn_cuda_cache *c,
+                                            const float *q, float *scores, int32_t score_stride, int32_t path,
+                                            cudaStream_t stream, struct mm_err *err)
+{
+    const char *what = "kn_cuda_msa_index_scores";
+    int32_t rc = kn_check_msa_args(sh, qb, c, what, err);
+    if (rc == MM_OK) rc = check_cache(sh, c, 1, what, err);
+    if (rc) return rc;
+    if (qb->n > 0 && (!q || !scores || score_stride < qb->max_blocks))
+        return mm_err_set(err, MM_INVALID, "%s: NULL q/scores or score_stride %d < %d", what, score_stride,
+                          qb->max_blocks);
+    if (path == KN_PATH_AUTO)
+        path = pick_select(sh, qb, c, KN_PATH_AUTO) == KN_PATH_GENERIC ? KN_PATH_GENERIC : KN_PATH_DECODE;
+    if (path == KN_PATH_DECODE) {
+        if (!kn_index_decode_supported(sh) || c->idx_dtype == KN_IDX_F32)
+            return mm_err_set(err, MM_UNSUPPORTED,
+                              "%s: no tensor-core kernel for idx_dim %d, %d heads, block %d", what,
+                              sh->idx_dim, sh->n_idx_heads, sh->block);
+        return kn_index_scores_decode(sh, qb, c, q, scores, score_stride, stream, err);
+    }
+    if (path != KN_PATH_GENERIC) return mm_err_set(err, MM_INVALID, "%s: path %d", what, path);
+    return kn_index_scores_generic(sh, qb, c, q, scores, score_stride, stream, err);
+}
+
+extern "C" int32_t kn_cuda_msa_topk(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                    const float *scores, int32_t score_stride, int32_t *sel,
+                                    int32_t sel_stride, cudaStream_t stream, struct mm_err *err)
+{
+    if (!sh || !qb || (qb->n > 0 && (!scores || !sel || !qb->pos)) || score_stride < qb->max_blocks)
+        return mm_err_set(err, MM_INVALID, "kn_cuda_msa_topk: bad arguments");
+    return kn_topk_launch(scores, score_stride, qb->pos, qb->n, sh->n_idx_heads, sh->block, sh->topk,
+                          sh->n_local, sel, sel_stride, stream, err);
+}
+
+extern "C" size_t kn_cuda_msa_select_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                        int32_t path)
+{
+    if (path == KN_PATH_PREFILL) return 0;
+    return (size_t)sh->n_idx_heads * qb->n * qb->max_blocks * sizeof(float) + 256;
+}
+
+extern "C" int32_t kn_cuda_msa_select(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                      const struct kn_cuda_cache *c, const float *q, int32_t *sel,
+                                      int32_t sel_stride, void *ws, size_t ws_bytes, int32_t path,
+                                      cudaStream_t stream, struct mm_err *err)
+{
+    const char *what = "kn_cuda_msa_select";
+    int32_t rc = kn_check_msa_args(sh, qb, c, what, err);
+    if (rc == MM_OK) rc = check_cache(sh, c, 1, what, err);
+    if (rc) return rc;
+    if (qb->n > 0 && (!q || !sel || sel_stride < 1))
+        return mm_err_set(err, MM_INVALID, "%s: NULL q/sel or sel_stride %d", what, sel_stride);
+    path = pick_select(sh, qb, c, path);
+    if (path == KN_PATH_PREFILL) {
+        if (!kn_index_prefill_supported(sh, c)) /* bf16 keys only, so f32 is refused here too */
+            return mm_err_set(
+                err, MM_UNSUPPORTED,
+                "%s: the fused kernel needs idx_dim 128, block 128, <= 4 index heads, topk <= 16, "
+                "bf16 keys",
+                what);
+        return kn_select_prefill(sh, qb, c, q, sel, sel_stride, stream, err);
+    }
+    const size_t need = (size_t)sh->n_idx_heads * qb->n * qb->max_blocks * sizeof(float);
+    if (!ws || ws_bytes < need)
+        return mm_err_set(err, MM_INVALID, "%s: workspace %zu < %zu bytes", what, ws_bytes, need);
+    rc = kn_cuda_msa_index_scores(sh, qb, c, q, (float *)ws, qb->max_blocks, path, stream, err);
+    if (rc) return rc;
+    return kn_cuda_msa_topk(sh, qb, (const float *)ws, qb->max_blocks, sel, sel_stride, stream, err);
+}
+
+extern "C" size_t kn_cuda_msa_attention_ws(const struct kn_cuda_msa_shape *sh,
+                                           const struct kn_cuda_qbatch *qb, int32_t sel_stride, int32_t path)
+{
+    path = pick_attention(sh, qb, NULL, sel_stride, path);
+    if (path == KN_PATH_DECODE) return kn_attn_decode_ws(sh, qb, 0);
+    if (path == KN_PATH_PREFILL) return kn_attn_prefill_ws(sh, qb, sel_stride);
+    return 0;
+}
+
+extern "C" int32_t kn_cuda_msa_attention(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                         const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
+                                         int32_t sel_stride, void *out, void *ws, size_t ws_bytes,
+                                         int32_t path, cudaStream_t stream, struct mm_err *err)
+{
+    const char *what = "kn_cuda_msa_attention";
+    int32_t rc = kn_check_msa_args(sh, qb, c, what, err);
+    if (rc == MM_OK) rc = check_cache(sh, c, 0, what, err);
+    if (rc) return rc;
+    if (qb->n > 0 && (!q || !sel || !out || sel_stride < 1))
+        return mm_err_set(err, MM_INVALID, "%s: NULL q/sel/out or sel_stride %d", what, sel_stride);
+    path = pick_attention(sh, qb, c, sel_stride, path);
+    if (path != KN_PATH_GENERIC && c->kv_dtype == KN_KV_F32)
+        return mm_err_set(err, MM_UNSUPPORTED, "%s: f32 K/V caches run the generic path only", what);
+    switch (path) {
+    case KN_PATH_DECODE:
+        if (!kn_attn_decode_supported(sh)) break;
+        return kn_attn_decode(sh, qb, c, q, sel, sel_stride, out, ws, ws_bytes, stream, err);
+    case KN_PATH_PREFILL:
+        if (!kn_attn_prefill_supported(sh, sel_stride)) break;
+        return kn_attn_prefill(sh, qb, c, q, sel, sel_stride, out, ws, ws_bytes, stream, err);
+    case KN_PATH_GENERIC:
+        return kn_attention_generic(sh, qb, c, q, sel, sel_stride, out, stream, err);
+    default:
+        return mm_err_set(err, MM_INVALID, "%s: path %d", what, path);
+    }
+    return mm_err_set(err, MM_UNSUPPORTED,
+                      "%s: no tensor-core kernel for head_dim %d, block %d, %d heads per group", what,
+                      sh->head_dim, sh->block, sh->n_heads / sh->n_kv);
+}
+
+extern "C" size_t kn_cuda_dense_attention_ws(const struct kn_cuda_msa_shape *sh,
+                                             const struct kn_cuda_qbatch *qb, int32_t path)
+{
+    return pick_dense(sh, qb, NULL, path) == KN_PATH_DECODE ? kn_attn_decode_ws(sh, qb, 1) : 0;
+}
+
+extern "C" int32_t kn_cuda_dense_attention(const struct kn_cuda_msa_shape *sh,
+                                           const struct kn_cuda_qbatch *qb, const struct kn_cuda_cache *c,
+                                           const void *q, void *out, void *ws, size_t ws_bytes, int32_t path,
+                                           cudaStream_t stream, struct mm_err *err)
+{
+    const char *what = "kn_cuda_dense_attention";
+    int32_t rc = kn_check_msa_args(sh, qb, c, what, err);
+    if (rc == MM_OK) rc = check_cache(sh, c, 0, what, err);
+    if (rc) return rc;
+    if (qb->n > 0 && (!q || !out)) return mm_err_set(err, MM_INVALID, "%s: NULL q/out", what);
+    path = pick_dense(sh, qb, c, path);
+    if (path != KN_PATH_GENERIC && c->kv_dtype == KN_KV_F32)
+        return mm_err_set(err, MM_UNSUPPORTED, "%s: f32 K/V caches run the generic path only", what);
+    switch (path) {
+    case KN_PATH_DECODE:
+        if (!kn_attn_decode_supported(sh)) break;
+        return kn_attn_decode(sh, qb, c, q, NULL, 0, out, ws, ws_bytes, stream, err);
+    case KN_PATH_PREFILL:
+        if (!kn_attn_dense_prefill_supported(sh)) break;
+        return kn_attn_dense_prefill(sh, qb, c, q, out, stream, err);
+    case KN_PATH_GENERIC:
+        return kn_attention_generic(sh, qb, c, q, NULL, 0, out, stream, err);
+    default:
+        return mm_err_set(err, MM_INVALID, "%s: path %d", what, path);
+    }
+    return mm_err_set(err, MM_UNSUPPORTED, "%s: no tensor-core kernel for head_dim %d, block %d", what,
+                      sh->head_dim, sh->block);
+}
+
+/* ---- appending keys and values ---- */
+
+__global__ void k_append_kv(const float *__restrict__ k, const float *__restrict__ v, int64_t kv_stride,
+                            const int32_t *__restrict__ qseq, const int64_t *__restrict__ pos,
+                            const int32_t *__restrict__ bt, int32_t bt_stride, int32_t block, int32_t width,
+                            void *__restrict__ kc, void *__restrict__ vc, int64_t total, int32_t f32)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= total) return;
+    const int32_t i = (int32_t)(t / width), e = (int32_t)(t % width);
+    const int64_t p = pos[i];
+    const int64_t page = bt[(int64_t)qseq[i] * bt_stride + p / block];
+    const int64_t dst = (page * block + p % block) * width + e;
+    if (f32) {
+        ((float *)kc)[dst] = k[i * kv_stride + e];
+        ((float *)vc)[dst] = v[i * kv_stride + e];
+    } else {
+        ((uint16_t *)kc)[dst] = kn_f32_to_bf16(k[i * kv_stride + e]);
+        ((uint16_t *)vc)[dst] = kn_f32_to_bf16(v[i * kv_stride + e]);
+    }
+}
+
+/* one warp per token; FP8: scale = amax / 448 so the largest element maps to the top of e4m3's range */
+__global__ void k_append_idx(const float *__restrict__ kidx, int64_t stride, const int32_t *__restrict__ qseq,
+                             const int64_t *__restrict__ pos, const int32_t *__restrict__ bt,
+                             int32_t bt_stride, int32_t block, int32_t dim, int32_t dtype,
+                             void *__restrict__ cache, float *__restrict__ scale, int32_t n)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t i = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (i >= n) return;
+    const int64_t p = pos[i];
+    const int64_t page = bt[(int64_t)qseq[i] * bt_stride + p / block];
+    const int64_t row = page * block + p % block;
+    const float *src = kidx + i * stride;
+    if (dtype == KN_IDX_BF16) {
+        for (int32_t d = lane; d < dim; d += 32) ((uint16_t *)cache)[row * dim + d] = kn_f32_to_bf16(src[d]);
+        return;
+    }
+    if (dtype == KN_IDX_F32) {
+        for (int32_t d = lane; d < dim; d += 32) ((float *)cache)[row * dim + d] = src[d];
+        return;
+    }
+    float amax = 0.0f;
+    for (int32_t d = lane; d < dim; d += 32) amax = fmaxf(amax, fabsf(src[d]));
+    amax = kn_warp_max(amax);
+    const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+    for (int32_t d = lane; d < dim; d += 32)
+        ((uint8_t *)cache)[row * dim + d] =
+            (uint8_t)__nv_cvt_float_to_fp8(src[d] / s, __NV_SATFINITE, __NV_E4M3);
+    if (lane == 0) scale[row] = s;
+}
+
+extern "C" int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                        const struct kn_cuda_cache *c, const float *k, const float *v,
+                                        int64_t kv_stride, const float *kidx, int64_t kidx_stride,
+                                        cudaStream_t stream, struct mm_err *err)
+{
+    const char *what = "kn_cuda_cache_append";
+    int32_t rc = kn_check_msa_args(sh, qb, c, what, err);
+    if (rc == MM_OK) rc = check_cache(sh, c, kidx != NULL, what, err);
+    if (rc) return rc;
+    if (qb->n == 0) return MM_OK;
+    const int32_t width = sh->n_kv * sh->head_dim;
+    if ((!k) != (!v) || (k && kv_stride < width) || (kidx && kidx_stride < sh->idx_dim))
+        return mm_err_set(err, MM_INVALID, "%s: only one of k/v, or strides %lld/%lld too small", what,
+                          (long long)kv_stride, (long long)kidx_stride);
+    if (k) {
+        const int64_t total = (int64_t)qb->n * width;
+        k_append_kv<<<(unsigned)kn_cdiv(total, 256), 256, 0, stream>>>(
+            k, v, kv_stride, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, sh->block, width, c->k, c->v,
+            total, c->kv_dtype == KN_KV_F32);
+        KN_LAUNCHED(what);
+    }
+    if (kidx) {
+        k_append_idx<<<(unsigned)kn_cdiv(qb->n, 8), 256, 0, stream>>>(
+            kidx, kidx_stride, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, sh->block, sh->idx_dim,
+            c->idx_dtype, c->idx, c->idx_scale, qb->n);
+        KN_LAUNCHED(what);
+    }
+    return MM_OK;
+}

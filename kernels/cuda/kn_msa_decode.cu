@@ -1,0 +1,328 @@
+/* Paged attention for few queries per sequence (decode), sparse or dense: the KV-group dimension is flattened
+ * into the batch, so each (query, KV group) row is an independent paged GQA problem with 16 query heads
+ * against its own page list: the selected blocks (sparse) or every visible block (dense), read through a
+ * strided view of the paged cache (token stride n_kv * head_dim). Long lists are split over several CTAs
+ * (split-K) whose partial outputs are merged by their log-sum-exp.
+ *
+ * CTA = (row, split), 4 warps. Pages stream through a 3-stage cp.async ring (K and V of one 128-token page
+ * per stage, rows past the query's position zero-filled); each warp folds 32 keys of every page into its own
+ * online softmax, and the 4 warps are combined through shared memory at the end.
+ * Shapes: head_dim 128, block 128, n_heads / n_kv <= 16. */
+#include <stdlib.h>
+
+#include "kn_attn_warp.cuh"
+#include "kn_msa_kernels.cuh"
+
+#define DEC_WARPS 4
+#define DEC_THREADS (DEC_WARPS * 32)
+#define DEC_BLK 128
+#define DEC_STAGES 3
+/* An item is ROWS tokens of a page: the whole page, or half of it when a batch has too few pages to give
+ * every SM work (batch 1: 4 rows x 16 pages), so that twice as many CTAs share the reads. */
+#define DEC_TILE_BYTES(ROWS) ((ROWS)*AW_ROW_BYTES)
+#define DEC_STAGE_BYTES(ROWS) (2 * DEC_TILE_BYTES(ROWS))
+#define DEC_Q_OFF(ROWS) (DEC_STAGES * DEC_STAGE_BYTES(ROWS))
+#define DEC_SMEM(ROWS) (DEC_Q_OFF(ROWS) + 16 * AW_ROW_BYTES)
+
+struct dec_args {
+    const uint16_t *q;
+    const int32_t *qseq;
+    const int64_t *pos;
+    const int32_t *bt;
+    int32_t bt_stride;
+    const uint16_t *kc, *vc;
+    int32_t n, n_heads, n_kv, hpg;
+    float scale_log2;
+    const int32_t *sel; /* NULL = dense */
+    int32_t sel_k, sel_stride;
+    int32_t n_split;
+    uint16_t *out; /* final output when n_split == 1 */
+    float *part_o; /* [rows][n_split][16][128] */
+    float *part_l; /* [rows][n_split][16] log2-sum-exp */
+};
+
+template <int ROWS> __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a)
+{
+    constexpr int P = DEC_BLK / ROWS; /* items per page */
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ int32_t blist[KN_CUDA_MAX_TOPK];
+    __shared__ int32_t bcount;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int64_t r = blockIdx.x; /* row = g * n + i */
+    const int32_t z = blockIdx.y;
+    const int32_t i = (int32_t)(r % a.n), g = (int32_t)(r / a.n);
+    const int64_t qpos = a.pos[i];
+    const int32_t own = (int32_t)(qpos / DEC_BLK);
+    const int32_t *btr = a.bt + (int64_t)a.qseq[i] * a.bt_stride;
+
+    /* this split's blocks: [first, first + count) of the list (sparse lists compacted to valid entries) */
+    int32_t first, count;
+    if (a.sel) {
+        if (w == 0) {
+            /* one warp compacts the row's valid entries in order (ballot + prefix popcount): all loads at
+             * once */
+            const int32_t b = lane < a.sel_k ? a.sel[r * a.sel_stride + lane] : -1;
+            const bool ok = b >= 0 && b <= own;
+            const uint32_t m = __ballot_sync(0xffffffffu, ok);
+            if (ok) blist[__popc(m & ((1u << lane) - 1u))] = b;
+            if (lane == 0) bcount = __popc(m);
+        }
+        __syncthreads();
+        const int32_t per = (bcount * P + a.n_split - 1) / a.n_split;
+        first = z * per;
+        count = min(bcount * P - first, per);
+    } else {
+        const int32_t nb = own + 1, per = (nb * P + a.n_split - 1) / a.n_split;
+        first = z * per;
+        count = min(nb * P - first, per);
+    }
+    if (count < 0) count = 0;
+
+    const uint32_t s_base = kn_smem_addr(smem);
+    const int64_t tok_bytes = (int64_t)a.n_kv * AW_D * 2;
+    const uint8_t *kbase = (const uint8_t *)a.kc + (int64_t)g * AW_D * 2;
+    const uint8_t *vbase = (const uint8_t *)a.vc + (int64_t)g * AW_D * 2;
+
+    /* Q rows: the hpg heads of group g (rows past hpg zero) */
+    aw_tile_load(s_base + DEC_Q_OFF(ROWS),
+                 (const uint8_t *)(a.q + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg) * AW_D), AW_D * 2, 16,
+                 a.hpg, tid, DEC_THREADS);
+    kn_cp_async_commit();
+    /* item j of this CTA: block of list entry (first + j) / P, rows [part * ROWS, part * ROWS + ROWS) */
+#define DEC_ITEM(j, b, row0)                                                                                 \
+    const int32_t it__ = first + (j), ent__ = it__ / P;                                                      \
+    const int32_t b = a.sel ? blist[ent__] : ent__;                                                          \
+    const int32_t row0 = (it__ - ent__ * P) * ROWS
+#define DEC_LOAD(j, stage_addr)                                                                              \
+    do {                                                                                                     \
+        DEC_ITEM(j, b__, r0__);                                                                              \
+        const int64_t page__ = btr[b__];                                                                     \
+        const int64_t vis__ = qpos - ((int64_t)b__ * DEC_BLK + r0__) + 1;                                    \
+        const int valid__ = (int)(vis__ < 0 ? 0 : vis__ > ROWS ? ROWS : vis__);                              \
+        const int64_t off__ = (page__ * DEC_BLK + r0__) * tok_bytes;                                         \
+        aw_tile_load((stage_addr), kbase + off__, tok_bytes, ROWS, valid__, tid, DEC_THREADS);               \
+        aw_tile_load((stage_addr) + DEC_TILE_BYTES(ROWS), vbase + off__, tok_bytes, ROWS, valid__, tid,      \
+                     DEC_THREADS);                                                                           \
+    } while (0)
+#pragma unroll
+    for (int s = 0; s < DEC_STAGES - 1; s++) {
+        if (s < count) DEC_LOAD(s, s_base + s * DEC_STAGE_BYTES(ROWS));
+        kn_cp_async_commit();
+    }
+
+    aw_state st;
+    aw_init(st);
+    uint32_t qa[8][4];
+    for (int32_t j = 0; j < count; j++) {
+        kn_cp_async_wait<DEC_STAGES - 2>();
+        __syncthreads();
+        if (j == 0) aw_load_q(qa, s_base + DEC_Q_OFF(ROWS), lane);
+        {
+            const int32_t jn = j + DEC_STAGES - 1;
+            if (jn < count) DEC_LOAD(jn, s_base + (jn % DEC_STAGES) * DEC_STAGE_BYTES(ROWS));
+            kn_cp_async_commit();
+        }
+        DEC_ITEM(j, b, row0);
+        const uint32_t sc = s_base + (j % DEC_STAGES) * DEC_STAGE_BYTES(ROWS);
+        constexpr int KW = ROWS / DEC_WARPS; /* keys per warp per item */
+        aw_step<KW>(st, qa, sc, sc + DEC_TILE_BYTES(ROWS), KW * w, (int64_t)b * DEC_BLK + row0 + KW * w, qpos,
+                    a.scale_log2, lane);
+    }
+#undef DEC_LOAD
+#undef DEC_ITEM
+    kn_cp_async_wait<0>();
+    aw_finish_l(st);
+    __syncthreads(); /* stages are reused for the combine */
+
+    /* combine the 4 warps: o [warp][16][128] f32, m/l [warp][16] */
+    float *co = (float *)smem;
+    float *cm = co + DEC_WARPS * 16 * AW_D;
+    float *cl = cm + DEC_WARPS * 16;
+    const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int dn = 0; dn < 16; dn++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = gid + 8 * (e >> 1), d = dn * 8 + 2 * tig + (e & 1);
+            co[(w * 16 + row) * AW_D + d] = st.o[dn][e];
+        }
+    if (tig == 0) {
+        cm[w * 16 + gid] = st.m[0], cm[w * 16 + gid + 8] = st.m[1];
+        cl[w * 16 + gid] = st.l[0], cl[w * 16 + gid + 8] = st.l[1];
+    }
+    __syncthreads();
+    {
+        const int row = tid >> 3, d0 = (tid & 7) * 16;
+        float mm = -INFINITY;
+#pragma unroll
+        for (int ww = 0; ww < DEC_WARPS; ww++) mm = fmaxf(mm, cm[ww * 16 + row]);
+        const float msafe = mm == -INFINITY ? 0.0f : mm;
+        float f[DEC_WARPS], L = 0.0f;
+#pragma unroll
+        for (int ww = 0; ww < DEC_WARPS; ww++) {
+            f[ww] = exp2f(cm[ww * 16 + row] - msafe);
+            L += f[ww] * cl[ww * 16 + row];
+        }
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        float o[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < DEC_WARPS; ww++) acc += f[ww] * co[(ww * 16 + row) * AW_D + d0 + k];
+            o[k] = acc * inv;
+        }
+        if (a.n_split == 1) {
+            if (row < a.hpg) {
+                uint16_t *dst = a.out + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg + row) * AW_D + d0;
+#pragma unroll
+                for (int k = 0; k < 16; k += 2) {
+                    const uint32_t v = kn_pack_bf16(o[k], o[k + 1]);
+                    *(uint32_t *)(dst + k) = v;
+                }
+            }
+        } else {
+            float *dst = a.part_o + ((r * a.n_split + z) * 16 + row) * AW_D + d0;
+#pragma unroll
+            for (int k = 0; k < 16; k += 4)
+                *(float4 *)(dst + k) = make_float4(o[k], o[k + 1], o[k + 2], o[k + 3]);
+            if ((tid & 7) == 0)
+                a.part_l[(r * a.n_split + z) * 16 + row] = L > 0.0f ? msafe + log2f(L) : -INFINITY;
+        }
+    }
+}
+
+/* One warp per (row, head): merge the splits' partial outputs by their log2-sum-exp. The lanes read the
+ * splits' LSEs together, then the partial rows 4 at a time (independent loads in flight). */
+__global__ void k_attn_decode_merge(const float *__restrict__ part_o, const float *__restrict__ part_l,
+                                    int32_t n, int32_t n_heads, int32_t hpg, int32_t n_split, int64_t items,
+                                    uint16_t *__restrict__ out)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (item >= items) return;
+    const int64_t r = item / hpg;
+    const int32_t row = (int32_t)(item % hpg);
+    const int32_t i = (int32_t)(r % n), g = (int32_t)(r / n);
+    const float *pl = part_l + r * n_split * 16 + row;
+    const float *po = part_o + (r * n_split * 16 + row) * AW_D + 4 * lane;
+    float mm = -INFINITY;
+    for (int32_t z = lane; z < n_split; z += 32) mm = fmaxf(mm, pl[z * 16]);
+    mm = kn_warp_max(mm);
+    const float msafe = mm == -INFINITY ? 0.0f : mm;
+    float L = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int32_t z0 = 0; z0 < n_split; z0 += 4) {
+        float f[4];
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int32_t z = z0 + u;
+            f[u] = z < n_split ? exp2f(pl[z * 16] - msafe) : 0.0f;
+            v[u] = z < n_split ? *(const float4 *)(po + (int64_t)z * 16 * AW_D)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            L += f[u];
+            o[0] += f[u] * v[u].x, o[1] += f[u] * v[u].y, o[2] += f[u] * v[u].z, o[3] += f[u] * v[u].w;
+        }
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    uint16_t *dst = out + ((int64_t)i * n_heads + (int64_t)g * hpg + row) * AW_D + 4 * lane;
+    *(uint2 *)dst = make_uint2(kn_pack_bf16(o[0] * inv, o[1] * inv), kn_pack_bf16(o[2] * inv, o[3] * inv));
+}
+
+int kn_attn_decode_supported(const struct kn_cuda_msa_shape *sh)
+{
+    return sh->head_dim == AW_D && sh->block == DEC_BLK && sh->n_heads / sh->n_kv <= 16;
+}
+
+/* Half pages when whole ones would leave SMs idle (sparse lists only). Measured on an H200 (bench/cuda): at
+ * batch 1 the half-page grid was not faster (launch and merge latency dominate), so it is off unless
+ * KN_CUDA_DECODE_HALF=1 asks for it (a tuning knob for benchmarks, read once). */
+static int dec_half(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb, int dense)
+{
+    static int knob = -1;
+    if (knob < 0) {
+        const char *e = getenv("KN_CUDA_DECODE_HALF");
+        knob = e && e[0] == '1';
+    }
+    return knob && !dense && (int64_t)qb->n * sh->n_kv * sh->topk < 2 * (int64_t)kn_cuda_sm_count();
+}
+
+static int32_t dec_splits(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb, int dense)
+{
+    const int64_t rows = (int64_t)qb->n * sh->n_kv;
+    const int64_t list = dense ? qb->max_blocks : (int64_t)sh->topk * (dec_half(sh, qb, dense) ? 2 : 1);
+    int64_t want = kn_cdiv(2 * (int64_t)kn_cuda_sm_count(), rows > 0 ? rows : 1);
+    int64_t most = dense ? kn_cdiv(list, 4) : list; /* dense: at least 4 pages per split */
+    if (want > most) want = most;
+    if (want > 1024) want = 1024;
+    return want < 1 ? 1 : (int32_t)want;
+}
+
+size_t kn_attn_decode_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb, int dense)
+{
+    const int64_t rows = (int64_t)qb->n * sh->n_kv, ns = dec_splits(sh, qb, dense);
+    if (ns == 1) return 0;
+    return (size_t)(rows * ns * 16 * (AW_D + 1) * sizeof(float)) + 256;
+}
+
+int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                       const struct kn_cuda_cache *c, const void *q, const int32_t *sel, int32_t sel_stride,
+                       void *out, void *ws, size_t ws_bytes, cudaStream_t stream, struct mm_err *err)
+{
+    const int64_t rows = (int64_t)qb->n * sh->n_kv;
+    if (rows == 0) return MM_OK;
+    const int dense = sel == NULL;
+    dec_args a;
+    a.q = (const uint16_t *)q;
+    a.qseq = qb->qseq;
+    a.pos = qb->pos;
+    a.bt = qb->block_table;
+    a.bt_stride = qb->bt_stride;
+    a.kc = (const uint16_t *)c->k;
+    a.vc = (const uint16_t *)c->v;
+    a.n = qb->n;
+    a.n_heads = sh->n_heads;
+    a.n_kv = sh->n_kv;
+    a.hpg = sh->n_heads / sh->n_kv;
+    a.scale_log2 = sh->scale * 1.4426950408889634f;
+    a.sel = sel;
+    a.sel_k = sel ? (sh->topk < sel_stride ? sh->topk : sel_stride) : 0;
+    a.sel_stride = sel_stride;
+    a.n_split = dec_splits(sh, qb, dense);
+    a.out = (uint16_t *)out;
+    a.part_o = NULL;
+    a.part_l = NULL;
+    if (a.n_split > 1) {
+        size_t need = kn_attn_decode_ws(sh, qb, dense);
+        if (!ws || ws_bytes < need)
+            return mm_err_set(err, MM_INVALID, "kn_cuda attention (decode): workspace %zu < %zu bytes",
+                              ws_bytes, need);
+        a.part_o = (float *)ws;
+        a.part_l = a.part_o + rows * a.n_split * 16 * AW_D;
+    }
+    if (rows > INT32_MAX)
+        return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (decode): %lld rows", (long long)rows);
+    const dim3 grid((unsigned)rows, (unsigned)a.n_split);
+    if (dec_half(sh, qb, dense)) {
+        KN_CU(cudaFuncSetAttribute(k_attn_decode<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   DEC_SMEM(64)),
+              "kn_cuda attention (decode): shared memory");
+        k_attn_decode<64><<<grid, DEC_THREADS, DEC_SMEM(64), stream>>>(a);
+    } else {
+        KN_CU(cudaFuncSetAttribute(k_attn_decode<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   DEC_SMEM(128)),
+              "kn_cuda attention (decode): shared memory");
+        k_attn_decode<128><<<grid, DEC_THREADS, DEC_SMEM(128), stream>>>(a);
+    }
+    KN_LAUNCHED("kn_cuda attention (decode)");
+    if (a.n_split > 1) {
+        const int64_t items = rows * a.hpg;
+        k_attn_decode_merge<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(
+            a.part_o, a.part_l, a.n, a.n_heads, a.hpg, a.n_split, items, a.out);
+        KN_LAUNCHED("kn_cuda attention (decode merge)");
+    }
+    return MM_OK;
+}

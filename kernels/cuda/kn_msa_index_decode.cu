@@ -1,0 +1,284 @@
+/* Index scoring with one pass over each query's key pages (decode: one query per sequence, a long key
+ * stream). Bandwidth-bound, so the design is about bytes in flight and nothing else:
+ *
+ *  - One warp owns a whole page at a time and walks it 16 tokens (one m16n8k16 tile) at a time; the next
+ *    tiles stream into a per-warp cp.async ring in shared memory (2-4 tiles ahead, across page ends), which
+ *    keeps bytes in flight without holding them in registers.
+ *  - "AB-swapped" tensor-core layout: keys are the M dimension (16 tokens), the query heads the N dimension
+ *    (8 columns: the bf16 high part of each of up to 4 heads, then the low part q - hi, so the products carry
+ *    ~16 mantissa bits of the fp32 query at no extra cost: the columns were padding anyway).
+ *  - Each lane loads whole 16-byte chunks of a key row straight into A fragments: a dot product does not
+ *    care about the order of its terms, so the k index of the MMA is a permutation of the key dims, and the
+ *    query fragment is built with the same permutation. Each lane copies its own chunks into the ring and
+ *    reads back only those (consecutive lanes, consecutive 16 bytes: no bank conflicts, no barriers).
+ *  - The block max is kept in registers per lane and reduced across the warp once per page.
+ * FP8 keys (e4m3 + per-token f32 scale) are converted to f16 in registers (exact) and multiplied with an
+ * f16 hi/lo query; the scale is applied per row after the product. FP8 tiles are half the bytes, so their
+ * ring is deeper (4 tiles ahead instead of 2) for the same bytes in flight.
+ * The grid is sized to one wave of resident CTAs when the work allows: a second, partial wave would leave
+ * most of the GPU idle for its duration. */
+#include "kn_msa_kernels.cuh"
+
+#define IDX_WARPS 8
+#define IDX_STAGES 3     /* bf16: 4 KB tiles, 2 in flight per warp */
+#define IDX_STAGES_FP8 5 /* e4m3: 2 KB tiles, 4 in flight per warp */
+
+template <int DI, bool FP8> struct idx_cfg {
+    /* 16-byte chunks per key row per lane, uint4 loads per lane per 16-token tile */
+    static constexpr int CH = FP8 ? DI / 64 : DI / 32;
+    static constexpr int LOADS = 2 * CH;
+    static constexpr int KS = DI / 16; /* k-steps */
+};
+
+/* uint4 per ring slot: the tile's chunks for 32 lanes, then (FP8) 64 scales */
+template <int DI, bool FP8> __host__ __device__ constexpr int idx_slot_u4()
+{
+    return idx_cfg<DI, FP8>::LOADS * 32 + (FP8 ? 16 : 0);
+}
+
+template <int DI, bool FP8> __host__ __device__ constexpr int idx_smem_bytes()
+{
+    return IDX_WARPS * (FP8 ? IDX_STAGES_FP8 : IDX_STAGES) * idx_slot_u4<DI, FP8>() * 16;
+}
+
+template <int DI, bool FP8> struct idx_tile {
+    uint4 r[idx_cfg<DI, FP8>::LOADS]; /* [row half][chunk] */
+    float sc[2];                      /* FP8: scales of rows gid and gid+8 */
+};
+
+/* The A fragment of k-step ks from the loaded chunks (see the file comment for the permutation). */
+template <int DI, bool FP8>
+__device__ __forceinline__ void idx_afrag(const idx_tile<DI, FP8> &t, int ks, uint32_t a[4])
+{
+    constexpr int CH = idx_cfg<DI, FP8>::CH;
+    if (!FP8) {
+        const int c = ks >> 1, hh = ks & 1;
+        const uint4 r0 = t.r[c], r1 = t.r[CH + c];
+        a[0] = hh ? r0.z : r0.x;
+        a[1] = hh ? r1.z : r1.x;
+        a[2] = hh ? r0.w : r0.y;
+        a[3] = hh ? r1.w : r1.y;
+    } else {
+        const int c = ks >> 2, hh = ks & 3;
+        const uint4 r0 = t.r[c], r1 = t.r[CH + c];
+        /* 32-bit word hh of the chunk holds dims 4hh..4hh+3 of the chunk: two f16x2 words */
+        uint32_t w0 = hh == 0 ? r0.x : hh == 1 ? r0.y : hh == 2 ? r0.z : r0.w;
+        uint32_t w1 = hh == 0 ? r1.x : hh == 1 ? r1.y : hh == 2 ? r1.z : r1.w;
+        a[0] = kn_e4m3x2_to_f16x2((uint16_t)(w0 & 0xffff));
+        a[1] = kn_e4m3x2_to_f16x2((uint16_t)(w1 & 0xffff));
+        a[2] = kn_e4m3x2_to_f16x2((uint16_t)(w0 >> 16));
+        a[3] = kn_e4m3x2_to_f16x2((uint16_t)(w1 >> 16));
+    }
+}
+
+/* True key dim of k-slot pair (2*tig + 8*half) in k-step ks for this lane (first of the pair). */
+template <int DI, bool FP8> __device__ __forceinline__ int idx_dim_of(int ks, int tig, int half)
+{
+    if (!FP8) {
+        const int c = tig + 4 * (ks >> 1);
+        return 8 * c + 4 * (ks & 1) + 2 * half;
+    }
+    const int c = tig + 4 * (ks >> 2);
+    return 16 * c + 4 * (ks & 3) + 2 * half;
+}
+
+template <int DI, bool FP8>
+__global__ void __launch_bounds__(IDX_WARPS * 32, 2)
+    k_index_decode(const float *__restrict__ q, const int32_t *__restrict__ qseq,
+                   const int64_t *__restrict__ pos, const int32_t *__restrict__ bt, int32_t bt_stride,
+                   const uint8_t *__restrict__ keys, const float *__restrict__ kscale, int32_t n, int32_t nh,
+                   int32_t block, int32_t chunk, float *__restrict__ scores, int32_t score_stride)
+{
+    constexpr int KS = idx_cfg<DI, FP8>::KS;
+    constexpr int ROWB = FP8 ? DI : 2 * DI;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const int32_t i = blockIdx.y;
+    const int64_t p = pos[i];
+    const int32_t nb = (int32_t)(p / block) + 1;
+    const int32_t b_begin = blockIdx.x * chunk, b_end = min(nb, b_begin + chunk);
+    if (b_begin >= nb) return;
+    const int32_t *btr = bt + (int64_t)qseq[i] * bt_stride;
+
+    /* query fragments: column gid = hi part (gid < 4) or lo part (gid >= 4) of head gid & 3 */
+    uint32_t bq[KS][2];
+    {
+        const int head = gid & 3;
+        const bool lo = gid >= 4;
+        const float *qh = q + ((int64_t)i * nh + head) * DI;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                float x0 = 0.0f, x1 = 0.0f;
+                if (head < nh) {
+                    int d = idx_dim_of<DI, FP8>(ks, tig, half);
+                    x0 = qh[d];
+                    x1 = qh[d + 1];
+                }
+                uint32_t v;
+                if (!FP8) {
+                    float h0 = __bfloat162float(__float2bfloat16_rn(x0));
+                    float h1 = __bfloat162float(__float2bfloat16_rn(x1));
+                    v = lo ? kn_pack_bf16(x0 - h0, x1 - h1) : kn_pack_bf16(h0, h1);
+                } else {
+                    float h0 = __half2float(__float2half_rn(x0));
+                    float h1 = __half2float(__float2half_rn(x1));
+                    v = lo ? kn_pack_f16(x0 - h0, x1 - h1) : kn_pack_f16(h0, h1);
+                }
+                bq[ks][half] = v;
+            }
+    }
+
+    const int tiles = block / 16;
+    /* this warp's pages: b_begin + w, + IDX_WARPS, ... < b_end; units = (page, 16-token tile) in order */
+    const int32_t my_pages = b_end - b_begin - w > 0 ? (b_end - b_begin - w + IDX_WARPS - 1) / IDX_WARPS : 0;
+    const int32_t units = my_pages * tiles;
+    if (units == 0) return;
+
+    /* Per-warp ring of ST tiles in shared memory, filled by cp.async: bytes in flight cost no registers.
+     * Every lane reads back only what it copied itself, so the lane's own wait_group is the only
+     * synchronisation: no barriers. Slot layout: [load k][lane] uint4, then (FP8) [row half][lane] scales. */
+    constexpr int ST = FP8 ? IDX_STAGES_FP8 : IDX_STAGES;
+    constexpr int LOADS = idx_cfg<DI, FP8>::LOADS, CH = idx_cfg<DI, FP8>::CH;
+    constexpr int SLOT = idx_slot_u4<DI, FP8>();
+    extern __shared__ uint4 idx_smem[];
+    uint4 *ring = idx_smem + (size_t)w * ST * SLOT;
+    const uint32_t ring_s = kn_smem_addr(ring);
+
+#define IDX_ISSUE(v)                                                                                         \
+    do {                                                                                                     \
+        const int32_t v__ = (v);                                                                             \
+        if (v__ < units) {                                                                                   \
+            const int32_t pv__ = v__ / tiles, tl__ = v__ - pv__ * tiles;                                     \
+            const int64_t pg__ = btr[b_begin + w + pv__ * IDX_WARPS];                                        \
+            const uint32_t slot__ = ring_s + (uint32_t)((v__ % ST) * SLOT) * 16u;                            \
+            _Pragma("unroll") for (int h = 0; h < 2; h++)                                                    \
+            {                                                                                                \
+                const int row = tl__ * 16 + gid + 8 * h;                                                     \
+                const uint8_t *rp = keys + (pg__ * block + row) * ROWB;                                      \
+                _Pragma("unroll") for (int c = 0; c < CH; c++) kn_cp_async16(                                \
+                    slot__ + (uint32_t)(((h * CH + c) * 32 + lane) * 16), rp + 16 * (tig + 4 * c), 16);      \
+                if (FP8)                                                                                     \
+                    kn_cp_async4(slot__ + (uint32_t)(LOADS * 32 * 16 + (h * 32 + lane) * 4),                 \
+                                 kscale + pg__ * block + row);                                               \
+            }                                                                                                \
+        }                                                                                                    \
+        kn_cp_async_commit();                                                                                \
+    } while (0)
+
+#pragma unroll
+    for (int k = 0; k < ST - 1; k++) IDX_ISSUE(k);
+
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    for (int32_t u = 0; u < units; u++) {
+        const int32_t pg = u / tiles, tile = u - pg * tiles;
+        const int32_t b = b_begin + w + pg * IDX_WARPS;
+        kn_cp_async_wait<ST - 2>(); /* this lane's copies of unit u have landed */
+        idx_tile<DI, FP8> cur;
+        {
+            const uint4 *slot = ring + (u % ST) * SLOT;
+#pragma unroll
+            for (int k = 0; k < LOADS; k++) cur.r[k] = slot[k * 32 + lane];
+            if (FP8) {
+                const float *sc = (const float *)(slot + LOADS * 32);
+                cur.sc[0] = sc[lane];
+                cur.sc[1] = sc[32 + lane];
+            }
+        }
+        IDX_ISSUE(u + ST - 1); /* into the slot unit u - 1 used: this lane read it last iteration */
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t a[4];
+            idx_afrag<DI, FP8>(cur, ks, a);
+            if (FP8)
+                kn_mma_f16(c, a, bq[ks]);
+            else
+                kn_mma_bf16(c, a, bq[ks]);
+        }
+        /* hi + lo columns: lane tig pairs with tig ^ 2 */
+#pragma unroll
+        for (int e = 0; e < 4; e++) c[e] += __shfl_xor_sync(0xffffffffu, c[e], 2);
+        if (FP8) {
+            c[0] *= cur.sc[0], c[1] *= cur.sc[0];
+            c[2] *= cur.sc[1], c[3] *= cur.sc[1];
+        }
+        const int64_t t0 = (int64_t)b * block + tile * 16;
+        const bool v0 = t0 + gid <= p, v1 = t0 + gid + 8 <= p;
+        mx0 = fmaxf(mx0, fmaxf(v0 ? c[0] : -INFINITY, v1 ? c[2] : -INFINITY));
+        mx1 = fmaxf(mx1, fmaxf(v0 ? c[1] : -INFINITY, v1 ? c[3] : -INFINITY));
+        if (tile == tiles - 1) {
+            /* page done: max over the 8 row groups, lanes 0 and 1 hold heads (0,1) and (2,3) */
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+            }
+            if (lane < 2) {
+                const int g0 = 2 * lane;
+                if (g0 < nh) scores[((int64_t)g0 * n + i) * score_stride + b] = mx0;
+                if (g0 + 1 < nh) scores[((int64_t)(g0 + 1) * n + i) * score_stride + b] = mx1;
+            }
+            mx0 = mx1 = -INFINITY;
+        }
+    }
+    kn_cp_async_wait<0>();
+#undef IDX_ISSUE
+}
+
+int kn_index_decode_supported(const struct kn_cuda_msa_shape *sh)
+{
+    return sh->n_idx_heads >= 1 && sh->n_idx_heads <= 4 && sh->block % 16 == 0 &&
+           (sh->idx_dim == 128 || sh->idx_dim == 64 || sh->idx_dim == 32);
+}
+
+template <int DI, bool FP8>
+static void launch_index_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                const struct kn_cuda_cache *c, const float *q, float *scores,
+                                int32_t score_stride, int32_t chunk, cudaStream_t stream)
+{
+    dim3 grid((unsigned)kn_cdiv(qb->max_blocks, chunk), (unsigned)qb->n);
+    const int smem = idx_smem_bytes<DI, FP8>();
+    cudaFuncSetAttribute(k_index_decode<DI, FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    k_index_decode<DI, FP8><<<grid, IDX_WARPS * 32, smem, stream>>>(
+        q, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, (const uint8_t *)c->idx, c->idx_scale, qb->n,
+        sh->n_idx_heads, sh->block, chunk, scores, score_stride);
+}
+
+int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                               const struct kn_cuda_cache *c, const float *q, float *scores,
+                               int32_t score_stride, cudaStream_t stream, struct mm_err *err)
+{
+    if (qb->n == 0 || qb->max_blocks == 0) return MM_OK;
+    if (qb->n > 65535) return mm_err_set(err, MM_TOO_LARGE, "kn_cuda_msa_index_scores: %d queries", qb->n);
+    const bool fp8 = c->idx_dtype == KN_IDX_FP8;
+    if (fp8 && sh->idx_dim % 64)
+        return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: fp8 keys need idx_dim %% 64 == 0");
+    /* one wave of resident CTAs (2 per SM) when the work allows, each warp at least one page, at most 32 */
+    int64_t want = (int64_t)kn_cuda_sm_count() * 2;
+    int64_t chunk = kn_cdiv((int64_t)qb->max_blocks * qb->n, want);
+    chunk = kn_cdiv(chunk, IDX_WARPS) * IDX_WARPS;
+    if (chunk < IDX_WARPS) chunk = IDX_WARPS;
+    if (chunk > 32 * IDX_WARPS) chunk = 32 * IDX_WARPS;
+    switch (sh->idx_dim * 2 + fp8) {
+    case 256:
+        launch_index_decode<128, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        break;
+    case 257:
+        launch_index_decode<128, true>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        break;
+    case 128:
+        launch_index_decode<64, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        break;
+    case 129:
+        launch_index_decode<64, true>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        break;
+    case 64:
+        launch_index_decode<32, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        break;
+    default:
+        return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: idx_dim %d", sh->idx_dim);
+    }
+    KN_LAUNCHED("kn_cuda_msa_index_scores (tensor cores)");
+    return MM_OK;
+}

@@ -1,0 +1,54 @@
+/* Internal entry points of the MSA kernels, one family per file; kn_msa_api.cu picks among them. */
+#ifndef KN_MSA_KERNELS_CUH
+#define KN_MSA_KERNELS_CUH
+
+#include "kn_cuda_internal.cuh"
+
+/* kn_msa_generic.cu */
+int32_t kn_index_scores_generic(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                const struct kn_cuda_cache *c, const float *q, float *scores,
+                                int32_t score_stride, cudaStream_t stream, struct mm_err *err);
+/* sel NULL = dense causal attention over every visible block */
+int32_t kn_attention_generic(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                             const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
+                             int32_t sel_stride, void *out, cudaStream_t stream, struct mm_err *err);
+
+/* kn_msa_topk.cu */
+int32_t kn_topk_launch(const float *scores, int32_t score_stride, const int64_t *pos, int32_t n,
+                       int32_t n_heads, int32_t block, int32_t topk, int32_t n_local, int32_t *sel,
+                       int32_t sel_stride, cudaStream_t stream, struct mm_err *err);
+
+/* kn_msa_index_decode.cu: tensor-core index scores, one pass over each query's pages */
+int kn_index_decode_supported(const struct kn_cuda_msa_shape *sh);
+int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                               const struct kn_cuda_cache *c, const float *q, float *scores,
+                               int32_t score_stride, cudaStream_t stream, struct mm_err *err);
+
+/* kn_msa_index_prefill.cu: fused tensor-core index scores + running top-k over query tiles */
+int kn_index_prefill_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c);
+int32_t kn_select_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                          const struct kn_cuda_cache *c, const float *q, int32_t *sel, int32_t sel_stride,
+                          cudaStream_t stream, struct mm_err *err);
+
+/* kn_msa_decode.cu: paged split-K attention per (query, KV group) over a page list (sel, or all blocks) */
+int kn_attn_decode_supported(const struct kn_cuda_msa_shape *sh);
+size_t kn_attn_decode_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb, int dense);
+int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                       const struct kn_cuda_cache *c, const void *q, const int32_t *sel, int32_t sel_stride,
+                       void *out, void *ws, size_t ws_bytes, cudaStream_t stream, struct mm_err *err);
+
+/* kn_msa_prefill.cu: KV-block-major sparse prefill with partial outputs and a merge */
+int kn_attn_prefill_supported(const struct kn_cuda_msa_shape *sh, int32_t sel_stride);
+size_t kn_attn_prefill_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                          int32_t sel_stride);
+int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                        const struct kn_cuda_cache *c, const void *q, const int32_t *sel, int32_t sel_stride,
+                        void *out, void *ws, size_t ws_bytes, cudaStream_t stream, struct mm_err *err);
+
+/* kn_attn_dense.cu: query-major flash attention over every visible block (dense layers, baseline) */
+int kn_attn_dense_prefill_supported(const struct kn_cuda_msa_shape *sh);
+int32_t kn_attn_dense_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                              const struct kn_cuda_cache *c, const void *q, void *out, cudaStream_t stream,
+                              struct mm_err *err);
+
+#endif

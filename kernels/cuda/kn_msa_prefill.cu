@@ -1,0 +1,387 @@
+/* Sparse prefill attention, KV-block-major. Instead of each query tile walking its own selected blocks, the
+ * (query, KV group, slot) pairs are bucketed by the block they selected, and each block's K/V is loaded into
+ * shared memory once and streamed against the queries that chose it, gathered into full tiles whatever
+ * their positions: no compute is wasted on rows that did not select the block, in the random regime as much
+ * as in the structured one. Each pair yields a partial output (normalized, bf16) and its log2-sum-exp; a
+ * merge kernel then combines the <= topk partials of every (query, head).
+ *
+ * Steps (all on the device, no host round trip):
+ *   1. count pairs per bucket (group, sequence, block)      atomics into counts
+ *   2. exclusive scan of counts and of tiles per bucket      one CTA
+ *   3. scatter pairs into bucket order; write tile list      atomics into fill
+ *   4. attention: a persistent grid, each CTA a contiguous range of tiles (so consecutive tiles reuse the
+ *      K/V in shared memory); a tile = 4 pairs of one bucket, one per warp (16 heads of one query)
+ *   5. merge partials per (query, head)
+ * Shapes: head_dim 128, block 128, n_heads / n_kv <= 16, topk <= 32. */
+#include "kn_attn_warp.cuh"
+#include "kn_msa_kernels.cuh"
+
+#define PF_WARPS 4
+#define PF_THREADS (PF_WARPS * 32)
+#define PF_BLK 128
+#define PF_TILE_BYTES (PF_BLK * AW_ROW_BYTES)
+#define PF_Q_OFF (2 * PF_TILE_BYTES)
+#define PF_Q_BYTES (16 * AW_ROW_BYTES)
+#define PF_SMEM (PF_Q_OFF + PF_WARPS * 2 * PF_Q_BYTES)
+#define PF_SCAN_THREADS 1024
+
+struct pf_ws {
+    int32_t *counts, *fill, *offsets, *tile_off, *list;
+    int4 *tiles; /* (bucket, first pair, pairs, -) */
+    uint16_t *part_o;
+    float *part_l;
+};
+
+static size_t pf_align(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+static size_t pf_layout(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb, int32_t ks,
+                        pf_ws *w, uint8_t *base)
+{
+    const int64_t nb = (int64_t)sh->n_kv * qb->total_blocks;
+    const int64_t pairs = (int64_t)qb->n * sh->n_kv * ks;
+    const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;
+    size_t off = 0;
+    size_t sz[8] = {pf_align(nb * 4),
+                    pf_align(nb * 4),
+                    pf_align((nb + 1) * 4),
+                    pf_align((nb + 1) * 4),
+                    pf_align(pairs * 4),
+                    pf_align(max_tiles * sizeof(int4)),
+                    pf_align(pairs * 16 * AW_D * 2),
+                    pf_align(pairs * 16 * 4)};
+    void **ptr[8] = {(void **)&w->counts, (void **)&w->fill,  (void **)&w->offsets, (void **)&w->tile_off,
+                     (void **)&w->list,   (void **)&w->tiles, (void **)&w->part_o,  (void **)&w->part_l};
+    for (int k = 0; k < 8; k++) {
+        if (base) *ptr[k] = base + off;
+        off += sz[k];
+    }
+    return off;
+}
+
+__device__ __forceinline__ int64_t pf_bucket(int32_t b, int32_t g, int32_t i, const int32_t *qseq,
+                                             const int64_t *pos, const int32_t *seq_blk_off,
+                                             int32_t total_blocks, int32_t block)
+{
+    if (b < 0 || (int64_t)b > pos[i] / block) return -1;
+    return (int64_t)g * total_blocks + seq_blk_off[qseq[i]] + b;
+}
+
+/* 1 and 3: one thread per (group, query, slot); scatter = 0 counts, 1 places the pair */
+__global__ void k_pf_bucket(const int32_t *__restrict__ sel, int32_t sel_stride, int32_t ks, int32_t n,
+                            int32_t n_kv, const int32_t *__restrict__ qseq, const int64_t *__restrict__ pos,
+                            const int32_t *__restrict__ seq_blk_off, int32_t total_blocks, int32_t block,
+                            int32_t *__restrict__ counts, const int32_t *__restrict__ offsets,
+                            int32_t *__restrict__ fill, int32_t *__restrict__ list, int scatter)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (int64_t)n_kv * n * ks) return;
+    const int32_t slot = (int32_t)(t % ks);
+    const int64_t gi = t / ks;
+    const int32_t i = (int32_t)(gi % n), g = (int32_t)(gi / n);
+    const int32_t b = sel[gi * sel_stride + slot];
+    const int64_t bucket = pf_bucket(b, g, i, qseq, pos, seq_blk_off, total_blocks, block);
+    if (bucket < 0) return;
+    if (!scatter) {
+        atomicAdd(&counts[bucket], 1);
+    } else {
+        const int32_t at = offsets[bucket] + atomicAdd(&fill[bucket], 1);
+        list[at] = i * 32 + slot;
+    }
+}
+
+/* 2: exclusive scans of counts and of ceil(counts / PF_WARPS), one CTA, each thread a contiguous run */
+__global__ void __launch_bounds__(PF_SCAN_THREADS)
+    k_pf_scan(const int32_t *__restrict__ counts, int64_t nb, int32_t *__restrict__ offsets,
+              int32_t *__restrict__ tile_off)
+{
+    __shared__ int32_t sp[PF_SCAN_THREADS], st[PF_SCAN_THREADS];
+    const int tid = threadIdx.x;
+    const int64_t per = (nb + PF_SCAN_THREADS - 1) / PF_SCAN_THREADS;
+    const int64_t lo = tid * per, hi = lo + per < nb ? lo + per : nb;
+    int32_t sp_local = 0, st_local = 0;
+    for (int64_t k = lo; k < hi; k++) {
+        sp_local += counts[k];
+        st_local += (counts[k] + PF_WARPS - 1) / PF_WARPS;
+    }
+    sp[tid] = sp_local;
+    st[tid] = st_local;
+    __syncthreads();
+    /* Hillis-Steele inclusive scan over the per-thread sums */
+    for (int o = 1; o < PF_SCAN_THREADS; o <<= 1) {
+        int32_t a = tid >= o ? sp[tid - o] : 0, b = tid >= o ? st[tid - o] : 0;
+        __syncthreads();
+        sp[tid] += a;
+        st[tid] += b;
+        __syncthreads();
+    }
+    int32_t run_p = sp[tid] - sp_local, run_t = st[tid] - st_local;
+    for (int64_t k = lo; k < hi; k++) {
+        offsets[k] = run_p;
+        tile_off[k] = run_t;
+        run_p += counts[k];
+        run_t += (counts[k] + PF_WARPS - 1) / PF_WARPS;
+    }
+    if (tid == PF_SCAN_THREADS - 1) {
+        offsets[nb] = sp[tid];
+        tile_off[nb] = st[tid];
+    }
+}
+
+__global__ void k_pf_tiles(const int32_t *__restrict__ counts, const int32_t *__restrict__ offsets,
+                           const int32_t *__restrict__ tile_off, int64_t nb, int4 *__restrict__ tiles)
+{
+    const int64_t bkt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (bkt >= nb) return;
+    const int32_t c = counts[bkt];
+    for (int32_t t = 0; t * PF_WARPS < c; t++)
+        tiles[tile_off[bkt] + t] =
+            make_int4((int32_t)bkt, offsets[bkt] + t * PF_WARPS, min(PF_WARPS, c - t * PF_WARPS), 0);
+}
+
+struct pf_args {
+    const uint16_t *q;
+    const int32_t *qseq;
+    const int64_t *pos;
+    const int32_t *bt;
+    int32_t bt_stride;
+    const int32_t *seq_blk_off;
+    const int64_t *seq_last;
+    int32_t n_seqs, total_blocks;
+    const uint16_t *kc, *vc;
+    int32_t n, n_heads, n_kv, hpg, ks;
+    float scale_log2;
+    const int32_t *list;
+    const int4 *tiles;
+    const int32_t *n_tiles; /* device: tile_off[nb] */
+    uint16_t *part_o;
+    float *part_l;
+};
+
+__device__ __forceinline__ void pf_load_q(const pf_args &a, int32_t entry, int32_t g, uint32_t dst, int lane)
+{
+    const int32_t i = entry >> 5;
+    aw_tile_load(dst, (const uint8_t *)(a.q + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg) * AW_D), AW_D * 2,
+                 16, a.hpg, lane, 32);
+}
+
+__global__ void __launch_bounds__(PF_THREADS, 2) k_pf_attn(const pf_args a)
+{
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int32_t total = *a.n_tiles;
+    const int32_t t0 = (int32_t)((int64_t)total * blockIdx.x / gridDim.x);
+    const int32_t t1 = (int32_t)((int64_t)total * (blockIdx.x + 1) / gridDim.x);
+    if (t0 >= t1) return;
+    const uint32_t s_base = kn_smem_addr(smem);
+    const uint32_t k_s = s_base, v_s = s_base + PF_TILE_BYTES;
+    const uint32_t q_s = s_base + PF_Q_OFF + w * 2 * PF_Q_BYTES;
+    const int64_t tok_bytes = (int64_t)a.n_kv * AW_D * 2;
+
+    int32_t cur_bucket = -1, g = 0, b = 0;
+    /* Q of this warp's first pair */
+    {
+        const int4 tl = a.tiles[t0];
+        if (w < tl.z) pf_load_q(a, a.list[tl.y + w], tl.x / a.total_blocks, q_s, lane);
+        kn_cp_async_commit();
+    }
+    for (int32_t t = t0; t < t1; t++) {
+        const int4 tl = a.tiles[t];
+        const bool kv_new = tl.x != cur_bucket;
+        if (kv_new) {
+            __syncthreads(); /* every warp is done with the previous block */
+            cur_bucket = tl.x;
+            g = cur_bucket / a.total_blocks;
+            const int32_t rem = cur_bucket - g * a.total_blocks;
+            int32_t lo = 0, hi = a.n_seqs - 1; /* last sequence whose first block is <= rem */
+            while (lo < hi) {
+                const int32_t mid = (lo + hi + 1) >> 1;
+                if (a.seq_blk_off[mid] <= rem)
+                    lo = mid;
+                else
+                    hi = mid - 1;
+            }
+            b = rem - a.seq_blk_off[lo];
+            const int64_t page = a.bt[(int64_t)lo * a.bt_stride + b];
+            const int valid = (int)min((int64_t)PF_BLK, a.seq_last[lo] - (int64_t)b * PF_BLK + 1);
+            const uint8_t *kb = (const uint8_t *)a.kc + (page * PF_BLK * a.n_kv + g) * AW_D * 2;
+            const uint8_t *vb = (const uint8_t *)a.vc + (page * PF_BLK * a.n_kv + g) * AW_D * 2;
+            aw_tile_load(k_s, kb, tok_bytes, PF_BLK, valid, tid, PF_THREADS);
+            aw_tile_load(v_s, vb, tok_bytes, PF_BLK, valid, tid, PF_THREADS);
+        }
+        kn_cp_async_commit();
+        /* prefetch the Q of this warp's pair in the next tile */
+        if (t + 1 < t1) {
+            const int4 tn = a.tiles[t + 1];
+            if (w < tn.z)
+                pf_load_q(a, a.list[tn.y + w], tn.x / a.total_blocks, q_s + ((t + 1 - t0) & 1) * PF_Q_BYTES,
+                          lane);
+        }
+        kn_cp_async_commit();
+        kn_cp_async_wait<1>();
+        if (kv_new)
+            __syncthreads();
+        else
+            __syncwarp();
+        if (w < tl.z) {
+            const int32_t entry = a.list[tl.y + w];
+            const int32_t i = entry >> 5, slot = entry & 31;
+            const int64_t qpos = a.pos[i];
+            uint32_t qa[8][4];
+            aw_load_q(qa, q_s + ((t - t0) & 1) * PF_Q_BYTES, lane);
+            aw_state st;
+            aw_init(st);
+            aw_step<128>(st, qa, k_s, v_s, 0, (int64_t)b * PF_BLK, qpos, a.scale_log2, lane);
+            aw_finish_l(st);
+            const int64_t pr = ((int64_t)i * a.n_kv + g) * a.ks + slot; /* partial row block */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = gid + 8 * h;
+                const float inv = st.l[h] > 0.0f ? 1.0f / st.l[h] : 0.0f;
+                uint16_t *dst = a.part_o + (pr * 16 + row) * AW_D + 2 * tig;
+#pragma unroll
+                for (int dn = 0; dn < 16; dn++)
+                    *(uint32_t *)(dst + dn * 8) =
+                        kn_pack_bf16(st.o[dn][2 * h] * inv, st.o[dn][2 * h + 1] * inv);
+                if (tig == 0) a.part_l[pr * 16 + row] = st.l[h] > 0.0f ? st.m[h] + log2f(st.l[h]) : -INFINITY;
+            }
+        }
+        __syncwarp();
+    }
+    kn_cp_async_wait<0>();
+}
+
+/* 5: one warp per (query, head): combine the valid slots of the query's selection row */
+__global__ void k_pf_merge(const uint16_t *__restrict__ part_o, const float *__restrict__ part_l,
+                           const int32_t *__restrict__ sel, int32_t sel_stride, int32_t ks,
+                           const int64_t *__restrict__ pos, int32_t block, int32_t n, int32_t n_heads,
+                           int32_t n_kv, int32_t hpg, uint16_t *__restrict__ out)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (item >= (int64_t)n * n_heads) return;
+    const int32_t i = (int32_t)(item / n_heads), h = (int32_t)(item % n_heads);
+    const int32_t g = h / hpg, row = h % hpg;
+    const int32_t *sr = sel + ((int64_t)g * n + i) * sel_stride;
+    const int64_t own = pos[i] / block;
+    const int64_t pr0 = ((int64_t)i * n_kv + g) * ks;
+    /* lane j holds slot j's weight (ks <= 32): one round of loads, then the rows 4 at a time */
+    const int32_t b = lane < ks ? sr[lane] : -1;
+    const bool ok = b >= 0 && b <= own;
+    const float lj = ok ? part_l[(pr0 + lane) * 16 + row] : -INFINITY;
+    const float mm = kn_warp_max(lj);
+    const float msafe = mm == -INFINITY ? 0.0f : mm;
+    const float fj = ok ? exp2f(lj - msafe) : 0.0f;
+    const float L = kn_warp_sum(fj);
+    const uint32_t valid = __ballot_sync(0xffffffffu, fj > 0.0f);
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint16_t *pbase = part_o + (pr0 * 16 + row) * AW_D + 4 * lane;
+    for (int32_t j0 = 0; j0 < ks; j0 += 4) {
+        uint2 v[4];
+        float f[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int32_t j = j0 + u;
+            f[u] = __shfl_sync(0xffffffffu, fj, j & 31);
+            const bool use = j < ks && (valid >> (j & 31) & 1u);
+            v[u] = use ? *(const uint2 *)(pbase + (int64_t)j * 16 * AW_D) : make_uint2(0u, 0u);
+            if (!use) f[u] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            o[0] += f[u] * kn_bf16_lo(v[u].x), o[1] += f[u] * kn_bf16_hi(v[u].x);
+            o[2] += f[u] * kn_bf16_lo(v[u].y), o[3] += f[u] * kn_bf16_hi(v[u].y);
+        }
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    uint16_t *dst = out + ((int64_t)i * n_heads + h) * AW_D + 4 * lane;
+    *(uint2 *)dst = make_uint2(kn_pack_bf16(o[0] * inv, o[1] * inv), kn_pack_bf16(o[2] * inv, o[3] * inv));
+}
+
+int kn_attn_prefill_supported(const struct kn_cuda_msa_shape *sh, int32_t sel_stride)
+{
+    return sh->head_dim == AW_D && sh->block == PF_BLK && sh->n_heads / sh->n_kv <= 16 && sel_stride >= 1 &&
+           (sh->topk < sel_stride ? sh->topk : sel_stride) <= 32;
+}
+
+size_t kn_attn_prefill_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                          int32_t sel_stride)
+{
+    pf_ws w;
+    const int32_t ks = sh->topk < sel_stride ? sh->topk : sel_stride;
+    return pf_layout(sh, qb, ks, &w, NULL);
+}
+
+int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                        const struct kn_cuda_cache *c, const void *q, const int32_t *sel, int32_t sel_stride,
+                        void *out, void *ws, size_t ws_bytes, cudaStream_t stream, struct mm_err *err)
+{
+    if (qb->n == 0) return MM_OK;
+    if (!qb->seq_blk_off || !qb->seq_last)
+        return mm_err_set(err, MM_INVALID, "kn_cuda attention (prefill): batch without seq_blk_off/seq_last");
+    const int32_t ks = sh->topk < sel_stride ? sh->topk : sel_stride;
+    pf_ws w;
+    const size_t need = pf_layout(sh, qb, ks, &w, NULL);
+    if (!ws || ws_bytes < need)
+        return mm_err_set(err, MM_INVALID, "kn_cuda attention (prefill): workspace %zu < %zu bytes", ws_bytes,
+                          need);
+    pf_layout(sh, qb, ks, &w, (uint8_t *)ws);
+    const int64_t nb = (int64_t)sh->n_kv * qb->total_blocks;
+    const int64_t pairs = (int64_t)qb->n * sh->n_kv * ks;
+    if (pairs >= INT32_MAX / 2 || qb->n >= (1 << 26))
+        return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (prefill): %lld pairs", (long long)pairs);
+    KN_CU(cudaMemsetAsync(w.counts, 0, (size_t)nb * 4, stream), "kn_cuda attention (prefill): memset");
+    KN_CU(cudaMemsetAsync(w.fill, 0, (size_t)nb * 4, stream), "kn_cuda attention (prefill): memset");
+    const unsigned pb = (unsigned)kn_cdiv(pairs, 256);
+    k_pf_bucket<<<pb, 256, 0, stream>>>(sel, sel_stride, ks, qb->n, sh->n_kv, qb->qseq, qb->pos,
+                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.counts, w.offsets,
+                                        w.fill, w.list, 0);
+    KN_LAUNCHED("kn_cuda attention (prefill count)");
+    k_pf_scan<<<1, PF_SCAN_THREADS, 0, stream>>>(w.counts, nb, w.offsets, w.tile_off);
+    KN_LAUNCHED("kn_cuda attention (prefill scan)");
+    k_pf_bucket<<<pb, 256, 0, stream>>>(sel, sel_stride, ks, qb->n, sh->n_kv, qb->qseq, qb->pos,
+                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.counts, w.offsets,
+                                        w.fill, w.list, 1);
+    KN_LAUNCHED("kn_cuda attention (prefill scatter)");
+    k_pf_tiles<<<(unsigned)kn_cdiv(nb, 256), 256, 0, stream>>>(w.counts, w.offsets, w.tile_off, nb, w.tiles);
+    KN_LAUNCHED("kn_cuda attention (prefill tiles)");
+
+    pf_args a;
+    a.q = (const uint16_t *)q;
+    a.qseq = qb->qseq;
+    a.pos = qb->pos;
+    a.bt = qb->block_table;
+    a.bt_stride = qb->bt_stride;
+    a.seq_blk_off = qb->seq_blk_off;
+    a.seq_last = qb->seq_last;
+    a.n_seqs = qb->n_seqs;
+    a.total_blocks = qb->total_blocks;
+    a.kc = (const uint16_t *)c->k;
+    a.vc = (const uint16_t *)c->v;
+    a.n = qb->n;
+    a.n_heads = sh->n_heads;
+    a.n_kv = sh->n_kv;
+    a.hpg = sh->n_heads / sh->n_kv;
+    a.ks = ks;
+    a.scale_log2 = sh->scale * 1.4426950408889634f;
+    a.list = w.list;
+    a.tiles = w.tiles;
+    a.n_tiles = w.tile_off + nb;
+    a.part_o = w.part_o;
+    a.part_l = w.part_l;
+    KN_CU(cudaFuncSetAttribute(k_pf_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, PF_SMEM),
+          "kn_cuda attention (prefill): shared memory");
+    const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;
+    int64_t grid = 2 * (int64_t)kn_cuda_sm_count();
+    if (grid > max_tiles) grid = max_tiles;
+    k_pf_attn<<<(unsigned)grid, PF_THREADS, PF_SMEM, stream>>>(a);
+    KN_LAUNCHED("kn_cuda attention (prefill)");
+    const int64_t items = (int64_t)qb->n * sh->n_heads;
+    k_pf_merge<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(w.part_o, w.part_l, sel, sel_stride, ks,
+                                                                qb->pos, sh->block, qb->n, sh->n_heads,
+                                                                sh->n_kv, a.hpg, (uint16_t *)out);
+    KN_LAUNCHED("kn_cuda attention (prefill merge)");
+    return MM_OK;
+}

@@ -1,0 +1,432 @@
+/* Element-wise and row-wise kernels of the model: norms, RoPE, activations, conversions, embedding rows,
+ * FP8 block dequantization. All arithmetic in fp32; statistics of a row reduced by one warp or one CTA. */
+#include "kn_cuda_internal.cuh"
+
+#define OPS_THREADS 256
+
+static int32_t bad(struct mm_err *err, const char *what)
+{
+    return mm_err_set(err, MM_INVALID, "%s: bad arguments", what);
+}
+
+__device__ __forceinline__ void store_out(void *out, int64_t idx, float v, int32_t bf16)
+{
+    if (bf16)
+        ((uint16_t *)out)[idx] = kn_f32_to_bf16(v);
+    else
+        ((float *)out)[idx] = v;
+}
+
+/* Block-wide sum over OPS_THREADS threads (every thread gets the total). */
+__device__ __forceinline__ float block_sum(float v)
+{
+    __shared__ float part[OPS_THREADS / 32];
+    __shared__ float total;
+    v = kn_warp_sum(v);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < OPS_THREADS / 32 ? part[threadIdx.x] : 0.0f;
+        t = kn_warp_sum(t);
+        if (threadIdx.x == 0) total = t;
+    }
+    __syncthreads();
+    const float r = total;
+    __syncthreads(); /* part/total are reused by the next call */
+    return r;
+}
+
+/* ---- RMSNorm (Gemma: weight + 1) and LayerNorm, one CTA per row ---- */
+
+__global__ void __launch_bounds__(OPS_THREADS)
+    k_rmsnorm(const float *__restrict__ x, int64_t xs, const float *__restrict__ w, int32_t dim, float eps,
+              void *out, int64_t os, int32_t bf16)
+{
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * xs;
+    float ss = 0.0f;
+    for (int32_t j = threadIdx.x; j < dim; j += OPS_THREADS) ss += xr[j] * xr[j];
+    ss = block_sum(ss);
+    const float inv = rsqrtf(ss / (float)dim + eps);
+    for (int32_t j = threadIdx.x; j < dim; j += OPS_THREADS)
+        store_out(out, r * os + j, xr[j] * inv * (1.0f + w[j]), bf16);
+}
+
+extern "C" int32_t kn_cuda_rmsnorm(const float *x, int64_t x_stride, const float *w, int64_t n, int32_t dim,
+                                   float eps, void *out, int64_t out_stride, int32_t out_bf16,
+                                   cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || dim <= 0 || n > INT32_MAX || (n > 0 && (!x || !w || !out)))
+        return bad(err, "kn_cuda_rmsnorm");
+    if (n == 0) return MM_OK;
+    k_rmsnorm<<<(unsigned)n, OPS_THREADS, 0, stream>>>(x, x_stride, w, dim, eps, out, out_stride, out_bf16);
+    KN_LAUNCHED("kn_cuda_rmsnorm");
+    return MM_OK;
+}
+
+/* one warp per (row, head) */
+__global__ void k_head_rmsnorm(float *__restrict__ x, int64_t n, int32_t heads, int32_t hd, int64_t stride,
+                               const float *__restrict__ w, float eps)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (item >= n * heads) return;
+    float *p = x + (item / heads) * stride + (item % heads) * hd;
+    float ss = 0.0f;
+    for (int32_t j = lane; j < hd; j += 32) ss += p[j] * p[j];
+    ss = kn_warp_sum(ss);
+    const float inv = rsqrtf(ss / (float)hd + eps);
+    for (int32_t j = lane; j < hd; j += 32) p[j] = p[j] * inv * (1.0f + w[j]);
+}
+
+extern "C" int32_t kn_cuda_head_rmsnorm(float *x, int64_t n, int32_t n_heads, int32_t head_dim,
+                                        int64_t stride, const float *w, float eps, cudaStream_t stream,
+                                        struct mm_err *err)
+{
+    if (n < 0 || n_heads <= 0 || head_dim <= 0 || (n > 0 && (!x || !w)))
+        return bad(err, "kn_cuda_head_rmsnorm");
+    const int64_t items = n * n_heads;
+    if (items == 0) return MM_OK;
+    k_head_rmsnorm<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(x, n, n_heads, head_dim, stride, w, eps);
+    KN_LAUNCHED("kn_cuda_head_rmsnorm");
+    return MM_OK;
+}
+
+__global__ void __launch_bounds__(OPS_THREADS)
+    k_layernorm(const float *__restrict__ x, int64_t xs, const float *__restrict__ w,
+                const float *__restrict__ b, int32_t dim, float eps, void *out, int64_t os, int32_t bf16)
+{
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * xs;
+    float s = 0.0f;
+    for (int32_t j = threadIdx.x; j < dim; j += OPS_THREADS) s += xr[j];
+    const float mean = block_sum(s) / (float)dim;
+    float v = 0.0f;
+    for (int32_t j = threadIdx.x; j < dim; j += OPS_THREADS) v += (xr[j] - mean) * (xr[j] - mean);
+    const float inv = rsqrtf(block_sum(v) / (float)dim + eps);
+    for (int32_t j = threadIdx.x; j < dim; j += OPS_THREADS)
+        store_out(out, r * os + j, (xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.0f), bf16);
+}
+
+extern "C" int32_t kn_cuda_layernorm(const float *x, int64_t x_stride, const float *w, const float *b,
+                                     int64_t n, int32_t dim, float eps, void *out, int64_t out_stride,
+                                     int32_t out_bf16, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || dim <= 0 || n > INT32_MAX || (n > 0 && (!x || !w || !out)))
+        return bad(err, "kn_cuda_layernorm");
+    if (n == 0) return MM_OK;
+    k_layernorm<<<(unsigned)n, OPS_THREADS, 0, stream>>>(x, x_stride, w, b, dim, eps, out, out_stride,
+                                                         out_bf16);
+    KN_LAUNCHED("kn_cuda_layernorm");
+    return MM_OK;
+}
+
+/* ---- RoPE ---- */
+
+__global__ void k_rope_table(const int64_t *__restrict__ pos, int64_t n, int32_t rot, double theta,
+                             float *__restrict__ ct, float *__restrict__ st)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t half = rot / 2;
+    if (t >= n * half) return;
+    const int64_t i = t / half;
+    const int32_t k = (int32_t)(t % half);
+    /* as the reference: fp32 inverse frequency and fp32 angle, then the trigonometry */
+    const float e = (float)(2 * k) / (float)rot;
+    const float inv = 1.0f / (float)pow((double)(float)theta, (double)e);
+    const float a = (float)pos[i] * inv;
+    double s, c;
+    sincos((double)a, &s, &c);
+    ct[i * rot + k] = ct[i * rot + k + half] = (float)c;
+    st[i * rot + k] = st[i * rot + k + half] = (float)s;
+}
+
+extern "C" int32_t kn_cuda_rope_table(const int64_t *pos, int64_t n, int32_t rot, double theta, float *cos_t,
+                                      float *sin_t, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || rot <= 0 || rot % 2 || (n > 0 && (!pos || !cos_t || !sin_t)))
+        return bad(err, "kn_cuda_rope_table");
+    const int64_t items = n * (rot / 2);
+    if (items == 0) return MM_OK;
+    k_rope_table<<<(unsigned)kn_cdiv(items, 256), 256, 0, stream>>>(pos, n, rot, theta, cos_t, sin_t);
+    KN_LAUNCHED("kn_cuda_rope_table");
+    return MM_OK;
+}
+
+/* one thread per (row, head, pair j < rot/2): x[j], x[j + rot/2] rotated together */
+__global__ void k_rope_apply(float *__restrict__ x, int64_t n, int32_t heads, int32_t hd, int64_t stride,
+                             const float *__restrict__ ct, const float *__restrict__ st, int32_t ts,
+                             int32_t rot)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t half = rot / 2;
+    if (t >= n * heads * half) return;
+    const int32_t j = (int32_t)(t % half);
+    const int64_t rh = t / half;
+    const int64_t i = rh / heads;
+    float *p = x + i * stride + (rh % heads) * hd;
+    const float c0 = ct[i * ts + j], s0 = st[i * ts + j];
+    const float c1 = ct[i * ts + j + half], s1 = st[i * ts + j + half];
+    const float a = p[j], b = p[j + half];
+    /* rotate-half: out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] */
+    p[j] = a * c0 - b * s0;
+    p[j + half] = b * c1 + a * s1;
+}
+
+extern "C" int32_t kn_cuda_rope_apply(float *x, int64_t n, int32_t n_heads, int32_t head_dim, int64_t stride,
+                                      const float *cos_t, const float *sin_t, int32_t table_stride,
+                                      int32_t rot, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || n_heads <= 0 || rot <= 0 || rot % 2 || rot > head_dim || rot > table_stride ||
+        (n > 0 && (!x || !cos_t || !sin_t)))
+        return bad(err, "kn_cuda_rope_apply");
+    const int64_t items = n * n_heads * (rot / 2);
+    if (items == 0) return MM_OK;
+    k_rope_apply<<<(unsigned)kn_cdiv(items, 256), 256, 0, stream>>>(x, n, n_heads, head_dim, stride, cos_t,
+                                                                    sin_t, table_stride, rot);
+    KN_LAUNCHED("kn_cuda_rope_apply");
+    return MM_OK;
+}
+
+/* ---- activations and conversions ---- */
+
+__global__ void k_swiglu(const float *__restrict__ gate, const float *__restrict__ up, int64_t is, int64_t n,
+                         int32_t dim, float alpha, float limit, void *out, int64_t os, int32_t bf16)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n * dim) return;
+    const int64_t r = t / dim;
+    const int32_t j = (int32_t)(t % dim);
+    const float g = fminf(gate[r * is + j], limit);
+    const float u = fminf(fmaxf(up[r * is + j], -limit), limit);
+    store_out(out, r * os + j, (u + 1.0f) * g / (1.0f + expf(-alpha * g)), bf16);
+}
+
+extern "C" int32_t kn_cuda_swiglu(const float *gate, const float *up, int64_t in_stride, int64_t n,
+                                  int32_t dim, float alpha, float limit, void *out, int64_t out_stride,
+                                  int32_t out_bf16, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || dim <= 0 || (n > 0 && (!gate || !up || !out))) return bad(err, "kn_cuda_swiglu");
+    if (n == 0) return MM_OK;
+    k_swiglu<<<(unsigned)kn_cdiv(n * dim, 256), 256, 0, stream>>>(gate, up, in_stride, n, dim, alpha, limit,
+                                                                  out, out_stride, out_bf16);
+    KN_LAUNCHED("kn_cuda_swiglu");
+    return MM_OK;
+}
+
+__global__ void k_gelu(float *__restrict__ x, int64_t n, int32_t kind)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const float v = x[t];
+    float r;
+    if (kind == 1)
+        r = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    else if (kind == 2)
+        r = v / (1.0f + expf(-1.702f * v));
+    else
+        r = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+    x[t] = r;
+}
+
+extern "C" int32_t kn_cuda_gelu(float *x, int64_t n, int32_t kind, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || (n > 0 && !x) || kind < 0 || kind > 2) return bad(err, "kn_cuda_gelu");
+    if (n == 0) return MM_OK;
+    k_gelu<<<(unsigned)kn_cdiv(n, 256), 256, 0, stream>>>(x, n, kind);
+    KN_LAUNCHED("kn_cuda_gelu");
+    return MM_OK;
+}
+
+__global__ void k_add_bias_convert(const float *__restrict__ x, const float *__restrict__ bias, int64_t n,
+                                   int32_t dim, void *y, int32_t bf16)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    store_out(y, t, x[t] + (bias ? bias[t % dim] : 0.0f), bf16);
+}
+
+extern "C" int32_t kn_cuda_add_bias_convert(const float *x, const float *bias, int64_t n, int32_t dim,
+                                            void *y, int32_t y_bf16, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || dim <= 0 || (n > 0 && (!x || !y))) return bad(err, "kn_cuda_add_bias_convert");
+    if (n == 0) return MM_OK;
+    k_add_bias_convert<<<(unsigned)kn_cdiv(n, 256), 256, 0, stream>>>(x, bias, n, dim, y, y_bf16);
+    KN_LAUNCHED("kn_cuda_add_bias_convert");
+    return MM_OK;
+}
+
+__global__ void k_add(float *__restrict__ y, const float *__restrict__ x, int64_t n)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) y[t] += x[t];
+}
+
+extern "C" int32_t kn_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || (n > 0 && (!x || !y))) return bad(err, "kn_cuda_add");
+    if (n == 0) return MM_OK;
+    k_add<<<(unsigned)kn_cdiv(n, 256), 256, 0, stream>>>(y, x, n);
+    KN_LAUNCHED("kn_cuda_add");
+    return MM_OK;
+}
+
+__global__ void k_convert(const void *__restrict__ src, void *__restrict__ dst, int64_t n, int32_t to_bf16)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    if (to_bf16)
+        ((uint16_t *)dst)[t] = kn_f32_to_bf16(((const float *)src)[t]);
+    else
+        ((float *)dst)[t] = kn_bf16_to_f32(((const uint16_t *)src)[t]);
+}
+
+extern "C" int32_t kn_cuda_convert(const void *src, void *dst, int64_t n, int32_t to_bf16,
+                                   cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || (n > 0 && (!src || !dst))) return bad(err, "kn_cuda_convert");
+    if (n == 0) return MM_OK;
+    k_convert<<<(unsigned)kn_cdiv(n, 256), 256, 0, stream>>>(src, dst, n, to_bf16);
+    KN_LAUNCHED("kn_cuda_convert");
+    return MM_OK;
+}
+
+__global__ void k_embed(const uint16_t *__restrict__ table, int32_t vocab, int32_t dim,
+                        const int32_t *__restrict__ ids, int64_t n, float *__restrict__ out,
+                        int32_t *bad_flag)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n * dim) return;
+    const int64_t i = t / dim;
+    const int32_t j = (int32_t)(t % dim), id = ids[i];
+    if (id < 0 || id >= vocab) {
+        out[t] = 0.0f;
+        if (bad_flag && j == 0) *bad_flag = 1;
+        return;
+    }
+    out[t] = kn_bf16_to_f32(table[(int64_t)id * dim + j]);
+}
+
+extern "C" int32_t kn_cuda_embed(const void *table, int32_t vocab, int32_t dim, const int32_t *ids, int64_t n,
+                                 float *out, int32_t *bad_flag, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || vocab <= 0 || dim <= 0 || (n > 0 && (!table || !ids || !out)))
+        return bad(err, "kn_cuda_embed");
+    if (n == 0) return MM_OK;
+    k_embed<<<(unsigned)kn_cdiv(n * dim, 256), 256, 0, stream>>>((const uint16_t *)table, vocab, dim, ids, n,
+                                                                 out, bad_flag);
+    KN_LAUNCHED("kn_cuda_embed");
+    return MM_OK;
+}
+
+__global__ void k_dequant_fp8(const uint8_t *__restrict__ w, const float *__restrict__ scale, int64_t rows,
+                              int64_t cols, int32_t bsr, int32_t bsc, uint16_t *__restrict__ out)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= rows * cols) return;
+    const int64_t r = t / cols, c = t % cols, scols = (cols + bsc - 1) / bsc;
+    __nv_fp8_e4m3 v;
+    v.__x = w[t];
+    out[t] = kn_f32_to_bf16((float)v * scale[(r / bsr) * scols + c / bsc]);
+}
+
+extern "C" int32_t kn_cuda_dequant_fp8_block(const uint8_t *w, const float *scale, int64_t rows, int64_t cols,
+                                             int32_t bs_rows, int32_t bs_cols, void *out_bf16,
+                                             cudaStream_t stream, struct mm_err *err)
+{
+    if (rows < 0 || cols < 0 || bs_rows <= 0 || bs_cols <= 0 ||
+        (rows * cols > 0 && (!w || !scale || !out_bf16)))
+        return bad(err, "kn_cuda_dequant_fp8_block");
+    if (rows * cols == 0) return MM_OK;
+    k_dequant_fp8<<<(unsigned)kn_cdiv(rows * cols, 256), 256, 0, stream>>>(w, scale, rows, cols, bs_rows,
+                                                                           bs_cols, (uint16_t *)out_bf16);
+    KN_LAUNCHED("kn_cuda_dequant_fp8_block");
+    return MM_OK;
+}
+
+__global__ void k_scatter_rows(float *__restrict__ out, int32_t dim, const int64_t *__restrict__ rows,
+                               const float *__restrict__ data, int64_t n_rows)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_rows * dim) return;
+    out[rows[t / dim] * dim + t % dim] = data[t];
+}
+
+extern "C" int32_t kn_cuda_scatter_rows(float *out, int32_t dim, const int64_t *rows, const float *data,
+                                        int64_t n_rows, cudaStream_t stream, struct mm_err *err)
+{
+    if (dim <= 0 || n_rows < 0 || (n_rows > 0 && (!out || !rows || !data)))
+        return bad(err, "kn_cuda_scatter_rows");
+    if (n_rows == 0) return MM_OK;
+    k_scatter_rows<<<(unsigned)kn_cdiv(n_rows * dim, 256), 256, 0, stream>>>(out, dim, rows, data, n_rows);
+    KN_LAUNCHED("kn_cuda_scatter_rows");
+    return MM_OK;
+}
+
+/* ---- bidirectional attention of one vision item: one warp per (query row, head), online softmax ---- */
+
+#define FULL_MAX_DIM 256
+__global__ void k_attn_full(const float *__restrict__ q, const float *__restrict__ k,
+                            const float *__restrict__ v, int64_t stride, int64_t n, int32_t heads, int32_t hd,
+                            float scale, float *__restrict__ out, int64_t os)
+{
+    __shared__ float qs[8][FULL_MAX_DIM];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t item = (int64_t)blockIdx.x * 8 + w;
+    if (item >= n * heads) return;
+    const int64_t i = item / heads;
+    const int32_t h = (int32_t)(item % heads);
+    for (int32_t d = lane; d < hd; d += 32) qs[w][d] = q[i * stride + (int64_t)h * hd + d];
+    __syncwarp();
+    float m = -INFINITY, l = 0.0f, acc[FULL_MAX_DIM / 32];
+#pragma unroll
+    for (int c = 0; c < FULL_MAX_DIM / 32; c++) acc[c] = 0.0f;
+    for (int64_t j0 = 0; j0 < n; j0 += 32) {
+        const int64_t j = j0 + lane;
+        float s = -INFINITY;
+        if (j < n) {
+            const float *kr = k + j * stride + (int64_t)h * hd;
+            s = 0.0f;
+            for (int32_t d = 0; d < hd; d++) s += qs[w][d] * kr[d];
+            s *= scale;
+        }
+        const float mn = fmaxf(m, kn_warp_max(s));
+        const float corr = m == -INFINITY ? 0.0f : __expf(m - mn);
+        const float p = j < n ? __expf(s - mn) : 0.0f;
+        l = l * corr + kn_warp_sum(p);
+#pragma unroll
+        for (int c = 0; c < FULL_MAX_DIM / 32; c++) acc[c] *= corr;
+        m = mn;
+        const int32_t cnt = n - j0 < 32 ? (int32_t)(n - j0) : 32;
+        for (int32_t t = 0; t < cnt; t++) {
+            const float pt = __shfl_sync(0xffffffffu, p, t);
+            const float *vr = v + (j0 + t) * stride + (int64_t)h * hd;
+#pragma unroll
+            for (int c = 0; c < FULL_MAX_DIM / 32; c++) {
+                const int32_t d = lane + 32 * c;
+                if (d < hd) acc[c] += pt * vr[d];
+            }
+        }
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int c = 0; c < FULL_MAX_DIM / 32; c++) {
+        const int32_t d = lane + 32 * c;
+        if (d < hd) out[i * os + (int64_t)h * hd + d] = acc[c] * inv;
+    }
+}
+
+extern "C" int32_t kn_cuda_attn_full(const float *q, const float *k, const float *v, int64_t stride,
+                                     int64_t n, int32_t n_heads, int32_t head_dim, float scale, float *out,
+                                     int64_t out_stride, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || n_heads <= 0 || head_dim <= 0 || head_dim > FULL_MAX_DIM ||
+        (n > 0 && (!q || !k || !v || !out)))
+        return bad(err, "kn_cuda_attn_full");
+    const int64_t items = n * n_heads;
+    if (items == 0) return MM_OK;
+    k_attn_full<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(q, k, v, stride, n, n_heads, head_dim, scale,
+                                                                 out, out_stride);
+    KN_LAUNCHED("kn_cuda_attn_full");
+    return MM_OK;
+}

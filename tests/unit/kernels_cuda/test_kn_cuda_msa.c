@@ -1,0 +1,632 @@
+/* The CUDA MSA kernels against their CPU twins (kernels/cpu/kn_msa.h, kn_attn.h) on random data:
+ * cache append (bf16 and FP8 index keys), index scores, top-k, selection, sparse and dense attention, with
+ * every implementation path, on M3's real shapes (64 heads, 4 KV groups, head dim 128, index dim 128, block
+ * 128, top-16) and the tiny checkpoint's; batches of mixed lengths (one token, one block, fewer blocks than
+ * k, contexts not a multiple of the block), decode steps and chunked prefill. Unwritten cache rows are left
+ * as NaN so that a kernel reading past the visible tokens shows. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_test_util.h"
+#include "kn_attn.h"
+#include "kn_msa.h"
+
+struct world {
+    struct kn_cuda_msa_shape sh;
+    int f32; /* f32 K/V and index caches (the exact mode): queries and outputs f32 */
+    int32_t n_seqs;
+    const int64_t *len;
+    int32_t bt_stride;
+    int32_t *bt_h; /* [n_seqs][bt_stride] */
+    int32_t *bt_d;
+    int64_t n_pages;
+    struct kn_cuda_cache c, c8; /* bf16 and FP8 index caches (shared K/V) */
+    float *k_f, *v_f;           /* host f32 copies of the device caches */
+    float *idx_f, *idx8_f;      /* index keys as the GPU holds them (bf16, e4m3 * scale) */
+};
+
+struct qset {
+    int32_t n;
+    int32_t *qseq;
+    int64_t *pos;
+    struct kn_cuda_qbatch qb;
+    void *dev[4]; /* device arrays of qb */
+};
+
+static void qset_make(struct qset *s, const struct world *w, int32_t n, const int32_t *qseq,
+                      const int64_t *pos)
+{
+    s->n = n;
+    s->qseq = ct_hmalloc(sizeof(int32_t) * (size_t)n);
+    s->pos = ct_hmalloc(sizeof(int64_t) * (size_t)n);
+    memcpy(s->qseq, qseq, sizeof(int32_t) * (size_t)n);
+    memcpy(s->pos, pos, sizeof(int64_t) * (size_t)n);
+    int32_t *off = ct_hmalloc(sizeof(int32_t) * (size_t)(w->n_seqs + 1));
+    int64_t *last = ct_hmalloc(sizeof(int64_t) * (size_t)w->n_seqs);
+    int32_t *tiles = ct_hmalloc(sizeof(int32_t) * 2 * (size_t)(n + 1));
+    struct mm_err err = {0};
+    memset(&s->qb, 0, sizeof(s->qb));
+    int32_t rc = kn_cuda_qbatch_plan(n, w->n_seqs, qseq, pos, w->sh.block, off, last, tiles, &s->qb, &err);
+    CHECK_MSG(rc == MM_OK, "qbatch_plan: %s", err.msg);
+    s->dev[0] = ct_upload(qseq, sizeof(int32_t) * (size_t)n);
+    s->dev[1] = ct_upload(pos, sizeof(int64_t) * (size_t)n);
+    s->dev[2] = ct_upload(off, sizeof(int32_t) * (size_t)(w->n_seqs + 1));
+    s->dev[3] = ct_upload(last, sizeof(int64_t) * (size_t)w->n_seqs);
+    void *tiles_d = ct_upload(tiles, sizeof(int32_t) * 2 * (size_t)s->qb.n_tiles);
+    s->qb.qseq = s->dev[0];
+    s->qb.pos = s->dev[1];
+    s->qb.seq_blk_off = s->dev[2];
+    s->qb.seq_last = s->dev[3];
+    s->qb.tiles = tiles_d;
+    s->qb.block_table = w->bt_d;
+    s->qb.bt_stride = w->bt_stride;
+    free(off);
+    free(last);
+    free(tiles);
+}
+
+static void qset_free(struct qset *s)
+{
+    for (int k = 0; k < 4; k++) cudaFree(s->dev[k]);
+    cudaFree((void *)s->qb.tiles);
+    free(s->qseq);
+    free(s->pos);
+}
+
+/* Build the caches: random K/V/index keys for every position of every sequence, appended by the GPU. */
+static void world_make(struct world *w, const struct kn_cuda_msa_shape *sh, int32_t n_seqs,
+                       const int64_t *len, int f32)
+{
+    memset(w, 0, sizeof(*w));
+    w->sh = *sh;
+    w->f32 = f32;
+    const size_t ekv = f32 ? 4 : 2;
+    w->n_seqs = n_seqs;
+    w->len = len;
+    const int32_t B = sh->block, G = sh->n_kv, D = sh->head_dim, DI = sh->idx_dim;
+    int64_t total_blocks = 0, total_tok = 0;
+    for (int32_t s = 0; s < n_seqs; s++) {
+        int64_t nb = (len[s] + B - 1) / B;
+        if (nb > w->bt_stride) w->bt_stride = (int32_t)nb;
+        total_blocks += nb;
+        total_tok += len[s];
+    }
+    w->n_pages = total_blocks + 5;
+    /* scrambled page ids so block b of a sequence is never page b */
+    int32_t *perm = ct_hmalloc(sizeof(int32_t) * (size_t)w->n_pages);
+    for (int64_t p = 0; p < w->n_pages; p++) perm[p] = (int32_t)p;
+    for (int64_t p = w->n_pages - 1; p > 0; p--) {
+        int64_t j = (int64_t)(ct_next() % (uint64_t)(p + 1));
+        int32_t t = perm[p];
+        perm[p] = perm[j];
+        perm[j] = t;
+    }
+    w->bt_h = ct_hmalloc(sizeof(int32_t) * (size_t)n_seqs * w->bt_stride);
+    int64_t used = 0;
+    for (int32_t s = 0; s < n_seqs; s++)
+        for (int32_t b = 0; b < w->bt_stride; b++)
+            w->bt_h[(int64_t)s * w->bt_stride + b] = b * B < len[s] ? perm[used++] : -1;
+    free(perm);
+    w->bt_d = ct_upload(w->bt_h, sizeof(int32_t) * (size_t)n_seqs * w->bt_stride);
+
+    const int64_t kv_elems = w->n_pages * B * G * D, idx_elems = w->n_pages * B * DI;
+    w->c.k = ct_dmalloc((size_t)kv_elems * ekv);
+    w->c.v = ct_dmalloc((size_t)kv_elems * ekv);
+    w->c.idx = ct_dmalloc((size_t)idx_elems * ekv);
+    w->c.idx_dtype = f32 ? KN_IDX_F32 : KN_IDX_BF16;
+    w->c.kv_dtype = f32 ? KN_KV_F32 : KN_KV_BF16;
+    w->c.n_pages = w->n_pages;
+    w->c8 = w->c;
+    w->c8.idx = ct_dmalloc((size_t)idx_elems);
+    w->c8.idx_scale = ct_dmalloc((size_t)w->n_pages * B * 4);
+    w->c8.idx_dtype = KN_IDX_FP8;
+
+    /* append every token of every sequence in one step */
+    int32_t *qseq = ct_hmalloc(sizeof(int32_t) * (size_t)total_tok);
+    int64_t *pos = ct_hmalloc(sizeof(int64_t) * (size_t)total_tok);
+    int64_t t = 0;
+    for (int32_t s = 0; s < n_seqs; s++)
+        for (int64_t p = 0; p < len[s]; p++, t++) qseq[t] = s, pos[t] = p;
+    float *k = ct_hmalloc(sizeof(float) * (size_t)total_tok * G * D);
+    float *v = ct_hmalloc(sizeof(float) * (size_t)total_tok * G * D);
+    float *ki = ct_hmalloc(sizeof(float) * (size_t)total_tok * DI);
+    ct_fill_normal(k, total_tok * G * D, 1.0f);
+    ct_fill_normal(v, total_tok * G * D, 1.0f);
+    ct_fill_normal(ki, total_tok * DI, 1.0f);
+    struct qset qs;
+    qset_make(&qs, w, (int32_t)total_tok, qseq, pos);
+    float *k_d = ct_upload(k, sizeof(float) * (size_t)total_tok * G * D);
+    float *v_d = ct_upload(v, sizeof(float) * (size_t)total_tok * G * D);
+    float *ki_d = ct_upload(ki, sizeof(float) * (size_t)total_tok * DI);
+    struct mm_err err = {0};
+    int32_t rc = kn_cuda_cache_append(sh, &qs.qb, &w->c, k_d, v_d, (int64_t)G * D, ki_d, DI, 0, &err);
+    CHECK_MSG(rc == MM_OK, "cache_append bf16: %s", err.msg);
+    rc = kn_cuda_cache_append(sh, &qs.qb, &w->c8, k_d, v_d, (int64_t)G * D, ki_d, DI, 0, &err);
+    CHECK_MSG(rc == MM_OK, "cache_append fp8: %s", err.msg);
+
+    /* read back and check against the host conversions (f32: the values themselves) */
+    uint16_t *kb = ct_hmalloc((size_t)kv_elems * ekv), *vb = ct_hmalloc((size_t)kv_elems * ekv);
+    uint16_t *ib = ct_hmalloc((size_t)idx_elems * ekv);
+    uint8_t *i8 = ct_hmalloc((size_t)idx_elems);
+    float *sc = ct_hmalloc((size_t)w->n_pages * B * 4);
+    ct_download(kb, w->c.k, (size_t)kv_elems * ekv);
+    ct_download(vb, w->c.v, (size_t)kv_elems * ekv);
+    ct_download(ib, w->c.idx, (size_t)idx_elems * ekv);
+    ct_download(i8, w->c8.idx, (size_t)idx_elems);
+    ct_download(sc, w->c8.idx_scale, (size_t)w->n_pages * B * 4);
+    const float *kf = (const float *)kb, *vf = (const float *)vb, *if32 = (const float *)ib;
+    int64_t bad_kv = 0, bad_idx = 0, bad_fp8 = 0, bad_scale = 0;
+    t = 0;
+    for (int32_t s = 0; s < n_seqs; s++)
+        for (int64_t p = 0; p < len[s]; p++, t++) {
+            int64_t row = (int64_t)w->bt_h[(int64_t)s * w->bt_stride + p / B] * B + p % B;
+            for (int32_t e = 0; e < G * D; e++) {
+                const int64_t x = row * G * D + e, y = t * G * D + e;
+                bad_kv += f32 ? kf[x] != k[y] : kb[x] != mm_f32_to_bf16(k[y]);
+                bad_kv += f32 ? vf[x] != v[y] : vb[x] != mm_f32_to_bf16(v[y]);
+            }
+            float amax = 0;
+            for (int32_t d = 0; d < DI; d++) {
+                bad_idx += f32 ? if32[row * DI + d] != ki[t * DI + d]
+                               : ib[row * DI + d] != mm_f32_to_bf16(ki[t * DI + d]);
+                if (fabsf(ki[t * DI + d]) > amax) amax = fabsf(ki[t * DI + d]);
+            }
+            float s8 = amax > 0 ? amax / 448.0f : 1.0f;
+            bad_scale += sc[row] != s8;
+            for (int32_t d = 0; d < DI; d++)
+                bad_fp8 += i8[row * DI + d] != mm_f32_to_f8e4m3(ki[t * DI + d] / s8);
+        }
+    CHECK_MSG(bad_kv == 0, "%lld K/V elements differ from the stored form of x", (long long)bad_kv);
+    CHECK_MSG(bad_idx == 0, "%lld index elements differ from the stored form of x", (long long)bad_idx);
+    CHECK_MSG(bad_scale == 0, "%lld fp8 scales differ from amax/448", (long long)bad_scale);
+    CHECK_MSG(bad_fp8 == 0, "%lld fp8 index bytes differ from e4m3(x/scale)", (long long)bad_fp8);
+
+    w->k_f = ct_hmalloc(sizeof(float) * (size_t)kv_elems);
+    w->v_f = ct_hmalloc(sizeof(float) * (size_t)kv_elems);
+    w->idx_f = ct_hmalloc(sizeof(float) * (size_t)idx_elems);
+    w->idx8_f = ct_hmalloc(sizeof(float) * (size_t)idx_elems);
+    if (f32) {
+        memcpy(w->k_f, kf, sizeof(float) * (size_t)kv_elems);
+        memcpy(w->v_f, vf, sizeof(float) * (size_t)kv_elems);
+        memcpy(w->idx_f, if32, sizeof(float) * (size_t)idx_elems);
+    } else {
+        ct_from_bf16(kb, w->k_f, kv_elems);
+        ct_from_bf16(vb, w->v_f, kv_elems);
+        ct_from_bf16(ib, w->idx_f, idx_elems);
+    }
+    for (int64_t e = 0; e < idx_elems; e++) w->idx8_f[e] = mm_f8e4m3_to_f32(i8[e]) * sc[e / DI];
+    free(kb), free(vb), free(ib), free(i8), free(sc), free(k), free(v), free(ki), free(qseq), free(pos);
+    cudaFree(k_d), cudaFree(v_d), cudaFree(ki_d);
+    qset_free(&qs);
+}
+
+static void world_free(struct world *w)
+{
+    cudaFree(w->bt_d), cudaFree(w->c.k), cudaFree(w->c.v), cudaFree(w->c.idx), cudaFree(w->c8.idx);
+    cudaFree(w->c8.idx_scale);
+    free(w->bt_h), free(w->k_f), free(w->v_f), free(w->idx_f), free(w->idx8_f);
+}
+
+/* CPU references for a query set, sequence by sequence, in the batch layouts. */
+static void cpu_scores(const struct world *w, const struct qset *qs, const float *q, const float *idx,
+                       float *scores, int32_t stride)
+{
+    const int32_t NH = w->sh.n_idx_heads, DI = w->sh.idx_dim;
+    for (int32_t i = 0; i < qs->n; i++) {
+        int32_t s = qs->qseq[i];
+        struct kn_paged_seq seq = {w->bt_h + (int64_t)s * w->bt_stride, w->len[s]};
+        int32_t nb = (int32_t)(qs->pos[i] / w->sh.block) + 1;
+        float *tmp = ct_hmalloc(sizeof(float) * (size_t)NH * nb);
+        kn_msa_index_scores(q + (int64_t)i * NH * DI, 1, &qs->pos[i], NH, DI, idx, w->sh.block, &seq, tmp,
+                            nb);
+        for (int32_t g = 0; g < NH; g++)
+            memcpy(scores + ((int64_t)g * qs->n + i) * stride, tmp + (int64_t)g * nb,
+                   sizeof(float) * (size_t)nb);
+        free(tmp);
+    }
+}
+
+static void cpu_topk(const struct world *w, const struct qset *qs, const float *scores, int32_t sstride,
+                     int32_t *sel, int32_t sel_stride)
+{
+    const int32_t NH = w->sh.n_idx_heads;
+    for (int32_t i = 0; i < qs->n; i++) {
+        int32_t nb = (int32_t)(qs->pos[i] / w->sh.block) + 1;
+        float *tmp = ct_hmalloc(sizeof(float) * (size_t)NH * nb);
+        int32_t *st = ct_hmalloc(sizeof(int32_t) * (size_t)NH * sel_stride);
+        for (int32_t g = 0; g < NH; g++)
+            memcpy(tmp + (int64_t)g * nb, scores + ((int64_t)g * qs->n + i) * sstride,
+                   sizeof(float) * (size_t)nb);
+        kn_msa_topk_local(tmp, NH, 1, &qs->pos[i], nb, w->sh.block, w->sh.topk, w->sh.n_local, st,
+                          sel_stride);
+        for (int32_t g = 0; g < NH; g++)
+            memcpy(sel + ((int64_t)g * qs->n + i) * sel_stride, st + (int64_t)g * sel_stride,
+                   sizeof(int32_t) * (size_t)sel_stride);
+        free(tmp), free(st);
+    }
+}
+
+/* sparse (sel != NULL) or dense attention, q already bf16-rounded */
+static void cpu_attention(const struct world *w, const struct qset *qs, const float *q, const int32_t *sel,
+                          int32_t sel_stride, float *out)
+{
+    const int32_t H = w->sh.n_heads, G = w->sh.n_kv, D = w->sh.head_dim;
+    int32_t *row = ct_hmalloc(sizeof(int32_t) * (size_t)G * sel_stride);
+    for (int32_t i = 0; i < qs->n; i++) {
+        int32_t s = qs->qseq[i];
+        struct kn_paged_seq seq = {w->bt_h + (int64_t)s * w->bt_stride, w->len[s]};
+        if (sel) {
+            for (int32_t g = 0; g < G; g++)
+                memcpy(row + (int64_t)g * sel_stride, sel + ((int64_t)g * qs->n + i) * sel_stride,
+                       sizeof(int32_t) * (size_t)sel_stride);
+            int32_t k = w->sh.topk < sel_stride ? w->sh.topk : sel_stride;
+            kn_msa_sparse_attention(q + (int64_t)i * H * D, 1, &qs->pos[i], H, G, D, w->sh.scale, w->k_f,
+                                    w->v_f, w->sh.block, &seq, row, k, sel_stride, out + (int64_t)i * H * D);
+        } else {
+            kn_attn_paged_causal(q + (int64_t)i * H * D, 1, &qs->pos[i], H, G, D, w->sh.scale, w->k_f, w->v_f,
+                                 w->sh.block, &seq, out + (int64_t)i * H * D);
+        }
+    }
+    free(row);
+}
+
+static const char *path_name(int32_t p)
+{
+    return p == KN_PATH_GENERIC   ? "generic"
+           : p == KN_PATH_DECODE  ? "decode"
+           : p == KN_PATH_PREFILL ? "prefill"
+                                  : "auto";
+}
+
+/* Selections equal as sets, except swaps between blocks whose reference scores lie within tol of the row's
+ * k-th score (near ties that rounding may order either way). Returns rows that differ. */
+static int64_t compare_sel(const struct world *w, const struct qset *qs, const int32_t *got,
+                           const int32_t *ref, int32_t sel_stride, const float *scores, int32_t sstride,
+                           float tol, const char *what)
+{
+    const int32_t NH = w->sh.n_idx_heads;
+    int64_t differ = 0, bad = 0;
+    for (int32_t g = 0; g < NH; g++)
+        for (int32_t i = 0; i < qs->n; i++) {
+            const int32_t *a = got + ((int64_t)g * qs->n + i) * sel_stride;
+            const int32_t *b = ref + ((int64_t)g * qs->n + i) * sel_stride;
+            const float *sc = scores + ((int64_t)g * qs->n + i) * sstride;
+            int64_t own = qs->pos[i] / w->sh.block;
+            float kth = INFINITY;
+            int any = 0;
+            for (int32_t j = 0; j < sel_stride; j++) {
+                if (b[j] >= 0 && (b[j] < own - w->sh.n_local + 1 || b[j] > own) && sc[b[j]] < kth)
+                    kth = sc[b[j]];
+            }
+            for (int32_t j = 0; j < sel_stride; j++) {
+                int in_b = 0, in_a = 0;
+                for (int32_t m = 0; m < sel_stride; m++) in_b |= b[m] == a[j], in_a |= a[m] == b[j];
+                if (a[j] < -1 || a[j] > own) {
+                    bad++;
+                    any = 1;
+                    continue;
+                }
+                if (!in_b) {
+                    any = 1;
+                    if (a[j] < 0 || !(fabsf(sc[a[j]] - kth) <= tol)) bad++;
+                }
+                if (!in_a) {
+                    any = 1;
+                    if (b[j] < 0 || !(fabsf(sc[b[j]] - kth) <= tol)) bad++;
+                }
+            }
+            differ += any;
+            if (any && bad && bad < 4) {
+                fprintf(stderr, "  %s: row g=%d i=%d pos=%lld differs:", what, g, i, (long long)qs->pos[i]);
+                for (int32_t j = 0; j < sel_stride; j++) fprintf(stderr, " %d/%d", a[j], b[j]);
+                fprintf(stderr, "\n");
+            }
+        }
+    CHECK_MSG(bad == 0, "%s: %lld selection entries differ beyond near-ties (%lld rows differ)", what,
+              (long long)bad, (long long)differ);
+    return differ;
+}
+
+static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, const int64_t *pos,
+                        const char *label, int fast_idx_ok, int fast_attn_ok, int prefill_sel_ok)
+{
+    const struct kn_cuda_msa_shape *sh = &w->sh;
+    const int32_t H = sh->n_heads, D = sh->head_dim, NH = sh->n_idx_heads, DI = sh->idx_dim;
+    struct qset qs;
+    qset_make(&qs, w, n, qseq, pos);
+    const int32_t sstride = qs.qb.max_blocks + 3, sel_stride = sh->topk + 3;
+    const int64_t ns = (int64_t)NH * n * sstride, nsel = (int64_t)NH * n * sel_stride,
+                  nout = (int64_t)n * H * D;
+    struct mm_err err = {0};
+    int32_t rc;
+    printf("[%s] %d queries, %d sequences, max %d blocks, %d tiles\n", label, n, w->n_seqs, qs.qb.max_blocks,
+           qs.qb.n_tiles);
+
+    float *qi = ct_hmalloc(sizeof(float) * (size_t)n * NH * DI);
+    ct_fill_normal(qi, (int64_t)n * NH * DI, 1.0f);
+    float *qi_d = ct_upload(qi, sizeof(float) * (size_t)n * NH * DI);
+    float *ref_s = ct_hmalloc(sizeof(float) * (size_t)ns), *ref_s8 = ct_hmalloc(sizeof(float) * (size_t)ns);
+    float *got_s = ct_hmalloc(sizeof(float) * (size_t)ns);
+    cpu_scores(w, &qs, qi, w->idx_f, ref_s, sstride);
+    cpu_scores(w, &qs, qi, w->idx8_f, ref_s8, sstride);
+    float *s_d = ct_dmalloc(sizeof(float) * (size_t)ns);
+
+    /* index scores: every path, bf16 and fp8 keys */
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int32_t path = KN_PATH_GENERIC; path <= KN_PATH_DECODE; path++) {
+            if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32))) continue;
+            CT_CU(cudaMemset(s_d, 0xff, sizeof(float) * (size_t)ns));
+            rc =
+                kn_cuda_msa_index_scores(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride, path, 0, &err);
+            CHECK_MSG(rc == MM_OK, "index_scores %s: %s", path_name(path), err.msg);
+            ct_download(got_s, s_d, sizeof(float) * (size_t)ns);
+            const float *ref = fp8 ? ref_s8 : ref_s;
+            int64_t bad = 0;
+            double worst = 0;
+            for (int32_t g = 0; g < NH; g++)
+                for (int32_t i = 0; i < n; i++) {
+                    int32_t nb = (int32_t)(qs.pos[i] / sh->block) + 1;
+                    for (int32_t b = 0; b < nb; b++) {
+                        int64_t e = ((int64_t)g * n + i) * sstride + b;
+                        double d = fabs((double)got_s[e] - ref[e]);
+                        int ok = (got_s[e] == ref[e]) || d <= 2e-4 * (1.0 + fabs(ref[e]));
+                        if (!ok && bad < 3)
+                            fprintf(stderr, "  scores %s%s g=%d i=%d b=%d: %g vs %g\n", path_name(path),
+                                    fp8 ? " fp8" : "", g, i, b, got_s[e], ref[e]);
+                        bad += !ok;
+                        if (ok && isfinite(ref[e]) && d > worst) worst = d;
+                    }
+                }
+            CHECK_MSG(bad == 0, "[%s] index scores %s%s: %lld wrong", label, path_name(path),
+                      fp8 ? " fp8" : "", (long long)bad);
+            printf("  index scores %-8s %s: max |diff| %.3g\n", path_name(path), fp8 ? "fp8 " : "bf16",
+                   worst);
+        }
+
+    /* top-k on the reference scores: exactly the CPU's rows */
+    int32_t *ref_sel = ct_hmalloc(sizeof(int32_t) * (size_t)nsel),
+            *got_sel = ct_hmalloc(sizeof(int32_t) * (size_t)nsel);
+    int32_t *ref_sel8 = ct_hmalloc(sizeof(int32_t) * (size_t)nsel);
+    cpu_topk(w, &qs, ref_s, sstride, ref_sel, sel_stride);
+    cpu_topk(w, &qs, ref_s8, sstride, ref_sel8, sel_stride);
+    {
+        float *rs_d = ct_upload(ref_s, sizeof(float) * (size_t)ns);
+        int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)nsel);
+        rc = kn_cuda_msa_topk(sh, &qs.qb, rs_d, sstride, sel_d, sel_stride, 0, &err);
+        CHECK_MSG(rc == MM_OK, "topk: %s", err.msg);
+        ct_download(got_sel, sel_d, sizeof(int32_t) * (size_t)nsel);
+        int64_t bad = 0;
+        for (int64_t e = 0; e < nsel; e++) bad += got_sel[e] != ref_sel[e];
+        CHECK_MSG(bad == 0, "[%s] topk: %lld of %lld entries differ from kn_msa_topk_local", label,
+                  (long long)bad, (long long)nsel);
+        cudaFree(rs_d), cudaFree(sel_d);
+    }
+    /* FP8 against bf16 selections on this data (informational) */
+    {
+        int64_t rows = 0, differ = 0;
+        for (int64_t r = 0; r < (int64_t)NH * n; r++) {
+            int d = 0;
+            for (int32_t j = 0; j < sel_stride; j++) {
+                int found = 0;
+                for (int32_t m = 0; m < sel_stride; m++)
+                    found |= ref_sel8[r * sel_stride + m] == ref_sel[r * sel_stride + j];
+                d |= !found;
+            }
+            rows++, differ += d;
+        }
+        printf("  fp8 vs bf16 index cache: %lld of %lld selection rows differ (random keys)\n",
+               (long long)differ, (long long)rows);
+    }
+
+    /* selection: every path against the CPU pipeline, near ties excepted */
+    {
+        size_t wsb = kn_cuda_msa_select_ws(sh, &qs.qb, KN_PATH_GENERIC);
+        void *ws = ct_dmalloc(wsb);
+        int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)nsel);
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (int32_t path = KN_PATH_GENERIC; path <= KN_PATH_PREFILL; path++) {
+                if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32)))
+                    continue;
+                if (path == KN_PATH_PREFILL && (!prefill_sel_ok || fp8 || w->f32)) continue;
+                CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)nsel));
+                rc = kn_cuda_msa_select(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, sel_d, sel_stride, ws, wsb,
+                                        path, 0, &err);
+                CHECK_MSG(rc == MM_OK, "select %s: %s", path_name(path), err.msg);
+                ct_download(got_sel, sel_d, sizeof(int32_t) * (size_t)nsel);
+                char what[96];
+                snprintf(what, sizeof(what), "[%s] select %s%s", label, path_name(path), fp8 ? " fp8" : "");
+                /* the fused prefill kernel rounds index queries to bf16: a wider near-tie band */
+                float tol = path == KN_PATH_PREFILL ? 0.3f : 2e-3f;
+                int64_t differ = compare_sel(w, &qs, got_sel, fp8 ? ref_sel8 : ref_sel, sel_stride,
+                                             fp8 ? ref_s8 : ref_s, sstride, tol, what);
+                printf("  select %-8s %s: %lld rows differ by near-ties\n", path_name(path),
+                       fp8 ? "fp8 " : "bf16", (long long)differ);
+            }
+        cudaFree(ws), cudaFree(sel_d);
+    }
+
+    /* attention on the reference selections (sparse) and over everything (dense) */
+    float *q = ct_hmalloc(sizeof(float) * (size_t)nout);
+    uint16_t *qb16 = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
+    ct_fill_normal(q, nout, 1.0f);
+    ct_to_bf16(q, qb16, nout);
+    if (!w->f32) ct_from_bf16(qb16, q, nout);
+    void *q_d = w->f32 ? ct_upload(q, sizeof(float) * (size_t)nout)
+                       : ct_upload(qb16, sizeof(uint16_t) * (size_t)nout);
+    int32_t *rsel_d = ct_upload(ref_sel, sizeof(int32_t) * (size_t)nsel);
+    float *ref_o = ct_hmalloc(sizeof(float) * (size_t)nout),
+          *got_o = ct_hmalloc(sizeof(float) * (size_t)nout);
+    uint16_t *got_b = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
+    void *o_d = ct_dmalloc(sizeof(float) * (size_t)nout);
+    for (int dense = 0; dense < 2; dense++) {
+        cpu_attention(w, &qs, q, dense ? NULL : ref_sel, sel_stride, ref_o);
+        for (int32_t path = KN_PATH_GENERIC; path <= KN_PATH_PREFILL; path++) {
+            if (path != KN_PATH_GENERIC && (!fast_attn_ok || w->f32)) continue;
+            size_t wsb = dense ? kn_cuda_dense_attention_ws(sh, &qs.qb, path)
+                               : kn_cuda_msa_attention_ws(sh, &qs.qb, sel_stride, path);
+            void *ws = ct_dmalloc(wsb);
+            CT_CU(cudaMemset(o_d, 0xff, sizeof(float) * (size_t)nout));
+            rc = dense ? kn_cuda_dense_attention(sh, &qs.qb, &w->c, q_d, o_d, ws, wsb, path, 0, &err)
+                       : kn_cuda_msa_attention(sh, &qs.qb, &w->c, q_d, rsel_d, sel_stride, o_d, ws, wsb, path,
+                                               0, &err);
+            CHECK_MSG(rc == MM_OK, "%s attention %s: %s", dense ? "dense" : "sparse", path_name(path),
+                      err.msg);
+            if (w->f32) {
+                ct_download(got_o, o_d, sizeof(float) * (size_t)nout);
+            } else {
+                ct_download(got_b, o_d, sizeof(uint16_t) * (size_t)nout);
+                ct_from_bf16(got_b, got_o, nout);
+            }
+            double mx = 0, rel = ct_rel_err(got_o, ref_o, nout, &mx);
+            /* bf16 probabilities and outputs: ~3e-3 expected; the f32 mode: fp32 rounding only */
+            const double tol_rel = w->f32 ? 2e-5 : 1e-2, tol_abs = w->f32 ? 2e-4 : 0.08;
+            CHECK_MSG(rel <= tol_rel && mx <= tol_abs, "[%s] %s attention %s: rel err %.3g, max abs %.3g",
+                      label, dense ? "dense" : "sparse", path_name(path), rel, mx);
+            printf("  %s attention %-8s: rel err %.3g, max abs %.3g\n", dense ? "dense " : "sparse",
+                   path_name(path), rel, mx);
+            if (rel > tol_rel && nout > 0) {
+                for (int64_t e = 0, shown = 0; e < nout && shown < 4; e++)
+                    if (!(fabs(got_o[e] - ref_o[e]) <= tol_abs)) {
+                        fprintf(stderr, "    i=%lld h=%lld d=%lld: %g vs %g\n", (long long)(e / (H * D)),
+                                (long long)(e / D % H), (long long)(e % D), got_o[e], ref_o[e]);
+                        shown++;
+                    }
+            }
+            cudaFree(ws);
+        }
+    }
+    free(qi), free(ref_s), free(ref_s8), free(got_s), free(ref_sel), free(got_sel), free(ref_sel8);
+    free(q), free(qb16), free(ref_o), free(got_o), free(got_b);
+    cudaFree(qi_d), cudaFree(s_d), cudaFree(q_d), cudaFree(rsel_d), cudaFree(o_d);
+    qset_free(&qs);
+}
+
+/* decode: one query per sequence at its last position */
+static void run_decode(const struct world *w, const char *label, int fast_idx, int fast_attn, int pf_sel)
+{
+    int32_t *qseq = ct_hmalloc(sizeof(int32_t) * (size_t)w->n_seqs);
+    int64_t *pos = ct_hmalloc(sizeof(int64_t) * (size_t)w->n_seqs);
+    for (int32_t s = 0; s < w->n_seqs; s++) qseq[s] = s, pos[s] = w->len[s] - 1;
+    run_queries(w, w->n_seqs, qseq, pos, label, fast_idx, fast_attn, pf_sel);
+    free(qseq), free(pos);
+}
+
+/* chunked prefill: for each sequence, its last `chunk[s]` positions */
+static void run_prefill(const struct world *w, const int32_t *chunk, const char *label, int fast_idx,
+                        int fast_attn, int pf_sel)
+{
+    int32_t n = 0;
+    for (int32_t s = 0; s < w->n_seqs; s++) n += chunk[s];
+    int32_t *qseq = ct_hmalloc(sizeof(int32_t) * (size_t)n);
+    int64_t *pos = ct_hmalloc(sizeof(int64_t) * (size_t)n);
+    int32_t t = 0;
+    for (int32_t s = 0; s < w->n_seqs; s++)
+        for (int32_t k = 0; k < chunk[s]; k++, t++) qseq[t] = s, pos[t] = w->len[s] - chunk[s] + k;
+    run_queries(w, n, qseq, pos, label, fast_idx, fast_attn, pf_sel);
+    free(qseq), free(pos);
+}
+
+/* Top-k alone on long rows (up to 1M context = 8192 blocks), with ties (scores rounded to a coarse grid),
+ * -inf and NaN entries, and rows of all-equal scores (the general path behind the fast one). */
+static void test_topk_long(void)
+{
+    const int32_t NH = 4, B = 128, n = 6, topk = 16, stride = 8192 + 7, sel_stride = 19;
+    static const int64_t pos[6] = {1048575, 524287 - 3, 300000, 2047, 100, 1048575};
+    float *sc = ct_hmalloc(sizeof(float) * (size_t)NH * n * stride);
+    for (int32_t g = 0; g < NH; g++)
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t b = 0; b < stride; b++) {
+                float v = roundf(ct_normal() * 8.0f) / 8.0f; /* many ties */
+                uint64_t r = ct_next() % 1000;
+                if (r == 0) v = -INFINITY;
+                if (r == 1) v = NAN;
+                if (i == 5) v = 0.5f; /* all equal */
+                sc[((int64_t)g * n + i) * stride + b] = v;
+            }
+    int32_t *ref = ct_hmalloc(sizeof(int32_t) * (size_t)NH * n * sel_stride);
+    int32_t *got = ct_hmalloc(sizeof(int32_t) * (size_t)NH * n * sel_stride);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t nb = (int32_t)(pos[i] / B) + 1;
+        float *row = ct_hmalloc(sizeof(float) * (size_t)NH * nb);
+        int32_t *st = ct_hmalloc(sizeof(int32_t) * (size_t)NH * sel_stride);
+        for (int32_t g = 0; g < NH; g++)
+            memcpy(row + (int64_t)g * nb, sc + ((int64_t)g * n + i) * stride, sizeof(float) * (size_t)nb);
+        kn_msa_topk_local(row, NH, 1, &pos[i], nb, B, topk, 1, st, sel_stride);
+        for (int32_t g = 0; g < NH; g++)
+            memcpy(ref + ((int64_t)g * n + i) * sel_stride, st + (int64_t)g * sel_stride,
+                   sizeof(int32_t) * (size_t)sel_stride);
+        free(row), free(st);
+    }
+    struct kn_cuda_msa_shape sh = {64, 4, 128, NH, 128, B, topk, 1, 0.088f};
+    struct kn_cuda_qbatch qb;
+    memset(&qb, 0, sizeof(qb));
+    qb.n = n;
+    qb.n_seqs = n;
+    qb.max_blocks = 8192;
+    int64_t *pos_d = ct_upload(pos, sizeof(pos));
+    qb.pos = pos_d;
+    float *sc_d = ct_upload(sc, sizeof(float) * (size_t)NH * n * stride);
+    int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)NH * n * sel_stride);
+    struct mm_err err = {0};
+    int32_t rc = kn_cuda_msa_topk(&sh, &qb, sc_d, stride, sel_d, sel_stride, 0, &err);
+    CHECK_MSG(rc == MM_OK, "topk long: %s", err.msg);
+    ct_download(got, sel_d, sizeof(int32_t) * (size_t)NH * n * sel_stride);
+    int64_t bad = 0;
+    for (int64_t e = 0; e < (int64_t)NH * n * sel_stride; e++) {
+        if (got[e] != ref[e] && bad < 5)
+            fprintf(stderr, "  topk long: row %lld slot %lld: %d vs %d\n", (long long)(e / sel_stride),
+                    (long long)(e % sel_stride), got[e], ref[e]);
+        bad += got[e] != ref[e];
+    }
+    CHECK_MSG(bad == 0, "topk long rows: %lld entries differ from kn_msa_topk_local", (long long)bad);
+    printf("[topk long rows] %d rows up to 8192 blocks, ties, -inf/NaN, all-equal: %lld differ\n", NH * n,
+           (long long)bad);
+    free(sc), free(ref), free(got);
+    cudaFree(pos_d), cudaFree(sc_d), cudaFree(sel_d);
+}
+
+int main(void)
+{
+    ct_require_gpu();
+    ct_seed(20261130);
+    test_topk_long();
+    {
+        /* M3: 64 heads, 4 KV groups, head_dim 128, index 4 x 128, block 128, top-16 */
+        struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
+        static const int64_t len[] = {1, 127, 128, 129, 700, 2049, 3000};
+        struct world w;
+        world_make(&w, &sh, 7, len, 0);
+        run_decode(&w, "m3 decode", 1, 1, 1);
+        static const int32_t chunk[] = {1, 0, 128, 129, 100, 99, 0};
+        run_prefill(&w, chunk, "m3 prefill", 1, 1, 1);
+        world_free(&w);
+    }
+    {
+        /* the tiny checkpoint: 8 heads, 2 groups, head_dim 32, index 2 x 32, block 16, top-4 */
+        struct kn_cuda_msa_shape sh = {8, 2, 32, 2, 32, 16, 4, 1, 0.17677669529663687f};
+        static const int64_t len[] = {1, 15, 16, 17, 40, 130, 333};
+        static const int32_t chunk[] = {1, 15, 0, 17, 40, 30, 70};
+        for (int f32 = 0; f32 < 2; f32++) {
+            struct world w;
+            world_make(&w, &sh, 7, len, f32);
+            run_decode(&w, f32 ? "tiny f32 decode" : "tiny decode", 1, 0, 0);
+            run_prefill(&w, chunk, f32 ? "tiny f32 prefill" : "tiny prefill", 1, 0, 0);
+            world_free(&w);
+        }
+    }
+    {
+        /* M3 with two local blocks forced (index_local_blocks 2) and top-k 12 */
+        struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 12, 2, 0.08838834764831845f};
+        static const int64_t len[] = {300, 1800};
+        struct world w;
+        world_make(&w, &sh, 2, len, 0);
+        run_decode(&w, "m3 local2 decode", 1, 1, 1);
+        static const int32_t chunk[] = {40, 70};
+        run_prefill(&w, chunk, "m3 local2 prefill", 1, 1, 1);
+        world_free(&w);
+    }
+    return test_done();
+}

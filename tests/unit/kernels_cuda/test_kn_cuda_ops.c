@@ -1,0 +1,394 @@
+/* The CUDA element-wise, normalization, RoPE, MoE-routing, vision-attention and GEMM kernels against the CPU
+ * kernels (kernels/cpu) or, where the CPU side has no separate function, a plain loop written here. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_test_util.h"
+#include "kn_act.h"
+#include "kn_attn.h"
+#include "kn_gemm.h"
+#include "kn_norm.h"
+#include "kn_rope.h"
+
+static struct mm_err err;
+
+#define OK(call)                                                                                             \
+    do {                                                                                                     \
+        int32_t rc__ = (call);                                                                               \
+        CHECK_MSG(rc__ == MM_OK, "%s: %s", #call, err.msg);                                                  \
+    } while (0)
+
+static void expect_close(const char *what, const float *got, const float *ref, int64_t n, double tol_rel)
+{
+    double mx = 0, rel = ct_rel_err(got, ref, n, &mx);
+    CHECK_MSG(rel <= tol_rel, "%s: rel err %.3g (max abs %.3g)", what, rel, mx);
+    printf("  %-28s rel err %.3g\n", what, rel);
+}
+
+static float *dl_f32(const void *d, int64_t n)
+{
+    float *h = ct_hmalloc(sizeof(float) * (size_t)n);
+    ct_download(h, d, sizeof(float) * (size_t)n);
+    return h;
+}
+
+static float *dl_bf16(const void *d, int64_t n)
+{
+    uint16_t *b = ct_hmalloc(sizeof(uint16_t) * (size_t)n);
+    float *h = ct_hmalloc(sizeof(float) * (size_t)n);
+    ct_download(b, d, sizeof(uint16_t) * (size_t)n);
+    ct_from_bf16(b, h, n);
+    free(b);
+    return h;
+}
+
+static void test_norms(void)
+{
+    const int64_t n = 37;
+    const int32_t dim = 1000, heads = 6, hd = 128;
+    float *x = ct_hmalloc(sizeof(float) * n * dim), *w = ct_hmalloc(sizeof(float) * dim);
+    float *b = ct_hmalloc(sizeof(float) * dim), *ref = ct_hmalloc(sizeof(float) * n * dim);
+    ct_fill_normal(x, n * dim, 2.0f);
+    ct_fill_normal(w, dim, 0.3f);
+    ct_fill_normal(b, dim, 0.3f);
+    float *x_d = ct_upload(x, sizeof(float) * n * dim), *w_d = ct_upload(w, sizeof(float) * dim);
+    float *b_d = ct_upload(b, sizeof(float) * dim);
+    void *o_d = ct_dmalloc(sizeof(float) * n * dim);
+
+    kn_rmsnorm_gemma(x, dim, w, n, dim, 1e-6f, ref, dim);
+    OK(kn_cuda_rmsnorm(x_d, dim, w_d, n, dim, 1e-6f, o_d, dim, 0, 0, &err));
+    float *got = dl_f32(o_d, n * dim);
+    expect_close("rmsnorm f32", got, ref, n * dim, 1e-6);
+    free(got);
+    OK(kn_cuda_rmsnorm(x_d, dim, w_d, n, dim, 1e-6f, o_d, dim, 1, 0, &err));
+    got = dl_bf16(o_d, n * dim);
+    expect_close("rmsnorm bf16 out", got, ref, n * dim, 4e-3);
+    free(got);
+
+    kn_layernorm(x, dim, w, b, n, dim, 1e-5f, ref, dim);
+    OK(kn_cuda_layernorm(x_d, dim, w_d, b_d, n, dim, 1e-5f, o_d, dim, 0, 0, &err));
+    got = dl_f32(o_d, n * dim);
+    expect_close("layernorm", got, ref, n * dim, 1e-6);
+    free(got);
+
+    /* per-head norm in place over [n][heads * hd] */
+    float *xh = ct_hmalloc(sizeof(float) * n * heads * hd);
+    ct_fill_normal(xh, n * heads * hd, 1.5f);
+    float *xh_d = ct_upload(xh, sizeof(float) * n * heads * hd);
+    OK(kn_cuda_head_rmsnorm(xh_d, n, heads, hd, (int64_t)heads * hd, w_d, 1e-6f, 0, &err));
+    kn_head_rmsnorm_gemma(xh, n, heads, hd, (int64_t)heads * hd, w, 1e-6f);
+    got = dl_f32(xh_d, n * heads * hd);
+    expect_close("head rmsnorm", got, xh, n * heads * hd, 1e-6);
+    free(got);
+
+    /* RoPE: tables for large positions, then partial rotation of 64 of 128 dims */
+    int64_t pos[37];
+    for (int64_t i = 0; i < n; i++) pos[i] = i == 0 ? 0 : (int64_t)(ct_next() % 1048576);
+    const int32_t rot = 64;
+    float *ct = ct_hmalloc(sizeof(float) * n * rot), *st = ct_hmalloc(sizeof(float) * n * rot);
+    kn_rope_text_table(pos, n, rot, 5e6, ct, st);
+    int64_t *pos_d = ct_upload(pos, sizeof(pos));
+    float *ct_d = ct_dmalloc(sizeof(float) * n * rot), *st_d = ct_dmalloc(sizeof(float) * n * rot);
+    OK(kn_cuda_rope_table(pos_d, n, rot, 5e6, ct_d, st_d, 0, &err));
+    float *gc = dl_f32(ct_d, n * rot), *gs = dl_f32(st_d, n * rot);
+    double worst = 0;
+    for (int64_t e = 0; e < n * rot; e++) {
+        double d = fmax(fabs(gc[e] - ct[e]), fabs(gs[e] - st[e]));
+        if (!(d <= worst)) worst = d;
+    }
+    CHECK_MSG(worst <= 2e-6, "rope table: max diff %.3g", worst);
+    printf("  %-28s max diff %.3g\n", "rope table", worst);
+    kn_rope_apply(xh, n, heads, hd, (int64_t)heads * hd, ct, st, rot, rot);
+    OK(kn_cuda_rope_apply(xh_d, n, heads, hd, (int64_t)heads * hd, ct_d, st_d, rot, rot, 0, &err));
+    got = dl_f32(xh_d, n * heads * hd);
+    expect_close("rope apply", got, xh, n * heads * hd, 1e-6);
+    free(got), free(gc), free(gs), free(ct), free(st), free(xh), free(x), free(w), free(b), free(ref);
+    cudaFree(x_d), cudaFree(w_d), cudaFree(b_d), cudaFree(o_d), cudaFree(xh_d), cudaFree(pos_d),
+        cudaFree(ct_d);
+    cudaFree(st_d);
+}
+
+static void test_activations(void)
+{
+    const int64_t n = 5000;
+    float *g = ct_hmalloc(sizeof(float) * n), *u = ct_hmalloc(sizeof(float) * n),
+          *ref = ct_hmalloc(sizeof(float) * n);
+    ct_fill_normal(g, n, 5.0f); /* wide enough to hit both clamps */
+    ct_fill_normal(u, n, 5.0f);
+    float *g_d = ct_upload(g, sizeof(float) * n), *u_d = ct_upload(u, sizeof(float) * n);
+    void *o_d = ct_dmalloc(sizeof(float) * n);
+    kn_swiglu_clamped(g, u, n, 1.702f, 7.0f, ref);
+    OK(kn_cuda_swiglu(g_d, u_d, 100, n / 100, 100, 1.702f, 7.0f, o_d, 100, 0, 0, &err));
+    float *got = dl_f32(o_d, n);
+    expect_close("swiglu clamped", got, ref, n, 1e-6);
+    free(got);
+    for (int32_t kind = 0; kind < 3; kind++) {
+        memcpy(ref, g, sizeof(float) * n);
+        kn_gelu(ref, n, kind);
+        CT_CU(cudaMemcpy(o_d, g, sizeof(float) * n, cudaMemcpyHostToDevice));
+        OK(kn_cuda_gelu(o_d, n, kind, 0, &err));
+        got = dl_f32(o_d, n);
+        expect_close(kind == 0 ? "gelu erf" : kind == 1 ? "gelu tanh" : "gelu quick", got, ref, n, 1e-6);
+        free(got);
+    }
+    free(g), free(u), free(ref);
+    cudaFree(g_d), cudaFree(u_d), cudaFree(o_d);
+}
+
+static void test_embed_dequant(void)
+{
+    const int32_t vocab = 300, dim = 64;
+    float *tab = ct_hmalloc(sizeof(float) * vocab * dim);
+    uint16_t *tb = ct_hmalloc(sizeof(uint16_t) * vocab * dim);
+    ct_fill_normal(tab, vocab * dim, 1.0f);
+    ct_to_bf16(tab, tb, vocab * dim);
+    int32_t ids[5] = {0, 299, 17, 300, -1}; /* the last two are out of range */
+    void *tb_d = ct_upload(tb, sizeof(uint16_t) * vocab * dim);
+    int32_t *ids_d = ct_upload(ids, sizeof(ids));
+    int32_t zero = 0;
+    int32_t *bad_d = ct_upload(&zero, sizeof(zero));
+    float *o_d = ct_dmalloc(sizeof(float) * 5 * dim);
+    OK(kn_cuda_embed(tb_d, vocab, dim, ids_d, 5, o_d, bad_d, 0, &err));
+    float *got = dl_f32(o_d, 5 * dim);
+    int32_t bad = 0;
+    ct_download(&bad, bad_d, sizeof(bad));
+    int64_t wrong = 0;
+    for (int32_t i = 0; i < 5; i++)
+        for (int32_t d = 0; d < dim; d++) {
+            float want = ids[i] >= 0 && ids[i] < vocab ? mm_bf16_to_f32(tb[ids[i] * dim + d]) : 0.0f;
+            wrong += got[i * dim + d] != want;
+        }
+    CHECK_MSG(wrong == 0, "embed: %lld wrong elements", (long long)wrong);
+    CHECK_EQ_INT(bad, 1);
+    free(got);
+
+    /* FP8 block-scaled weight 200 x 300 with 128 x 128 blocks (ragged edges) */
+    const int64_t R = 200, C = 300, SR = 2, SC = 3;
+    uint8_t *w8 = ct_hmalloc((size_t)(R * C));
+    float sc[6], *ref = ct_hmalloc(sizeof(float) * R * C);
+    for (int k = 0; k < 6; k++) sc[k] = 0.001f * (float)(k + 1);
+    for (int64_t e = 0; e < R * C; e++) {
+        w8[e] = (uint8_t)(ct_next() & 0xff);
+        if ((w8[e] & 0x7f) == 0x7f) w8[e] = 0x10; /* no NaN codes */
+        ref[e] = ct_bf16_round(mm_f8e4m3_to_f32(w8[e]) * sc[(e / C / 128) * SC + (e % C) / 128]);
+    }
+    (void)SR;
+    uint8_t *w8_d = ct_upload(w8, (size_t)(R * C));
+    float *sc_d = ct_upload(sc, sizeof(sc));
+    void *out_d = ct_dmalloc((size_t)(R * C) * 2);
+    OK(kn_cuda_dequant_fp8_block(w8_d, sc_d, R, C, 128, 128, out_d, 0, &err));
+    got = dl_bf16(out_d, R * C);
+    wrong = 0;
+    for (int64_t e = 0; e < R * C; e++) wrong += got[e] != ref[e];
+    CHECK_MSG(wrong == 0, "fp8 dequant: %lld wrong elements", (long long)wrong);
+    free(got), free(w8), free(ref), free(tab), free(tb);
+
+    /* scatter of media rows into the hidden states */
+    {
+        float *base = ct_hmalloc(sizeof(float) * 10 * 8), *data = ct_hmalloc(sizeof(float) * 3 * 8);
+        ct_fill_normal(base, 80, 1.0f);
+        ct_fill_normal(data, 24, 1.0f);
+        int64_t rows[3] = {7, 0, 4};
+        float *b_d = ct_upload(base, sizeof(float) * 80), *d_d = ct_upload(data, sizeof(float) * 24);
+        int64_t *r_d = ct_upload(rows, sizeof(rows));
+        OK(kn_cuda_scatter_rows(b_d, 8, r_d, d_d, 3, 0, &err));
+        for (int j = 0; j < 3; j++) memcpy(base + rows[j] * 8, data + j * 8, sizeof(float) * 8);
+        float *g2 = dl_f32(b_d, 80);
+        CHECK(memcmp(g2, base, sizeof(float) * 80) == 0);
+        free(g2), free(base), free(data);
+        cudaFree(b_d), cudaFree(d_d), cudaFree(r_d);
+    }
+    cudaFree(tb_d), cudaFree(ids_d), cudaFree(bad_d), cudaFree(o_d), cudaFree(w8_d), cudaFree(sc_d),
+        cudaFree(out_d);
+}
+
+static void test_attn_full(void)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        const int64_t n = pass ? 300 : 45;
+        const int32_t heads = pass ? 16 : 4, hd = pass ? 80 : 16;
+        const int64_t stride = (int64_t)heads * hd, tot = n * stride;
+        float *q = ct_hmalloc(sizeof(float) * tot), *k = ct_hmalloc(sizeof(float) * tot);
+        float *v = ct_hmalloc(sizeof(float) * tot), *ref = ct_hmalloc(sizeof(float) * tot);
+        float *scr = ct_hmalloc(sizeof(float) * n * n);
+        ct_fill_normal(q, tot, 1.0f);
+        ct_fill_normal(k, tot, 1.0f);
+        ct_fill_normal(v, tot, 1.0f);
+        const float scale = 1.0f / sqrtf((float)hd);
+        kn_attn_full(q, k, v, stride, n, heads, hd, scale, ref, stride, scr, n * n);
+        float *q_d = ct_upload(q, sizeof(float) * tot), *k_d = ct_upload(k, sizeof(float) * tot);
+        float *v_d = ct_upload(v, sizeof(float) * tot), *o_d = ct_dmalloc(sizeof(float) * tot);
+        OK(kn_cuda_attn_full(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, 0, &err));
+        float *got = dl_f32(o_d, tot);
+        expect_close(pass ? "vision attention 300x16x80" : "vision attention 45x4x16", got, ref, tot, 1e-5);
+        free(got), free(q), free(k), free(v), free(ref), free(scr);
+        cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(o_d);
+    }
+}
+
+static void test_moe(void)
+{
+    const int64_t n = 50;
+    const int32_t E = 130, K = 4, dim = 24;
+    float *lg = ct_hmalloc(sizeof(float) * n * E), *bias = ct_hmalloc(sizeof(float) * E);
+    ct_fill_normal(lg, n * E, 2.0f);
+    ct_fill_normal(bias, E, 0.5f);
+    for (int32_t e = 0; e < 8; e++) lg[e] = 1.0f, bias[e] = 0.0f; /* ties in row 0: lower ids win */
+    float *lg_d = ct_upload(lg, sizeof(float) * n * E), *bias_d = ct_upload(bias, sizeof(float) * E);
+    int32_t *ids_d = ct_dmalloc(sizeof(int32_t) * n * K);
+    float *w_d = ct_dmalloc(sizeof(float) * n * K);
+    OK(kn_cuda_moe_route(lg_d, bias_d, n, E, K, 2.0f, ids_d, w_d, 0, &err));
+    int32_t *ids = ct_hmalloc(sizeof(int32_t) * n * K);
+    float *w = dl_f32(w_d, n * K);
+    ct_download(ids, ids_d, sizeof(int32_t) * n * K);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; i++) {
+        /* reference: sigmoid + bias, top-K with ties to the lower id, raw sigmoids renormalized x 2 */
+        int32_t pick[4];
+        float best[4];
+        int32_t cnt = 0;
+        for (int32_t e = 0; e < E; e++) {
+            float s = 1.0f / (1.0f + expf(-lg[i * E + e])), v = s + bias[e];
+            if (cnt == K && !(v > best[K - 1])) continue;
+            int32_t at = cnt < K ? cnt : K - 1;
+            while (at > 0 && v > best[at - 1]) best[at] = best[at - 1], pick[at] = pick[at - 1], at--;
+            best[at] = v, pick[at] = e;
+            if (cnt < K) cnt++;
+        }
+        double sum = 0;
+        for (int32_t k = 0; k < K; k++) sum += 1.0 / (1.0 + exp(-(double)lg[i * E + pick[k]]));
+        for (int32_t k = 0; k < K; k++) {
+            double want = 2.0 / (1.0 + exp(-(double)lg[i * E + pick[k]])) / sum;
+            wrong += ids[i * K + k] != pick[k] || fabs(w[i * K + k] - want) > 1e-5;
+        }
+    }
+    CHECK_MSG(wrong == 0, "moe route: %lld wrong (ids or weights)", (long long)wrong);
+
+    /* sort, gather, combine: a permutation grouped by expert, and the weighted sum back */
+    int32_t *off_d = ct_dmalloc(sizeof(int32_t) * (E + 1)), *perm_d = ct_dmalloc(sizeof(int32_t) * n * K);
+    int32_t *inv_d = ct_dmalloc(sizeof(int32_t) * n * K);
+    OK(kn_cuda_moe_sort(ids_d, n, K, E, off_d, perm_d, inv_d, 0, &err));
+    int32_t *off = ct_hmalloc(sizeof(int32_t) * (E + 1)), *perm = ct_hmalloc(sizeof(int32_t) * n * K);
+    int32_t *inv = ct_hmalloc(sizeof(int32_t) * n * K);
+    ct_download(off, off_d, sizeof(int32_t) * (E + 1));
+    ct_download(perm, perm_d, sizeof(int32_t) * n * K);
+    ct_download(inv, inv_d, sizeof(int32_t) * n * K);
+    wrong = off[0] != 0 || off[E] != n * K;
+    for (int32_t e = 0; e < E; e++)
+        for (int32_t j = off[e]; j < off[e + 1]; j++) wrong += ids[perm[j]] != e || inv[perm[j]] != j;
+    CHECK_MSG(wrong == 0, "moe sort: %lld inconsistencies", (long long)wrong);
+
+    float *x = ct_hmalloc(sizeof(float) * n * dim), *y = ct_hmalloc(sizeof(float) * n * dim);
+    ct_fill_normal(x, n * dim, 1.0f);
+    ct_fill_normal(y, n * dim, 1.0f);
+    float *x_d = ct_upload(x, sizeof(float) * n * dim), *y_d = ct_upload(y, sizeof(float) * n * dim);
+    void *g_d = ct_dmalloc(sizeof(uint16_t) * n * K * dim);
+    OK(kn_cuda_moe_gather(x_d, dim, perm_d, n * K, K, dim, g_d, 1, 0, &err));
+    float *gx = dl_bf16(g_d, n * K * dim);
+    wrong = 0;
+    for (int64_t j = 0; j < n * K; j++)
+        for (int32_t d = 0; d < dim; d++)
+            wrong += gx[j * dim + d] != ct_bf16_round(x[(perm[j] / K) * dim + d]);
+    CHECK_MSG(wrong == 0, "moe gather: %lld wrong", (long long)wrong);
+    /* expert outputs: row j's output = its gathered row (as f32) times (expert id + 1) */
+    float *eo = ct_hmalloc(sizeof(float) * n * K * dim), *ref = ct_hmalloc(sizeof(float) * n * dim);
+    for (int64_t j = 0; j < n * K; j++)
+        for (int32_t d = 0; d < dim; d++) eo[j * dim + d] = gx[j * dim + d] * (float)(ids[perm[j]] + 1);
+    memcpy(ref, y, sizeof(float) * n * dim);
+    for (int64_t i = 0; i < n; i++)
+        for (int32_t k = 0; k < K; k++)
+            for (int32_t d = 0; d < dim; d++)
+                ref[i * dim + d] +=
+                    w[i * K + k] * ct_bf16_round(x[i * dim + d]) * (float)(ids[i * K + k] + 1);
+    float *eo_d = ct_upload(eo, sizeof(float) * n * K * dim);
+    OK(kn_cuda_moe_combine(eo_d, inv_d, w_d, n, K, dim, y_d, dim, 0, &err));
+    float *got = dl_f32(y_d, n * dim);
+    expect_close("moe combine", got, ref, n * dim, 1e-6);
+    free(got), free(eo), free(ref), free(gx), free(x), free(y), free(off), free(perm), free(inv), free(ids),
+        free(w);
+    free(lg), free(bias);
+    cudaFree(lg_d), cudaFree(bias_d), cudaFree(ids_d), cudaFree(w_d), cudaFree(off_d), cudaFree(perm_d);
+    cudaFree(inv_d), cudaFree(x_d), cudaFree(y_d), cudaFree(g_d), cudaFree(eo_d);
+}
+
+static void test_gemm(void)
+{
+    struct kn_cuda_blas *bl = NULL;
+    OK(kn_cuda_blas_create(&bl, 0, &err));
+    if (!bl) return;
+    const int64_t m = 77, n = 300, k = 520;
+    float *a = ct_hmalloc(sizeof(float) * m * k), *w = ct_hmalloc(sizeof(float) * n * k);
+    float *ref = ct_hmalloc(sizeof(float) * m * n);
+    uint16_t *ab = ct_hmalloc(sizeof(uint16_t) * m * k), *wb = ct_hmalloc(sizeof(uint16_t) * n * k);
+    ct_fill_normal(a, m * k, 1.0f);
+    ct_fill_normal(w, n * k, 0.05f);
+    ct_to_bf16(a, ab, m * k);
+    ct_to_bf16(w, wb, n * k);
+    ct_from_bf16(ab, a, m * k);
+    ct_from_bf16(wb, w, n * k);
+    kn_sgemm_nt(m, n, k, a, k, w, k, 0.0f, ref, n);
+    void *a_d = ct_upload(ab, sizeof(uint16_t) * m * k), *w_d = ct_upload(wb, sizeof(uint16_t) * n * k);
+    void *c_d = ct_dmalloc(sizeof(float) * m * n);
+    OK(kn_cuda_gemm_bf16(bl, m, n, k, a_d, k, w_d, k, 0.0f, c_d, n, 0, &err));
+    float *got = dl_f32(c_d, m * n);
+    expect_close("gemm bf16 -> f32", got, ref, m * n, 1e-5);
+    free(got);
+    OK(kn_cuda_gemm_bf16(bl, m, n, k, a_d, k, w_d, k, 0.0f, c_d, n, 1, &err));
+    got = dl_bf16(c_d, m * n);
+    expect_close("gemm bf16 -> bf16", got, ref, m * n, 4e-3);
+    free(got);
+    /* plain fp32 (the router and index projections): exact to fp32 rounding */
+    {
+        float *af_d = ct_upload(a, sizeof(float) * m * k), *wf_d = ct_upload(w, sizeof(float) * n * k);
+        float *cf_d = ct_dmalloc(sizeof(float) * m * n);
+        OK(kn_cuda_gemm_f32(bl, m, n, k, af_d, k, wf_d, k, 0.0f, cf_d, n, &err));
+        got = dl_f32(cf_d, m * n);
+        expect_close("gemm f32", got, ref, m * n, 1e-6);
+        free(got);
+        cudaFree(af_d), cudaFree(wf_d), cudaFree(cf_d);
+    }
+    /* batched: 3 products over consecutive slices of A and W (m/3 rows, n/3 columns each) */
+    const int64_t mb = 25, nb = 100;
+    OK(kn_cuda_gemm_bf16_batched(bl, mb, nb, k, a_d, k, mb * k, w_d, k, nb * k, 0.0f, c_d, nb, mb * nb, 0, 3,
+                                 &err));
+    got = dl_f32(c_d, 3 * mb * nb);
+    float *rb = ct_hmalloc(sizeof(float) * 3 * mb * nb);
+    for (int b = 0; b < 3; b++)
+        kn_sgemm_nt(mb, nb, k, a + b * mb * k, k, w + b * nb * k, k, 0.0f, rb + b * mb * nb, nb);
+    expect_close("gemm bf16 batched", got, rb, 3 * mb * nb, 1e-5);
+    free(got), free(rb), free(a), free(w), free(ref), free(ab), free(wb);
+    cudaFree(a_d), cudaFree(w_d), cudaFree(c_d);
+    kn_cuda_blas_destroy(bl);
+}
+
+static void test_bad_args(void)
+{
+    /* refused on the host, nothing launched */
+    struct mm_err e2 = {0};
+    CHECK(kn_cuda_rmsnorm(NULL, 4, NULL, 3, 4, 1e-6f, NULL, 4, 0, 0, &e2) == MM_INVALID);
+    CHECK(kn_cuda_moe_route(NULL, NULL, 1, 2, 3, 1.0f, NULL, NULL, 0, &e2) == MM_INVALID);
+    struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 64, 1, 0.088f}; /* topk over the maximum */
+    struct kn_cuda_qbatch qb = {0};
+    struct kn_cuda_cache c = {0};
+    CHECK(kn_cuda_msa_attention(&sh, &qb, &c, NULL, NULL, 16, NULL, NULL, 0, KN_PATH_AUTO, 0, &e2) ==
+          MM_INVALID);
+    CHECK(strstr(e2.msg, "topk") != NULL);
+}
+
+int main(void)
+{
+    ct_require_gpu();
+    ct_seed(7);
+    test_norms();
+    test_activations();
+    test_embed_dequant();
+    test_attn_full();
+    test_moe();
+    test_gemm();
+    test_bad_args();
+    CT_CU(cudaDeviceSynchronize());
+    return test_done();
+}
