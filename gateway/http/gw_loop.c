@@ -132,8 +132,8 @@ int32_t gw__loop_init(struct gw_loop *l, struct gw_http *h, uint32_t index, stru
     pthread_mutex_init(&l->mu, NULL);
     l->executor.post = loop_post;
     l->executor.ctx = l;
-    /* no EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST: it defers EPOLL_CTL_DEL past close(), and a connection accepted
-     * in the same iteration can reuse the fd number and never be registered (found with TSan) */
+    /* no EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST: it defers EPOLL_CTL_DEL past close(), and a connection
+     * accepted in the same iteration can reuse the fd number and never be registered (found with TSan) */
     l->base = event_base_new();
     if (!l->base) return mm_err_set(err, MM_NOMEM, "cannot create event base for loop %u", index);
     l->wake_ev = event_new(l->base, -1, EV_PERSIST, wake_cb, l);

@@ -18,10 +18,11 @@ int32_t m3_create(const struct mmgw_host_api *host, const struct mmgw_option *op
 void m3_destroy(struct mmgw_plugin_instance *inst);
 int32_t m3_match_model_type(const char *model_type);
 const struct mmgw_vision_params *m3_vision_params(const struct mmgw_plugin_instance *inst);
-int32_t m3_smart_resize(const struct mmgw_plugin_instance *inst, int32_t kind, uint32_t height, uint32_t width,
-                        uint32_t n_frames, uint32_t *out_height, uint32_t *out_width, struct mmgw_error *err);
-int32_t m3_sample_frames(const struct mmgw_plugin_instance *inst, uint64_t total_frames, double fps, uint32_t *indices,
-                         uint32_t cap, uint32_t *n_out, struct mmgw_error *err);
+int32_t m3_smart_resize(const struct mmgw_plugin_instance *inst, int32_t kind, uint32_t height,
+                        uint32_t width, uint32_t n_frames, uint32_t *out_height, uint32_t *out_width,
+                        struct mmgw_error *err);
+int32_t m3_sample_frames(const struct mmgw_plugin_instance *inst, uint64_t total_frames, double fps,
+                         uint32_t *indices, uint32_t cap, uint32_t *n_out, struct mmgw_error *err);
 uint64_t m3_num_placeholder_tokens(const struct mmgw_plugin_instance *inst, int32_t kind, int64_t grid_t,
                                    int64_t grid_h, int64_t grid_w);
 const char *m3_media_marker(const struct mmgw_plugin_instance *inst, int32_t kind);
@@ -39,8 +40,8 @@ const char *m3_bos_token(const struct mmgw_plugin_instance *inst);
 int32_t m3_parser_create(const struct mmgw_plugin_instance *inst, const char *request_json, uint64_t json_len,
                          const char *prompt_text, uint64_t prompt_len, struct mmgw_output_parser **out,
                          struct mmgw_error *err);
-int32_t m3_parser_feed(struct mmgw_output_parser *p, const char *text, uint64_t len, struct mmgw_out_sink *sink,
-                       struct mmgw_error *err);
+int32_t m3_parser_feed(struct mmgw_output_parser *p, const char *text, uint64_t len,
+                       struct mmgw_out_sink *sink, struct mmgw_error *err);
 int32_t m3_parser_finish(struct mmgw_output_parser *p, struct mmgw_out_sink *sink, struct mmgw_error *err);
 void m3_parser_destroy(struct mmgw_output_parser *p);
 
