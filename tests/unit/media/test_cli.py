@@ -29,6 +29,9 @@ from PIL import Image
 BUILD = os.environ.get("MMGW_BUILD", os.path.join(os.path.dirname(__file__), "../../../build"))
 BIN = os.path.join(BUILD, "bin", "mmgw-preprocess")
 DATA = os.environ.get("MMGW_TESTDATA")
+# a plain clone has no ../shared: the golden comparisons are then skipped, the rest still runs
+if DATA and not os.path.isdir(DATA):
+    DATA = None
 MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
 STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
 failures = []
