@@ -2,14 +2,28 @@
 
 #include <math.h>
 
-void kn_swiglu_clamped(const float *gate, const float *up, int64_t n, float alpha, float limit, float *out)
+#include "kn_simd.h"
+
+/* exp through the vectorizable polynomial of kn_simd.h (relative error < 2e-7, like libm's expf within a few
+ * ulp): the loop then runs 8 or 16 lanes wide instead of one libm call per element, which dominated the
+ * MoE experts' time at small batches */
+KN_INLINE void swiglu_body(const float *gate, const float *up, int64_t n, float alpha, float limit,
+                           float *out)
 {
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i], u = up[i];
         g = g < limit ? g : limit; /* fminf would turn NaN into limit; keep NaN visible */
         u = u < -limit ? -limit : (u > limit ? limit : u);
-        out[i] = (u + 1.0f) * g / (1.0f + expf(-alpha * g));
+        out[i] = (u + 1.0f) * g / (1.0f + exp_body(-alpha * g));
     }
+}
+
+KN_DISPATCH(swiglu, (const float *gate, const float *up, int64_t n, float alpha, float limit, float *out),
+            (gate, up, n, alpha, limit, out))
+
+void kn_swiglu_clamped(const float *gate, const float *up, int64_t n, float alpha, float limit, float *out)
+{
+    KN_CALL(swiglu, (gate, up, n, alpha, limit, out));
 }
 
 void kn_gelu(float *x, int64_t n, int32_t kind)

@@ -144,7 +144,16 @@ struct wk_backend_iface {
     /** Bidirectional attention over n rows of q, k, v ([n][n_heads * head_dim] each). */
     void (*attn_full)(void *ctx, const float *q, const float *k, const float *v, int64_t n, int32_t n_heads,
                       int32_t head_dim, float *out);
+
+    /* ---- appended; optional (NULL: the model code calls linear once per weight) ---- */
+    /** y[i][n][rows(w[i])] = x[n][cols] . w[i]^T for n_w (<= WK_LINEAR_MULTI_MAX) weights without bias that
+     * read the same input (q/k/v, gate/up): one parallel step instead of n_w. */
+    void (*linear_multi)(void *ctx, int32_t n_w, const struct wk_weight *const *w, const float *x, int64_t n,
+                         float *const *y);
 };
+
+/** Most weights one linear_multi call takes. */
+#define WK_LINEAR_MULTI_MAX 8
 
 /** A backend instance: its operation table and context. */
 struct wk_be {

@@ -1,32 +1,22 @@
-/* The CPU backend: fp32 everywhere, weights converted from their stored dtype at load (one copy, 4 bytes a
- * parameter: sgemm-ready, no per-step conversion), OpenBLAS for the products, a thread pool for the
- * per-token loops (attention, MSA selection). */
+/* The CPU backend: fp32 everywhere, weights converted from their stored dtype at load and packed for the
+ * product kernel (one copy, 4 bytes a parameter, no per-step conversion), one thread pool for every parallel
+ * loop. This file: the operation table, memory, weights, element-wise ops and linear layers; the paged cache
+ * and attention are in wk_cpu_attn.c, the routed experts in wk_cpu_moe.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kn_act.h"
 #include "kn_attn.h"
 #include "kn_gemm.h"
-#include "kn_msa.h"
 #include "kn_norm.h"
 #include "kn_rope.h"
+#include "kn_wgemm.h"
 #include "mm_log.h"
-#include "wk_backend.h"
-#include "wk_pool.h"
+#include "wk_backend_cpu_int.h"
 
-struct wk_weight {
-    float *data;
-    int64_t rows, cols;
-};
-
-/* Scratch that grows on demand; one per thread where the loops need private buffers. */
-struct grow {
-    float *p;
-    int64_t n;
-};
-
-static int grow_to(struct grow *g, int64_t n)
+int grow_to(struct grow *g, int64_t n)
 {
     if (g->n >= n) return 0;
     float *np = realloc(g->p, sizeof(float) * (size_t)n);
@@ -36,29 +26,28 @@ static int grow_to(struct grow *g, int64_t n)
     return 0;
 }
 
-struct cpu {
-    struct wk_pool *pool;
-    int32_t threads;
-    /* cache */
-    struct wk_cache_geom geom;
-    float **k, **v, **idx; /* per layer */
-    /* current batch */
-    const struct wk_batch *b;
-    int32_t failed; /* scratch allocation failed during the step */
-    /* scratch */
-    struct grow *tscr; /* per thread */
-    struct grow moe_x, moe_g, moe_u, moe_d, moe_logits, attn;
-    int32_t *moe_rows;
-    float *moe_w;
-    int64_t moe_cap;
-};
+int cpu_hugepages(void)
+{
+    const char *e = getenv("MMGW_HUGEPAGES"); /* read at every (rare) large allocation */
+    return !(e && *e == '0');
+}
 
+/* Buffers of 2 MiB and more (weights, activations of long prompts) are asked for as huge pages: a decode
+ * step streams every weight, and with 4 KiB pages that is a TLB miss per page. */
 static float *cpu_alloc(void *ctx, int64_t n)
 {
     (void)ctx;
     if (n <= 0) n = 1;
+    size_t bytes = sizeof(float) * (size_t)n, huge = (size_t)2 << 20;
     void *p = NULL;
-    if (posix_memalign(&p, 64, sizeof(float) * (size_t)n)) return NULL;
+    if (bytes >= huge && cpu_hugepages()) {
+        if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge)) return NULL;
+#ifdef MADV_HUGEPAGE
+        (void)madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* a hint */
+#endif
+        return p;
+    }
+    if (posix_memalign(&p, 64, bytes)) return NULL;
     return p;
 }
 
@@ -74,6 +63,8 @@ static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
     if (n > 0) memcpy(dst, src, sizeof(float) * (size_t)n);
 }
 
+/* 2-D weights are packed 16 output rows at a time, converted from the stored dtype one panel at a time (no
+ * full-size fp32 copy besides the packed one). */
 static int32_t cpu_weight_load(void *ctx, const struct wk_wsrc *src, struct wk_weight **out,
                                struct mm_err *err)
 {
@@ -81,13 +72,29 @@ static int32_t cpu_weight_load(void *ctx, const struct wk_wsrc *src, struct wk_w
     if (!w) return mm_err_set(err, MM_NOMEM, "out of memory");
     w->rows = src->rows;
     w->cols = src->cols;
-    w->data = cpu_alloc(ctx, w->rows * w->cols);
-    if (!w->data) {
+    w->packed = src->ndim >= 2;
+    int64_t n = w->packed ? kn_wpack_floats(w->rows, w->cols) : w->rows * w->cols;
+    w->data = cpu_alloc(ctx, n);
+    float *panel =
+        w->packed ? malloc(sizeof(float) * (size_t)(KN_WPACK_NR * (w->cols > 0 ? w->cols : 1))) : NULL;
+    if (!w->data || (w->packed && !panel)) {
+        free(panel);
+        free(w->data);
         free(w);
         return mm_err_set(err, MM_NOMEM, "%s: out of memory for tensor '%s' (%lld x %lld f32)", src->file,
                           src->name, (long long)src->rows, (long long)src->cols);
     }
-    int32_t rc = wk_wsrc_to_f32(src, w->data, err);
+    int32_t rc = MM_OK;
+    if (!w->packed) {
+        rc = wk_wsrc_to_f32(src, w->data, err);
+    } else {
+        for (int64_t r0 = 0; r0 < w->rows && !rc; r0 += KN_WPACK_NR) {
+            int64_t r1 = r0 + KN_WPACK_NR < w->rows ? r0 + KN_WPACK_NR : w->rows;
+            rc = wk_wsrc_rows_to_f32(src, r0, r1, panel, err);
+            if (!rc) kn_wpack(panel, r1 - r0, w->cols, w->cols, w->data + r0 * w->cols);
+        }
+    }
+    free(panel);
     if (rc) {
         free(w->data);
         free(w);
@@ -108,64 +115,8 @@ static void cpu_weight_free(void *ctx, struct wk_weight *w)
 static int64_t cpu_weight_bytes(void *ctx, const struct wk_weight *w)
 {
     (void)ctx;
-    return w ? (int64_t)sizeof(float) * w->rows * w->cols : 0;
-}
-
-static void free_cache(struct cpu *c)
-{
-    for (int32_t l = 0; l < c->geom.n_layers; l++) {
-        if (c->k) free(c->k[l]);
-        if (c->v) free(c->v[l]);
-        if (c->idx) free(c->idx[l]);
-    }
-    free(c->k);
-    free(c->v);
-    free(c->idx);
-    c->k = c->v = c->idx = NULL;
-}
-
-static int32_t cpu_cache_init(void *ctx, const struct wk_cache_geom *g, struct mm_err *err)
-{
-    struct cpu *c = ctx;
-    free_cache(c);
-    c->geom = *g;
-    c->k = calloc((size_t)g->n_layers, sizeof(float *));
-    c->v = calloc((size_t)g->n_layers, sizeof(float *));
-    c->idx = calloc((size_t)g->n_layers, sizeof(float *));
-    if (!c->k || !c->v || !c->idx) goto nomem;
-    size_t tok = (size_t)g->n_pages * (size_t)g->block;
-    for (int32_t l = 0; l < g->n_layers; l++) {
-        /* calloc of a large size maps fresh zero pages: untouched cache costs no memory */
-        c->k[l] = calloc(tok * (size_t)g->n_kv * (size_t)g->head_dim, sizeof(float));
-        c->v[l] = calloc(tok * (size_t)g->n_kv * (size_t)g->head_dim, sizeof(float));
-        if (!c->k[l] || !c->v[l]) goto nomem;
-        if (g->layer_sparse[l]) {
-            c->idx[l] = calloc(tok * (size_t)g->idx_dim, sizeof(float));
-            if (!c->idx[l]) goto nomem;
-        }
-    }
-    return MM_OK;
-nomem:
-    free_cache(c);
-    c->geom.n_layers = 0;
-    return mm_err_set(err, MM_NOMEM, "out of memory for a cache of %lld pages", (long long)g->n_pages);
-}
-
-static void cpu_cache_copy_page(void *ctx, int32_t dst, int32_t src, int32_t n_tokens)
-{
-    struct cpu *c = ctx;
-    const struct wk_cache_geom *g = &c->geom;
-    size_t kvrow = (size_t)g->n_kv * (size_t)g->head_dim;
-    for (int32_t l = 0; l < g->n_layers; l++) {
-        memcpy(c->k[l] + (size_t)dst * g->block * kvrow, c->k[l] + (size_t)src * g->block * kvrow,
-               sizeof(float) * kvrow * (size_t)n_tokens);
-        memcpy(c->v[l] + (size_t)dst * g->block * kvrow, c->v[l] + (size_t)src * g->block * kvrow,
-               sizeof(float) * kvrow * (size_t)n_tokens);
-        if (c->idx[l])
-            memcpy(c->idx[l] + (size_t)dst * g->block * g->idx_dim,
-                   c->idx[l] + (size_t)src * g->block * g->idx_dim,
-                   sizeof(float) * (size_t)g->idx_dim * (size_t)n_tokens);
-    }
+    if (!w) return 0;
+    return (int64_t)sizeof(float) * (w->packed ? kn_wpack_floats(w->rows, w->cols) : w->rows * w->cols);
 }
 
 static int32_t cpu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_err *err)
@@ -187,8 +138,13 @@ static int32_t cpu_batch_end(void *ctx, struct mm_err *err)
 static void cpu_embed(void *ctx, const struct wk_weight *table, float *out, int32_t dim)
 {
     struct cpu *c = ctx;
-    for (int64_t i = 0; i < c->b->n_tokens; i++)
-        memcpy(out + i * dim, table->data + (int64_t)c->b->ids[i] * table->cols, sizeof(float) * (size_t)dim);
+    for (int64_t i = 0; i < c->b->n_tokens; i++) {
+        if (table->packed)
+            kn_wpack_row(table->data, table->rows, table->cols, c->b->ids[i], out + i * dim);
+        else
+            memcpy(out + i * dim, table->data + (int64_t)c->b->ids[i] * table->cols,
+                   sizeof(float) * (size_t)dim);
+    }
 }
 
 static void cpu_set_rows(void *ctx, float *out, int32_t dim, const int64_t *rows, const float *data,
@@ -220,44 +176,107 @@ static void cpu_rope(void *ctx, float *x, int64_t n, int32_t n_heads, int32_t he
     kn_rope_apply(x, n, n_heads, head_dim, (int64_t)n_heads * head_dim, cos_t, sin_t, table_stride, rot);
 }
 
-/* y = x . W^T split over column ranges of W, one range per thread: each is an independent single-threaded
- * product (the BLAS runs single-threaded; all parallelism is this pool's). */
+void cpu_par(struct cpu *c, int64_t n_tasks, int64_t macs,
+             void (*fn)(void *arg, int64_t task, int32_t thread), void *arg)
+{
+    if (c->threads < 2 || n_tasks < 2 || macs < CPU_PAR_MIN_MACS) {
+        for (int64_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
+        return;
+    }
+    wk_pool_run(c->pool, n_tasks, fn, arg);
+}
+
+void cpu_linear_1(const struct wk_weight *w, const float *x, int64_t n, float *y)
+{
+    if (w->packed)
+        kn_wgemm(n, w->cols, x, w->cols, w->data, w->rows, 0, w->rows, y, w->rows);
+    else /* a 1-D weight used as a [1][n] matrix */
+        kn_sgemm_nt(n, w->rows, w->cols, x, w->cols, w->data, w->cols, 0.0f, y, w->rows);
+}
+
+/* y[:, n0:n1] = x . W[n0:n1]^T (+ bias) */
+static void lin_cols(const struct wk_weight *w, const struct wk_weight *bias, const float *x, int64_t n,
+                     int64_t n0, int64_t n1, float *y)
+{
+    if (n0 >= n1) return;
+    if (w->packed)
+        kn_wgemm(n, w->cols, x, w->cols, w->data, w->rows, n0, n1, y, w->rows);
+    else
+        kn_sgemm_nt(n, n1 - n0, w->cols, x, w->cols, w->data + n0 * w->cols, w->cols, 0.0f, y + n0, w->rows);
+    if (bias)
+        for (int64_t i = 0; i < n; i++) kn_axpy(y + i * w->rows + n0, bias->data + n0, 1.0f, n1 - n0);
+}
+
+/* Output columns per task: whole 16-column panels, about CPU_PAR_MIN_MACS / 2 multiply-adds each, at most
+ * 4 tasks per thread (several per thread so that one descheduled on a busy machine holds the others up
+ * for less); the whole range when the product stays on the calling thread. */
+static int64_t cols_per_task(const struct cpu *c, const struct wk_weight *w, int64_t n, int64_t total_macs)
+{
+    int64_t tasks = 1;
+    if (c->threads > 1 && total_macs >= CPU_PAR_MIN_MACS) {
+        tasks = n * w->rows * w->cols / (CPU_PAR_MIN_MACS / 2);
+        if (tasks > 4 * (int64_t)c->threads) tasks = 4 * (int64_t)c->threads;
+        if (tasks < 1) tasks = 1;
+    }
+    int64_t per = (w->rows + tasks - 1) / tasks;
+    return (per + KN_WPACK_NR - 1) / KN_WPACK_NR * KN_WPACK_NR;
+}
+
+/* One or several weights reading the same input, split into column ranges: task t belongs to the weight i
+ * with first[i] <= t < first[i + 1]. */
 struct lin_job {
-    const struct wk_weight *w, *bias;
+    const struct wk_weight *w[WK_LINEAR_MULTI_MAX], *bias;
+    float *y[WK_LINEAR_MULTI_MAX];
     const float *x;
-    int64_t n, cols_per_task;
-    float *y;
+    int64_t n, per[WK_LINEAR_MULTI_MAX], first[WK_LINEAR_MULTI_MAX + 1];
+    int32_t n_w;
 };
 
 static void lin_task(void *arg, int64_t t, int32_t thread)
 {
     const struct lin_job *j = arg;
-    int64_t n0 = t * j->cols_per_task,
-            n1 = n0 + j->cols_per_task < j->w->rows ? n0 + j->cols_per_task : j->w->rows;
-    if (n0 >= n1) return;
-    kn_sgemm_nt(j->n, n1 - n0, j->w->cols, j->x, j->w->cols, j->w->data + n0 * j->w->cols, j->w->cols, 0.0f,
-                j->y + n0, j->w->rows);
-    if (j->bias)
-        for (int64_t i = 0; i < j->n; i++)
-            kn_axpy(j->y + i * j->w->rows + n0, j->bias->data + n0, 1.0f, n1 - n0);
+    int32_t i = 0;
+    while (i + 1 < j->n_w && t >= j->first[i + 1]) i++;
+    const struct wk_weight *w = j->w[i];
+    int64_t n0 = (t - j->first[i]) * j->per[i], n1 = n0 + j->per[i] < w->rows ? n0 + j->per[i] : w->rows;
+    lin_cols(w, j->bias, j->x, j->n, n0, n1, j->y[i]);
     (void)thread;
 }
 
-static void par_linear(struct cpu *c, const struct wk_weight *w, const struct wk_weight *bias, const float *x,
-                       int64_t n, float *y)
+static void lin_run(struct cpu *c, struct lin_job *j)
 {
-    int64_t work = n * w->rows * w->cols, tasks = c->threads;
-    if (work < (1 << 18) || tasks < 2 || w->rows < 32) tasks = 1; /* too small to be worth a hand-off */
-    int64_t per = (w->rows + tasks - 1) / tasks;
-    per = (per + 15) / 16 * 16;
-    struct lin_job j = {w, bias, x, n, per, y};
-    wk_pool_run(c->pool, (w->rows + per - 1) / per, lin_task, &j);
+    int64_t macs = 0;
+    for (int32_t i = 0; i < j->n_w; i++) macs += j->n * j->w[i]->rows * j->w[i]->cols;
+    j->first[0] = 0;
+    for (int32_t i = 0; i < j->n_w; i++) {
+        j->per[i] = cols_per_task(c, j->w[i], j->n, macs);
+        j->first[i + 1] = j->first[i] + (j->w[i]->rows + j->per[i] - 1) / j->per[i];
+    }
+    cpu_par(c, j->first[j->n_w], macs, lin_task, j);
+}
+
+void cpu_linear_par(struct cpu *c, const struct wk_weight *w, const struct wk_weight *bias, const float *x,
+                    int64_t n, float *y)
+{
+    struct lin_job j = {.w = {w}, .bias = bias, .y = {y}, .x = x, .n = n, .n_w = 1};
+    lin_run(c, &j);
 }
 
 static void cpu_linear(void *ctx, const struct wk_weight *w, const struct wk_weight *bias, const float *x,
                        int64_t n, float *y)
 {
-    par_linear(ctx, w, bias, x, n, y);
+    cpu_linear_par(ctx, w, bias, x, n, y);
+}
+
+static void cpu_linear_multi(void *ctx, int32_t n_w, const struct wk_weight *const *w, const float *x,
+                             int64_t n, float *const *y)
+{
+    struct lin_job j = {.x = x, .n = n, .n_w = n_w < WK_LINEAR_MULTI_MAX ? n_w : WK_LINEAR_MULTI_MAX};
+    for (int32_t i = 0; i < j.n_w; i++) {
+        j.w[i] = w[i];
+        j.y[i] = y[i];
+    }
+    lin_run(ctx, &j);
 }
 
 static void cpu_add(void *ctx, float *y, const float *x, int64_t n)
@@ -271,222 +290,6 @@ static void cpu_swiglu(void *ctx, const float *gate, const float *up, int64_t n,
 {
     (void)ctx;
     kn_swiglu_clamped(gate, up, n, alpha, limit, out);
-}
-
-static void cpu_kv_write(void *ctx, int32_t layer, const float *k, const float *v)
-{
-    struct cpu *c = ctx;
-    const struct wk_batch *b = c->b;
-    const struct wk_cache_geom *g = &c->geom;
-    size_t row = (size_t)g->n_kv * (size_t)g->head_dim;
-    for (int64_t i = 0; i < b->n_tokens; i++) {
-        int64_t p = b->pos[i];
-        int64_t slot = (int64_t)b->block_tables[b->seq_of[i]][p / g->block] * g->block + p % g->block;
-        memcpy(c->k[layer] + (size_t)slot * row, k + (size_t)i * row, sizeof(float) * row);
-        memcpy(c->v[layer] + (size_t)slot * row, v + (size_t)i * row, sizeof(float) * row);
-    }
-}
-
-static void cpu_idx_write(void *ctx, int32_t layer, const float *idx_k)
-{
-    struct cpu *c = ctx;
-    const struct wk_batch *b = c->b;
-    const struct wk_cache_geom *g = &c->geom;
-    for (int64_t i = 0; i < b->n_tokens; i++) {
-        int64_t p = b->pos[i];
-        int64_t slot = (int64_t)b->block_tables[b->seq_of[i]][p / g->block] * g->block + p % g->block;
-        memcpy(c->idx[layer] + (size_t)slot * g->idx_dim, idx_k + (size_t)i * g->idx_dim,
-               sizeof(float) * (size_t)g->idx_dim);
-    }
-}
-
-/* ---- attention: one task per token ---- */
-
-struct attn_job {
-    struct cpu *c;
-    int32_t layer, n_heads;
-    float scale;
-    const float *q, *iq;
-    const struct wk_msa_params *p;
-    const struct wk_sel_out *sel;
-    float *out;
-};
-
-static void dense_task(void *arg, int64_t task, int32_t thread)
-{
-    struct attn_job *j = arg;
-    struct cpu *c = j->c;
-    const struct wk_batch *b = c->b;
-    const struct wk_cache_geom *g = &c->geom;
-    int64_t i = task / g->n_kv;
-    int32_t kv = (int32_t)(task % g->n_kv), group = j->n_heads / g->n_kv;
-    int64_t off = (i * j->n_heads + (int64_t)kv * group) * g->head_dim;
-    kn_attn_group_blocks(j->q + off, group, b->pos[i], g->head_dim, j->scale, c->k[j->layer], c->v[j->layer],
-                         g->n_kv, kv, g->block, b->block_tables[b->seq_of[i]], NULL, 0, j->out + off);
-    (void)thread;
-}
-
-static void cpu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_heads, float scale, float *out)
-{
-    struct cpu *c = ctx;
-    struct attn_job j = {c, layer, n_heads, scale, q, NULL, NULL, NULL, out};
-    wk_pool_run(c->pool, c->b->n_tokens * c->geom.n_kv, dense_task, &j);
-}
-
-/* Sorted, -1-free copy of a selection row, so the attention sums in block order. */
-static int32_t sorted_blocks(const int32_t *row, int32_t k, int32_t *ids)
-{
-    int32_t nb = 0;
-    for (int32_t x = 0; x < k; x++) {
-        int32_t bl = row[x];
-        if (bl < 0) continue;
-        int32_t at = nb++;
-        while (at > 0 && ids[at - 1] > bl) {
-            ids[at] = ids[at - 1];
-            at--;
-        }
-        ids[at] = bl;
-    }
-    return nb;
-}
-
-static void msa_task(void *arg, int64_t i, int32_t thread)
-{
-    struct attn_job *j = arg;
-    struct cpu *c = j->c;
-    const struct wk_batch *b = c->b;
-    const struct wk_cache_geom *g = &c->geom;
-    const struct wk_msa_params *p = j->p;
-    int32_t s = b->seq_of[i];
-    struct kn_paged_seq seq = {b->block_tables[s], b->seq_len[s]};
-    int32_t nb = (int32_t)(b->pos[i] / g->block) + 1;
-    float *scores = c->tscr[thread].p;
-    int32_t *sel = (int32_t *)(scores + (int64_t)p->n_idx_heads * nb);
-    kn_msa_index_scores(j->iq + i * (int64_t)p->n_idx_heads * p->idx_dim, 1, &b->pos[i], p->n_idx_heads,
-                        p->idx_dim, c->idx[j->layer], g->block, &seq, scores, nb);
-    int32_t k = kn_msa_topk_local(scores, p->n_idx_heads, 1, &b->pos[i], nb, g->block, p->topk, p->n_local,
-                                  sel, p->topk);
-    int64_t qrow = (int64_t)j->n_heads * g->head_dim;
-    if (p->n_idx_heads == g->n_kv) {
-        kn_msa_sparse_attention(j->q + i * qrow, 1, &b->pos[i], j->n_heads, g->n_kv, g->head_dim, j->scale,
-                                c->k[j->layer], c->v[j->layer], g->block, &seq, sel, k, p->topk,
-                                j->out + i * qrow);
-    } else {
-        /* index heads grouped differently from KV heads: head h uses selection h / (heads / n_idx_heads) */
-        int32_t ids[KN_MSA_MAX_TOPK];
-        int32_t per_sel = j->n_heads / p->n_idx_heads, per_kv = j->n_heads / g->n_kv;
-        for (int32_t h = 0; h < j->n_heads; h++) {
-            int32_t n_ids = sorted_blocks(sel + (int64_t)(h / per_sel) * p->topk, k, ids);
-            kn_attn_query_blocks(j->q + i * qrow + (int64_t)h * g->head_dim, b->pos[i], g->head_dim, j->scale,
-                                 c->k[j->layer], c->v[j->layer], g->n_kv, h / per_kv, g->block,
-                                 seq.block_table, ids, n_ids, j->out + i * qrow + (int64_t)h * g->head_dim);
-        }
-    }
-    if (j->sel && j->sel->sel) {
-        for (int32_t h = 0; h < p->n_idx_heads; h++) {
-            int32_t *dst = j->sel->sel + ((int64_t)h * b->n_tokens + i) * j->sel->stride;
-            for (int32_t x = 0; x < j->sel->stride; x++) dst[x] = x < k ? sel[(int64_t)h * p->topk + x] : -1;
-        }
-    }
-}
-
-static void cpu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
-                         float scale, const struct wk_msa_params *p, const struct wk_sel_out *sel, float *out)
-{
-    struct cpu *c = ctx;
-    int64_t nb = c->b->max_pos / c->geom.block + 1;
-    /* per thread: scores [heads][nb] then the selection [heads][topk] (int32 in float slots) */
-    int64_t need = (int64_t)p->n_idx_heads * nb + (int64_t)p->n_idx_heads * p->topk;
-    for (int32_t t = 0; t < c->threads; t++)
-        if (grow_to(&c->tscr[t], need)) {
-            c->failed = 1;
-            return;
-        }
-    struct attn_job j = {c, layer, n_heads, scale, q, idx_q, p, sel, out};
-    wk_pool_run(c->pool, c->b->n_tokens, msa_task, &j);
-}
-
-/* ---- MoE: route, then one grouped product per expert over the tokens it got ---- */
-
-static int moe_reserve(struct cpu *c, int64_t n, const struct wk_moe *m)
-{
-    if (grow_to(&c->moe_x, n * m->hidden) || grow_to(&c->moe_g, n * m->inter) ||
-        grow_to(&c->moe_u, n * m->inter) || grow_to(&c->moe_d, n * m->hidden) ||
-        grow_to(&c->moe_logits, n * m->n_experts))
-        return -1;
-    int64_t cap = n * m->topk;
-    if (c->moe_cap < cap) {
-        int32_t *r = realloc(c->moe_rows, sizeof(int32_t) * (size_t)cap * 2);
-        if (!r) return -1;
-        c->moe_rows = r;
-        float *w = realloc(c->moe_w, sizeof(float) * (size_t)cap * 2);
-        if (!w) return -1;
-        c->moe_w = w;
-        c->moe_cap = cap;
-    }
-    return 0;
-}
-
-static void cpu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n, float *out)
-{
-    struct cpu *c = ctx;
-    if (moe_reserve(c, n, m)) {
-        c->failed = 1;
-        return;
-    }
-    int32_t E = m->n_experts, K = m->topk;
-    float *lg = c->moe_logits.p;
-    par_linear(c, m->router, NULL, x, n, lg);
-    /* per token: the K experts with the largest sigmoid + bias (ties to the lower id); weights are the raw
-     * sigmoids renormalized. Choices land in moe_rows as (token, expert) pairs, weights in moe_w. */
-    int32_t *choice = c->moe_rows + n * K; /* second half: [n][K] expert ids */
-    float *wt = c->moe_w + n * K;          /* second half: [n][K] weights */
-    for (int64_t i = 0; i < n; i++) {
-        float *l = lg + i * E;
-        for (int32_t e = 0; e < E; e++) l[e] = 1.0f / (1.0f + expf(-l[e]));
-        int32_t *ci = choice + i * K;
-        float best[KN_MSA_MAX_TOPK];
-        int32_t cnt = 0;
-        for (int32_t e = 0; e < E; e++) {
-            float v = l[e] + (m->bias ? m->bias->data[e] : 0.0f);
-            if (cnt == K && !(v > best[K - 1])) continue;
-            int32_t at = cnt < K ? cnt : K - 1;
-            while (at > 0 && v > best[at - 1]) {
-                best[at] = best[at - 1];
-                ci[at] = ci[at - 1];
-                at--;
-            }
-            best[at] = v;
-            ci[at] = e;
-            if (cnt < K) cnt++;
-        }
-        double sum = 0.0;
-        for (int32_t k = 0; k < K; k++) sum += l[ci[k]];
-        for (int32_t k = 0; k < K; k++) wt[i * K + k] = (float)(l[ci[k]] / sum);
-    }
-    memset(out, 0, sizeof(float) * (size_t)(n * m->hidden));
-    int32_t *rows = c->moe_rows;
-    float *rw = c->moe_w;
-    for (int32_t e = 0; e < E; e++) {
-        int64_t cnt = 0;
-        for (int64_t i = 0; i < n; i++)
-            for (int32_t k = 0; k < K; k++)
-                if (choice[i * K + k] == e) {
-                    rows[cnt] = (int32_t)i;
-                    rw[cnt] = wt[i * K + k];
-                    memcpy(c->moe_x.p + cnt * m->hidden, x + i * m->hidden,
-                           sizeof(float) * (size_t)m->hidden);
-                    cnt++;
-                }
-        if (!cnt) continue;
-        par_linear(c, m->w1[e], NULL, c->moe_x.p, cnt, c->moe_g.p);
-        par_linear(c, m->w3[e], NULL, c->moe_x.p, cnt, c->moe_u.p);
-        kn_swiglu_clamped(c->moe_g.p, c->moe_u.p, cnt * m->inter, m->alpha, m->limit, c->moe_g.p);
-        par_linear(c, m->w2[e], NULL, c->moe_g.p, cnt, c->moe_d.p);
-        for (int64_t r = 0; r < cnt; r++)
-            kn_axpy(out + (int64_t)rows[r] * m->hidden, c->moe_d.p + r * m->hidden, rw[r], m->hidden);
-    }
-    for (int64_t i = 0; i < n * m->hidden; i++) out[i] *= m->scale;
 }
 
 /* ---- vision ---- */
@@ -525,18 +328,15 @@ static void cpu_destroy(void *ctx)
 {
     struct cpu *c = ctx;
     if (!c) return;
-    free_cache(c);
+    cpu_cache_free(c);
+    cpu_moe_free(c);
     if (c->tscr)
-        for (int32_t t = 0; t < c->threads; t++) free(c->tscr[t].p);
+        for (int32_t t = 0; t < c->threads; t++) {
+            free(c->tscr[t].a.p);
+            free(c->tscr[t].b.p);
+        }
     free(c->tscr);
-    free(c->moe_x.p);
-    free(c->moe_g.p);
-    free(c->moe_u.p);
-    free(c->moe_d.p);
-    free(c->moe_logits.p);
     free(c->attn.p);
-    free(c->moe_rows);
-    free(c->moe_w);
     wk_pool_destroy(c->pool);
     free(c);
 }
@@ -571,6 +371,7 @@ static const struct wk_backend_iface cpu_iface = {
     .layernorm = cpu_layernorm,
     .gelu = cpu_gelu,
     .attn_full = cpu_attn_full,
+    .linear_multi = cpu_linear_multi,
 };
 
 int32_t wk_backend_cpu_create(int32_t threads, struct wk_be *out, struct mm_err *err)

@@ -44,6 +44,7 @@ struct wk_host {
     int64_t *seq_first, *seq_len;
     int32_t *seq_n;
     const int32_t **tables;
+    int64_t *old_blocks; /* block counts before the step (to undo a failed one) */
     int32_t items_cap;
 };
 

@@ -25,8 +25,8 @@ enum prof_kind {
     P_OTHER,
     P_N
 };
-static const char *const prof_names[P_N] = {"norms+rope", "q/k/v", "index q/k", "attn dense", "attn msa",
-                                            "o_proj",     "moe",   "dense mlp", "logits",     "other"};
+static const char *const prof_names[P_N] = {"norms+rope", "q/k/v+idx", "index nrm", "attn dense", "attn msa",
+                                            "o_proj",     "moe",       "dense mlp", "logits",     "other"};
 static double prof_t[P_N];
 static int prof_on = -1;
 
@@ -37,10 +37,10 @@ static double prof_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-#define PROF(kind, stmt)                                                                                     \
+#define PROF(kind, ...)                                                                                      \
     do {                                                                                                     \
         double t0__ = prof_on ? prof_now() : 0.0;                                                            \
-        stmt;                                                                                                \
+        __VA_ARGS__;                                                                                         \
         if (prof_on) prof_t[kind] += prof_now() - t0__;                                                      \
     } while (0)
 
@@ -126,6 +126,7 @@ void wk_forward_free(struct wk_engine *e)
     free(hs->seq_len);
     free(hs->seq_n);
     free(hs->tables);
+    free(hs->old_blocks);
     memset(hs, 0, sizeof *hs);
 }
 
@@ -140,7 +141,9 @@ static int32_t grow_items(struct wk_host *hs, int32_t n, struct mm_err *err)
     if (s) hs->seq_n = s;
     const int32_t **t = realloc(hs->tables, sizeof(int32_t *) * (size_t)n);
     if (t) hs->tables = t;
-    if (!f || !l || !s || !t) return mm_err_set(err, MM_NOMEM, "out of memory");
+    int64_t *o = realloc(hs->old_blocks, sizeof(int64_t) * (size_t)n);
+    if (o) hs->old_blocks = o;
+    if (!f || !l || !s || !t || !o) return mm_err_set(err, MM_NOMEM, "out of memory");
     hs->items_cap = n;
     return MM_OK;
 }
@@ -289,6 +292,17 @@ static int32_t stage_media(struct wk_engine *e, struct wk_step_item *items, int3
     return MM_OK;
 }
 
+/* Products of several weights with one input: one backend step when the backend offers it. */
+static void lin_n(struct wk_engine *e, int32_t n_w, const struct wk_weight *const *w, const float *x,
+                  int64_t T, float *const *y)
+{
+    const struct wk_backend_iface *B = e->be.iface;
+    if (B->linear_multi)
+        B->linear_multi(e->be.ctx, n_w, w, x, T, y);
+    else
+        for (int32_t i = 0; i < n_w; i++) B->linear(e->be.ctx, w[i], NULL, x, T, y[i]);
+}
+
 static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *sel)
 {
     const struct wk_text_config *t = &e->cfg.text;
@@ -308,9 +322,10 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
         const struct wk_layer_w *w = &e->w.layers[l];
         PROF(P_NORM, B->rmsnorm(bc, a->x, w->in_norm, T, H, eps, a->h));
         PROF(P_QKV, {
-            B->linear(bc, w->q, NULL, a->h, T, a->q);
-            B->linear(bc, w->k, NULL, a->h, T, a->k);
-            B->linear(bc, w->v, NULL, a->h, T, a->v);
+            /* every projection of the normed input in one step (the index ones of an MSA layer too) */
+            const struct wk_weight *pw[5] = {w->q, w->k, w->v, w->iq, w->ik};
+            float *py[5] = {a->q, a->k, a->v, a->iq, a->ik};
+            lin_n(e, t->layer_sparse[l] ? 5 : 3, pw, a->h, T, py);
         });
         PROF(P_NORM, {
             B->head_rmsnorm(bc, a->q, T, nh, hd, w->q_norm, eps);
@@ -321,8 +336,6 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
         PROF(P_OTHER, B->kv_write(bc, l, a->k, a->v));
         if (t->layer_sparse[l]) {
             PROF(P_INDEX, {
-                B->linear(bc, w->iq, NULL, a->h, T, a->iq);
-                B->linear(bc, w->ik, NULL, a->h, T, a->ik);
                 B->head_rmsnorm(bc, a->iq, T, t->idx_heads, t->idx_dim, w->iq_norm, eps);
                 B->head_rmsnorm(bc, a->ik, T, 1, t->idx_dim, w->ik_norm, eps);
                 B->rope(bc, a->iq, T, t->idx_heads, t->idx_dim, a->cos_t, a->sin_t, rot, irot);
@@ -356,8 +369,9 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
                 B->moe(bc, &m, a->h, T, a->tmp);
                 if (w->sh_gate) {
                     int64_t S = t->shared_inter;
-                    B->linear(bc, w->sh_gate, NULL, a->h, T, a->g);
-                    B->linear(bc, w->sh_up, NULL, a->h, T, a->u);
+                    const struct wk_weight *pw[2] = {w->sh_gate, w->sh_up};
+                    float *py[2] = {a->g, a->u};
+                    lin_n(e, 2, pw, a->h, T, py);
                     B->swiglu(bc, a->g, a->u, T * S, t->swiglu_alpha, t->swiglu_limit, a->g);
                     B->linear(bc, w->sh_down, NULL, a->g, T, a->y);
                     B->add(bc, a->tmp, a->y, T * H);
@@ -366,8 +380,9 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
         } else {
             PROF(P_MLP, {
                 int64_t I = t->dense_inter;
-                B->linear(bc, w->gate, NULL, a->h, T, a->g);
-                B->linear(bc, w->up, NULL, a->h, T, a->u);
+                const struct wk_weight *pw[2] = {w->gate, w->up};
+                float *py[2] = {a->g, a->u};
+                lin_n(e, 2, pw, a->h, T, py);
                 B->swiglu(bc, a->g, a->u, T * I, t->swiglu_alpha, t->swiglu_limit, a->g);
                 B->linear(bc, w->down, NULL, a->g, T, a->tmp);
             });
@@ -433,12 +448,8 @@ int32_t wk_forward_run(struct wk_engine *e, struct wk_step_item *items, int32_t 
     int32_t rc = validate(e, items, n_items, &T, err);
     if (rc) return rc;
     if ((rc = grow_items(hs, n_items, err))) return rc;
-    int64_t *old_blocks = malloc(sizeof(int64_t) * (size_t)n_items);
-    if (!old_blocks) return mm_err_set(err, MM_NOMEM, "out of memory");
-    if ((rc = take_pages(e, items, n_items, old_blocks, err))) {
-        free(old_blocks);
-        return rc;
-    }
+    int64_t *old_blocks = hs->old_blocks;
+    if ((rc = take_pages(e, items, n_items, old_blocks, err))) return rc;
     int64_t n_media = 0;
     if ((rc = stage_media(e, items, n_items, &n_media, err))) goto fail;
 
@@ -483,10 +494,8 @@ int32_t wk_forward_run(struct wk_engine *e, struct wk_step_item *items, int32_t 
             }
     }
     for (int32_t j = 0; j < n_items; j++) commit(e, &items[j]);
-    free(old_blocks);
     return MM_OK;
 fail:
     release_new_pages(e, items, n_items, old_blocks);
-    free(old_blocks);
     return rc;
 }

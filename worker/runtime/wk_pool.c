@@ -4,11 +4,17 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
-/* Workers spin briefly on the run counter before sleeping: a forward step issues many short parallel loops
- * back to back, and a condition-variable wake-up per loop would cost more than the loops. */
-#define SPIN_ROUNDS 4000
+/* Workers spin on the run counter for a while before sleeping: a forward step issues many short parallel
+ * loops, and a wake-up costs more than a loop (tens of µs in a VM, where it is an inter-processor interrupt
+ * to a halted vCPU; a late-woken worker also claims a task the caller then waits for). The window is in time,
+ * not in PAUSE instructions (whose latency differs tenfold between CPUs), and spans a whole decode step of a
+ * single sequence (its only parallel loop, the LM head, comes once per step), so continuous decoding never
+ * sleeps. The caller's own wait is short: it only waits for tasks a worker has claimed. */
+#define SPIN_NS 1000000LL
+#define SPIN_ROUNDS 4000 /* the caller's wait: PAUSEs before yielding the core */
 
 struct wk_pool {
     int32_t n;
@@ -56,6 +62,13 @@ static void drain(struct wk_pool *p, uint64_t run, int32_t id)
     }
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 static void *worker(void *a)
 {
     struct worker_arg *wa = a;
@@ -65,9 +78,9 @@ static void *worker(void *a)
     uint64_t seen = 0;
     for (;;) {
         uint64_t g;
-        int spins = 0;
+        int64_t spins = 0, t0 = now_ns();
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
-            if (++spins < SPIN_ROUNDS) {
+            if ((++spins & 63) || now_ns() - t0 < SPIN_NS) {
                 cpu_relax();
                 continue;
             }
@@ -76,6 +89,7 @@ static void *worker(void *a)
             while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
             p->sleepers--;
             pthread_mutex_unlock(&p->mu);
+            t0 = now_ns();
         }
         if (atomic_load(&p->stop)) break;
         seen = g;

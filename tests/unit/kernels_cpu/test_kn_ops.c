@@ -49,6 +49,22 @@ static void test_act(void)
     CHECK_NEAR(o[0], 1.5 * 1 * sigm(1.702), 1e-6);
     CHECK_NEAR(o[1], -6 * 7 * sigm(7 * 1.702), 1e-5);  /* gate capped at 7, up at -7 */
     CHECK_NEAR(o[2], 8 * -2 * sigm(-2 * 1.702), 1e-6); /* up capped at 7; a negative gate is not clamped */
+    /* a sweep through the vectorized exp: very negative gates (exp(-alpha g) large, then clamped) to the cap
+     */
+    enum { SW = 1201 };
+    static float sg[SW], su[SW], so[SW];
+    for (int i = 0; i < SW; i++) {
+        sg[i] = -100.0f + 0.1f * (float)i;
+        su[i] = -10.0f + (float)(i % 21);
+    }
+    kn_swiglu_clamped(sg, su, SW, 1.702f, 7.0f, so);
+    int bad = 0;
+    for (int i = 0; i < SW; i++) {
+        double gd = sg[i] < 7 ? sg[i] : 7, ud = su[i] < -7 ? -7 : (su[i] > 7 ? 7 : su[i]);
+        double r = (ud + 1) * gd * sigm(1.702 * gd);
+        bad += !(fabs(so[i] - r) <= 1e-6 * (1 + fabs(r)));
+    }
+    CHECK_MSG(!bad, "swiglu sweep: %d of %d off by more than 1e-6 relative", bad, SW);
     float x[3] = {1, -1, 0};
     kn_gelu(x, 3, KN_GELU_ERF);
     CHECK_NEAR(x[0], 0.8413447460685429, 1e-6);

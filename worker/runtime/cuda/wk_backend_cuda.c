@@ -607,19 +607,13 @@ static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *i
     void *qb, *ob;
     if (attn_io(c, q, out, elems, &qb, &ob)) return;
     int32_t *sel = grow(c, &c->sel, sizeof(int32_t) * (size_t)(T * p->n_idx_heads * p->topk));
-    size_t w1 = kn_cuda_msa_select_ws(&s, &c->qb, KN_PATH_AUTO);
-    size_t w2 = kn_cuda_msa_attention_ws(&s, &c->qb, p->topk, KN_PATH_AUTO);
-    void *ws = grow(c, &c->ws, w1 > w2 ? w1 : w2);
+    /* selection and attention in one call: a decode step runs the fused route (two kernels) */
+    void *ws = grow(c, &c->ws, kn_cuda_msa_select_attend_ws(&s, &c->qb, p->topk, KN_PATH_AUTO));
     if (!sel || !ws) return;
     const size_t wsb = c->ws.n;
-    if (kn_cuda_msa_select(&s, &c->qb, &c->layer[layer], idx_q, sel, p->topk, ws, wsb, KN_PATH_AUTO, ST,
-                           &e__)) {
-        fail(c, &e__, "attn_msa (select)");
-        return;
-    }
-    if (kn_cuda_msa_attention(&s, &c->qb, &c->layer[layer], qb, sel, p->topk, ob, ws, wsb, KN_PATH_AUTO, ST,
-                              &e__)) {
-        fail(c, &e__, "attn_msa (attention)");
+    if (kn_cuda_msa_select_attend(&s, &c->qb, &c->layer[layer], idx_q, qb, sel, p->topk, ob, ws, wsb,
+                                  KN_PATH_AUTO, ST, &e__)) {
+        fail(c, &e__, "attn_msa");
         return;
     }
     if (ob != out && kn_cuda_convert(ob, out, elems, 0, ST, &e__)) fail(c, &e__, "attn_msa (out)");

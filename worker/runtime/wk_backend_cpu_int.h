@@ -1,0 +1,85 @@
+/* Internals of the CPU backend, shared by its files: wk_backend_cpu.c (operation table, memory, weights,
+ * element-wise ops, linear layers), wk_cpu_attn.c (paged cache, attention, MSA) and wk_cpu_moe.c (routed
+ * experts). */
+#ifndef WK_BACKEND_CPU_INT_H
+#define WK_BACKEND_CPU_INT_H
+
+#include <stdint.h>
+
+#include "wk_backend.h"
+#include "wk_pool.h"
+
+/* A weight: 2-D (and higher) tensors packed for kn_wgemm (kernels/cpu/kn_wgemm.h), 1-D ones (norms,
+ * biases) as plain fp32 vectors. */
+struct wk_weight {
+    float *data;
+    int64_t rows, cols;
+    int32_t packed;
+};
+
+/* Scratch that grows on demand and is kept between steps (no allocation in a steady decode loop). */
+struct grow {
+    float *p;
+    int64_t n;
+};
+
+int grow_to(struct grow *g, int64_t n);
+
+/* Per-thread scratch of the MoE and attention tasks. */
+struct cpu_tscr {
+    struct grow a, b; /* MoE gate/up rows; MSA block scores + selection */
+};
+
+struct cpu {
+    struct wk_pool *pool;
+    int32_t threads;
+    /* paged cache (wk_cpu_attn.c): key-transposed pages, kernels/cpu/kn_pattn.h */
+    struct wk_cache_geom geom;
+    float **k, **v, **idx; /* per layer */
+    uint8_t *layer_sparse; /* copy of geom.layer_sparse */
+    /* current batch */
+    const struct wk_batch *b;
+    int32_t failed; /* scratch allocation failed during the step */
+    /* scratch */
+    struct cpu_tscr *tscr; /* [threads] */
+    struct grow moe_x, moe_y, moe_logits, attn;
+    int32_t *moe_choice, *moe_slot; /* [n * topk]: expert per (token, k), its row in the grouped order */
+    float *moe_w;                   /* [n * topk] */
+    int32_t *moe_count, *moe_first; /* [n_experts + 1] */
+    int64_t moe_cap, moe_ecap;
+    int64_t *tasks; /* MoE task list (expert, first row, rows) */
+    int64_t tasks_cap;
+};
+
+/* Whether large buffers and the cache ask for huge pages (MMGW_HUGEPAGES=0 turns it off, e.g. to measure
+ * resident memory in 4 KiB steps). */
+int cpu_hugepages(void);
+
+/* Below this many multiply-adds a loop runs on the calling thread: handing it to the pool costs more. */
+#define CPU_PAR_MIN_MACS (1 << 17)
+
+/* Run fn over n_tasks on the pool, or inline when the whole loop is worth less than CPU_PAR_MIN_MACS. */
+void cpu_par(struct cpu *c, int64_t n_tasks, int64_t macs,
+             void (*fn)(void *arg, int64_t task, int32_t thread), void *arg);
+
+/* y[n][rows(w)] = x[n][cols(w)] . w^T (+ bias), split over the pool by output columns when it pays. */
+void cpu_linear_par(struct cpu *c, const struct wk_weight *w, const struct wk_weight *bias, const float *x,
+                    int64_t n, float *y);
+/* The same on the calling thread (inside a pool task). */
+void cpu_linear_1(const struct wk_weight *w, const float *x, int64_t n, float *y);
+
+/* wk_cpu_attn.c */
+int32_t cpu_cache_init(void *ctx, const struct wk_cache_geom *g, struct mm_err *err);
+void cpu_cache_free(struct cpu *c);
+void cpu_cache_copy_page(void *ctx, int32_t dst, int32_t src, int32_t n_tokens);
+void cpu_kv_write(void *ctx, int32_t layer, const float *k, const float *v);
+void cpu_idx_write(void *ctx, int32_t layer, const float *idx_k);
+void cpu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_heads, float scale, float *out);
+void cpu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads, float scale,
+                  const struct wk_msa_params *p, const struct wk_sel_out *sel, float *out);
+
+/* wk_cpu_moe.c */
+void cpu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n, float *out);
+void cpu_moe_free(struct cpu *c);
+
+#endif
