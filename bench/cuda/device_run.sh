@@ -4,7 +4,7 @@
 # one command (device time is scarce). Everything lands in $OUT: log (the full console), *.tsv (one line per
 # measurement) and eval.tar.gz (mmgw-run outputs).
 #
-#   OUT=/some/dir bench/cuda/device_run.sh [steps...]     steps: build tests goldens bench torch model
+#   OUT=/some/dir bench/cuda/device_run.sh [steps...]     steps: build tests goldens sass bench torch model
 #
 # Build inputs: the standalone CMake project bench/cuda/device (-DSNAP/-DJANSSON_ROOT) so that only the CUDA
 # toolkit, libc and a carried libjansson are needed there. Prepare here, then carry .carry:
@@ -15,7 +15,7 @@ OUT=${OUT:-/tmp/mmgw-out}
 mkdir -p "$OUT"
 ROOT=$(pwd)
 B=/tmp/mmgw-cuda-build
-STEPS=${*:-build tests goldens bench torch model}
+STEPS=${*:-build tests goldens sass bench torch model}
 LOG=$OUT/log
 export LD_LIBRARY_PATH=$ROOT/.carry/debroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export MMGW_TESTDATA=${MMGW_TESTDATA:-$ROOT/../shared/testdata}
@@ -77,13 +77,22 @@ if has goldens; then
     tar -czf "$OUT/eval.tar.gz" -C /tmp eval 2>/dev/null
 fi
 
+if has sass; then
+    # what the compiler made of the hot kernels: tensor-core, cluster and dependent-launch instructions
+    cuobjdump -sass $B/lib/libkn_cuda.a >/tmp/kn_cuda.sass 2>&1
+    awk '/Function :/{f=$3} /HMMA|HGMMA|UCGABAR|ACQBULK|CCTL|PREEXIT|LDSM|LDGSTS|ATOMG|RED\./{split($2,a,".");
+        n[f" "a[1]]++} END{for(k in n) print k, n[k]}' /tmp/kn_cuda.sass | grep -E "k_attn_decode|k_index_decode|k_topk" |
+        sort | tee -a "$LOG"
+fi
+
 if has bench; then
-    run kn_bench 420 $B/bin/kn_bench --out "$OUT/kn_bench.tsv"
-    KN_CUDA_DECODE_HALF=1 run kn_bench_half 60 $B/bin/kn_bench --only decode --out "$OUT/kn_bench_half.tsv"
+    # KN_BENCH_ARGS, e.g. "--only index,layer": a shorter second run
+    run kn_bench 420 $B/bin/kn_bench ${KN_BENCH_ARGS:-} --out "$OUT/kn_bench.tsv"
 fi
 
 if has torch; then
-    PYTHONUNBUFFERED=1 run torch 240 python3 bench/cuda/torch_baseline.py --out "$OUT/torch.tsv"
+    # TORCH_ARGS="--decode-only" skips the dense prefill baselines (a minute) when only decode is measured
+    PYTHONUNBUFFERED=1 run torch 240 python3 bench/cuda/torch_baseline.py ${TORCH_ARGS:-} --out "$OUT/torch.tsv"
 fi
 
 if has model; then

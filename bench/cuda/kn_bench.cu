@@ -4,7 +4,7 @@
  * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
  *
  *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]]
- *   NAMES: ceil index topk decode prefill layer fp8agree
+ *   NAMES: ceil index topk decode prefill layer layerdec fp8agree
  */
 #include <math.h>
 #include <stdint.h>
@@ -393,13 +393,17 @@ struct idx_arg {
     float *q, *scores;
     int32_t *sel;
     int32_t score_stride, mode; /* 0 scores, 1 topk, 2 both */
+    int32_t *cnt;               /* non-NULL: dynamic page hand-out (kn_cuda_msa_index_scores_dyn) */
 };
 
 static void run_idx(void *p, int it)
 {
     struct idx_arg *a = (struct idx_arg *)p;
     int s = it % a->n_sets;
-    if (a->mode != 1)
+    if (a->mode != 1 && a->cnt)
+        KC(kn_cuda_msa_index_scores_dyn(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride,
+                                        a->cnt, KN_PATH_DECODE, 0, &g_err));
+    else if (a->mode != 1)
         KC(kn_cuda_msa_index_scores(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride,
                                     KN_PATH_DECODE, 0, &g_err));
     if (a->mode != 0)
@@ -458,7 +462,8 @@ static void bench_index(int do_topk)
             fill_f32(q, (int64_t)batch * M3.n_idx_heads * M3.idx_dim, 12, 1.0f);
             float *scores = (float *)dmalloc(sizeof(float) * (size_t)M3.n_idx_heads * batch * nb);
             int32_t *sel = (int32_t *)dmalloc(sizeof(int32_t) * (size_t)M3.n_idx_heads * batch * M3.topk);
-            struct idx_arg a = {n_sets, sets, cb, q, scores, sel, nb, 0};
+            int32_t *cnt = (int32_t *)dmalloc(sizeof(int32_t) * (size_t)batch);
+            struct idx_arg a = {n_sets, sets, cb, q, scores, sel, nb, 0, NULL};
             char cfg[96];
             snprintf(cfg, sizeof cfg, "ctx %lldK batch %d (%d sets)", (long long)(ctx / 1024), batch, n_sets);
             const int iters = g_quick ? 5 : 30;
@@ -472,6 +477,16 @@ static void bench_index(int do_topk)
             tbs = set_bytes / (ms * 1e-3) / 1e12;
             emit("index bf16 b2b", cfg, "time", ms * 1e3, "us");
             emit("index bf16 b2b", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+            /* the same with pages handed out dynamically (balanced tail), same run */
+            a.cnt = cnt;
+            ms = time_ms(run_idx, &a, 3, iters);
+            emit("index bf16 dyn", cfg, "time", ms * 1e3, "us");
+            emit("index bf16 dyn", cfg, "of copy", 100.0 * set_bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
+            ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
+            emit("index bf16 dyn b2b", cfg, "time", ms * 1e3, "us");
+            emit("index bf16 dyn b2b", cfg, "of copy", 100.0 * set_bytes / (ms * 1e-3) / 1e12 / g_copy_tbs,
+                 "%");
+            a.cnt = NULL;
             a.cache = c8;
             ms = time_ms(run_idx, &a, 3, iters);
             double bytes8 = (double)set_pages * M3.block * (M3.idx_dim + 4);
@@ -483,6 +498,14 @@ static void bench_index(int do_topk)
             tbs = bytes8 / (ms * 1e-3) / 1e12;
             emit("index fp8 b2b", cfg, "time", ms * 1e3, "us");
             emit("index fp8 b2b", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+            a.cnt = cnt;
+            ms = time_ms(run_idx, &a, 3, iters);
+            emit("index fp8 dyn", cfg, "time", ms * 1e3, "us");
+            emit("index fp8 dyn", cfg, "of copy", 100.0 * bytes8 / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
+            ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
+            emit("index fp8 dyn b2b", cfg, "time", ms * 1e3, "us");
+            emit("index fp8 dyn b2b", cfg, "of copy", 100.0 * bytes8 / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
+            a.cnt = NULL;
             if (do_topk) {
                 a.mode = 1;
                 ms = time_ms(run_idx, &a, 3, iters);
@@ -493,6 +516,7 @@ static void bench_index(int do_topk)
             for (int32_t s = 0; s < n_sets; s++) dbatch_free(&sets[s]);
             free(sets), free(cb), free(c8), free(qseq), free(pos), free(bt);
             cudaFree(idx), cudaFree(idx8), cudaFree(sc8), cudaFree(q), cudaFree(scores), cudaFree(sel);
+            cudaFree(cnt);
         }
 }
 
@@ -819,109 +843,133 @@ static void run_layer_dec(void *p, int it)
                                    g_stream, &g_err));
         return;
     }
-    KC(kn_cuda_msa_select(&M3, &a->b.qb, &a->c, a->qi[it % 4], a->sel, M3.topk, a->ws, a->ws_bytes,
-                          KN_PATH_DECODE, g_stream, &g_err));
-    KC(kn_cuda_msa_attention(&M3, &a->b.qb, &a->c, a->q, a->sel, M3.topk, a->out, a->ws, a->ws_bytes,
-                             KN_PATH_DECODE, g_stream, &g_err));
+    /* index + top-k + attention; the route (fused or select-then-attend) follows the KN_CUDA_* knobs */
+    KC(kn_cuda_msa_select_attend(&M3, &a->b.qb, &a->c, a->qi[it % 4], a->q, a->sel, M3.topk, a->out, a->ws,
+                                 a->ws_bytes, KN_PATH_AUTO, g_stream, &g_err));
+}
+
+/* The MSA decode routes compared in one run: the previous one (index with a static split, top-k kernel,
+ * split-K attention, merge kernel) and the fused one with its options. */
+struct layer_route {
+    const char *name, *fused, *steal, *pdl;
+};
+static const struct layer_route g_routes[] = {
+    {"unfused", "0", "0", "0"},
+    {"fused", "1", "0", "1"},
+    {"fused, no PDL", "1", "0", "0"},
+    {"fused, dyn index", "1", "1", "1"},
+};
+
+static void set_route(const struct layer_route *r)
+{
+    setenv("KN_CUDA_FUSED_DECODE", r->fused, 1);
+    setenv("KN_CUDA_STEAL", r->steal, 1);
+    setenv("KN_CUDA_PDL", r->pdl, 1);
+}
+
+static void bench_layer_decode(void)
+{
+    printf("== one MSA decode layer at 1M (index + top-k + sparse attention) vs dense attention, by route\n");
+    const int64_t ctx = g_quick ? 65536 : 1048576;
+    const int32_t nb = (int32_t)(ctx / M3.block);
+    struct layer_dec_arg a;
+    memset(&a, 0, sizeof(a));
+    const size_t kv = (size_t)nb * M3.block * M3.n_kv * M3.head_dim * 2;
+    a.c.k = dmalloc(kv);
+    a.c.v = dmalloc(kv);
+    a.c.idx = dmalloc((size_t)nb * M3.block * M3.idx_dim * 2);
+    a.c.idx_dtype = KN_IDX_BF16;
+    a.c.n_pages = nb;
+    fill_bf16(a.c.k, (int64_t)(kv / 2), 41, 1.0f);
+    fill_bf16(a.c.v, (int64_t)(kv / 2), 42, 1.0f);
+    fill_bf16(a.c.idx, (int64_t)nb * M3.block * M3.idx_dim, 43, 1.0f);
+    uint8_t *idx8 = (uint8_t *)dmalloc((size_t)nb * M3.block * M3.idx_dim);
+    float *sc8 = (float *)dmalloc((size_t)nb * M3.block * 4);
+    k_quant_fp8<<<(unsigned)((nb * (int64_t)M3.block + 7) / 8), 256>>>(
+        (const uint16_t *)a.c.idx, (int64_t)nb * M3.block, M3.idx_dim, idx8, sc8);
+    CK(cudaGetLastError());
+    int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb);
+    for (int32_t b = 0; b < nb; b++) bt[b] = b;
+    int32_t qseq = 0;
+    int64_t pos = ctx - 1;
+    dbatch_make(&a.b, 1, 1, &qseq, &pos, bt, nb);
+    for (int k = 0; k < 4; k++) {
+        a.qi[k] = (float *)dmalloc(sizeof(float) * M3.n_idx_heads * M3.idx_dim);
+        fill_f32(a.qi[k], M3.n_idx_heads * M3.idx_dim, 44 + k, 1.0f);
+    }
+    a.q = dmalloc((size_t)M3.n_heads * M3.head_dim * 2);
+    a.out = dmalloc((size_t)M3.n_heads * M3.head_dim * 2);
+    fill_bf16(a.q, M3.n_heads * M3.head_dim, 49, 1.0f);
+    a.sel = (int32_t *)dmalloc(sizeof(int32_t) * M3.n_kv * M3.topk);
+    size_t w1 = kn_cuda_msa_select_attend_ws(&M3, &a.b.qb, M3.topk, KN_PATH_AUTO);
+    size_t w3 = kn_cuda_dense_attention_ws(&M3, &a.b.qb, KN_PATH_DECODE);
+    a.ws_bytes = w1 > w3 ? w1 : w3;
+    a.ws = dmalloc(a.ws_bytes);
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "decode ctx %lldK batch 1", (long long)(ctx / 1024));
+    const int iters = g_quick ? 5 : 50;
+    const struct kn_cuda_cache cb = a.c;
+    struct kn_cuda_cache c8 = a.c;
+    c8.idx = idx8;
+    c8.idx_scale = sc8;
+    c8.idx_dtype = KN_IDX_FP8;
+    const int n_routes = (int)(sizeof(g_routes) / sizeof(g_routes[0]));
+    char name[96];
+
+    /* synced: each call bracketed by events and waited for */
+    a.dense = 1;
+    double dense_ms = time_ms(run_layer_dec, &a, 3, iters);
+    emit("layer", cfg, "dense (ours)", dense_ms * 1e3, "us");
+    emit("layer", cfg, "dense bandwidth", (double)kv * 2 / (dense_ms * 1e-3) / 1e12, "TB/s");
+    a.dense = 0;
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int r = 0; r < n_routes; r++) {
+            set_route(&g_routes[r]);
+            a.c = fp8 ? c8 : cb;
+            double ms = time_ms(run_layer_dec, &a, 3, iters);
+            snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+            emit("layer", cfg, name, ms * 1e3, "us");
+            snprintf(name, sizeof name, "speedup %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+            emit("layer", cfg, name, dense_ms / ms, "x vs ours");
+        }
+    /* back to back (20 layers between two events), as consecutive layers of a decode step run */
+    a.dense = 1;
+    double dense_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
+    emit("layer b2b", cfg, "dense (ours)", dense_b * 1e3, "us");
+    a.dense = 0;
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int r = 0; r < 2; r++) {
+            set_route(&g_routes[r]);
+            a.c = fp8 ? c8 : cb;
+            double ms = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
+            snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+            emit("layer b2b", cfg, name, ms * 1e3, "us");
+        }
+    /* replayed from CUDA graphs (how a serving loop would issue them); last, as the riskiest to capture */
+    a.dense = 1;
+    double dense_g = time_graph_ms(run_layer_dec, &a, 1, 3, iters);
+    emit("layer graph", cfg, "dense (ours)", dense_g * 1e3, "us");
+    a.dense = 0;
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int r = 0; r < 2; r++) {
+            set_route(&g_routes[r]);
+            a.c = fp8 ? c8 : cb;
+            double ms = time_graph_ms(run_layer_dec, &a, 4, 3, iters);
+            snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+            emit("layer graph", cfg, name, ms * 1e3, "us");
+        }
+    set_route(&g_routes[1]);
+    a.c = cb;
+    dbatch_free(&a.b);
+    for (int k = 0; k < 4; k++) cudaFree(a.qi[k]);
+    cudaFree(a.c.k), cudaFree(a.c.v), cudaFree(a.c.idx), cudaFree(idx8), cudaFree(sc8), cudaFree(a.q);
+    cudaFree(a.out), cudaFree(a.sel), cudaFree(a.ws);
+    free(bt);
 }
 
 static void bench_layer(void)
 {
     printf("== one MSA layer (index + top-k + sparse attention) vs dense attention, same shapes\n");
-    /* decode at 1M, batch 1 */
-    {
-        const int64_t ctx = g_quick ? 65536 : 1048576;
-        const int32_t nb = (int32_t)(ctx / M3.block);
-        struct layer_dec_arg a;
-        memset(&a, 0, sizeof(a));
-        const size_t kv = (size_t)nb * M3.block * M3.n_kv * M3.head_dim * 2;
-        a.c.k = dmalloc(kv);
-        a.c.v = dmalloc(kv);
-        a.c.idx = dmalloc((size_t)nb * M3.block * M3.idx_dim * 2);
-        a.c.idx_dtype = KN_IDX_BF16;
-        a.c.n_pages = nb;
-        fill_bf16(a.c.k, (int64_t)(kv / 2), 41, 1.0f);
-        fill_bf16(a.c.v, (int64_t)(kv / 2), 42, 1.0f);
-        fill_bf16(a.c.idx, (int64_t)nb * M3.block * M3.idx_dim, 43, 1.0f);
-        uint8_t *idx8 = (uint8_t *)dmalloc((size_t)nb * M3.block * M3.idx_dim);
-        float *sc8 = (float *)dmalloc((size_t)nb * M3.block * 4);
-        k_quant_fp8<<<(unsigned)((nb * (int64_t)M3.block + 7) / 8), 256>>>(
-            (const uint16_t *)a.c.idx, (int64_t)nb * M3.block, M3.idx_dim, idx8, sc8);
-        CK(cudaGetLastError());
-        int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb);
-        for (int32_t b = 0; b < nb; b++) bt[b] = b;
-        int32_t qseq = 0;
-        int64_t pos = ctx - 1;
-        dbatch_make(&a.b, 1, 1, &qseq, &pos, bt, nb);
-        for (int k = 0; k < 4; k++) {
-            a.qi[k] = (float *)dmalloc(sizeof(float) * M3.n_idx_heads * M3.idx_dim);
-            fill_f32(a.qi[k], M3.n_idx_heads * M3.idx_dim, 44 + k, 1.0f);
-        }
-        a.q = dmalloc((size_t)M3.n_heads * M3.head_dim * 2);
-        a.out = dmalloc((size_t)M3.n_heads * M3.head_dim * 2);
-        fill_bf16(a.q, M3.n_heads * M3.head_dim, 49, 1.0f);
-        a.sel = (int32_t *)dmalloc(sizeof(int32_t) * M3.n_kv * M3.topk);
-        size_t w1 = kn_cuda_msa_select_ws(&M3, &a.b.qb, KN_PATH_DECODE);
-        size_t w2 = kn_cuda_msa_attention_ws(&M3, &a.b.qb, M3.topk, KN_PATH_DECODE);
-        size_t w3 = kn_cuda_dense_attention_ws(&M3, &a.b.qb, KN_PATH_DECODE);
-        a.ws_bytes = w1 > w2 ? w1 : w2;
-        if (w3 > a.ws_bytes) a.ws_bytes = w3;
-        a.ws = dmalloc(a.ws_bytes);
-        char cfg[96];
-        snprintf(cfg, sizeof cfg, "decode ctx %lldK batch 1", (long long)(ctx / 1024));
-        const int iters = g_quick ? 5 : 50;
-        a.dense = 1;
-        double dense_ms = time_ms(run_layer_dec, &a, 3, iters);
-        a.dense = 0;
-        double msa_ms = time_ms(run_layer_dec, &a, 3, iters);
-        struct kn_cuda_cache cb = a.c;
-        a.c.idx = idx8;
-        a.c.idx_scale = sc8;
-        a.c.idx_dtype = KN_IDX_FP8;
-        double msa8_ms = time_ms(run_layer_dec, &a, 3, iters);
-        a.c = cb;
-        emit("layer", cfg, "dense (ours)", dense_ms * 1e3, "us");
-        emit("layer", cfg, "dense bandwidth", (double)kv * 2 / (dense_ms * 1e-3) / 1e12, "TB/s");
-        emit("layer", cfg, "MSA bf16 index", msa_ms * 1e3, "us");
-        emit("layer", cfg, "MSA fp8 index", msa8_ms * 1e3, "us");
-        emit("layer", cfg, "speedup bf16", dense_ms / msa_ms, "x");
-        emit("layer", cfg, "speedup fp8", dense_ms / msa8_ms, "x");
-        /* back to back, as consecutive layers of a decode step run */
-        a.dense = 1;
-        double dense_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
-        a.dense = 0;
-        double msa_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
-        a.c.idx = idx8;
-        a.c.idx_scale = sc8;
-        a.c.idx_dtype = KN_IDX_FP8;
-        double msa8_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
-        a.c = cb;
-        emit("layer b2b", cfg, "dense (ours)", dense_b * 1e3, "us");
-        emit("layer b2b", cfg, "MSA bf16 index", msa_b * 1e3, "us");
-        emit("layer b2b", cfg, "MSA fp8 index", msa8_b * 1e3, "us");
-        emit("layer b2b", cfg, "speedup bf16", dense_b / msa_b, "x");
-        emit("layer b2b", cfg, "speedup fp8", dense_b / msa8_b, "x");
-        /* the same launches replayed from CUDA graphs (how a serving loop would issue them) */
-        a.dense = 1;
-        double dense_g = time_graph_ms(run_layer_dec, &a, 1, 3, iters);
-        a.dense = 0;
-        double msa_g = time_graph_ms(run_layer_dec, &a, 4, 3, iters);
-        a.c.idx = idx8;
-        a.c.idx_scale = sc8;
-        a.c.idx_dtype = KN_IDX_FP8;
-        double msa8_g = time_graph_ms(run_layer_dec, &a, 4, 3, iters);
-        a.c = cb;
-        emit("layer graph", cfg, "dense (ours)", dense_g * 1e3, "us");
-        emit("layer graph", cfg, "MSA bf16 index", msa_g * 1e3, "us");
-        emit("layer graph", cfg, "MSA fp8 index", msa8_g * 1e3, "us");
-        emit("layer graph", cfg, "speedup bf16", dense_g / msa_g, "x");
-        emit("layer graph", cfg, "speedup fp8", dense_g / msa8_g, "x");
-        dbatch_free(&a.b);
-        for (int k = 0; k < 4; k++) cudaFree(a.qi[k]);
-        cudaFree(a.c.k), cudaFree(a.c.v), cudaFree(a.c.idx), cudaFree(idx8), cudaFree(sc8), cudaFree(a.q);
-        cudaFree(a.out), cudaFree(a.sel), cudaFree(a.ws);
-        free(bt);
-    }
     /* prefill at 64K and 256K: fused select + KV-block-major attention vs dense flash prefill */
     static const int64_t Ls[] = {65536, 262144};
     for (int li = 0; li < 2; li++) {
@@ -1123,6 +1171,8 @@ int main(int argc, char **argv)
     if (want(only, "prefill")) bench_prefill();
     if (want(only, "layer")) bench_layer();
     if (want(only, "fp8agree")) bench_fp8_agree();
+    /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer */
+    if (want(only, "layer") || want(only, "layerdec")) bench_layer_decode();
     CK(cudaDeviceSynchronize());
     if (g_tsv) fclose(g_tsv);
     printf("done\n");

@@ -4,7 +4,7 @@ dense attention through SDPA (flash backend), and a gather-based MSA (what a gen
 scores by matmul, block max, topk, gather the selected K/V blocks, SDPA over them). M3 shapes: 64 query
 heads, 4 KV heads, head dim 128, index 4 x 128, block 128, top-16, bf16. CUDA events, medians.
 
-usage: torch_baseline.py [--quick] [--out FILE.tsv]
+usage: torch_baseline.py [--quick] [--decode-only] [--out FILE.tsv]
 """
 import sys
 import time
@@ -15,6 +15,7 @@ import torch.nn.functional as F
 H, G, D, DI, BLK, TOPK = 64, 4, 128, 128, 128, 16
 dev = "cuda"
 quick = "--quick" in sys.argv
+decode_only = "--decode-only" in sys.argv  # skip the prefill baselines (seconds each at 256K)
 out = None
 if "--out" in sys.argv:
     out = open(sys.argv[sys.argv.index("--out") + 1], "w")
@@ -55,7 +56,7 @@ print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
 torch.manual_seed(0)
 
 # ---- dense prefill ----
-for L in ([4096, 8192] if quick else [65536, 131072, 262144]):
+for L in [] if decode_only else ([4096, 8192] if quick else [65536, 131072, 262144]):
     q = torch.randn(1, H, L, D, device=dev, dtype=torch.bfloat16)
     k = torch.randn(1, G, L, D, device=dev, dtype=torch.bfloat16)
     v = torch.randn(1, G, L, D, device=dev, dtype=torch.bfloat16)
@@ -136,6 +137,8 @@ def msa_prefill():
 
 
 try:
+    if decode_only:
+        raise RuntimeError("skipped (--decode-only)")
     ms = time_ms(msa_prefill, 1, 2)
     emit("torch gather", f"MSA prefill L {L // 1024}K", "time", ms, "ms")
 except Exception as e:  # noqa: BLE001

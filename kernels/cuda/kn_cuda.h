@@ -100,6 +100,15 @@ int32_t kn_cuda_msa_index_scores(const struct kn_cuda_msa_shape *sh, const struc
                                  const struct kn_cuda_cache *c, const float *q, float *scores,
                                  int32_t score_stride, int32_t path, cudaStream_t stream, struct mm_err *err);
 
+/** kn_cuda_msa_index_scores with the DECODE path's pages handed out dynamically, so that a one-wave grid
+ * ends together (a balanced tail): counters is a device int32 [qb->n] scratch that the call zeroes first
+ * (one memset on the stream). Other paths ignore counters. Measured slower than the static split on an H200
+ * (bench/cuda/README.md), so the automatic routes use it only with KN_CUDA_STEAL=1 in the environment. */
+int32_t kn_cuda_msa_index_scores_dyn(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                     const struct kn_cuda_cache *c, const float *q, float *scores,
+                                     int32_t score_stride, int32_t *counters, int32_t path,
+                                     cudaStream_t stream, struct mm_err *err);
+
 /** Top-k per (index head, query) over block scores, as kn_msa_topk_local: the n_local blocks ending at the
  * query's own are forced in, then the best by score (ties to the lower id), best first; -inf and NaN never
  * take a slot; every one of the sel_stride slots is written (-1 = empty). */
@@ -126,6 +135,22 @@ int32_t kn_cuda_msa_attention(const struct kn_cuda_msa_shape *sh, const struct k
                               cudaStream_t stream, struct mm_err *err);
 size_t kn_cuda_msa_attention_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                 int32_t sel_stride, int32_t path);
+
+/** One MSA layer's selection and sparse attention together: sel receives the selections (as
+ * kn_cuda_msa_select) and out the attention (as kn_cuda_msa_attention). With path AUTO, a decode step (few
+ * queries per sequence) on the fast shapes (head_dim 128, block 128, one index head per KV group, bf16 K/V)
+ * runs two kernels: index scoring, then one kernel in which each (query, KV group) row's CTAs select its
+ * blocks, attend to their share and merge inside a thread-block cluster (launched with programmatic dependent
+ * launch). Anything else runs kn_cuda_msa_select then
+ * kn_cuda_msa_attention with the given path. idx_q: f32 index queries as kn_cuda_msa_select; q/out as
+ * kn_cuda_msa_attention. KN_CUDA_FUSED_DECODE=0 / KN_CUDA_PDL=0 in the environment turn the fused route /
+ * the programmatic launch off (benchmark knobs). */
+int32_t kn_cuda_msa_select_attend(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                  const struct kn_cuda_cache *c, const float *idx_q, const void *q,
+                                  int32_t *sel, int32_t sel_stride, void *out, void *ws, size_t ws_bytes,
+                                  int32_t path, cudaStream_t stream, struct mm_err *err);
+size_t kn_cuda_msa_select_attend_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                    int32_t sel_stride, int32_t path);
 
 /** Dense causal attention over each query's whole visible context (the dense layers). Same layouts as
  * kn_cuda_msa_attention; path GENERIC, DECODE (split-K over all pages), PREFILL (query-major flash) or AUTO.

@@ -154,6 +154,51 @@ __device__ __forceinline__ int kn_swz(int row, int chunk)
     return chunk ^ (row & 7);
 }
 
+/* ---- programmatic dependent launch (sm_90) ----
+ * launch_dependents lets the next kernel of the stream, when it was launched with programmatic stream
+ * serialization, be scheduled before this one ends (its launch latency hides behind our tail); wait blocks
+ * until the previous kernel has completed and its writes are visible. Both are no-ops without PDL. */
+__device__ __forceinline__ void kn_griddep_launch(void)
+{
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void kn_griddep_wait(void)
+{
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+/* ---- thread-block clusters (sm_90): rank, barrier, distributed shared memory ---- */
+
+__device__ __forceinline__ uint32_t kn_cluster_rank(void)
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+/* Every thread of every CTA of the cluster; orders shared-memory writes before it with reads after it. */
+__device__ __forceinline__ void kn_cluster_sync(void)
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::
+                     : "memory");
+}
+
+/* The address of the same shared-memory location in CTA `rank` of the cluster. */
+__device__ __forceinline__ uint32_t kn_cluster_map(uint32_t smem_addr, uint32_t rank)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(rank));
+    return r;
+}
+
+__device__ __forceinline__ float kn_ld_cluster_f32(uint32_t addr)
+{
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 /* ---- warp reductions ---- */
 
 __device__ __forceinline__ float kn_warp_max(float v)

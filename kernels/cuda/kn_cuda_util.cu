@@ -1,6 +1,7 @@
 /* Device facts, error mapping, and host-side planning of a step's query batch. */
 #include "kn_cuda_internal.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" int32_t kn_cuda_check(cudaError_t e, const char *what, struct mm_err *err)
@@ -103,4 +104,12 @@ int32_t kn_check_msa_args(const struct kn_cuda_msa_shape *sh, const struct kn_cu
                           "%s: bad query batch (n %d, seqs %d, bt_stride %d < max_blocks %d)", what, qb->n,
                           qb->n_seqs, qb->bt_stride, qb->max_blocks);
     return MM_OK;
+}
+
+/* Not cached: getenv is cheap next to a launch, and benchmarks flip the knobs between measurements. */
+int kn_cuda_knob(const char *name, int dflt)
+{
+    const char *e = getenv(name);
+    if (!e || !e[0]) return dflt;
+    return e[0] != '0';
 }

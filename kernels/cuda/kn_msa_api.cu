@@ -55,10 +55,10 @@ static int32_t check_cache(const struct kn_cuda_msa_shape *sh, const struct kn_c
     return MM_OK;
 }
 
-extern "C" int32_t kn_cuda_msa_index_scores(const struct kn_cuda_msa_shape *sh,
-                                            const struct kn_cuda_qbatch *qb, const struct kn_cuda_cache *c,
-                                            const float *q, float *scores, int32_t score_stride, int32_t path,
-                                            cudaStream_t stream, struct mm_err *err)
+static int32_t index_scores(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                            const struct kn_cuda_cache *c, const float *q, float *scores,
+                            int32_t score_stride, int32_t *steal, int32_t path, cudaStream_t stream,
+                            struct mm_err *err)
 {
     const char *what = "kn_cuda_msa_index_scores";
     int32_t rc = kn_check_msa_args(sh, qb, c, what, err);
@@ -74,10 +74,29 @@ extern "C" int32_t kn_cuda_msa_index_scores(const struct kn_cuda_msa_shape *sh,
             return mm_err_set(err, MM_UNSUPPORTED,
                               "%s: no tensor-core kernel for idx_dim %d, %d heads, block %d", what,
                               sh->idx_dim, sh->n_idx_heads, sh->block);
-        return kn_index_scores_decode(sh, qb, c, q, scores, score_stride, stream, err);
+        return kn_index_scores_decode(sh, qb, c, q, scores, score_stride, steal, stream, err);
     }
     if (path != KN_PATH_GENERIC) return mm_err_set(err, MM_INVALID, "%s: path %d", what, path);
     return kn_index_scores_generic(sh, qb, c, q, scores, score_stride, stream, err);
+}
+
+extern "C" int32_t kn_cuda_msa_index_scores(const struct kn_cuda_msa_shape *sh,
+                                            const struct kn_cuda_qbatch *qb, const struct kn_cuda_cache *c,
+                                            const float *q, float *scores, int32_t score_stride, int32_t path,
+                                            cudaStream_t stream, struct mm_err *err)
+{
+    return index_scores(sh, qb, c, q, scores, score_stride, NULL, path, stream, err);
+}
+
+extern "C" int32_t kn_cuda_msa_index_scores_dyn(const struct kn_cuda_msa_shape *sh,
+                                                const struct kn_cuda_qbatch *qb,
+                                                const struct kn_cuda_cache *c, const float *q, float *scores,
+                                                int32_t score_stride, int32_t *counters, int32_t path,
+                                                cudaStream_t stream, struct mm_err *err)
+{
+    if (qb && qb->n > 0 && !counters)
+        return mm_err_set(err, MM_INVALID, "kn_cuda_msa_index_scores_dyn: NULL counters");
+    return index_scores(sh, qb, c, q, scores, score_stride, counters, path, stream, err);
 }
 
 extern "C" int32_t kn_cuda_msa_topk(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -90,11 +109,40 @@ extern "C" int32_t kn_cuda_msa_topk(const struct kn_cuda_msa_shape *sh, const st
                           sh->n_local, sel, sel_stride, stream, err);
 }
 
+/* Workspace of the unfused select: the score matrix, then (when there is room) the DECODE path's page
+ * counters, one per query. */
+static size_t scores_bytes(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
+{
+    return (size_t)sh->n_idx_heads * qb->n * qb->max_blocks * sizeof(float);
+}
+
+static size_t counters_bytes(const struct kn_cuda_qbatch *qb)
+{
+    return ((size_t)qb->n * sizeof(int32_t) + 255) / 256 * 256;
+}
+
 extern "C" size_t kn_cuda_msa_select_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                         int32_t path)
 {
     if (path == KN_PATH_PREFILL) return 0;
-    return (size_t)sh->n_idx_heads * qb->n * qb->max_blocks * sizeof(float) + 256;
+    return (scores_bytes(sh, qb) + 255) / 256 * 256 + counters_bytes(qb) + 256;
+}
+
+/* scores in ws; steal: NULL or the counters after them */
+static int32_t select_unfused(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                              const struct kn_cuda_cache *c, const float *q, int32_t *sel, int32_t sel_stride,
+                              void *ws, size_t ws_bytes, int32_t path, cudaStream_t stream,
+                              struct mm_err *err)
+{
+    const size_t need = scores_bytes(sh, qb), at = (need + 255) / 256 * 256;
+    if (!ws || ws_bytes < need)
+        return mm_err_set(err, MM_INVALID, "kn_cuda_msa_select: workspace %zu < %zu bytes", ws_bytes, need);
+    int32_t *steal = NULL; /* dynamic page hand-out when the workspace has room for the counters */
+    if (path == KN_PATH_DECODE && ws_bytes >= at + counters_bytes(qb) && kn_cuda_knob("KN_CUDA_STEAL", 0))
+        steal = (int32_t *)((char *)ws + at);
+    int32_t rc = index_scores(sh, qb, c, q, (float *)ws, qb->max_blocks, steal, path, stream, err);
+    if (rc) return rc;
+    return kn_cuda_msa_topk(sh, qb, (const float *)ws, qb->max_blocks, sel, sel_stride, stream, err);
 }
 
 extern "C" int32_t kn_cuda_msa_select(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -118,12 +166,7 @@ extern "C" int32_t kn_cuda_msa_select(const struct kn_cuda_msa_shape *sh, const 
                 what);
         return kn_select_prefill(sh, qb, c, q, sel, sel_stride, stream, err);
     }
-    const size_t need = (size_t)sh->n_idx_heads * qb->n * qb->max_blocks * sizeof(float);
-    if (!ws || ws_bytes < need)
-        return mm_err_set(err, MM_INVALID, "%s: workspace %zu < %zu bytes", what, ws_bytes, need);
-    rc = kn_cuda_msa_index_scores(sh, qb, c, q, (float *)ws, qb->max_blocks, path, stream, err);
-    if (rc) return rc;
-    return kn_cuda_msa_topk(sh, qb, (const float *)ws, qb->max_blocks, sel, sel_stride, stream, err);
+    return select_unfused(sh, qb, c, q, sel, sel_stride, ws, ws_bytes, path, stream, err);
 }
 
 extern "C" size_t kn_cuda_msa_attention_ws(const struct kn_cuda_msa_shape *sh,
@@ -164,6 +207,61 @@ extern "C" int32_t kn_cuda_msa_attention(const struct kn_cuda_msa_shape *sh, con
     return mm_err_set(err, MM_UNSUPPORTED,
                       "%s: no tensor-core kernel for head_dim %d, block %d, %d heads per group", what,
                       sh->head_dim, sh->block, sh->n_heads / sh->n_kv);
+}
+
+/* The fused decode route: index scoring (pages handed out dynamically) and one kernel for top-k + attention +
+ * merge, when the step is a decode step on the fast shapes and the device can launch the clusters. */
+static int use_fused_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                            const struct kn_cuda_cache *c, int32_t sel_stride, int32_t path)
+{
+    if (path != KN_PATH_AUTO || !kn_cuda_knob("KN_CUDA_FUSED_DECODE", 1)) return 0;
+    if (c->kv_dtype != KN_KV_BF16 || qb->max_q_per_seq > KN_DECODE_MAX_Q || qb->n == 0 || qb->max_blocks == 0)
+        return 0;
+    if (pick_select(sh, qb, c, KN_PATH_AUTO) != KN_PATH_DECODE) return 0;
+    return kn_attn_decode_fused_ok(sh, qb, sel_stride);
+}
+
+extern "C" size_t kn_cuda_msa_select_attend_ws(const struct kn_cuda_msa_shape *sh,
+                                               const struct kn_cuda_qbatch *qb, int32_t sel_stride,
+                                               int32_t path)
+{
+    size_t w1 = kn_cuda_msa_select_ws(sh, qb, path);
+    size_t w2 = kn_cuda_msa_attention_ws(sh, qb, sel_stride, path);
+    return w1 > w2 ? w1 : w2; /* the fused route needs the select workspace (scores + counters) only */
+}
+
+extern "C" int32_t kn_cuda_msa_select_attend(const struct kn_cuda_msa_shape *sh,
+                                             const struct kn_cuda_qbatch *qb, const struct kn_cuda_cache *c,
+                                             const float *idx_q, const void *q, int32_t *sel,
+                                             int32_t sel_stride, void *out, void *ws, size_t ws_bytes,
+                                             int32_t path, cudaStream_t stream, struct mm_err *err)
+{
+    const char *what = "kn_cuda_msa_select_attend";
+    int32_t rc = kn_check_msa_args(sh, qb, c, what, err);
+    if (rc == MM_OK) rc = check_cache(sh, c, 1, what, err);
+    if (rc) return rc;
+    if (qb->n > 0 && (!idx_q || !q || !sel || !out || sel_stride < 1))
+        return mm_err_set(err, MM_INVALID, "%s: NULL idx_q/q/sel/out or sel_stride %d", what, sel_stride);
+    if (use_fused_decode(sh, qb, c, sel_stride, path)) {
+        const size_t need = scores_bytes(sh, qb), at = (need + 255) / 256 * 256;
+        if (!ws || ws_bytes < at + counters_bytes(qb))
+            return mm_err_set(err, MM_INVALID, "%s: workspace %zu < %zu bytes", what, ws_bytes,
+                              at + counters_bytes(qb));
+        int32_t *steal = kn_cuda_knob("KN_CUDA_STEAL", 0) ? (int32_t *)((char *)ws + at) : NULL;
+        rc = kn_index_scores_decode(sh, qb, c, idx_q, (float *)ws, qb->max_blocks, steal, stream, err);
+        if (rc) return rc;
+        rc = kn_attn_decode_fused(sh, qb, c, q, (const float *)ws, qb->max_blocks, sel, sel_stride, out,
+                                  stream, err);
+        if (rc == MM_OK || rc == MM_NOMEM || cudaPeekAtLastError() != cudaSuccess) return rc;
+        /* the cluster launch was refused (no sticky error): finish with top-k and attention on the scores */
+        rc = kn_cuda_msa_topk(sh, qb, (const float *)ws, qb->max_blocks, sel, sel_stride, stream, err);
+        if (rc) return rc;
+        return kn_cuda_msa_attention(sh, qb, c, q, sel, sel_stride, out, ws, ws_bytes, KN_PATH_DECODE, stream,
+                                     err);
+    }
+    rc = kn_cuda_msa_select(sh, qb, c, idx_q, sel, sel_stride, ws, ws_bytes, path, stream, err);
+    if (rc) return rc;
+    return kn_cuda_msa_attention(sh, qb, c, q, sel, sel_stride, out, ws, ws_bytes, path, stream, err);
 }
 
 extern "C" size_t kn_cuda_dense_attention_ws(const struct kn_cuda_msa_shape *sh,

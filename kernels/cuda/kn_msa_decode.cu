@@ -7,11 +7,21 @@
  * CTA = (row, split), 4 warps. Pages stream through a 3-stage cp.async ring (K and V of one 128-token page
  * per stage, rows past the query's position zero-filled); each warp folds 32 keys of every page into its own
  * online softmax, and the 4 warps are combined through shared memory at the end.
- * Shapes: head_dim 128, block 128, n_heads / n_kv <= 16. */
+ * Shapes: head_dim 128, block 128, n_heads / n_kv <= 16.
+ *
+ * Fused variant (FUSED, kn_attn_decode_fused): the decode tail of an MSA layer in one launch. Each CTA
+ * selects its row's blocks from the index scores itself (kn_topk_row; every split of a row does the same
+ * selection from L2-resident scores, which costs less than a separate top-k launch and its gap), and the
+ * splits of a row (<= 8) form a thread-block cluster: each writes its normalized partial and log-sum-exp to
+ * its own shared memory, and after a cluster barrier each CTA merges some heads by reading its peers'
+ * partials through distributed shared memory, so there are no partials in global memory and no merge launch.
+ * It is launched with programmatic dependent launch: Q is loaded before waiting on the index kernel. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kn_attn_warp.cuh"
 #include "kn_msa_kernels.cuh"
+#include "kn_topk_row.cuh"
 
 #define DEC_WARPS 4
 #define DEC_THREADS (DEC_WARPS * 32)
@@ -23,6 +33,10 @@
 #define DEC_STAGE_BYTES(ROWS) (2 * DEC_TILE_BYTES(ROWS))
 #define DEC_Q_OFF(ROWS) (DEC_STAGES * DEC_STAGE_BYTES(ROWS))
 #define DEC_SMEM(ROWS) (DEC_Q_OFF(ROWS) + 16 * AW_ROW_BYTES)
+/* fused: this split's merged partial [16][128] f32 + log2-sum-exp [16], clear of the 4-warp combine area */
+#define DEC_X_OFF 40960
+#define DEC_FUSED_MAX_SPLIT 8 /* portable cluster size */
+#define DEC_TOPK_VPT 64       /* scores per thread: 8192 blocks (1M context) in one round */
 
 struct dec_args {
     const uint16_t *q;
@@ -39,9 +53,14 @@ struct dec_args {
     uint16_t *out; /* final output when n_split == 1 */
     float *part_o; /* [rows][n_split][16][128] */
     float *part_l; /* [rows][n_split][16] log2-sum-exp */
+    /* FUSED */
+    const float *scores; /* [n_kv][n][score_stride] block scores (index head g = KV group g) */
+    int32_t score_stride, n_local;
+    int32_t *sel_out; /* NULL or [n_kv][n][sel_stride]: the selections, written by split 0 */
 };
 
-template <int ROWS> __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a)
+template <int ROWS, bool FUSED, bool CLUSTER>
+__global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a)
 {
     constexpr int P = DEC_BLK / ROWS; /* items per page */
     extern __shared__ __align__(128) uint8_t smem[];
@@ -54,11 +73,35 @@ template <int ROWS> __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_dec
     const int64_t qpos = a.pos[i];
     const int32_t own = (int32_t)(qpos / DEC_BLK);
     const int32_t *btr = a.bt + (int64_t)a.qseq[i] * a.bt_stride;
+    const uint32_t s_base = kn_smem_addr(smem);
+
+    /* Q rows: the hpg heads of group g (rows past hpg zero). Written before the previous kernel started, so
+     * this may run before the dependency wait of a programmatic launch. */
+    aw_tile_load(s_base + DEC_Q_OFF(ROWS),
+                 (const uint8_t *)(a.q + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg) * AW_D), AW_D * 2, 16,
+                 a.hpg, tid, DEC_THREADS);
+    kn_cp_async_commit();
 
     /* this split's blocks: [first, first + count) of the list (sparse lists compacted to valid entries) */
     int32_t first, count;
-    if (a.sel) {
-        if (w == 0) {
+    if (FUSED || a.sel) {
+        if (FUSED) {
+            kn_griddep_wait(); /* the index scores */
+            int64_t lo = (int64_t)own - (a.n_local > 0 ? a.n_local : 1) + 1;
+            if (lo < 0) lo = 0;
+            /* scratch at the start of the stage area: no copy is in flight there yet */
+            kn_topk_row<DEC_THREADS, DEC_TOPK_VPT>(a.scores + r * a.score_stride, own + 1, lo, a.sel_k,
+                                                   *reinterpret_cast<kn_topk_smem<DEC_THREADS> *>(smem),
+                                                   blist);
+            if (tid == 0) {
+                int c = 0;
+                while (c < a.sel_k && blist[c] >= 0) c++; /* best first, empty slots at the end */
+                bcount = c;
+            }
+            if (z == 0 && a.sel_out)
+                for (int32_t j = tid; j < a.sel_stride; j += DEC_THREADS)
+                    a.sel_out[r * a.sel_stride + j] = j < a.sel_k ? blist[j] : -1;
+        } else if (w == 0) {
             /* one warp compacts the row's valid entries in order (ballot + prefix popcount): all loads at
              * once */
             const int32_t b = lane < a.sel_k ? a.sel[r * a.sel_stride + lane] : -1;
@@ -78,20 +121,14 @@ template <int ROWS> __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_dec
     }
     if (count < 0) count = 0;
 
-    const uint32_t s_base = kn_smem_addr(smem);
     const int64_t tok_bytes = (int64_t)a.n_kv * AW_D * 2;
     const uint8_t *kbase = (const uint8_t *)a.kc + (int64_t)g * AW_D * 2;
     const uint8_t *vbase = (const uint8_t *)a.vc + (int64_t)g * AW_D * 2;
 
-    /* Q rows: the hpg heads of group g (rows past hpg zero) */
-    aw_tile_load(s_base + DEC_Q_OFF(ROWS),
-                 (const uint8_t *)(a.q + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg) * AW_D), AW_D * 2, 16,
-                 a.hpg, tid, DEC_THREADS);
-    kn_cp_async_commit();
     /* item j of this CTA: block of list entry (first + j) / P, rows [part * ROWS, part * ROWS + ROWS) */
 #define DEC_ITEM(j, b, row0)                                                                                 \
     const int32_t it__ = first + (j), ent__ = it__ / P;                                                      \
-    const int32_t b = a.sel ? blist[ent__] : ent__;                                                          \
+    const int32_t b = (FUSED || a.sel) ? blist[ent__] : ent__;                                               \
     const int32_t row0 = (it__ - ent__ * P) * ROWS
 #define DEC_LOAD(j, stage_addr)                                                                              \
     do {                                                                                                     \
@@ -172,7 +209,15 @@ template <int ROWS> __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_dec
             for (int ww = 0; ww < DEC_WARPS; ww++) acc += f[ww] * co[(ww * 16 + row) * AW_D + d0 + k];
             o[k] = acc * inv;
         }
-        if (a.n_split == 1) {
+        if (CLUSTER) {
+            /* this split's normalized partial, for the peers to read after the cluster barrier */
+            float *xo = (float *)(smem + DEC_X_OFF) + row * AW_D + d0;
+#pragma unroll
+            for (int k = 0; k < 16; k += 4)
+                *(float4 *)(xo + k) = make_float4(o[k], o[k + 1], o[k + 2], o[k + 3]);
+            if ((tid & 7) == 0)
+                ((float *)(smem + DEC_X_OFF))[16 * AW_D + row] = L > 0.0f ? msafe + log2f(L) : -INFINITY;
+        } else if (a.n_split == 1) {
             if (row < a.hpg) {
                 uint16_t *dst = a.out + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg + row) * AW_D + d0;
 #pragma unroll
@@ -189,6 +234,28 @@ template <int ROWS> __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_dec
             if ((tid & 7) == 0)
                 a.part_l[(r * a.n_split + z) * 16 + row] = L > 0.0f ? msafe + log2f(L) : -INFINITY;
         }
+    }
+    if (CLUSTER) {
+        /* merge the row's splits: CTA `rank` of the cluster takes heads rank, rank + n_split, ...; thread tid
+         * owns dim tid of the head and reads the peers' partials through distributed shared memory */
+        kn_cluster_sync();
+        const uint32_t rank = kn_cluster_rank();
+        const uint32_t xo_s = s_base + DEC_X_OFF, xl_s = xo_s + 16 * AW_D * 4;
+        for (int h = (int)rank; h < a.hpg; h += a.n_split) {
+            float mm = -INFINITY;
+            for (int zz = 0; zz < a.n_split; zz++)
+                mm = fmaxf(mm, kn_ld_cluster_f32(kn_cluster_map(xl_s + 4 * h, (uint32_t)zz)));
+            const float msafe = mm == -INFINITY ? 0.0f : mm;
+            float L = 0.0f, acc = 0.0f;
+            for (int zz = 0; zz < a.n_split; zz++) {
+                const float f = exp2f(kn_ld_cluster_f32(kn_cluster_map(xl_s + 4 * h, (uint32_t)zz)) - msafe);
+                L += f;
+                acc += f * kn_ld_cluster_f32(kn_cluster_map(xo_s + 4 * (h * AW_D + tid), (uint32_t)zz));
+            }
+            a.out[((int64_t)i * a.n_heads + (int64_t)g * a.hpg + h) * AW_D + tid] =
+                kn_f32_to_bf16(L > 0.0f ? acc / L : 0.0f);
+        }
+        kn_cluster_sync(); /* no CTA leaves while a peer may still read its shared memory */
     }
 }
 
@@ -295,6 +362,10 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
     a.out = (uint16_t *)out;
     a.part_o = NULL;
     a.part_l = NULL;
+    a.scores = NULL;
+    a.score_stride = 0;
+    a.n_local = sh->n_local;
+    a.sel_out = NULL;
     if (a.n_split > 1) {
         size_t need = kn_attn_decode_ws(sh, qb, dense);
         if (!ws || ws_bytes < need)
@@ -307,15 +378,15 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
         return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (decode): %lld rows", (long long)rows);
     const dim3 grid((unsigned)rows, (unsigned)a.n_split);
     if (dec_half(sh, qb, dense)) {
-        KN_CU(cudaFuncSetAttribute(k_attn_decode<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   DEC_SMEM(64)),
+        KN_CU(cudaFuncSetAttribute(k_attn_decode<64, false, false>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(64)),
               "kn_cuda attention (decode): shared memory");
-        k_attn_decode<64><<<grid, DEC_THREADS, DEC_SMEM(64), stream>>>(a);
+        k_attn_decode<64, false, false><<<grid, DEC_THREADS, DEC_SMEM(64), stream>>>(a);
     } else {
-        KN_CU(cudaFuncSetAttribute(k_attn_decode<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   DEC_SMEM(128)),
+        KN_CU(cudaFuncSetAttribute(k_attn_decode<128, false, false>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(128)),
               "kn_cuda attention (decode): shared memory");
-        k_attn_decode<128><<<grid, DEC_THREADS, DEC_SMEM(128), stream>>>(a);
+        k_attn_decode<128, false, false><<<grid, DEC_THREADS, DEC_SMEM(128), stream>>>(a);
     }
     KN_LAUNCHED("kn_cuda attention (decode)");
     if (a.n_split > 1) {
@@ -323,6 +394,122 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
         k_attn_decode_merge<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(
             a.part_o, a.part_l, a.n, a.n_heads, a.hpg, a.n_split, items, a.out);
         KN_LAUNCHED("kn_cuda attention (decode merge)");
+    }
+    return MM_OK;
+}
+
+/* ---- the fused decode tail ---- */
+
+static int32_t fused_splits(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
+{
+    const int32_t ns = dec_splits(sh, qb, 0);
+    return ns > DEC_FUSED_MAX_SPLIT ? DEC_FUSED_MAX_SPLIT : ns;
+}
+
+/* Whether clusters of ns CTAs with the fused kernel's shared memory fit on this device (asked once per size;
+ * a device or driver that cannot launch them gets the unfused kernels). */
+static int cluster_fits(int32_t ns)
+{
+    static signed char fits[DEC_FUSED_MAX_SPLIT + 1];
+    if (ns <= 1) return 1;
+    if (!fits[ns]) {
+        int n = 0;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 1;
+        at[0].val.clusterDim.y = (unsigned)ns;
+        at[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(1, (unsigned)ns, 1);
+        cfg.blockDim = dim3(DEC_THREADS, 1, 1);
+        cfg.dynamicSmemBytes = DEC_SMEM(128);
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        cudaError_t e = cudaFuncSetAttribute(k_attn_decode<128, true, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(128));
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, k_attn_decode<128, true, true>, &cfg);
+        if (e != cudaSuccess) (void)cudaGetLastError();
+        fits[ns] = e == cudaSuccess && n > 0 ? 1 : -1;
+    }
+    return fits[ns] > 0;
+}
+
+int kn_attn_decode_fused_ok(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                            int32_t sel_stride)
+{
+    if (!kn_attn_decode_supported(sh) || sh->n_idx_heads != sh->n_kv || sh->topk < 1 ||
+        sh->topk > KN_CUDA_MAX_TOPK || sel_stride < 1 || qb->n < 1 || (int64_t)qb->n * sh->n_kv > INT32_MAX)
+        return 0;
+    return cluster_fits(fused_splits(sh, qb));
+}
+
+int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                             const struct kn_cuda_cache *c, const void *q, const float *scores,
+                             int32_t score_stride, int32_t *sel, int32_t sel_stride, void *out,
+                             cudaStream_t stream, struct mm_err *err)
+{
+    const int64_t rows = (int64_t)qb->n * sh->n_kv;
+    if (rows == 0) return MM_OK;
+    dec_args a;
+    memset(&a, 0, sizeof(a));
+    a.q = (const uint16_t *)q;
+    a.qseq = qb->qseq;
+    a.pos = qb->pos;
+    a.bt = qb->block_table;
+    a.bt_stride = qb->bt_stride;
+    a.kc = (const uint16_t *)c->k;
+    a.vc = (const uint16_t *)c->v;
+    a.n = qb->n;
+    a.n_heads = sh->n_heads;
+    a.n_kv = sh->n_kv;
+    a.hpg = sh->n_heads / sh->n_kv;
+    a.scale_log2 = sh->scale * 1.4426950408889634f;
+    a.sel = NULL;
+    a.sel_k = sh->topk < sel_stride ? sh->topk : sel_stride;
+    a.sel_stride = sel_stride;
+    a.n_split = fused_splits(sh, qb);
+    a.out = (uint16_t *)out;
+    a.scores = scores;
+    a.score_stride = score_stride;
+    a.n_local = sh->n_local;
+    a.sel_out = sel;
+
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    unsigned na = 0;
+    if (a.n_split > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1;
+        at[na].val.clusterDim.y = (unsigned)a.n_split;
+        at[na].val.clusterDim.z = 1;
+        na++;
+    }
+    const bool pdl = kn_cuda_knob("KN_CUDA_PDL", 1);
+    if (pdl) { /* last attribute: dropped again if the launch refuses it */
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    cfg.gridDim = dim3((unsigned)rows, (unsigned)a.n_split, 1);
+    cfg.blockDim = dim3(DEC_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = DEC_SMEM(128);
+    cfg.stream = stream;
+    cfg.attrs = at;
+    cfg.numAttrs = na;
+    void (*kern)(const dec_args) =
+        a.n_split > 1 ? k_attn_decode<128, true, true> : k_attn_decode<128, true, false>;
+    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(128)),
+          "kn_cuda fused decode: shared memory");
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, a);
+    if (e != cudaSuccess && pdl) {
+        /* a stream or driver that refuses programmatic launch: the same kernel, plainly serialized */
+        (void)cudaGetLastError();
+        cfg.numAttrs = na - 1;
+        e = cudaLaunchKernelEx(&cfg, kern, a);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: the caller may take the unfused route instead */
+        return kn_cuda_check(e, "kn_cuda fused decode: launch", err);
     }
     return MM_OK;
 }

@@ -82,24 +82,98 @@ template <int DI, bool FP8> __device__ __forceinline__ int idx_dim_of(int ks, in
     return 16 * c + 4 * (ks & 3) + 2 * half;
 }
 
-template <int DI, bool FP8>
+/* STEAL: the first page of each warp is static (global warp id), the others are handed out one at a time by
+ * an atomic counter per query (steal[i], zeroed before the launch): a single-wave grid with a static split
+ * ends when its slowest warp does, and at batch 1 that tail was ~10 us of a 78 us scan. Otherwise the CTA's
+ * chunk of pages, warp w taking pages w, w + IDX_WARPS, ... of it. Either way the next page's block index and
+ * page id are fetched half a page ahead, so neither the atomic nor the block-table load stalls the ring. */
+template <int DI, bool FP8, bool STEAL>
 __global__ void __launch_bounds__(IDX_WARPS * 32, 2)
     k_index_decode(const float *__restrict__ q, const int32_t *__restrict__ qseq,
                    const int64_t *__restrict__ pos, const int32_t *__restrict__ bt, int32_t bt_stride,
                    const uint8_t *__restrict__ keys, const float *__restrict__ kscale, int32_t n, int32_t nh,
-                   int32_t block, int32_t chunk, float *__restrict__ scores, int32_t score_stride)
+                   int32_t block, int32_t chunk, float *__restrict__ scores, int32_t score_stride,
+                   int32_t *__restrict__ steal)
 {
+    kn_griddep_launch(); /* a dependent launch (the fused decode attention) may be scheduled as we drain */
     constexpr int KS = idx_cfg<DI, FP8>::KS;
     constexpr int ROWB = FP8 ? DI : 2 * DI;
+    constexpr int ST = FP8 ? IDX_STAGES_FP8 : IDX_STAGES;
+    constexpr int CH = idx_cfg<DI, FP8>::CH, LOADS = idx_cfg<DI, FP8>::LOADS;
+    constexpr int SLOT = idx_slot_u4<DI, FP8>();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     const int32_t i = blockIdx.y;
     const int64_t p = pos[i];
     const int32_t nb = (int32_t)(p / block) + 1;
-    const int32_t b_begin = blockIdx.x * chunk, b_end = min(nb, b_begin + chunk);
-    if (b_begin >= nb) return;
     const int32_t *btr = bt + (int64_t)qseq[i] * bt_stride;
+    const int tiles = block / 16;
+    const int mid = tiles / 2; /* issue tile at which the page after the current one is looked up */
 
-    /* query fragments: column gid = hi part (gid < 4) or lo part (gid >= 4) of head gid & 3 */
+    /* issue side: page being issued (block ib, page id pg, next tile it), the next page (ibn, pgn) */
+    int32_t ib, lim;
+    if (STEAL) {
+        ib = blockIdx.x * IDX_WARPS + w;
+        lim = nb;
+    } else {
+        const int32_t b_begin = blockIdx.x * chunk;
+        ib = b_begin + w;
+        lim = min(nb, b_begin + chunk);
+    }
+    if (ib >= lim) return;
+    const int32_t nstatic = gridDim.x * IDX_WARPS;
+    int32_t grab = 0; /* lane 0: the counter value of an atomic in flight (STEAL) */
+    if (STEAL && lane == 0) grab = atomicAdd(steal + i, 1);
+    int64_t pg = btr[ib], pgn = 0;
+    int32_t ibn = lim;
+    int it = 0;
+
+    extern __shared__ uint4 idx_smem[];
+    uint4 *ring = idx_smem + (size_t)w * ST * SLOT;
+    const uint32_t ring_s = kn_smem_addr(ring);
+    int slot_iss = 0;
+
+    /* Per-warp ring of ST tiles in shared memory, filled by cp.async: bytes in flight cost no registers.
+     * Every lane reads back only what it copied itself, so the lane's own wait_group is the only
+     * synchronisation: no barriers. Slot layout: [load k][lane] uint4, then (FP8) [row half][lane] scales.
+     * Every call commits a group (empty past the last page) so that wait_group counts stay aligned. */
+#define IDX_ISSUE()                                                                                          \
+    do {                                                                                                     \
+        _Pragma("unroll") for (int k = 0; k + 2 < ST; k++) qb_[k] = qb_[k + 1], qt_[k] = qt_[k + 1];         \
+        if (ib < lim) {                                                                                      \
+            const uint32_t slot__ = ring_s + (uint32_t)(slot_iss * SLOT) * 16u;                              \
+            _Pragma("unroll") for (int h = 0; h < 2; h++)                                                    \
+            {                                                                                                \
+                const int row = it * 16 + gid + 8 * h;                                                       \
+                const uint8_t *rp = keys + (pg * block + row) * ROWB;                                        \
+                _Pragma("unroll") for (int c = 0; c < CH; c++) kn_cp_async16(                                \
+                    slot__ + (uint32_t)(((h * CH + c) * 32 + lane) * 16), rp + 16 * (tig + 4 * c), 16);      \
+                if (FP8)                                                                                     \
+                    kn_cp_async4(slot__ + (uint32_t)(LOADS * 32 * 16 + (h * 32 + lane) * 4),                 \
+                                 kscale + pg * block + row);                                                 \
+            }                                                                                                \
+            if (it == mid) {                                                                                 \
+                ibn = STEAL ? nstatic + __shfl_sync(0xffffffffu, grab, 0) : ib + IDX_WARPS;                  \
+                if (STEAL && lane == 0) grab = atomicAdd(steal + i, 1);                                      \
+                pgn = ibn < lim ? btr[ibn] : 0;                                                              \
+            }                                                                                                \
+            qb_[ST - 2] = ib, qt_[ST - 2] = it;                                                              \
+            if (++it == tiles) it = 0, ib = ibn, pg = pgn;                                                   \
+        } else {                                                                                             \
+            qb_[ST - 2] = lim;                                                                               \
+        }                                                                                                    \
+        kn_cp_async_commit();                                                                                \
+        slot_iss = slot_iss + 1 == ST ? 0 : slot_iss + 1;                                                    \
+    } while (0)
+
+    /* (block, tile) of the units in flight, oldest first: a shift register the issuer appends to */
+    int32_t qb_[ST - 1], qt_[ST - 1];
+#pragma unroll
+    for (int k = 0; k < ST - 1; k++) qb_[k] = lim, qt_[k] = 0;
+#pragma unroll
+    for (int k = 0; k < ST - 1; k++) IDX_ISSUE();
+
+    /* query fragments (after the first copies are in flight): column gid = hi part (gid < 4) or lo part
+     * (gid >= 4) of head gid & 3 */
     uint32_t bq[KS][2];
     {
         const int head = gid & 3;
@@ -129,54 +203,16 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, 2)
             }
     }
 
-    const int tiles = block / 16;
-    /* this warp's pages: b_begin + w, + IDX_WARPS, ... < b_end; units = (page, 16-token tile) in order */
-    const int32_t my_pages = b_end - b_begin - w > 0 ? (b_end - b_begin - w + IDX_WARPS - 1) / IDX_WARPS : 0;
-    const int32_t units = my_pages * tiles;
-    if (units == 0) return;
-
-    /* Per-warp ring of ST tiles in shared memory, filled by cp.async: bytes in flight cost no registers.
-     * Every lane reads back only what it copied itself, so the lane's own wait_group is the only
-     * synchronisation: no barriers. Slot layout: [load k][lane] uint4, then (FP8) [row half][lane] scales. */
-    constexpr int ST = FP8 ? IDX_STAGES_FP8 : IDX_STAGES;
-    constexpr int LOADS = idx_cfg<DI, FP8>::LOADS, CH = idx_cfg<DI, FP8>::CH;
-    constexpr int SLOT = idx_slot_u4<DI, FP8>();
-    extern __shared__ uint4 idx_smem[];
-    uint4 *ring = idx_smem + (size_t)w * ST * SLOT;
-    const uint32_t ring_s = kn_smem_addr(ring);
-
-#define IDX_ISSUE(v)                                                                                         \
-    do {                                                                                                     \
-        const int32_t v__ = (v);                                                                             \
-        if (v__ < units) {                                                                                   \
-            const int32_t pv__ = v__ / tiles, tl__ = v__ - pv__ * tiles;                                     \
-            const int64_t pg__ = btr[b_begin + w + pv__ * IDX_WARPS];                                        \
-            const uint32_t slot__ = ring_s + (uint32_t)((v__ % ST) * SLOT) * 16u;                            \
-            _Pragma("unroll") for (int h = 0; h < 2; h++)                                                    \
-            {                                                                                                \
-                const int row = tl__ * 16 + gid + 8 * h;                                                     \
-                const uint8_t *rp = keys + (pg__ * block + row) * ROWB;                                      \
-                _Pragma("unroll") for (int c = 0; c < CH; c++) kn_cp_async16(                                \
-                    slot__ + (uint32_t)(((h * CH + c) * 32 + lane) * 16), rp + 16 * (tig + 4 * c), 16);      \
-                if (FP8)                                                                                     \
-                    kn_cp_async4(slot__ + (uint32_t)(LOADS * 32 * 16 + (h * 32 + lane) * 4),                 \
-                                 kscale + pg__ * block + row);                                               \
-            }                                                                                                \
-        }                                                                                                    \
-        kn_cp_async_commit();                                                                                \
-    } while (0)
-
-#pragma unroll
-    for (int k = 0; k < ST - 1; k++) IDX_ISSUE(k);
-
+    int slot_con = 0;
     float mx0 = -INFINITY, mx1 = -INFINITY;
-    for (int32_t u = 0; u < units; u++) {
-        const int32_t pg = u / tiles, tile = u - pg * tiles;
-        const int32_t b = b_begin + w + pg * IDX_WARPS;
-        kn_cp_async_wait<ST - 2>(); /* this lane's copies of unit u have landed */
+    for (;;) {
+        const int32_t b = qb_[0];
+        const int tile = qt_[0];
+        if (b >= lim) break;        /* units are issued in order: nothing valid follows */
+        kn_cp_async_wait<ST - 2>(); /* this lane's copies of this unit have landed */
         idx_tile<DI, FP8> cur;
         {
-            const uint4 *slot = ring + (u % ST) * SLOT;
+            const uint4 *slot = ring + slot_con * SLOT;
 #pragma unroll
             for (int k = 0; k < LOADS; k++) cur.r[k] = slot[k * 32 + lane];
             if (FP8) {
@@ -185,7 +221,8 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, 2)
                 cur.sc[1] = sc[32 + lane];
             }
         }
-        IDX_ISSUE(u + ST - 1); /* into the slot unit u - 1 used: this lane read it last iteration */
+        slot_con = slot_con + 1 == ST ? 0 : slot_con + 1;
+        IDX_ISSUE(); /* into the slot the previous unit used: this lane read it last iteration */
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
@@ -232,29 +269,56 @@ int kn_index_decode_supported(const struct kn_cuda_msa_shape *sh)
            (sh->idx_dim == 128 || sh->idx_dim == 64 || sh->idx_dim == 32);
 }
 
-template <int DI, bool FP8>
+template <int DI, bool FP8, bool STEAL>
 static void launch_index_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                 const struct kn_cuda_cache *c, const float *q, float *scores,
-                                int32_t score_stride, int32_t chunk, cudaStream_t stream)
+                                int32_t score_stride, int32_t chunk, int32_t *steal, cudaStream_t stream)
 {
-    dim3 grid((unsigned)kn_cdiv(qb->max_blocks, chunk), (unsigned)qb->n);
+    static bool attr_set; /* raise the dynamic shared-memory limit once, not at every launch */
     const int smem = idx_smem_bytes<DI, FP8>();
-    cudaFuncSetAttribute(k_index_decode<DI, FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    k_index_decode<DI, FP8><<<grid, IDX_WARPS * 32, smem, stream>>>(
+    if (!attr_set) {
+        cudaFuncSetAttribute(k_index_decode<DI, FP8, STEAL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem);
+        attr_set = true;
+    }
+    /* static: chunks of `chunk` blocks; STEAL: one wave of CTAs shared among the queries, each warp at least
+     * one page (a chunk of IDX_WARPS blocks) */
+    int64_t gx = kn_cdiv(qb->max_blocks, chunk);
+    if (STEAL) {
+        gx = (int64_t)kn_cuda_sm_count() * 2 / qb->n;
+        const int64_t most = kn_cdiv(qb->max_blocks, IDX_WARPS);
+        if (gx > most) gx = most;
+        if (gx < 1) gx = 1;
+    }
+    dim3 grid((unsigned)gx, (unsigned)qb->n);
+    k_index_decode<DI, FP8, STEAL><<<grid, IDX_WARPS * 32, smem, stream>>>(
         q, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, (const uint8_t *)c->idx, c->idx_scale, qb->n,
-        sh->n_idx_heads, sh->block, chunk, scores, score_stride);
+        sh->n_idx_heads, sh->block, chunk, scores, score_stride, steal);
+}
+
+template <int DI, bool FP8>
+static void launch_index_decode2(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                 const struct kn_cuda_cache *c, const float *q, float *scores,
+                                 int32_t score_stride, int32_t chunk, int32_t *steal, cudaStream_t stream)
+{
+    if (steal)
+        launch_index_decode<DI, FP8, true>(sh, qb, c, q, scores, score_stride, chunk, steal, stream);
+    else
+        launch_index_decode<DI, FP8, false>(sh, qb, c, q, scores, score_stride, chunk, NULL, stream);
 }
 
 int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                const struct kn_cuda_cache *c, const float *q, float *scores,
-                               int32_t score_stride, cudaStream_t stream, struct mm_err *err)
+                               int32_t score_stride, int32_t *steal, cudaStream_t stream, struct mm_err *err)
 {
     if (qb->n == 0 || qb->max_blocks == 0) return MM_OK;
     if (qb->n > 65535) return mm_err_set(err, MM_TOO_LARGE, "kn_cuda_msa_index_scores: %d queries", qb->n);
     const bool fp8 = c->idx_dtype == KN_IDX_FP8;
     if (fp8 && sh->idx_dim % 64)
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: fp8 keys need idx_dim %% 64 == 0");
-    /* one wave of resident CTAs (2 per SM) when the work allows, each warp at least one page, at most 32 */
+    if (steal)
+        KN_CU(cudaMemsetAsync(steal, 0, sizeof(int32_t) * (size_t)qb->n, stream), "index scores: counters");
+    /* static split: one wave of resident CTAs (2 per SM) when the work allows, each warp at least one page */
     int64_t want = (int64_t)kn_cuda_sm_count() * 2;
     int64_t chunk = kn_cdiv((int64_t)qb->max_blocks * qb->n, want);
     chunk = kn_cdiv(chunk, IDX_WARPS) * IDX_WARPS;
@@ -262,19 +326,19 @@ int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct 
     if (chunk > 32 * IDX_WARPS) chunk = 32 * IDX_WARPS;
     switch (sh->idx_dim * 2 + fp8) {
     case 256:
-        launch_index_decode<128, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        launch_index_decode2<128, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
         break;
     case 257:
-        launch_index_decode<128, true>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        launch_index_decode2<128, true>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
         break;
     case 128:
-        launch_index_decode<64, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        launch_index_decode2<64, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
         break;
     case 129:
-        launch_index_decode<64, true>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        launch_index_decode2<64, true>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
         break;
     case 64:
-        launch_index_decode<32, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, stream);
+        launch_index_decode2<32, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
         break;
     default:
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: idx_dim %d", sh->idx_dim);

@@ -20,9 +20,11 @@ int32_t kn_topk_launch(const float *scores, int32_t score_stride, const int64_t 
 
 /* kn_msa_index_decode.cu: tensor-core index scores, one pass over each query's pages */
 int kn_index_decode_supported(const struct kn_cuda_msa_shape *sh);
+/* steal: NULL for a static split of the pages, or a device int32 [qb->n] the call zeroes and the kernel uses
+ * to hand out pages dynamically (balanced tail) */
 int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                const struct kn_cuda_cache *c, const float *q, float *scores,
-                               int32_t score_stride, cudaStream_t stream, struct mm_err *err);
+                               int32_t score_stride, int32_t *steal, cudaStream_t stream, struct mm_err *err);
 
 /* kn_msa_index_prefill.cu: fused tensor-core index scores + running top-k over query tiles */
 int kn_index_prefill_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c);
@@ -36,6 +38,21 @@ size_t kn_attn_decode_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cud
 int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                        const struct kn_cuda_cache *c, const void *q, const int32_t *sel, int32_t sel_stride,
                        void *out, void *ws, size_t ws_bytes, cudaStream_t stream, struct mm_err *err);
+/* Fused decode tail: each CTA of a (query, KV group) row selects the row's blocks from the index scores
+ * itself (kn_topk_row), attends to its share of them, and the splits of a row are merged inside a
+ * thread-block cluster; launched with programmatic dependent launch after the index-scoring kernel. sel
+ * (may be NULL) receives the selections. kn_attn_decode_fused_ok says whether the shapes and the device
+ * allow it. */
+int kn_attn_decode_fused_ok(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                            int32_t sel_stride);
+int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                             const struct kn_cuda_cache *c, const void *q, const float *scores,
+                             int32_t score_stride, int32_t *sel, int32_t sel_stride, void *out,
+                             cudaStream_t stream, struct mm_err *err);
+/* Tuning knobs from the environment ("0" off, anything else on, unset: dflt), read at each call so that
+ * benchmarks can compare settings in one run: KN_CUDA_FUSED_DECODE (default on), KN_CUDA_PDL (on),
+ * KN_CUDA_STEAL (off: measured slower, see docs/design/cuda.md). */
+int kn_cuda_knob(const char *name, int dflt);
 
 /* kn_msa_prefill.cu: KV-block-major sparse prefill with partial outputs and a merge */
 int kn_attn_prefill_supported(const struct kn_cuda_msa_shape *sh, int32_t sel_stride);

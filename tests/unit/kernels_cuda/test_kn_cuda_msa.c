@@ -4,6 +4,7 @@
  * 128, top-16) and the tiny checkpoint's; batches of mixed lengths (one token, one block, fewer blocks than
  * k, contexts not a multiple of the block), decode steps and chunked prefill. Unwritten cache rows are left
  * as NaN so that a kernel reading past the visible tokens shows. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -355,13 +356,20 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     float *s_d = ct_dmalloc(sizeof(float) * (size_t)ns);
 
     /* index scores: every path, bf16 and fp8 keys */
+    /* dyn = 1: pages handed out by per-query counters (kn_cuda_msa_index_scores_dyn) */
+    int32_t *cnt_d = ct_dmalloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    CT_CU(cudaMemset(cnt_d, 0x5a, sizeof(int32_t) * (size_t)(n > 0 ? n : 1))); /* the call must zero them */
     for (int fp8 = 0; fp8 < 2; fp8++)
-        for (int32_t path = KN_PATH_GENERIC; path <= KN_PATH_DECODE; path++) {
+        for (int32_t pv = 2 * KN_PATH_GENERIC; pv <= 2 * KN_PATH_DECODE + 1; pv++) {
+            const int32_t path = pv / 2, dyn = pv % 2;
             if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32))) continue;
+            if (dyn && path != KN_PATH_DECODE) continue;
             CT_CU(cudaMemset(s_d, 0xff, sizeof(float) * (size_t)ns));
-            rc =
-                kn_cuda_msa_index_scores(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride, path, 0, &err);
-            CHECK_MSG(rc == MM_OK, "index_scores %s: %s", path_name(path), err.msg);
+            rc = dyn ? kn_cuda_msa_index_scores_dyn(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride,
+                                                    cnt_d, path, 0, &err)
+                     : kn_cuda_msa_index_scores(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride, path, 0,
+                                                &err);
+            CHECK_MSG(rc == MM_OK, "index_scores %s%s: %s", path_name(path), dyn ? " dyn" : "", err.msg);
             ct_download(got_s, s_d, sizeof(float) * (size_t)ns);
             const float *ref = fp8 ? ref_s8 : ref_s;
             int64_t bad = 0;
@@ -380,11 +388,12 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
                         if (ok && isfinite(ref[e]) && d > worst) worst = d;
                     }
                 }
-            CHECK_MSG(bad == 0, "[%s] index scores %s%s: %lld wrong", label, path_name(path),
-                      fp8 ? " fp8" : "", (long long)bad);
-            printf("  index scores %-8s %s: max |diff| %.3g\n", path_name(path), fp8 ? "fp8 " : "bf16",
-                   worst);
+            CHECK_MSG(bad == 0, "[%s] index scores %s%s%s: %lld wrong", label, path_name(path),
+                      dyn ? " dyn" : "", fp8 ? " fp8" : "", (long long)bad);
+            printf("  index scores %-8s%s %s: max |diff| %.3g\n", path_name(path), dyn ? " dyn" : "",
+                   fp8 ? "fp8 " : "bf16", worst);
         }
+    cudaFree(cnt_d);
 
     /* top-k on the reference scores: exactly the CPU's rows */
     int32_t *ref_sel = ct_hmalloc(sizeof(int32_t) * (size_t)nsel),
@@ -498,6 +507,51 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             cudaFree(ws);
         }
     }
+    /* selection and attention in one call (the fused decode route where it applies; otherwise select then
+     * attention): its selections against the CPU's (near ties excepted), its output against the CPU's
+     * attention over the selections it made. Also with the fused route's launch options turned off. */
+    for (int fp8 = 0; fp8 < 2; fp8++)
+        for (int knob = 0; knob < 3; knob++) {
+            if (fp8 && (DI % 64 || w->f32)) continue;
+            if (knob && (!fast_attn_ok || w->f32 || fp8)) continue;
+            /* the default route, then without programmatic launch, then with pages handed out dynamically */
+            static const char *knobs[] = {NULL, "KN_CUDA_PDL", "KN_CUDA_STEAL"};
+            static const char *vals[] = {NULL, "0", "1"};
+            if (knobs[knob]) setenv(knobs[knob], vals[knob], 1);
+            size_t wsb = kn_cuda_msa_select_attend_ws(sh, &qs.qb, sel_stride, KN_PATH_AUTO);
+            void *ws = ct_dmalloc(wsb);
+            int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)nsel);
+            CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)nsel));
+            CT_CU(cudaMemset(ws, 0x6b, wsb)); /* stale counters and scores must not matter */
+            CT_CU(cudaMemset(o_d, 0xff, sizeof(float) * (size_t)nout));
+            rc = kn_cuda_msa_select_attend(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, q_d, sel_d, sel_stride,
+                                           o_d, ws, wsb, KN_PATH_AUTO, 0, &err);
+            if (knobs[knob]) unsetenv(knobs[knob]);
+            CHECK_MSG(rc == MM_OK, "select_attend: %s", err.msg);
+            CT_CU(cudaDeviceSynchronize());
+            ct_download(got_sel, sel_d, sizeof(int32_t) * (size_t)nsel);
+            char what[96];
+            snprintf(what, sizeof(what), "[%s] select_attend%s%s%s", label, fp8 ? " fp8" : "",
+                     knobs[knob] ? (knob == 1 ? " without " : " with ") : "",
+                     knobs[knob] ? knobs[knob] + 8 : "");
+            float tol = qs.qb.max_q_per_seq > 4 && !fp8 && !w->f32 ? 0.3f : 2e-3f;
+            int64_t differ = compare_sel(w, &qs, got_sel, fp8 ? ref_sel8 : ref_sel, sel_stride,
+                                         fp8 ? ref_s8 : ref_s, sstride, tol, what);
+            cpu_attention(w, &qs, q, got_sel, sel_stride, ref_o);
+            if (w->f32) {
+                ct_download(got_o, o_d, sizeof(float) * (size_t)nout);
+            } else {
+                ct_download(got_b, o_d, sizeof(uint16_t) * (size_t)nout);
+                ct_from_bf16(got_b, got_o, nout);
+            }
+            double mx = 0, rel = ct_rel_err(got_o, ref_o, nout, &mx);
+            const double tol_rel = w->f32 ? 2e-5 : 1e-2, tol_abs = w->f32 ? 2e-4 : 0.08;
+            CHECK_MSG(rel <= tol_rel && mx <= tol_abs, "%s: rel err %.3g, max abs %.3g", what, rel, mx);
+            printf("  select+attend%s%s%s: %lld rows differ by near-ties, rel err %.3g, max abs %.3g\n",
+                   fp8 ? " fp8" : "", knobs[knob] ? (knob == 1 ? " without " : " with ") : "",
+                   knobs[knob] ? knobs[knob] + 8 : "", (long long)differ, rel, mx);
+            cudaFree(ws), cudaFree(sel_d);
+        }
     free(qi), free(ref_s), free(ref_s8), free(got_s), free(ref_sel), free(got_sel), free(ref_sel8);
     free(q), free(qb16), free(ref_o), free(got_o), free(got_b);
     cudaFree(qi_d), cudaFree(s_d), cudaFree(q_d), cudaFree(rsel_d), cudaFree(o_d);
@@ -602,6 +656,17 @@ int main(void)
         run_decode(&w, "m3 decode", 1, 1, 1);
         static const int32_t chunk[] = {1, 0, 128, 129, 100, 99, 0};
         run_prefill(&w, chunk, "m3 prefill", 1, 1, 1);
+        world_free(&w);
+    }
+    {
+        /* M3, a decode batch of 70 sequences (280 rows: the fused route without splits, counters shared by
+         * many CTAs) with lengths 1..2000 */
+        struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
+        static int64_t len[70];
+        for (int s = 0; s < 70; s++) len[s] = 1 + (int64_t)(ct_next() % 2000);
+        struct world w;
+        world_make(&w, &sh, 70, len, 0);
+        run_decode(&w, "m3 decode batch 70", 1, 1, 1);
         world_free(&w);
     }
     {
