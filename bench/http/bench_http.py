@@ -96,7 +96,8 @@ class Mmgw:
 class Nginx:
     name = "nginx"
 
-    def __init__(self, threads, tmp):
+    def __init__(self, threads, tmp, cpus=None):
+        """cpus: a taskset CPU list for nginx (its workers inherit it), or None."""
         self.port = free_port()
         self.port_h1 = free_port()
         self.prefix = os.path.join(tmp, "nginx")
@@ -109,8 +110,10 @@ class Nginx:
         with open(path, "w") as f:
             f.write(conf)
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        self.proc = subprocess.Popen([nginx, "-p", self.prefix, "-c", path], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        argv = [nginx, "-p", self.prefix, "-c", path]
+        if cpus:
+            argv = ["taskset", "-c", cpus] + argv
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not wait_port(self.port) or not wait_port(self.port_h1):
             raise RuntimeError("nginx did not start")
 

@@ -81,6 +81,21 @@ static void first_response(struct gw_api_req *r)
     }
 }
 
+/* The worker's Complete for a choice: usage counts and the finish reason. */
+static int complete_choice(struct gw_api_req *r, const Mmgw__Worker__V1__GenerateComplete *cp,
+                           struct gw_api_choice **out)
+{
+    if (cp->index >= r->n_choices) return 0;
+    struct gw_api_choice *c = &r->choices[cp->index];
+    *out = c;
+    if (cp->cached_tokens > r->cached_tokens) r->cached_tokens = cp->cached_tokens;
+    c->worker_complete = true;
+    const char *reason = strcmp(cp->finish_reason, "length") == 0  ? "length"
+                         : strcmp(cp->finish_reason, "abort") == 0 ? "abort"
+                                                                   : "stop";
+    return c->finished ? 0 : gw_api_choice_finish(r, c, reason);
+}
+
 static void on_response(void *arg, const Mmgw__Worker__V1__GenerateResponse *resp)
 {
     struct gw_api_req *r = arg;
@@ -97,17 +112,13 @@ static void on_response(void *arg, const Mmgw__Worker__V1__GenerateResponse *res
             const Mmgw__Worker__V1__TopLogprobs *top = i < ch->n_top_logprobs ? ch->top_logprobs[i] : NULL;
             rc = gw_api_choice_token(r, c, ch->token_ids[i], lp, top);
         }
+        /* the choice's end in the same message (merge_complete): after its tokens, as if it came next */
+        if (!rc && resp->chunk_complete && resp->chunk_complete->index == ch->index)
+            rc = complete_choice(r, resp->chunk_complete, &c);
     } else if (resp->response_case == MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_COMPLETE &&
                resp->complete) {
-        const Mmgw__Worker__V1__GenerateComplete *cp = resp->complete;
-        if (cp->index >= r->n_choices) return;
-        c = &r->choices[cp->index];
-        if (cp->cached_tokens > r->cached_tokens) r->cached_tokens = cp->cached_tokens;
-        c->worker_complete = true;
-        const char *reason = strcmp(cp->finish_reason, "length") == 0  ? "length"
-                             : strcmp(cp->finish_reason, "abort") == 0 ? "abort"
-                                                                       : "stop";
-        if (!c->finished) rc = gw_api_choice_finish(r, c, reason);
+        if (resp->complete->index >= r->n_choices) return;
+        rc = complete_choice(r, resp->complete, &c);
     }
     if (rc) out_nomem(r);
     if (r->streaming && c) {
@@ -201,6 +212,7 @@ static int build_request(struct gw_api_req *r, uint32_t *worker_stops, size_t n_
     memcpy(r->rid, "mmgw-", 5);
     gw_api_random_hex(r->rid + 5, 24);
     g->request_id = r->rid;
+    g->merge_complete = 1; /* a choice's last chunk may carry its Complete: one message less per choice */
     g->input_ids = r->ids.ids;
     g->n_input_ids = r->ids.n;
     g->sampling = sp;
@@ -324,7 +336,9 @@ void gw_api_generate(struct gw_api_req *r)
     /* the router keeps a pointer to sp->stop_token_ids: give it storage that lives with r */
     memcpy(r->worker_stops, wstops, n_wstops * sizeof *wstops);
     r->sp.stop_token_ids = r->worker_stops;
-    int32_t rc = gw_router_generate(m->router, &r->gr, r->http->executor, &cbs, r, &r->call, &err);
+    /* on this loop's own connection to the worker (no thread hop per response) */
+    struct gw_up_loop loop = {r->http->base, r->http->executor, r->http->loop_index};
+    int32_t rc = gw_router_generate_on(m->router, &r->gr, &loop, &cbs, r, &r->call, &err);
     if (rc != MM_OK) {
         gw_api_fail_mm(&e, &err, NULL);
         gw_api_req_fail(r, &e);

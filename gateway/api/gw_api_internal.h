@@ -91,6 +91,7 @@ int32_t gw_api_metrics_init(struct gw_metrics *reg, struct gw_api_metrics *m, st
 
 /* ---- registry ---- */
 
+struct gw_api_tokcache;
 struct gw_api_tok; /* a loaded tokenizer shared between generations (same file, same mtime) */
 
 /** What a worker said in ModelInfo (filled on the gRPC completion thread under model->mu). */
@@ -116,6 +117,7 @@ struct gw_api_model {
     const struct mmgw_plugin *vt;
     struct gw_api_tok *tokref;
     const struct gw_tokenizer *tok;
+    struct gw_api_tokcache *tokcache; /* shared with tokref; may be NULL */
     uint32_t vocab;
     uint32_t stop_ids[8]; /* the plugin's stop tokens */
     size_t n_stop_ids;

@@ -106,3 +106,14 @@ int gw_json_num(struct mm_buf *b, double v)
     if (v == floor(v) && fabs(v) < 1e15) return mm_buf_printf(b, "%.1f", v);
     return mm_buf_printf(b, "%.9g", v);
 }
+
+int gw_json_uint(struct mm_buf *b, unsigned long long v)
+{
+    char tmp[24];
+    size_t n = sizeof tmp;
+    do {
+        tmp[--n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return mm_buf_append(b, tmp + n, sizeof tmp - n);
+}

@@ -3,6 +3,7 @@
 #define GW_API_JSON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mm_buf.h"
 
@@ -13,5 +14,7 @@ int gw_json_str(struct mm_buf *b, const char *s, size_t n);
 /** Append a number JSON accepts: integral values as "-5.0", others with 9 significant digits, non-finite
  * values as -9999.0 (what vLLM writes for -inf log-probs). Returns 0 or -1. */
 int gw_json_num(struct mm_buf *b, double v);
+/** Append an unsigned integer in decimal (no printf on the per-response path). Returns 0 or -1. */
+int gw_json_uint(struct mm_buf *b, unsigned long long v);
 
 #endif

@@ -241,9 +241,11 @@ int gw_api_write_prefix(struct gw_api_req *r)
     mm_buf_reset(b);
     const char *object = r->kind == GW_API_CHAT ? (r->p.stream ? "chat.completion.chunk" : "chat.completion")
                                                 : "text_completion";
-    if (mm_buf_printf(b, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", r->id, object,
-                      (long long)r->created) < 0 ||
-        gw_json_str(b, r->model->name, strlen(r->model->name)) || mm_buf_append_str(b, ",\"choices\":["))
+    if (mm_buf_append_str(b, "{\"id\":\"") || mm_buf_append_str(b, r->id) ||
+        mm_buf_append_str(b, "\",\"object\":\"") || mm_buf_append_str(b, object) ||
+        mm_buf_append_str(b, "\",\"created\":") || gw_json_uint(b, (unsigned long long)r->created) ||
+        mm_buf_append_str(b, ",\"model\":") || gw_json_str(b, r->model->name, strlen(r->model->name)) ||
+        mm_buf_append_str(b, ",\"choices\":["))
         return -1;
     return 0;
 }
@@ -302,7 +304,16 @@ static int write_logprobs(struct gw_api_req *r, struct mm_buf *b, const struct g
 static int write_finish(struct mm_buf *b, const struct gw_api_choice *c, bool now)
 {
     if (!now) return mm_buf_append_str(b, ",\"finish_reason\":null");
-    return mm_buf_printf(b, ",\"finish_reason\":\"%s\"", c->finish_reason) < 0 ? -1 : 0;
+    return mm_buf_append_str(b, ",\"finish_reason\":\"") || mm_buf_append_str(b, c->finish_reason) ||
+                   mm_buf_append(b, "\"", 1)
+               ? -1
+               : 0;
+}
+
+/* {"index":N, */
+static int write_index(struct mm_buf *b, uint32_t index)
+{
+    return mm_buf_append_str(b, "{\"index\":") || gw_json_uint(b, index) || mm_buf_append(b, ",", 1) ? -1 : 0;
 }
 
 int gw_api_chunk_write(struct gw_api_req *r, struct gw_api_choice *c, struct mm_buf *out)
@@ -312,7 +323,7 @@ int gw_api_chunk_write(struct gw_api_req *r, struct gw_api_choice *c, struct mm_
     if (!have && !finish_now) return 0;
     struct mm_buf *b = out;
     if (mm_buf_append_str(b, "data: ") || mm_buf_append(b, r->prefix.data, r->prefix.len) ||
-        mm_buf_printf(b, "{\"index\":%u,", c->index) < 0)
+        write_index(b, c->index))
         return -1;
     if (r->kind == GW_API_CHAT) {
         if (mm_buf_append_str(b, "\"delta\":{")) return -1;
@@ -361,10 +372,12 @@ static uint32_t completion_tokens(const struct gw_api_req *r)
 static int write_usage(struct gw_api_req *r, struct mm_buf *b)
 {
     uint32_t ct = completion_tokens(r);
-    return mm_buf_printf(b,
-                         "\"usage\":{\"prompt_tokens\":%u,\"completion_tokens\":%u,\"total_tokens\":%u,"
-                         "\"prompt_tokens_details\":{\"cached_tokens\":%u}}",
-                         r->prompt_tokens, ct, r->prompt_tokens + ct, r->cached_tokens) < 0
+    return mm_buf_append_str(b, "\"usage\":{\"prompt_tokens\":") || gw_json_uint(b, r->prompt_tokens) ||
+                   mm_buf_append_str(b, ",\"completion_tokens\":") || gw_json_uint(b, ct) ||
+                   mm_buf_append_str(b, ",\"total_tokens\":") ||
+                   gw_json_uint(b, (unsigned long long)r->prompt_tokens + ct) ||
+                   mm_buf_append_str(b, ",\"prompt_tokens_details\":{\"cached_tokens\":") ||
+                   gw_json_uint(b, r->cached_tokens) || mm_buf_append_str(b, "}}")
                ? -1
                : 0;
 }
@@ -382,7 +395,7 @@ int gw_api_full_response(struct gw_api_req *r, struct mm_buf *b)
     if (mm_buf_append(b, r->prefix.data, r->prefix.len)) return -1;
     for (uint32_t i = 0; i < r->n_choices; i++) {
         struct gw_api_choice *c = &r->choices[i];
-        if ((i && mm_buf_append(b, ",", 1)) || mm_buf_printf(b, "{\"index\":%u,", c->index) < 0) return -1;
+        if ((i && mm_buf_append(b, ",", 1)) || write_index(b, c->index)) return -1;
         if (r->kind == GW_API_CHAT) {
             if (mm_buf_append_str(b, "\"message\":{\"role\":\"assistant\",\"content\":")) return -1;
             int rc = c->content.len || !c->n_calls

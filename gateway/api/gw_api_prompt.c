@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gw_api_internal.h"
+#include "gw_api_tokcache.h"
 
 struct range {
     size_t item;
@@ -33,8 +34,12 @@ static int flush_text(struct builder *b)
     if (b->text.len == 0) return 0;
     struct mm_err err;
     mm_err_clear(&err);
+    const struct gw_api_model *m = b->r->model;
+    /* without the post-processor a text's ids are its pieces' ids: the cache serves the repeated ones */
     int32_t rc =
-        gw_tokenizer_encode(b->r->model->tok, b->text.data, b->text.len, b->tok_flags, &b->r->ids, &err);
+        b->tok_flags == 0
+            ? gw_api_tokcache_encode(m->tokcache, m->tok, b->text.data, b->text.len, &b->r->ids, &err)
+            : gw_tokenizer_encode(m->tok, b->text.data, b->text.len, b->tok_flags, &b->r->ids, &err);
     mm_buf_reset(&b->text);
     if (rc != MM_OK) return gw_api_fail_mm(b->e, &err, NULL);
     return 0;
@@ -230,6 +235,15 @@ int gw_api_prompt_build(struct gw_api_req *r, struct gw_api_error *e)
     struct builder b = {.r = r, .e = e};
     mm_buf_init(&b.text, 0);
     r->ids.n = 0;
+    /* room for the usual ids at once (text runs ~3-4 bytes per token), not a realloc per doubling */
+    size_t room = r->prompt.len / 3 + 64;
+    if (r->ids.cap < room) {
+        uint32_t *v = realloc(r->ids.ids, room * sizeof *v);
+        if (v) {
+            r->ids.ids = v;
+            r->ids.cap = room;
+        }
+    }
     const char *bos =
         r->chat_prompt && r->model->vt->bos_token ? r->model->vt->bos_token(r->model->inst) : NULL;
     if (bos && !(r->prompt.len >= strlen(bos) && memcmp(r->prompt.data, bos, strlen(bos)) == 0)) {

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "gw_api_internal.h"
+#include "gw_api_tokcache.h"
 #include "gw_upstream.h"
 #include "mm_log.h"
 
@@ -22,6 +23,7 @@ struct gw_api_tok {
     int64_t mtime_ns;
     off_t size;
     struct gw_tokenizer *tok;
+    struct gw_api_tokcache *cache; /* prompt pieces' ids, kept across reloads with the tokenizer */
     int refs;
     struct gw_api_tok *next;
 };
@@ -51,6 +53,7 @@ static int32_t tok_acquire(const char *path, struct gw_api_tok **out, struct mm_
         free(t);
         return rc;
     }
+    t->cache = gw_api_tokcache_create(t->tok, 0); /* NULL: no safe cut token, plain encoding */
     t->dev = sb.st_dev;
     t->ino = sb.st_ino;
     t->mtime_ns = mt;
@@ -70,6 +73,7 @@ static void tok_release(struct gw_api_tok *t)
             *p = t->next;
             break;
         }
+    gw_api_tokcache_free(t->cache);
     gw_tokenizer_free(t->tok);
     free(t->path);
     free(t);
@@ -299,6 +303,15 @@ static void probe_media(struct gw_api_model *m)
     }
 }
 
+/* MMGW_UPSTREAM_TRANSPORT=grpc-core sends every Generate through gRPC C core instead of each loop's own
+ * HTTP/2 connection (docs/design/upstream.md, "Performance"): a diagnostic switch, and the benchmark's
+ * baseline. */
+static int upstream_core_only(void)
+{
+    const char *v = getenv("MMGW_UPSTREAM_TRANSPORT");
+    return v && strcmp(v, "grpc-core") == 0;
+}
+
 static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, const struct gw_model_conf *c,
                            const struct gw_module_ctx *ctx, struct mm_err *err)
 {
@@ -330,6 +343,7 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
     rc = tok_acquire(c->tokenizer, &m->tokref, err);
     if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", c->file, c->line, c->name);
     m->tok = m->tokref->tok;
+    m->tokcache = m->tokref->cache;
     m->vocab = gw_tokenizer_vocab_size(m->tok);
     const char *const *stops = m->vt->stop_tokens ? m->vt->stop_tokens(m->inst) : NULL;
     for (size_t i = 0; stops && stops[i]; i++) {
@@ -367,7 +381,7 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
         .breaker = {.failures = (uint32_t)c->breaker_failures,
                     .cooldown_ms = (uint32_t)c->breaker_cooldown_ms},
         .retries = c->retries > 0 ? c->retries : -1,
-        .gen = {.timeout_ms = (uint32_t)c->request_timeout_ms},
+        .gen = {.timeout_ms = (uint32_t)c->request_timeout_ms, .core_only = upstream_core_only()},
     };
     rc = gw_router_create(st->up, c->name, c->upstreams, c->n_upstreams, &ro, gw_api_svc_base(st->svc),
                           &m->router, err);

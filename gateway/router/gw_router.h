@@ -98,6 +98,11 @@ struct gw_route_callbacks {
 int32_t gw_router_generate(struct gw_router *r, const Mmgw__Worker__V1__GenerateRequest *req,
                            const struct gw_executor *ex, const struct gw_route_callbacks *cb, void *arg,
                            struct gw_route_call **out, struct mm_err *err);
+/** gw_router_generate for a caller on an event loop: each attempt uses gw_upstream_generate_loop (the
+ * loop's own connection to the worker when possible); callbacks run on that loop. */
+int32_t gw_router_generate_on(struct gw_router *r, const Mmgw__Worker__V1__GenerateRequest *req,
+                              const struct gw_up_loop *loop, const struct gw_route_callbacks *cb, void *arg,
+                              struct gw_route_call **out, struct mm_err *err);
 void gw_route_pause(struct gw_route_call *c);
 void gw_route_resume(struct gw_route_call *c);
 /** Cancel (the worker gets an Abort); no callback runs afterwards. */

@@ -12,6 +12,7 @@ struct gw_route_call {
     struct gw_router *r;
     const Mmgw__Worker__V1__GenerateRequest *req;
     struct gw_executor ex;
+    struct gw_up_loop loop; /* loop.base NULL: not on a loop */
     struct gw_route_callbacks cb;
     void *arg;
     struct gw_gen_call *gen; /* the current attempt */
@@ -63,7 +64,10 @@ static int32_t start_attempt(struct gw_route_call *c, struct mm_err *err)
 
         c->attempts++;
         struct mm_err e;
-        int32_t rc = gw_upstream_generate(ch, c->req, &r->o.gen, &c->ex, &attempt_callbacks, c, &c->gen, &e);
+        int32_t rc = c->loop.base ? gw_upstream_generate_loop(ch, c->req, &r->o.gen, &c->loop,
+                                                              &attempt_callbacks, c, &c->gen, &e)
+                                  : gw_upstream_generate(ch, c->req, &r->o.gen, &c->ex, &attempt_callbacks, c,
+                                                         &c->gen, &e);
         if (rc == MM_OK) {
             if (c->paused) gw_gen_pause(c->gen);
             return MM_OK;
@@ -138,9 +142,10 @@ static void on_attempt_done(void *arg, const struct gw_call_status *st, uint32_t
     route_free(c);
 }
 
-int32_t gw_router_generate(struct gw_router *r, const Mmgw__Worker__V1__GenerateRequest *req,
-                           const struct gw_executor *ex, const struct gw_route_callbacks *cb, void *arg,
-                           struct gw_route_call **out, struct mm_err *err)
+static int32_t route_start(struct gw_router *r, const Mmgw__Worker__V1__GenerateRequest *req,
+                           const struct gw_executor *ex, const struct gw_up_loop *loop,
+                           const struct gw_route_callbacks *cb, void *arg, struct gw_route_call **out,
+                           struct mm_err *err)
 {
     if (out) *out = NULL;
     if (!r || !req || !ex || !cb || !cb->on_response || !cb->on_done)
@@ -151,10 +156,12 @@ int32_t gw_router_generate(struct gw_router *r, const Mmgw__Worker__V1__Generate
     atomic_fetch_add(&r->refs, 1);
     c->req = req;
     c->ex = *ex;
+    if (loop) c->loop = *loop;
     c->cb = *cb;
     c->arg = arg;
     c->worker = -1;
-    c->n_keys = gw_router_keys(r, req, c->keys);
+    /* prefix affinity only chooses between workers: with one there is nothing to hash */
+    c->n_keys = r->n > 1 ? gw_router_keys(r, req, c->keys) : 0;
     int32_t rc = start_attempt(c, err);
     if (rc != MM_OK) {
         route_free(c);
@@ -162,6 +169,24 @@ int32_t gw_router_generate(struct gw_router *r, const Mmgw__Worker__V1__Generate
     }
     if (out) *out = c;
     return MM_OK;
+}
+
+int32_t gw_router_generate(struct gw_router *r, const Mmgw__Worker__V1__GenerateRequest *req,
+                           const struct gw_executor *ex, const struct gw_route_callbacks *cb, void *arg,
+                           struct gw_route_call **out, struct mm_err *err)
+{
+    return route_start(r, req, ex, NULL, cb, arg, out, err);
+}
+
+int32_t gw_router_generate_on(struct gw_router *r, const Mmgw__Worker__V1__GenerateRequest *req,
+                              const struct gw_up_loop *loop, const struct gw_route_callbacks *cb, void *arg,
+                              struct gw_route_call **out, struct mm_err *err)
+{
+    if (!loop || !loop->base || !loop->ex) {
+        if (out) *out = NULL;
+        return mm_err_set(err, MM_INVALID, "router: missing loop");
+    }
+    return route_start(r, req, loop->ex, loop, cb, arg, out, err);
 }
 
 void gw_route_pause(struct gw_route_call *c)

@@ -80,6 +80,7 @@ int32_t gw_upstream_create(const struct gw_upstream_opts *opts, struct gw_upstre
     pthread_mutex_init(&up->mu, NULL);
     pthread_cond_init(&up->idle, NULL);
     up->chan_args = make_chan_args(opts);
+    up->keepalive_ms = opts->keepalive_ms ? opts->keepalive_ms : 20000;
     up->cq = grpc_completion_queue_create_for_next(NULL);
     up->n_threads = opts->cq_threads ? opts->cq_threads : 1;
     up->threads = calloc(up->n_threads, sizeof(*up->threads));
@@ -113,6 +114,7 @@ static void chan_unlink(struct gw_upstream_chan *ch)
 
 static void chan_free(struct gw_upstream_chan *ch)
 {
+    gw_up_chan_release_loop_conns(ch);
     pthread_mutex_lock(&chans_mu);
     if (ch->up) { /* still attached: otherwise the client's destroy already closed the gRPC channel */
         chan_unlink(ch);
@@ -235,6 +237,8 @@ int32_t gw_upstream_chan_open(struct gw_upstream *up, const char *target, struct
     ch->up = up;
     snprintf(ch->target, sizeof(ch->target), "%s", target);
     ch->local = target_is_local(target);
+    ch->keepalive_ms = up->keepalive_ms;
+    gw_up_chan_parse_loop_addr(ch);
     atomic_init(&ch->refs, 1);
     atomic_init(&ch->detached, 0);
     pthread_mutex_init(&ch->mu, NULL);
@@ -369,21 +373,27 @@ ProtobufCMessage *gw_up_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescr
     return m;
 }
 
-void gw_up_status_fill(struct gw_call_status *st, const struct gw_upstream_chan *ch, const char *method,
-                       grpc_status_code code, const grpc_slice *details)
+void gw_up_status_fill_text(struct gw_call_status *st, const char *target, const char *method, int grpc_code,
+                            const char *details, size_t details_len)
 {
-    st->grpc_code = (int)code;
-    st->code = gw_grpc_to_mm((int)code);
-    if (code == GRPC_STATUS_OK) {
+    st->grpc_code = grpc_code;
+    st->code = gw_grpc_to_mm(grpc_code);
+    if (grpc_code == GRPC_STATUS_OK) {
         st->message[0] = '\0';
         return;
     }
     const char *m = strrchr(method, '/');
-    int dlen = details ? (int)GRPC_SLICE_LENGTH(*details) : 0;
-    if (dlen > 200) dlen = 200;
-    snprintf(st->message, sizeof(st->message), "worker %.128s %s: %s%s%.*s", ch->target, m ? m + 1 : method,
-             gw_grpc_code_name((int)code), dlen ? ": " : "", dlen,
-             dlen ? (const char *)GRPC_SLICE_START_PTR(*details) : "");
+    int dlen = details_len > 200 ? 200 : (int)details_len;
+    snprintf(st->message, sizeof(st->message), "worker %.128s %s: %s%s%.*s", target, m ? m + 1 : method,
+             gw_grpc_code_name(grpc_code), dlen ? ": " : "", dlen, dlen ? details : "");
+}
+
+void gw_up_status_fill(struct gw_call_status *st, const struct gw_upstream_chan *ch, const char *method,
+                       grpc_status_code code, const grpc_slice *details)
+{
+    size_t dlen = details ? GRPC_SLICE_LENGTH(*details) : 0;
+    gw_up_status_fill_text(st, ch->target, method, (int)code,
+                           dlen ? (const char *)GRPC_SLICE_START_PTR(*details) : "", dlen);
 }
 
 void gw_up_status_local(struct gw_call_status *st, const struct gw_upstream_chan *ch, const char *method,

@@ -90,7 +90,8 @@ int32_t gw_upstream_load(struct gw_upstream_chan *ch, uint32_t timeout_ms, const
 int32_t gw_upstream_abort(struct gw_upstream_chan *ch, const char *request_id, uint32_t timeout_ms,
                           const struct gw_executor *ex, gw_unary_cb cb, void *arg, struct mm_err *err);
 
-/** Calls in flight on this client (for tests and /metrics). */
+/** Calls in flight on this client through gRPC C core (for tests and /metrics); Generate calls on an event
+ * loop's own connection (gw_upstream_generate_loop) belong to that loop and are not counted. */
 uint64_t gw_upstream_live_calls(struct gw_upstream *up);
 
 #endif

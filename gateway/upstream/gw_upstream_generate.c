@@ -25,7 +25,8 @@ struct staged_upload {
     size_t len;
 };
 
-struct gw_gen_call {
+struct core_call {
+    struct gw_gen_call base; /* kind GW_GEN_CORE */
     struct gw_up_tag tag_start, tag_status, tag_recv;
     struct gw_up_live live;
     struct gw_upstream_chan *ch;
@@ -64,11 +65,11 @@ struct gw_gen_call {
 };
 
 struct delivery {
-    struct gw_gen_call *c;
+    struct core_call *c;
     Mmgw__Worker__V1__GenerateResponse *resp;
 };
 
-static void gen_unref(struct gw_gen_call *c)
+static void gen_unref(struct core_call *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1) return;
     if (c->send) grpc_byte_buffer_destroy(c->send); /* never sent */
@@ -85,7 +86,7 @@ static void gen_unref(struct gw_gen_call *c)
 
 /* Once the status is in and no batch is left, give the gRPC call back (c->mu held): the client's
  * shutdown waits for exactly this, not for our deliveries to run. */
-static void maybe_release(struct gw_gen_call *c)
+static void maybe_release(struct core_call *c)
 {
     if (!c->call || c->batches > 0 || !(c->status_done || c->local_failed)) return;
     if (c->recv) grpc_byte_buffer_destroy(c->recv);
@@ -100,19 +101,19 @@ static void maybe_release(struct gw_gen_call *c)
     c->eos = 1;
 }
 
-static struct gw_gen_call *from_tag(struct gw_up_tag *tag, size_t offset)
+static struct core_call *from_tag(struct gw_up_tag *tag, size_t offset)
 {
-    return (struct gw_gen_call *)(void *)((char *)tag - offset);
+    return (struct core_call *)(void *)((char *)tag - offset);
 }
 
 /* ---- delivery on the executor thread ---- */
 
-static void arm_recv(struct gw_gen_call *c);
-static void maybe_done(struct gw_gen_call *c);
+static void arm_recv(struct core_call *c);
+static void maybe_done(struct core_call *c);
 
 static void deliver_done(void *arg)
 {
-    struct gw_gen_call *c = arg;
+    struct core_call *c = arg;
     pthread_mutex_lock(&c->mu);
     int cancelled = c->cancelled;
     pthread_mutex_unlock(&c->mu);
@@ -130,7 +131,7 @@ static void deliver_done(void *arg)
 static void deliver_response(void *arg)
 {
     struct delivery *d = arg;
-    struct gw_gen_call *c = d->c;
+    struct core_call *c = d->c;
     pthread_mutex_lock(&c->mu);
     int cancelled = c->cancelled;
     pthread_mutex_unlock(&c->mu);
@@ -151,7 +152,7 @@ static void deliver_response(void *arg)
 /* ---- state machine; c->mu held ---- */
 
 /* Read the next message if nothing is pending and reading is wanted. */
-static void arm_recv(struct gw_gen_call *c)
+static void arm_recv(struct core_call *c)
 {
     if (!c->call || c->recv_pending || c->delivering || c->eos || c->done_posted || c->cancelled) return;
     grpc_op op;
@@ -171,7 +172,7 @@ static void arm_recv(struct gw_gen_call *c)
 
 /* Post on_done once the stream is over: after the status, and after the last message was read (or,
  * on an error status, as soon as no read is in flight). */
-static void maybe_done(struct gw_gen_call *c)
+static void maybe_done(struct core_call *c)
 {
     if (c->done_posted || c->cancelled || c->delivering) return;
     int over = c->local_failed ||
@@ -190,7 +191,7 @@ static void maybe_done(struct gw_gen_call *c)
 
 static void on_start(struct gw_up_tag *tag, int ok)
 {
-    struct gw_gen_call *c = from_tag(tag, offsetof(struct gw_gen_call, tag_start));
+    struct core_call *c = from_tag(tag, offsetof(struct core_call, tag_start));
     pthread_mutex_lock(&c->mu);
     if (c->send) grpc_byte_buffer_destroy(c->send);
     c->send = NULL;
@@ -203,7 +204,7 @@ static void on_start(struct gw_up_tag *tag, int ok)
 
 static void on_status(struct gw_up_tag *tag, int ok)
 {
-    struct gw_gen_call *c = from_tag(tag, offsetof(struct gw_gen_call, tag_status));
+    struct core_call *c = from_tag(tag, offsetof(struct core_call, tag_status));
     pthread_mutex_lock(&c->mu);
     c->status_done = 1;
     c->final_grpc = c->status;
@@ -217,7 +218,7 @@ static void on_status(struct gw_up_tag *tag, int ok)
 
 static void on_recv(struct gw_up_tag *tag, int ok)
 {
-    struct gw_gen_call *c = from_tag(tag, offsetof(struct gw_gen_call, tag_recv));
+    struct core_call *c = from_tag(tag, offsetof(struct core_call, tag_recv));
     pthread_mutex_lock(&c->mu);
     c->recv_pending = 0;
     c->batches--;
@@ -254,7 +255,7 @@ static void on_recv(struct gw_up_tag *tag, int ok)
 }
 
 /* Start the Generate call proper (any thread; c->mu held). */
-static void start_call(struct gw_gen_call *c)
+static void start_call(struct core_call *c)
 {
     c->call = gw_up_call_create(c->ch, gen_method, c->opts.timeout_ms, &c->live);
     if (!c->call) {
@@ -301,12 +302,12 @@ static void start_call(struct gw_gen_call *c)
     arm_recv(c);
 }
 
-static void start_next_upload(struct gw_gen_call *c);
+static void start_next_upload(struct core_call *c);
 
 /* An upload finished (completion-queue thread). */
 static void on_upload_done(void *arg, const struct gw_call_status *st, uint64_t received)
 {
-    struct gw_gen_call *c = arg;
+    struct core_call *c = arg;
     pthread_mutex_lock(&c->mu);
     c->cur_upload = NULL;
     if (!c->cancelled) {
@@ -324,7 +325,7 @@ static void on_upload_done(void *arg, const struct gw_call_status *st, uint64_t 
     gen_unref(c); /* the upload's reference */
 }
 
-static void start_next_upload(struct gw_gen_call *c)
+static void start_next_upload(struct core_call *c)
 {
     struct staged_upload *s = &c->uploads[c->next_upload++];
     struct mm_err e;
@@ -357,7 +358,7 @@ static void plan_free(struct plan *p)
     free(p->shm_store);
 }
 
-static int32_t make_plan(struct gw_gen_call *c, const Mmgw__Worker__V1__GenerateRequest *req, struct plan *p,
+static int32_t make_plan(struct core_call *c, const Mmgw__Worker__V1__GenerateRequest *req, struct plan *p,
                          struct mm_err *err)
 {
     memset(p, 0, sizeof(*p));
@@ -462,8 +463,9 @@ int32_t gw_upstream_generate(struct gw_upstream_chan *ch, const Mmgw__Worker__V1
     if (out) *out = NULL;
     if (!ch || !req || !ex || !cb || !cb->on_response || !cb->on_done)
         return mm_err_set(err, MM_INVALID, "generate: missing channel, request, executor or callbacks");
-    struct gw_gen_call *c = calloc(1, sizeof(*c));
+    struct core_call *c = calloc(1, sizeof(*c));
     if (!c) return mm_err_set(err, MM_NOMEM, "generate: out of memory");
+    c->base.kind = GW_GEN_CORE;
     c->tag_start.fn = on_start;
     c->tag_status.fn = on_status;
     c->tag_recv.fn = on_recv;
@@ -499,19 +501,29 @@ int32_t gw_upstream_generate(struct gw_upstream_chan *ch, const Mmgw__Worker__V1
         start_call(c);
     pthread_mutex_unlock(&c->mu);
     /* a failure to start is reported through on_done, like any other */
-    if (out) *out = c;
+    if (out) *out = &c->base;
     return MM_OK;
 }
 
-void gw_gen_pause(struct gw_gen_call *c)
+void gw_gen_pause(struct gw_gen_call *g)
 {
+    if (g->kind == GW_GEN_LOOP) {
+        gw_up_loop_gen_pause(g);
+        return;
+    }
+    struct core_call *c = (struct core_call *)g;
     pthread_mutex_lock(&c->mu);
     c->paused = 1;
     pthread_mutex_unlock(&c->mu);
 }
 
-void gw_gen_resume(struct gw_gen_call *c)
+void gw_gen_resume(struct gw_gen_call *g)
 {
+    if (g->kind == GW_GEN_LOOP) {
+        gw_up_loop_gen_resume(g);
+        return;
+    }
+    struct core_call *c = (struct core_call *)g;
     pthread_mutex_lock(&c->mu);
     c->paused = 0;
     arm_recv(c);
@@ -519,9 +531,14 @@ void gw_gen_resume(struct gw_gen_call *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-void gw_gen_cancel(struct gw_gen_call *c)
+void gw_gen_cancel(struct gw_gen_call *g)
 {
-    if (!c) return;
+    if (!g) return;
+    if (g->kind == GW_GEN_LOOP) {
+        gw_up_loop_gen_cancel(g);
+        return;
+    }
+    struct core_call *c = (struct core_call *)g;
     pthread_mutex_lock(&c->mu);
     int owner = c->owner_held;
     c->owner_held = 0;
@@ -534,15 +551,22 @@ void gw_gen_cancel(struct gw_gen_call *c)
         c->cur_upload = NULL;
     }
     pthread_mutex_unlock(&c->mu);
-    if (started && c->request_id[0]) {
-        struct mm_err e;
-        if (gw_upstream_abort(c->ch, c->request_id, ABORT_TIMEOUT_MS, NULL, NULL, NULL, &e) != MM_OK)
-            mm_log_warn("upstream", "abort %s on %s: %s", c->request_id, c->ch->target, e.msg);
-    }
+    if (started && c->request_id[0]) gw_up_send_abort(c->ch, c->request_id);
     if (owner) gen_unref(c);
 }
 
-void gw_gen_transport(const struct gw_gen_call *c, struct gw_gen_transport *out)
+void gw_up_send_abort(struct gw_upstream_chan *ch, const char *request_id)
 {
-    *out = c->transport;
+    struct mm_err e;
+    if (gw_upstream_abort(ch, request_id, ABORT_TIMEOUT_MS, NULL, NULL, NULL, &e) != MM_OK)
+        mm_log_warn("upstream", "abort %s on %s: %s", request_id, ch->target, e.msg);
+}
+
+void gw_gen_transport(const struct gw_gen_call *g, struct gw_gen_transport *out)
+{
+    if (g->kind == GW_GEN_LOOP) {
+        memset(out, 0, sizeof *out); /* only requests without out-of-band tensors go this way */
+        return;
+    }
+    *out = ((const struct core_call *)g)->transport;
 }

@@ -13,11 +13,20 @@
  * are read until the uploads finish or the call is cancelled, whichever comes first.
  *
  * Threading: start, pause, resume and cancel are called on the executor's thread, where the callbacks
- * run. */
+ * run.
+ *
+ * Two transports behind one handle. gw_upstream_generate goes through gRPC C core (its completion-queue
+ * thread decodes, the executor hands each response to the caller's thread). gw_upstream_generate_loop is
+ * for callers on an event loop (the gateway's HTTP loops): a request without out-of-band tensors then goes
+ * over that loop's own HTTP/2 connection to the worker (gw_upstream_h2.h), and its responses are read and
+ * delivered on the loop itself. Same contract, same statuses; anything the loop path does not do (media
+ * staging, names to resolve, a connection in reconnect backoff) falls back to gRPC C core per call. */
 #ifndef GW_UPSTREAM_GENERATE_H
 #define GW_UPSTREAM_GENERATE_H
 
 #include "gw_upstream.h"
+
+struct event_base;
 
 struct gw_gen_call;
 
@@ -27,6 +36,7 @@ struct gw_gen_opts {
     int no_shm;                  /* never use shared memory (uploads instead) */
     uint32_t upload_chunk_bytes; /* UploadTensor chunk size, 0 = 1 MiB */
     int keep_f32;                /* send F32 tensors as they are instead of converting them to BF16 */
+    int core_only;               /* gw_upstream_generate_loop: always through gRPC C core */
 };
 
 struct gw_gen_callbacks {
@@ -45,6 +55,19 @@ int32_t gw_upstream_generate(struct gw_upstream_chan *ch, const Mmgw__Worker__V1
                              const struct gw_gen_opts *opts, const struct gw_executor *ex,
                              const struct gw_gen_callbacks *cb, void *arg, struct gw_gen_call **out,
                              struct mm_err *err);
+
+/** Where a caller on an event loop runs. */
+struct gw_up_loop {
+    struct event_base *base;      /* the loop's libevent base */
+    const struct gw_executor *ex; /* its executor (stays valid as long as the loop) */
+    uint32_t index;               /* which loop: each keeps its own connection per worker */
+};
+
+/** gw_upstream_generate from a caller running on loop (see above). The callbacks run on that loop. */
+int32_t gw_upstream_generate_loop(struct gw_upstream_chan *ch, const Mmgw__Worker__V1__GenerateRequest *req,
+                                  const struct gw_gen_opts *opts, const struct gw_up_loop *loop,
+                                  const struct gw_gen_callbacks *cb, void *arg, struct gw_gen_call **out,
+                                  struct mm_err *err);
 
 /** Stop reading responses until resume (backpressure). */
 void gw_gen_pause(struct gw_gen_call *c);

@@ -8,8 +8,12 @@
 #include <grpc/grpc.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 
 #include "gw_upstream.h"
+#include "gw_upstream_generate.h"
+
+struct gw_h2_conn;
 
 #define GW_WORKER_METHOD(name) "/mmgw.worker.v1.Worker/" name
 
@@ -35,6 +39,7 @@ struct gw_upstream {
     uint64_t n_live;
     struct gw_upstream_chan *chans; /* open channels, guarded by a global lock (see gw_upstream.c) */
     int closing;
+    uint32_t keepalive_ms; /* also for the loops' own connections */
 };
 
 struct gw_upstream_chan {
@@ -42,6 +47,14 @@ struct gw_upstream_chan {
     grpc_channel *channel;
     char target[256];
     int local;
+    /* the target as an address event loops connect to themselves (gw_upstream_h2.h); loop_ok 0 for
+     * names, which only gRPC C core resolves */
+    int loop_ok;
+    struct sockaddr_storage loop_addr;
+    uint32_t loop_addrlen;
+    struct gw_h2_conn **loop_conns; /* [n_loop_conns] by loop index: array under mu, a slot by its loop */
+    uint32_t n_loop_conns;
+    uint32_t keepalive_ms;
     atomic_int refs;     /* the owner's + one per call */
     atomic_int detached; /* the client was destroyed: no new calls */
     int user_closed;
@@ -67,6 +80,24 @@ grpc_byte_buffer *gw_up_buffer_take(void *buf, size_t len);
 /** Decode a received message; NULL when malformed (free with protobuf_c_message_free_unpacked). */
 ProtobufCMessage *gw_up_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);
 
+/* Generate calls come in two kinds behind one handle (gw_upstream_generate.h). */
+enum gw_gen_kind { GW_GEN_CORE = 0, GW_GEN_LOOP = 1 };
+struct gw_gen_call {
+    int kind; /* the first member of each kind's call struct */
+};
+void gw_up_loop_gen_pause(struct gw_gen_call *g);
+void gw_up_loop_gen_resume(struct gw_gen_call *g);
+void gw_up_loop_gen_cancel(struct gw_gen_call *g);
+/** Fire-and-forget Abort(request_id) through gRPC C core (after a cancel). */
+void gw_up_send_abort(struct gw_upstream_chan *ch, const char *request_id);
+/** Resolve a gRPC target into ch->loop_addr when it is an IP literal or a unix socket path. */
+void gw_up_chan_parse_loop_addr(struct gw_upstream_chan *ch);
+/** Release the channel's per-loop connections (any thread; see gw_h2_conn_release). */
+void gw_up_chan_release_loop_conns(struct gw_upstream_chan *ch);
+
+/** Fill st from a gRPC status code and details text, naming the target and method. */
+void gw_up_status_fill_text(struct gw_call_status *st, const char *target, const char *method, int grpc_code,
+                            const char *details, size_t details_len);
 /** Fill st from a gRPC status and its details, naming the channel and method. */
 void gw_up_status_fill(struct gw_call_status *st, const struct gw_upstream_chan *ch, const char *method,
                        grpc_status_code code, const grpc_slice *details);

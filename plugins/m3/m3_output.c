@@ -414,6 +414,15 @@ static int32_t run_reasoning(struct mmgw_output_parser *p, int finishing)
 
 /* ---- plugin entry points ---- */
 
+/* The parser reads only "tools" and "chat_template_kwargs". A request whose text contains neither key
+ * (nor a \u escape, the only way JSON can spell a letter differently) has none of them: it is not parsed,
+ * which saves a second parse of every chat request (the host has parsed and validated it already). */
+static int may_name_parser_fields(const char *json, size_t len)
+{
+    return memmem(json, len, "\"tools\"", 7) || memmem(json, len, "\"chat_template_kwargs\"", 22) ||
+           memmem(json, len, "\\u", 2);
+}
+
 int32_t m3_parser_create(const struct mmgw_plugin_instance *inst, const char *request_json, uint64_t json_len,
                          const char *prompt_text, uint64_t prompt_len, struct mmgw_output_parser **out,
                          struct mmgw_error *err)
@@ -422,7 +431,7 @@ int32_t m3_parser_create(const struct mmgw_plugin_instance *inst, const char *re
     if (!out) return host->set_error(err, MMGW_E_INVALID, "m3 parser_create: missing output pointer");
     *out = NULL;
     json_t *req = NULL;
-    if (request_json && json_len > 0) {
+    if (request_json && json_len > 0 && may_name_parser_fields(request_json, (size_t)json_len)) {
         json_error_t jerr;
         req = json_loadb(request_json, (size_t)json_len, JSON_ALLOW_NUL, &jerr);
         if (!req)

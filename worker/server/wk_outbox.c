@@ -16,13 +16,23 @@ struct wk_outmsg {
     uint32_t *top_ids; /* [n * top_n] */
     float *top_lps;
     int32_t n, cap, top_n, has_lp;
-    /* complete */
+    /* complete (alone, or after a chunk's tokens when the outbox merges) */
+    int32_t has_done;
     struct wk_complete_ev done;
 };
 
 void wk_outbox_init(struct wk_outbox *o)
 {
     memset(o, 0, sizeof(*o));
+}
+
+/* The choice's last pending message, or NULL. */
+static struct wk_outmsg *last_of(struct wk_outbox *o, int32_t index)
+{
+    struct wk_outmsg *m = NULL;
+    for (struct wk_outmsg *p = o->head; p; p = p->next)
+        if (p->index == index) m = p;
+    return m;
 }
 
 static void msg_free(struct wk_outmsg *m)
@@ -84,11 +94,9 @@ static int32_t grow(struct wk_outmsg *m, int32_t more)
 
 int32_t wk_outbox_add_chunk(struct wk_outbox *o, const struct wk_chunk_ev *ev)
 {
-    struct wk_outmsg *m = NULL;
-    for (struct wk_outmsg *p = o->head; p; p = p->next)
-        if (p->index == ev->index) m = p; /* the choice's last pending message */
+    struct wk_outmsg *m = last_of(o, ev->index);
     int32_t top_n = ev->top_n > 0 ? ev->top_n : 0;
-    if (!m || m->is_complete || m->has_lp != (ev->logprobs != NULL) || m->top_n != top_n) {
+    if (!m || m->is_complete || m->has_done || m->has_lp != (ev->logprobs != NULL) || m->top_n != top_n) {
         m = calloc(1, sizeof(*m));
         if (!m) return -1;
         m->index = ev->index;
@@ -116,13 +124,35 @@ int32_t wk_outbox_add_chunk(struct wk_outbox *o, const struct wk_chunk_ev *ev)
 
 int32_t wk_outbox_add_complete(struct wk_outbox *o, const struct wk_complete_ev *ev)
 {
-    struct wk_outmsg *m = calloc(1, sizeof(*m));
+    struct wk_outmsg *m = o->merge_complete ? last_of(o, ev->index) : NULL;
+    if (m && !m->is_complete && !m->has_done) {
+        /* one message instead of two: the chunk carries its choice's end */
+        m->has_done = 1;
+        m->done = *ev;
+        return 0;
+    }
+    m = calloc(1, sizeof(*m));
     if (!m) return -1;
     m->is_complete = 1;
+    m->has_done = 1;
     m->index = ev->index;
     m->done = *ev; /* finish_reason points at a string literal of the scheduler */
     append(o, m);
     return 0;
+}
+
+static void complete_fill(Mmgw__Worker__V1__GenerateComplete *cp, const struct wk_outmsg *m)
+{
+    cp->index = (uint32_t)m->index;
+    cp->finish_reason = (char *)m->done.finish_reason;
+    cp->prompt_tokens = (uint32_t)m->done.prompt_tokens;
+    cp->completion_tokens = (uint32_t)m->done.completion_tokens;
+    cp->cached_tokens = (uint32_t)m->done.cached_tokens;
+    if (m->done.has_matched_stop) {
+        cp->has_matched_stop_token_case =
+            MMGW__WORKER__V1__GENERATE_COMPLETE__HAS_MATCHED_STOP_TOKEN_MATCHED_STOP_TOKEN;
+        cp->matched_stop_token = (uint32_t)m->done.matched_stop;
+    }
 }
 
 static int32_t pack(const ProtobufCMessage *msg, uint8_t **buf, size_t *len)
@@ -143,18 +173,9 @@ int32_t wk_outbox_pop_packed(struct wk_outbox *o, const char *request_id, uint8_
     Mmgw__Worker__V1__GenerateResponse resp = MMGW__WORKER__V1__GENERATE_RESPONSE__INIT;
     resp.request_id = (char *)request_id;
     int32_t rc;
+    Mmgw__Worker__V1__GenerateComplete cp = MMGW__WORKER__V1__GENERATE_COMPLETE__INIT;
+    if (m->has_done) complete_fill(&cp, m);
     if (m->is_complete) {
-        Mmgw__Worker__V1__GenerateComplete cp = MMGW__WORKER__V1__GENERATE_COMPLETE__INIT;
-        cp.index = (uint32_t)m->index;
-        cp.finish_reason = (char *)m->done.finish_reason;
-        cp.prompt_tokens = (uint32_t)m->done.prompt_tokens;
-        cp.completion_tokens = (uint32_t)m->done.completion_tokens;
-        cp.cached_tokens = (uint32_t)m->done.cached_tokens;
-        if (m->done.has_matched_stop) {
-            cp.has_matched_stop_token_case =
-                MMGW__WORKER__V1__GENERATE_COMPLETE__HAS_MATCHED_STOP_TOKEN_MATCHED_STOP_TOKEN;
-            cp.matched_stop_token = (uint32_t)m->done.matched_stop;
-        }
         resp.response_case = MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_COMPLETE;
         resp.complete = &cp;
         rc = pack(&resp.base, buf, len);
@@ -189,6 +210,7 @@ int32_t wk_outbox_pop_packed(struct wk_outbox *o, const char *request_id, uint8_
         }
         resp.response_case = MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_CHUNK;
         resp.chunk = &ch;
+        if (m->has_done) resp.chunk_complete = &cp;
         rc = pack(&resp.base, buf, len);
         free(tops);
         free(topp);

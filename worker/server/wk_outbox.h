@@ -15,13 +15,16 @@ struct wk_outmsg;
 struct wk_outbox {
     struct wk_outmsg *head, *tail;
     int32_t count;
+    /* the client set GenerateRequest.merge_complete: a Complete joins its choice's pending chunk */
+    int32_t merge_complete;
 };
 
 void wk_outbox_init(struct wk_outbox *o);
 void wk_outbox_clear(struct wk_outbox *o);
 /** Queue a chunk (merged into the choice's pending chunk when there is one). -1 on out of memory. */
 int32_t wk_outbox_add_chunk(struct wk_outbox *o, const struct wk_chunk_ev *ev);
-/** Queue a Complete. -1 on out of memory. */
+/** Queue a Complete (with merge_complete, attached to the choice's last chunk while that is still
+ * pending). -1 on out of memory. */
 int32_t wk_outbox_add_complete(struct wk_outbox *o, const struct wk_complete_ev *ev);
 /** Take the first pending message as a packed GenerateResponse (malloc'ed, caller frees). 0 when the outbox
  * is empty, -1 on out of memory (the message stays queued). */

@@ -3,7 +3,8 @@
  * Two threads touch a stream: the completion-queue thread (call start, send completions, the client
  * closing) and the scheduler thread (chunks, completes, the end). At most one SEND_MESSAGE may be in
  * flight on a call, so messages wait in an outbox (wk_outbox.h: a choice's tokens coalesce there while a
- * send is in flight) and the send completion starts the next one; the status goes last. The struct lives
+ * send is in flight) and the send completion starts the next one; the status goes last, in the same batch
+ * as the last message when it is known by then. The struct lives
  * until every pending batch has completed and the scheduler has ended the request (a reference count). A
  * client that goes away (RECV_CLOSE_ON_SERVER says cancelled) cancels the request in the scheduler, which
  * frees its pages before its next step. */
@@ -66,7 +67,7 @@ static void pump_locked(struct gen_call *c)
     size_t len = 0;
     int32_t msg = !c->dead && wk_outbox_pop_packed(&c->out, c->request_id, &buf, &len) > 0;
     if (!msg && !c->have_final) return;
-    grpc_op ops[2];
+    grpc_op ops[3];
     memset(ops, 0, sizeof(ops));
     size_t n = 0;
     if (!c->md_sent) {
@@ -81,6 +82,14 @@ static void pump_locked(struct gen_call *c)
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n].data.send_message.send_message = c->sending;
         n++;
+        if (c->have_final && !c->out.head) {
+            /* the last message: the status rides on the same batch (one write, one completion less) */
+            ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+            ops[n].data.send_status_from_server.status = c->final_code;
+            ops[n].data.send_status_from_server.status_details = &c->final_details;
+            n++;
+            c->status_started = 1;
+        }
         c->send_busy = 1;
         c->refs++;
         if (grpc_call_start_batch(c->call, ops, n, &c->tag_send, NULL) != GRPC_CALL_OK) {
@@ -88,6 +97,7 @@ static void pump_locked(struct gen_call *c)
             grpc_byte_buffer_destroy(c->sending);
             c->sending = NULL;
             c->send_busy = 0;
+            c->status_started = 0;
             c->refs--;
             c->dead = 1;
         }
@@ -152,15 +162,15 @@ static void on_close(void *obj, int32_t ok)
 
 /* ---- the scheduler's sink (scheduler thread) ---- */
 
+/* Chunks and completes wait in the outbox until the scheduler's step is over (sink_flush) or the request
+ * ends (sink_end): a choice's last chunk and its Complete then leave as one message when the client merges,
+ * with the status in the same batch when the request ended in that step. */
 static void sink_chunk(void *ctx, const struct wk_chunk_ev *ev)
 {
     struct gen_call *c = ctx;
     pthread_mutex_lock(&c->mu);
-    if (!c->dead) {
-        if (wk_outbox_add_chunk(&c->out, ev) != 0)
-            mm_log_error(LOG, "'%s': out of memory, tokens lost", c->request_id);
-        pump_locked(c);
-    }
+    if (!c->dead && wk_outbox_add_chunk(&c->out, ev) != 0)
+        mm_log_error(LOG, "'%s': out of memory, tokens lost", c->request_id);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -168,10 +178,16 @@ static void sink_complete(void *ctx, const struct wk_complete_ev *ev)
 {
     struct gen_call *c = ctx;
     pthread_mutex_lock(&c->mu);
-    if (!c->dead) {
-        if (wk_outbox_add_complete(&c->out, ev) != 0) mm_log_error(LOG, "'%s': out of memory", c->request_id);
-        pump_locked(c);
-    }
+    if (!c->dead && wk_outbox_add_complete(&c->out, ev) != 0)
+        mm_log_error(LOG, "'%s': out of memory", c->request_id);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void sink_flush(void *ctx)
+{
+    struct gen_call *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    pump_locked(c);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -226,6 +242,7 @@ void wk_rpc_generate(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *paylo
         char fallback[48];
         snprintf(fallback, sizeof(fallback), "wk-%llu",
                  (unsigned long long)__atomic_add_fetch(&g->id_counter, 1, __ATOMIC_RELAXED));
+        c->out.merge_complete = msg->merge_complete;                     /* before decode takes msg */
         rc = wk_request_decode(msg, &g->svc.limits, fallback, &r, &err); /* takes msg */
     }
     if (rc == MM_OK) {
@@ -234,7 +251,7 @@ void wk_rpc_generate(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *paylo
     }
     if (rc == MM_OK) {
         struct wk_sched_sink sink = {
-            .ctx = c, .chunk = sink_chunk, .complete = sink_complete, .end = sink_end};
+            .ctx = c, .chunk = sink_chunk, .complete = sink_complete, .end = sink_end, .flush = sink_flush};
         /* under mu, so that on_close (another completion-queue thread) sees in_sched and the ticket together;
          * the scheduler never holds its lock while it calls a sink, so this order cannot deadlock */
         pthread_mutex_lock(&c->mu);

@@ -132,6 +132,15 @@ void sched_end(struct wk_sched *s, struct sreq *q, int32_t status, const char *m
             if (!q->ch[i].finished) sched_finish_choice(s, q, i, "abort", 0, 0);
     }
     publish_load(s); /* a Load that follows the stream's end sees the pages back */
+    /* the request id is free again before the end goes out: the sink may send the status at once, and a
+     * client may reuse the id as soon as it sees it */
+    pthread_mutex_lock(&s->mu);
+    for (struct sreq **pp = &s->live; *pp; pp = &(*pp)->live_next)
+        if (*pp == q) {
+            *pp = q->live_next;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
     q->sink.end(q->sink.ctx, status, msg ? msg : "");
     if (mm_log_get_level() >= MM_LOG_INFO) {
         int64_t gen = 0, now = wk_now_ms();
@@ -145,11 +154,6 @@ void sched_end(struct wk_sched *s, struct sreq *q, int32_t status, const char *m
             status != MM_OK && msg ? msg : "");
     }
     pthread_mutex_lock(&s->mu);
-    for (struct sreq **pp = &s->live; *pp; pp = &(*pp)->live_next)
-        if (*pp == q) {
-            *pp = q->live_next;
-            break;
-        }
     s->n_live--;
     if (s->n_live == 0) pthread_cond_broadcast(&s->idle_cv);
     pthread_mutex_unlock(&s->mu);
@@ -340,6 +344,18 @@ static int64_t now_ms(void)
     return wk_now_ms();
 }
 
+/* The step's events leave now (sinks that hold them; ended requests were flushed by their end call). */
+static void flush_events(struct wk_sched *s)
+{
+    struct sreq *lists[2] = {s->running, s->waiting};
+    for (int32_t l = 0; l < 2; l++)
+        for (struct sreq *q = lists[l]; q; q = q->next)
+            if (q->dirty) {
+                q->dirty = 0;
+                if (q->sink.flush) q->sink.flush(q->sink.ctx);
+            }
+}
+
 static void *sched_main(void *arg)
 {
     struct wk_sched *s = arg;
@@ -391,6 +407,7 @@ static void *sched_main(void *arg)
         extend_horizons(s);
         admit(s);
         sched_step(s);
+        flush_events(s);
         publish_load(s);
     }
     return NULL;

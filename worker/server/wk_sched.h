@@ -51,6 +51,11 @@ struct wk_sched_sink {
     /** Last call: MM_OK when every choice completed, MM_CANCELLED after an abort or cancel, other codes on
      * failure (MM_INVALID for media the vision tower refused, MM_EXHAUSTED, MM_UNAVAILABLE on shutdown). */
     void (*end)(void *ctx, int32_t status, const char *msg);
+    /** Optional (NULL: the sink sends each event as it comes). Called at the end of every scheduler step for
+     * a request that got chunks or completes in it and is still running, so a sink may hold a step's events
+     * and send them together (a choice's last chunk with its Complete, the status with the last message:
+     * the request's end is the end call, which comes after its last events in the same step). */
+    void (*flush)(void *ctx);
 };
 
 struct wk_sched_load {

@@ -39,6 +39,7 @@ struct sreq {
     int64_t admit_seq; /* admission order, for choosing whom to preempt (youngest first) */
     float **embeds;    /* per media item, encoded on first need, [n_tokens, hidden] */
     int32_t n_done;
+    int32_t dirty;                   /* got events since the last flush (sink.flush) */
     int64_t t_submit_ms, t_first_ms; /* for the access log line */
     struct choice ch[];
 };

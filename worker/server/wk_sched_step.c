@@ -70,6 +70,7 @@ void sched_finish_choice(struct wk_sched *s, struct sreq *q, int32_t i, const ch
         .matched_stop = matched,
     };
     q->sink.complete(q->sink.ctx, &ev);
+    q->dirty = 1;
 }
 
 static int32_t is_eos(const struct wk_sched *s, int32_t tok)
@@ -138,6 +139,7 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
     }
     if (!q->t_first_ms) q->t_first_ms = wk_now_ms();
     q->sink.chunk(q->sink.ctx, &ev);
+    q->dirty = 1;
 
     if ((!sp->ignore_eos && is_eos(s, tok)) || is_stop(q, tok)) {
         sched_finish_choice(s, q, i, "stop", 1, tok);
