@@ -714,10 +714,16 @@ def case_backpressure():
     rss0 = gw.rss_kb()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: " +
               str(len(body)).encode() + b"\r\n\r\n" + body)
-    time.sleep(3)
+    # The socket buffers fill first; on a loaded machine that takes a while, so wait (bounded) for the worker's
+    # page count to stop moving, then require that it stays still for 2 s.
+    deadline = time.time() + 20
     p1 = used()
-    time.sleep(2)
-    p2 = used()
+    while True:
+        time.sleep(2)
+        p2 = used()
+        if p2 - p1 <= 2 or time.time() > deadline:
+            break
+        p1 = p2
     grown = gw.rss_kb() - rss0
     print(f"client not reading: worker pages {p1} -> {p2} over 2 s; gateway RSS grew {grown} kB")
     fx.check(p1 > 0 and p2 - p1 <= 2, f"the worker kept generating while the client did not read ({p1} -> {p2})")
