@@ -16,6 +16,9 @@ struct gw_vips_src {
 struct gw_image_src {
     struct gw_jpeg_src *jpeg;
     struct gw_png_src *png;
+    struct gw_gif_src *gif;
+    struct gw_bmp_src *bmp;
+    struct gw_tiff_src *tiff;
     struct gw_vips_src *vips;
     uint32_t width, height;
     const char *label;
@@ -89,11 +92,60 @@ int32_t gw_vips_open(const uint8_t *data, size_t len, const char *label, struct 
     return MM_OK;
 }
 
-/* Replace *cur with next (which the caller just produced from *cur). */
-static void swap_in(VipsImage **cur, VipsImage *next)
+/* How a decoded libvips image maps to RGB: PIL's convert("RGB") rules per layout. */
+enum vips_layout { LAYOUT_GREY, LAYOUT_RGB, LAYOUT_CMYK };
+
+/* PIL's CMYK -> RGB (Convert.c cmyk2rgb): each channel (255 - k) - c * (255 - k) / 255, rounded as PIL's
+ * MULDIV255 does. Not a colour-managed conversion: the reference applies none. */
+static inline uint8_t cmyk_channel(uint32_t c, uint32_t k)
 {
-    g_object_unref(*cur);
-    *cur = next;
+    uint32_t nk = 255 - k, t = c * nk + 128;
+    return (uint8_t)(nk - (((t >> 8) + t) >> 8));
+}
+
+void gw_cmyk_to_rgb(const uint8_t *cmyk, size_t stride, uint32_t w, int invert, uint8_t *rgb)
+{
+    const uint8_t x = invert ? 0xFF : 0;
+    for (uint32_t i = 0; i < w; i++) {
+        const uint8_t *p = cmyk + (size_t)i * stride;
+        uint32_t k = (uint8_t)(p[3] ^ x);
+        rgb[i * 3] = cmyk_channel((uint8_t)(p[0] ^ x), k);
+        rgb[i * 3 + 1] = cmyk_channel((uint8_t)(p[1] ^ x), k);
+        rgb[i * 3 + 2] = cmyk_channel((uint8_t)(p[2] ^ x), k);
+    }
+}
+
+/* One row of a libvips region (uchar or ushort samples, `bands` per pixel) to RGB8. 16-bit samples keep
+ * their high byte (PIL's RGB;16B, LA;16B, CMYK;16) except single-band grey, which PIL opens as I;16 and
+ * clips at 255 when converting. */
+static void vips_row_to_rgb(const void *src, int ushort, int bands, enum vips_layout layout, uint32_t w,
+                            uint8_t *tmp, uint8_t *rgb)
+{
+    const uint8_t *p8 = src;
+    if (ushort) {
+        const uint16_t *p16 = src;
+        const size_t n = (size_t)w * (size_t)bands;
+        if (layout == LAYOUT_GREY && bands == 1)
+            for (size_t i = 0; i < n; i++) tmp[i] = p16[i] > 255 ? 255 : (uint8_t)p16[i];
+        else
+            for (size_t i = 0; i < n; i++) tmp[i] = (uint8_t)(p16[i] >> 8);
+        p8 = tmp;
+    }
+    switch (layout) {
+    case LAYOUT_GREY: /* grey (+ alpha): replicate, drop alpha */
+        for (uint32_t x = 0; x < w; x++) rgb[x * 3] = rgb[x * 3 + 1] = rgb[x * 3 + 2] = p8[(size_t)x * bands];
+        break;
+    case LAYOUT_RGB: /* RGB (+ alpha and extras): drop what follows the colour (no compositing) */
+        if (bands == 3) {
+            memcpy(rgb, p8, (size_t)w * 3);
+        } else {
+            for (uint32_t x = 0; x < w; x++) memcpy(rgb + x * 3, p8 + (size_t)x * bands, 3);
+        }
+        break;
+    case LAYOUT_CMYK:
+        gw_cmyk_to_rgb(p8, (size_t)bands, w, 0, rgb);
+        break;
+    }
 }
 
 int32_t gw_vips_decode(struct gw_vips_src *s, const struct gw_row_sink *sink, struct mm_err *err)
@@ -101,45 +153,34 @@ int32_t gw_vips_decode(struct gw_vips_src *s, const struct gw_row_sink *sink, st
     char eb[256];
     VipsImage *cur = s->img;
     g_object_ref(cur);
-    VipsImage *t = NULL;
-    int bands = vips_image_get_bands(cur);
-    VipsInterpretation interp = vips_image_get_interpretation(cur);
-
-    if (interp == VIPS_INTERPRETATION_CMYK && bands >= 4) {
-        /* CMYK JPEG/TIFF: libvips' own CMYK -> sRGB conversion (PIL's naive formula is not worth copying). */
-        if (vips_colourspace(cur, &t, VIPS_INTERPRETATION_sRGB, NULL)) goto fail;
-        swap_in(&cur, t);
-        bands = vips_image_get_bands(cur);
-    }
+    const int bands = vips_image_get_bands(cur);
+    const VipsInterpretation interp = vips_image_get_interpretation(cur);
     VipsBandFormat fmt = vips_image_get_format(cur);
-    if (fmt == VIPS_FORMAT_USHORT) {
-        /* 16-bit: keep the high byte (PIL's rule for 16-bit RGB). */
-        if (vips_rshift_const1(cur, &t, 8, NULL)) goto fail;
-        swap_in(&cur, t);
+    if (fmt != VIPS_FORMAT_UCHAR && fmt != VIPS_FORMAT_USHORT) {
+        /* float / 32-bit TIFFs and the like: libvips' cast (rare inputs, PIL handles few of them) */
+        VipsImage *t = NULL;
+        if (vips_cast_uchar(cur, &t, NULL)) {
+            g_object_unref(cur);
+            return mm_err_set(err, MM_FORMAT, "%s: bad image: %s", s->label, vips_last_error(eb, sizeof eb));
+        }
+        g_object_unref(cur);
+        cur = t;
+        fmt = VIPS_FORMAT_UCHAR;
     }
-    if (vips_image_get_format(cur) != VIPS_FORMAT_UCHAR) {
-        if (vips_cast_uchar(cur, &t, NULL)) goto fail;
-        swap_in(&cur, t);
-    }
-    if (bands == 1 || bands == 2) {
-        /* grey (+ alpha): drop alpha, replicate grey */
-        VipsImage *g = NULL;
-        if (vips_extract_band(cur, &g, 0, NULL)) goto fail;
-        VipsImage *three[3] = {g, g, g};
-        int rc = vips_bandjoin(three, &t, 3, NULL);
-        g_object_unref(g);
-        if (rc) goto fail;
-        swap_in(&cur, t);
-    } else if (bands > 3) {
-        /* RGBA and beyond: drop alpha (PIL convert("RGB") does not composite) */
-        if (vips_extract_band(cur, &t, 0, "n", 3, NULL)) goto fail;
-        swap_in(&cur, t);
-    } else if (bands != 3) {
+    enum vips_layout layout;
+    if (interp == VIPS_INTERPRETATION_CMYK && bands >= 4)
+        layout = LAYOUT_CMYK;
+    else if (bands == 1 || bands == 2)
+        layout = LAYOUT_GREY;
+    else if (bands >= 3)
+        layout = LAYOUT_RGB;
+    else {
         g_object_unref(cur);
         return mm_err_set(err, MM_UNSUPPORTED, "%s: image with %d bands", s->label, bands);
     }
+    const int ushort = fmt == VIPS_FORMAT_USHORT;
 
-    /* Stream the converted image out strip by strip: libvips decodes lazily as the region moves down. */
+    /* Stream the image out strip by strip: libvips decodes lazily as the region moves down. */
     const uint32_t w = (uint32_t)vips_image_get_width(cur), h = (uint32_t)vips_image_get_height(cur);
     int32_t rc = sink->begin(sink->ctx, w, h, err);
     if (rc) {
@@ -148,9 +189,11 @@ int32_t gw_vips_decode(struct gw_vips_src *s, const struct gw_row_sink *sink, st
     }
     const size_t stride = (size_t)w * 3;
     uint8_t *row = gw_aligned_alloc(stride + GW_ROW_SLACK);
-    VipsRegion *reg = row ? vips_region_new(cur) : NULL;
+    uint8_t *tmp = ushort ? malloc((size_t)w * (size_t)bands) : NULL;
+    VipsRegion *reg = row && (tmp || !ushort) ? vips_region_new(cur) : NULL;
     if (!reg) {
         gw_aligned_free(row);
+        free(tmp);
         g_object_unref(cur);
         return mm_err_set(err, MM_NOMEM, "%s: out of memory", s->label);
     }
@@ -162,18 +205,16 @@ int32_t gw_vips_decode(struct gw_vips_src *s, const struct gw_row_sink *sink, st
             break;
         }
         for (int i = 0; i < rect.height && !rc; i++) {
-            /* copied: the region's rows have no slack for the vector loads */
-            memcpy(row, VIPS_REGION_ADDR(reg, 0, rect.top + i), stride);
+            /* converted into our own row: the region's rows have no slack for the vector loads */
+            vips_row_to_rgb(VIPS_REGION_ADDR(reg, 0, rect.top + i), ushort, bands, layout, w, tmp, row);
             rc = sink->row(sink->ctx, row, err);
         }
     }
     g_object_unref(reg);
     g_object_unref(cur);
     gw_aligned_free(row);
+    free(tmp);
     return rc;
-fail:
-    if (cur) g_object_unref(cur);
-    return mm_err_set(err, MM_FORMAT, "%s: bad image: %s", s->label, vips_last_error(eb, sizeof eb));
 }
 
 void gw_vips_close(struct gw_vips_src *s)
@@ -205,6 +246,27 @@ int32_t gw_image_open(const uint8_t *data, size_t len, const struct gw_media_lim
     }
     if (rc == MM_UNSUPPORTED && gw_png_sniff(data, len)) {
         rc = gw_png_open(data, len, label, &s->png, &s->width, &s->height, err);
+        if (rc != MM_OK && rc != MM_UNSUPPORTED) {
+            free(s);
+            return rc;
+        }
+    }
+    if (rc == MM_UNSUPPORTED && gw_gif_sniff(data, len)) {
+        rc = gw_gif_open(data, len, label, &s->gif, &s->width, &s->height, err);
+        if (rc) {
+            free(s);
+            return rc;
+        }
+    }
+    if (rc == MM_UNSUPPORTED && gw_bmp_sniff(data, len)) {
+        rc = gw_bmp_open(data, len, label, &s->bmp, &s->width, &s->height, err);
+        if (rc) {
+            free(s);
+            return rc;
+        }
+    }
+    if (rc == MM_UNSUPPORTED && gw_tiff_sniff(data, len)) {
+        rc = gw_tiff_open(data, len, label, &s->tiff, &s->width, &s->height, err);
         if (rc != MM_OK && rc != MM_UNSUPPORTED) {
             free(s);
             return rc;
@@ -254,6 +316,9 @@ int32_t gw_image_decode(struct gw_image_src *s, int allow_reduce, uint32_t min_w
         return gw_jpeg_decode(s->jpeg, denom, sink, err);
     }
     if (s->png) return gw_png_decode(s->png, sink, err);
+    if (s->gif) return gw_gif_decode(s->gif, sink, err);
+    if (s->bmp) return gw_bmp_decode(s->bmp, sink, err);
+    if (s->tiff) return gw_tiff_decode(s->tiff, sink, err);
     return gw_vips_decode(s->vips, sink, err);
 }
 
@@ -299,6 +364,9 @@ void gw_image_close(struct gw_image_src *s)
     if (!s) return;
     gw_jpeg_close(s->jpeg);
     gw_png_close(s->png);
+    gw_gif_close(s->gif);
+    gw_bmp_close(s->bmp);
+    gw_tiff_close(s->tiff);
     gw_vips_close(s->vips);
     free(s);
 }

@@ -2,17 +2,20 @@
  * gw_image_open reads only the header (refusing what the limits forbid), gw_image_decode then decodes.
  *
  * Colour handling follows the reference (PIL `Image.open(...).convert("RGB")`): grey is replicated to RGB,
- * alpha is dropped (not composited), palettes are expanded, no EXIF rotation is applied; 16-bit samples
- * are scaled to 8 bits by their high byte (v >> 8, PIL's rule for 16-bit RGB, used for 16-bit grey too
- * where PIL would clip). Truncated or corrupt data is an error, as it is for PIL.
+ * alpha is dropped (not composited), palettes are expanded (transparent indices keep their palette colour),
+ * CMYK goes through PIL's formula (JPEG samples inverted first, Adobe polarity), no EXIF rotation is
+ * applied; 16-bit samples keep their high byte (PIL's RGB;16B and LA;16B) except 16-bit grey, which PIL
+ * opens as I;16 and clips at 255. Truncated or corrupt data is an error, as it is for PIL.
  *
  * Common PNGs (non-interlaced, 8/16-bit) are decoded directly (gw_png_decode.c: libdeflate + SIMD
  * unfiltering), bit-identical to libpng's pixels, twice as fast.
- * JPEG (baseline/progressive YCbCr or grey) is decoded with libjpeg-turbo directly, with the library
- * settings PIL uses (ISLOW IDCT, fancy upsampling), so pixels are bit-identical to PIL's. Only when the
- * caller asks (allow_reduce) is a JPEG decoded with DCT-domain downscaling (1/2, 1/4 or 1/8), never below
- * gw_image_decode's min size; see docs/design/preprocess.md for the accuracy this costs. Everything else
- * (PNG, WebP, GIF first frame, TIFF, CMYK JPEG...) goes through libvips. */
+ * JPEG (baseline/progressive YCbCr, grey, RGB, CMYK/YCCK) is decoded with libjpeg-turbo directly, with the
+ * library settings PIL uses (ISLOW IDCT, fancy upsampling), so pixels are bit-identical to PIL's. Only when
+ * the caller asks (allow_reduce) is a JPEG decoded with DCT-domain downscaling (1/2, 1/4 or 1/8), never
+ * below gw_image_decode's min size; see docs/design/preprocess.md for the accuracy this costs.
+ * GIF (first frame, PIL's canvas and palette rules) and BMP have decoders of their own; YCbCr TIFFs go
+ * through libtiff's RGBA interface (as PIL reads them). Everything else (PNG variants, WebP, other TIFFs)
+ * goes through libvips. */
 #ifndef GW_IMAGE_DECODE_H
 #define GW_IMAGE_DECODE_H
 
@@ -60,6 +63,11 @@ int32_t gw_image_decode_full(struct gw_image_src *src, struct gw_rgb_image *out,
 void gw_image_close(struct gw_image_src *src);
 
 /* The decoders behind gw_image_open (internal). */
+
+/** PIL's CMYK -> RGB conversion of w pixels (4 samples each, `stride` bytes apart), samples inverted first
+ * when `invert` (PIL's "CMYK;I" raw mode for JPEGs). */
+void gw_cmyk_to_rgb(const uint8_t *cmyk, size_t stride, uint32_t w, int invert, uint8_t *rgb);
+
 struct gw_jpeg_src;
 int gw_jpeg_sniff(const uint8_t *data, size_t len);
 /** Returns MM_OK, MM_UNSUPPORTED when the JPEG should go through libvips instead (CMYK, ...), or an error. */
@@ -76,6 +84,29 @@ int32_t gw_png_open(const uint8_t *data, size_t len, const char *label, struct g
                     uint32_t *width, uint32_t *height, struct mm_err *err);
 int32_t gw_png_decode(struct gw_png_src *src, const struct gw_row_sink *sink, struct mm_err *err);
 void gw_png_close(struct gw_png_src *src);
+
+struct gw_gif_src;
+int gw_gif_sniff(const uint8_t *data, size_t len);
+int32_t gw_gif_open(const uint8_t *data, size_t len, const char *label, struct gw_gif_src **out,
+                    uint32_t *width, uint32_t *height, struct mm_err *err);
+int32_t gw_gif_decode(struct gw_gif_src *src, const struct gw_row_sink *sink, struct mm_err *err);
+void gw_gif_close(struct gw_gif_src *src);
+
+struct gw_bmp_src;
+int gw_bmp_sniff(const uint8_t *data, size_t len);
+int32_t gw_bmp_open(const uint8_t *data, size_t len, const char *label, struct gw_bmp_src **out,
+                    uint32_t *width, uint32_t *height, struct mm_err *err);
+int32_t gw_bmp_decode(struct gw_bmp_src *src, const struct gw_row_sink *sink, struct mm_err *err);
+void gw_bmp_close(struct gw_bmp_src *src);
+
+struct gw_tiff_src;
+int gw_tiff_sniff(const uint8_t *data, size_t len);
+/** MM_OK for the TIFFs read through libtiff's RGBA interface (YCbCr, not JPEG-compressed), MM_UNSUPPORTED
+ * for the rest (libvips), or an error. */
+int32_t gw_tiff_open(const uint8_t *data, size_t len, const char *label, struct gw_tiff_src **out,
+                     uint32_t *width, uint32_t *height, struct mm_err *err);
+int32_t gw_tiff_decode(struct gw_tiff_src *src, const struct gw_row_sink *sink, struct mm_err *err);
+void gw_tiff_close(struct gw_tiff_src *src);
 
 struct gw_vips_src;
 int32_t gw_vips_open(const uint8_t *data, size_t len, const char *label, struct gw_vips_src **out,

@@ -1,6 +1,7 @@
-/* JPEG decoding with libjpeg-turbo, set up exactly as PIL does (ISLOW IDCT, fancy upsampling, RGB output),
- * with optional DCT-domain downscaling. libjpeg reports fatal errors through error_exit, which must not
- * return: it longjmps back to the call that started the libjpeg operation. */
+/* JPEG decoding with libjpeg-turbo, set up exactly as PIL does (ISLOW IDCT, fancy upsampling, RGB output;
+ * CMYK/YCCK to CMYK then PIL's inverted-CMYK -> RGB formula), with optional DCT-domain downscaling. libjpeg
+ * reports fatal errors through error_exit, which must not return: it longjmps back to the call that started
+ * the libjpeg operation. */
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ struct gw_jpeg_src {
     struct gw_jpeg_err jerr;
     struct jpeg_progress_mgr progress;
     int created;
+    int cmyk; /* 4 components (CMYK or YCCK): decoded to CMYK, then converted as PIL does */
     const char *label;
 };
 
@@ -95,9 +97,11 @@ int32_t gw_jpeg_open(const uint8_t *data, size_t len, const char *label, struct 
         return mm_err_set(err, MM_FORMAT, "%s: truncated JPEG (the data ends inside the header)", label);
     }
     J_COLOR_SPACE cs = s->cinfo.jpeg_color_space;
-    if (cs != JCS_YCbCr && cs != JCS_GRAYSCALE && cs != JCS_RGB) {
+    if (cs == JCS_CMYK || cs == JCS_YCCK) {
+        s->cmyk = 1;
+    } else if (cs != JCS_YCbCr && cs != JCS_GRAYSCALE && cs != JCS_RGB) {
         gw_jpeg_close(s);
-        return MM_UNSUPPORTED; /* CMYK/YCCK and friends: libvips converts those */
+        return mm_err_set(err, MM_UNSUPPORTED, "%s: JPEG colour space %d is not supported", label, (int)cs);
     }
     *width = s->cinfo.image_width;
     *height = s->cinfo.image_height;
@@ -114,14 +118,17 @@ int32_t gw_jpeg_decode(struct gw_jpeg_src *s, uint32_t scale_denom, const struct
         gw_aligned_free(buf);
         return mm_err_set(err, MM_FORMAT, "%s: bad JPEG: %s", s->label, s->jerr.msg);
     }
-    s->cinfo.out_color_space = JCS_RGB;
+    /* CMYK: libjpeg turns YCCK into CMYK; PIL then reads the samples inverted ("CMYK;I", Adobe's
+     * polarity, assumed for every CMYK JPEG) and applies its CMYK -> RGB formula. */
+    s->cinfo.out_color_space = s->cmyk ? JCS_CMYK : JCS_RGB;
     s->cinfo.dct_method = JDCT_ISLOW;
     s->cinfo.do_fancy_upsampling = TRUE;
     s->cinfo.scale_num = 1;
     s->cinfo.scale_denom = scale_denom == 2 || scale_denom == 4 || scale_denom == 8 ? scale_denom : 1;
     jpeg_start_decompress(&s->cinfo);
     const uint32_t w = s->cinfo.output_width, h = s->cinfo.output_height;
-    if (s->cinfo.output_components != 3 || w == 0 || h == 0) {
+    const int comps = s->cmyk ? 4 : 3;
+    if (s->cinfo.output_components != comps || w == 0 || h == 0) {
         jpeg_abort_decompress(&s->cinfo);
         return mm_err_set(err, MM_FORMAT, "%s: JPEG decodes to %d components", s->label,
                           s->cinfo.output_components);
@@ -132,22 +139,31 @@ int32_t gw_jpeg_decode(struct gw_jpeg_src *s, uint32_t scale_denom, const struct
         return rc;
     }
     /* A few rows at a time (libjpeg's natural unit) into a small buffer with slack for the vector loads. */
-    const size_t stride = (size_t)w * 3;
+    const size_t stride = (size_t)w * (size_t)comps;
     const uint32_t batch = s->cinfo.rec_outbuf_height > 0 && s->cinfo.rec_outbuf_height <= 16
                                ? (uint32_t)s->cinfo.rec_outbuf_height
                                : 1;
-    buf = gw_aligned_alloc(stride * batch + GW_ROW_SLACK);
+    /* CMYK rows are converted into one extra RGB row (with slack) after the batch */
+    const size_t rgb_off = stride * batch;
+    buf = gw_aligned_alloc(rgb_off + (s->cmyk ? (size_t)w * 3 : 0) + GW_ROW_SLACK);
     if (!buf) {
         jpeg_abort_decompress(&s->cinfo);
         return mm_err_set(err, MM_NOMEM, "%s: out of memory for a %u-pixel row", s->label, w);
     }
-    memset(buf + stride * batch, 0, GW_ROW_SLACK);
+    memset(buf + rgb_off + (s->cmyk ? (size_t)w * 3 : 0), 0, GW_ROW_SLACK);
     while (s->cinfo.output_scanline < h) {
         JSAMPROW rows[16];
         for (uint32_t i = 0; i < batch; i++) rows[i] = buf + (size_t)i * stride;
         JDIMENSION got = jpeg_read_scanlines(&s->cinfo, rows, batch);
         if (got == 0 || s->jerr.truncated) break;
-        for (JDIMENSION i = 0; i < got && !rc; i++) rc = sink->row(sink->ctx, buf + (size_t)i * stride, err);
+        for (JDIMENSION i = 0; i < got && !rc; i++) {
+            const uint8_t *r = buf + (size_t)i * stride;
+            if (s->cmyk) {
+                gw_cmyk_to_rgb(r, 4, w, 1, buf + rgb_off);
+                r = buf + rgb_off;
+            }
+            rc = sink->row(sink->ctx, r, err);
+        }
         if (rc) break;
     }
     if (!rc && (s->jerr.truncated || s->cinfo.output_scanline < h))

@@ -36,8 +36,9 @@
 /** Caps applied before and during decoding. Zero fields take the defaults shown. */
 struct gw_media_limits {
     uint64_t max_input_bytes;   /* encoded input (default 512 MiB) */
-    uint64_t max_source_pixels; /* width x height an image or video frame may claim (default 100 M) */
-    uint32_t max_source_side;   /* either side (default 65,535) */
+    uint64_t max_source_pixels; /* width x height an image or video frame may claim (default 178,956,970:
+                                   PIL's DecompressionBombError threshold, where the reference stops too) */
+    uint32_t max_source_side;   /* either side (default 1,048,576) */
     uint64_t max_video_frames;  /* frames a video may contain (default 1,000,000) */
     double max_video_seconds;   /* duration a video may claim (default 4 h) */
     uint64_t max_output_bytes;  /* the patch tensor (default 4 GiB) */
@@ -52,6 +53,8 @@ struct gw_media_options {
     int32_t fast_jpeg;                    /* 1 = decode big JPEGs at 1/2..1/8 scale in the DCT domain when
                                              that still covers the target (faster, no longer bit-exact
                                              with the reference: see docs/design/preprocess.md) */
+    int32_t no_autorotate;                /* 1 = ignore a video's rotation metadata (default: apply it, as
+                                             torchcodec, decord and FFmpeg's CLI do) */
 };
 
 struct gw_media_input {

@@ -34,8 +34,10 @@ static uint64_t now_ns(void)
 void gw_media_limits_default(struct gw_media_limits *lim)
 {
     lim->max_input_bytes = 512ull << 20;
-    lim->max_source_pixels = 100000000ull;
-    lim->max_source_side = 65535;
+    /* PIL's own ceiling: above 2 x Image.MAX_IMAGE_PIXELS it raises DecompressionBombError, so the reference
+     * refuses what we refuse; below it, it decodes what we decode (images stream, no full-size copy). */
+    lim->max_source_pixels = 178956970ull;
+    lim->max_source_side = 1u << 20;
     lim->max_video_frames = 1000000;
     lim->max_video_seconds = 4 * 3600.0;
     lim->max_output_bytes = 4ull << 30;
@@ -321,7 +323,8 @@ static int32_t process_video(struct gw_job_ctx *c, const struct gw_media_options
     uint64_t t0 = now_ns(), decode_ns = 0;
     struct gw_video *v = NULL;
     struct gw_video_info vi;
-    int32_t rc = gw_video_open(c->in->data, c->in->len, &c->lim, c->label, opt->video_threads, &v, &vi, err);
+    int32_t rc = gw_video_open(c->in->data, c->in->len, &c->lim, c->label, opt->video_threads,
+                               !opt->no_autorotate, &v, &vi, err);
     if (rc) return rc;
     decode_ns += now_ns() - t0;
 

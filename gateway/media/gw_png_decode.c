@@ -2,7 +2,8 @@
  * palette. The whole zlib stream is inflated at once with libdeflate (about twice zlib's speed), rows are
  * unfiltered (the Paeth filter, which photo encoders use for most rows, has an SSE2 version) and converted
  * to RGB8 as PIL's convert("RGB") does: grey replicated, alpha dropped, palette expanded, 16-bit samples
- * reduced to their high byte. Every other PNG (interlaced, 1/2/4-bit, huge) answers MM_UNSUPPORTED and is
+ * reduced to their high byte (LA;16B, RGB;16B, RGBA;16B) except 16-bit grey, which PIL opens as I;16 and
+ * clips at 255. Every other PNG (interlaced, 1/2/4-bit, huge) answers MM_UNSUPPORTED and is
  * decoded by libvips instead. CRCs of IHDR, PLTE and IDAT are checked, as libpng does. */
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +260,17 @@ int32_t gw_png_decode(struct gw_png_src *s, const struct gw_row_sink *sink, stru
         const uint32_t w = s->width, step = s->depth / 8; /* 16-bit: the high byte comes first */
         switch (s->color) {
         case 0:
+            if (step == 2) {
+                /* 16-bit grey: PIL opens it as I;16 and convert("RGB") clips at 255 (not >> 8) */
+                for (uint32_t x = 0; x < w; x++) {
+                    const uint8_t *v = px + (size_t)x * 2;
+                    uint8_t g = v[0] ? 255 : v[1];
+                    rgb[x * 3] = rgb[x * 3 + 1] = rgb[x * 3 + 2] = g;
+                }
+                break;
+            }
+            /* 8-bit grey reads like grey+alpha's first byte */
+            __attribute__((fallthrough));
         case 4:
             for (uint32_t x = 0; x < w; x++) {
                 uint8_t g = px[(size_t)x * s->bpp];
@@ -283,8 +295,8 @@ int32_t gw_png_decode(struct gw_png_src *s, const struct gw_row_sink *sink, stru
                 uint8_t i = px[x];
                 if (i < s->n_palette)
                     memcpy(rgb + x * 3, s->palette[i], 3);
-                else
-                    rgb[x * 3] = rgb[x * 3 + 1] = rgb[x * 3 + 2] = 0;
+                else /* past the palette: PIL's palettes start out as the grey ramp */
+                    rgb[x * 3] = rgb[x * 3 + 1] = rgb[x * 3 + 2] = i;
             }
             break;
         }

@@ -1,4 +1,5 @@
 /* FFmpeg video decoding from memory (see gw_video_decode.h). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -6,6 +7,7 @@
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/avstring.h>
+#include <libavutil/display.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
@@ -29,9 +31,11 @@ struct gw_mem_io {
 };
 
 struct gw_pkt_info {
-    int64_t pts;   /* presentation timestamp (or dts when the container has none) */
-    uint32_t disp; /* presentation order index */
-    uint8_t key;   /* keyframe */
+    int64_t pts;     /* presentation timestamp (or dts when the container has none) */
+    int64_t dur;     /* packet duration (0 when the container gives none) */
+    uint32_t disp;   /* presentation order index (not for discarded packets) */
+    uint8_t key;     /* keyframe */
+    uint8_t discard; /* decoded for reference only, never shown (before an edit list's start) */
 };
 
 struct gw_video {
@@ -50,6 +54,8 @@ struct gw_video {
     AVPacket **pkts;
     struct gw_pkt_info *info;
     uint64_t n_pkts;
+    uint64_t n_frames;     /* packets that are frames (not discarded) */
+    double content_fps;    /* frames / (end of the last frame - start of the first), 0 when unknown */
     uint32_t *pkt_of_disp; /* presentation index -> decode-order packet */
     int64_t *sorted_pts;   /* presentation order pts, for mapping decoded frames back */
     int pts_ok;            /* every packet has a distinct timestamp */
@@ -60,7 +66,9 @@ struct gw_video {
     int draining;
     uint64_t last_index;
     int have_last;
-    struct gw_rgb_image rgb;
+    struct gw_rgb_image rgb;  /* the frame handed out (displayed orientation) */
+    struct gw_rgb_image conv; /* the coded-orientation conversion when the stream is rotated */
+    int rotation;             /* clockwise degrees to display the coded frames upright: 0, 90, 180, 270 */
     uint64_t deadline_ns;
 };
 
@@ -147,6 +155,7 @@ void gw_video_close(struct gw_video *v)
         avio_context_free(&v->avio);
     }
     gw_rgb_image_free(&v->rgb);
+    gw_rgb_image_free(&v->conv);
     free(v);
 }
 
@@ -154,6 +163,46 @@ static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The clockwise quarter turns that display the stream upright, from its display matrix, as FFmpeg's CLI
+ * (autorotate), torchcodec (>= 0.11) and decord apply them; angles are rounded to a multiple of 90 degrees
+ * (torchcodec's rule), flips are ignored. */
+static int stream_rotation(const AVStream *st)
+{
+#if LIBAVFORMAT_VERSION_MAJOR >= 61
+    const AVPacketSideData *sd = av_packet_side_data_get(
+        st->codecpar->coded_side_data, st->codecpar->nb_coded_side_data, AV_PKT_DATA_DISPLAYMATRIX);
+    const int32_t *m = sd && sd->size >= 9 * sizeof(int32_t) ? (const int32_t *)sd->data : NULL;
+#else
+    size_t size = 0;
+    const int32_t *m = (const int32_t *)av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX, &size);
+    if (size < 9 * sizeof(int32_t)) m = NULL;
+#endif
+    if (!m) return 0;
+    double ccw = av_display_rotation_get(m); /* counter-clockwise degrees */
+    if (!isfinite(ccw)) return 0;
+    long quarter = lround(-ccw / 90.0); /* clockwise quarter turns */
+    return (int)(((quarter % 4) + 4) % 4) * 90;
+}
+
+/* dst = src turned clockwise by deg (90, 180 or 270); dst has the turned size. */
+static void rotate_rgb(const struct gw_rgb_image *src, struct gw_rgb_image *dst, int deg)
+{
+    const uint32_t W = src->width, H = src->height;
+    for (uint32_t y = 0; y < dst->height; y++) {
+        uint8_t *o = dst->data + (size_t)y * dst->stride;
+        for (uint32_t x = 0; x < dst->width; x++) {
+            uint32_t sx, sy;
+            if (deg == 90) /* transpose=clock */
+                sx = y, sy = H - 1 - x;
+            else if (deg == 270) /* transpose=cclock */
+                sx = W - 1 - y, sy = x;
+            else /* hflip + vflip */
+                sx = W - 1 - x, sy = H - 1 - y;
+            memcpy(o + (size_t)x * 3, src->data + (size_t)sy * src->stride + (size_t)sx * 3, 3);
+        }
+    }
 }
 
 /* Read every packet of the chosen stream (decode order) and derive presentation order. */
@@ -188,7 +237,9 @@ static int32_t build_index(struct gw_video *v, const struct gw_media_limits *lim
         }
         struct gw_pkt_info *pi = &v->info[v->n_pkts];
         pi->pts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+        pi->dur = pkt->duration > 0 ? pkt->duration : 0;
         pi->key = (pkt->flags & AV_PKT_FLAG_KEY) != 0;
+        pi->discard = (pkt->flags & AV_PKT_FLAG_DISCARD) != 0;
         pi->disp = 0;
         v->pkts[v->n_pkts++] = pkt;
         pkt = av_packet_alloc();
@@ -201,43 +252,62 @@ static int32_t build_index(struct gw_video *v, const struct gw_media_limits *lim
         if (v->n_pkts == 0)
             return mm_err_set(err, MM_FORMAT, "%s: bad video: %s", v->label, av_errstr(rc, eb, sizeof eb));
     }
-    if (v->n_pkts == 0) return mm_err_set(err, MM_FORMAT, "%s: video stream has no frames", v->label);
-
-    uint64_t n = v->n_pkts;
+    /* Frames are the packets not marked discard (those precede an edit list's start: decoded for reference,
+     * never shown), as torchcodec's exact scan counts them. */
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < v->n_pkts; i++) n += !v->info[i].discard;
+    if (n == 0) return mm_err_set(err, MM_FORMAT, "%s: video stream has no frames", v->label);
+    v->n_frames = n;
     v->pkt_of_disp = malloc(n * sizeof *v->pkt_of_disp);
     v->sorted_pts = malloc(n * sizeof *v->sorted_pts);
     v->needed = calloc(n, 1);
     if (!v->pkt_of_disp || !v->sorted_pts || !v->needed)
         return mm_err_set(err, MM_NOMEM, "%s: out of memory indexing the video", v->label);
     v->pts_ok = 1;
-    for (uint64_t i = 0; i < n; i++) {
-        if (v->info[i].pts == AV_NOPTS_VALUE) v->pts_ok = 0;
-        v->sorted_pts[i] = v->info[i].pts;
+    int64_t begin = INT64_MAX, end = INT64_MIN;
+    for (uint64_t i = 0, j = 0; i < v->n_pkts; i++) {
+        const struct gw_pkt_info *pi = &v->info[i];
+        if (pi->discard) continue;
+        if (pi->pts == AV_NOPTS_VALUE) {
+            v->pts_ok = 0;
+        } else {
+            if (pi->pts < begin) begin = pi->pts;
+            if (pi->pts <= INT64_MAX - pi->dur && pi->pts + pi->dur > end) end = pi->pts + pi->dur;
+        }
+        v->sorted_pts[j++] = pi->pts;
+    }
+    /* The average frame rate over the content, as torchcodec's exact scan reports it (transformers' default
+     * video reader): frames / (end of the last frame - start of the first). A header's rate can be an
+     * estimate from the first seconds (Matroska), wrong for a variable frame rate. */
+    if (v->pts_ok && end > begin) {
+        /* in torchcodec's double arithmetic (pts * num / den per end, then the difference): the frame count
+         * the plugins derive, total / fps * target floored to even, can sit exactly on a boundary */
+        AVRational tb = v->fmt->streams[v->stream]->time_base;
+        double end_s = (double)end * tb.num / tb.den, begin_s = (double)begin * tb.num / tb.den;
+        if (end_s > begin_s) v->content_fps = (double)n / (end_s - begin_s);
     }
     if (v->pts_ok) {
         qsort(v->sorted_pts, n, sizeof *v->sorted_pts, cmp_i64);
         for (uint64_t i = 1; i < n; i++)
             if (v->sorted_pts[i] == v->sorted_pts[i - 1]) v->pts_ok = 0;
     }
-    if (v->pts_ok) {
-        for (uint64_t i = 0; i < n; i++) {
-            int64_t *f = bsearch(&v->info[i].pts, v->sorted_pts, n, sizeof *v->sorted_pts, cmp_i64);
-            uint32_t d = (uint32_t)(f - v->sorted_pts);
-            v->info[i].disp = d;
-            v->pkt_of_disp[d] = (uint32_t)i;
+    for (uint64_t i = 0, j = 0; i < v->n_pkts; i++) {
+        struct gw_pkt_info *pi = &v->info[i];
+        if (pi->discard) continue;
+        uint32_t d = (uint32_t)j++; /* no usable timestamps: decode order, decoded straight through */
+        if (v->pts_ok) {
+            int64_t *f = bsearch(&pi->pts, v->sorted_pts, n, sizeof *v->sorted_pts, cmp_i64);
+            d = (uint32_t)(f - v->sorted_pts);
         }
-    } else {
-        /* No usable timestamps: presentation order is taken to be decode order, decoded straight through. */
-        for (uint64_t i = 0; i < n; i++) {
-            v->info[i].disp = (uint32_t)i;
-            v->pkt_of_disp[i] = (uint32_t)i;
-        }
+        pi->disp = d;
+        v->pkt_of_disp[d] = (uint32_t)i;
     }
     return MM_OK;
 }
 
 int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_limits *lim, const char *label,
-                      int threads, struct gw_video **out, struct gw_video_info *info, struct mm_err *err)
+                      int threads, int autorotate, struct gw_video **out, struct gw_video_info *info,
+                      struct mm_err *err)
 {
     *out = NULL;
     memset(info, 0, sizeof *info);
@@ -326,9 +396,10 @@ int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_lim
         if ((int)i != v->stream) v->fmt->streams[i]->discard = AVDISCARD_ALL;
     if ((rc = build_index(v, lim, err))) goto fail;
 
-    double fps = av_q2d(st->avg_frame_rate);
+    double fps = v->content_fps;
+    if (!(fps > 0) || fps > 1000) fps = av_q2d(st->avg_frame_rate);
     if (!(fps > 0) || fps > 1000) fps = av_q2d(st->r_frame_rate);
-    if ((!(fps > 0) || fps > 1000) && duration > 0) fps = (double)v->n_pkts / duration;
+    if ((!(fps > 0) || fps > 1000) && duration > 0) fps = (double)v->n_frames / duration;
     if (!(fps > 0) || fps > 1000) {
         rc = mm_err_set(err, MM_FORMAT, "%s: video has no usable frame rate", label);
         goto fail;
@@ -347,19 +418,28 @@ int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_lim
     }
     v->frame = av_frame_alloc();
     v->pending = av_frame_alloc();
-    v->rgb.data = gw_aligned_alloc((size_t)v->width * v->height * 3 + GW_ROW_SLACK);
-    if (!v->frame || !v->pending || !v->rgb.data) {
+    const size_t frame_bytes = (size_t)v->width * v->height * 3;
+    v->rotation = autorotate ? stream_rotation(st) : 0;
+    v->rgb.data = gw_aligned_alloc(frame_bytes + GW_ROW_SLACK);
+    v->conv.data = v->rotation ? gw_aligned_alloc(frame_bytes + GW_ROW_SLACK) : NULL;
+    if (!v->frame || !v->pending || !v->rgb.data || (v->rotation && !v->conv.data)) {
         rc = mm_err_set(err, MM_NOMEM, "%s: out of memory for %ux%u frames", label, v->width, v->height);
         goto fail;
     }
-    memset(v->rgb.data + (size_t)v->width * v->height * 3, 0, GW_ROW_SLACK);
-    v->rgb.width = v->width;
-    v->rgb.height = v->height;
-    v->rgb.stride = (size_t)v->width * 3;
+    memset(v->rgb.data + frame_bytes, 0, GW_ROW_SLACK);
+    v->conv.width = v->width;
+    v->conv.height = v->height;
+    v->conv.stride = (size_t)v->width * 3;
+    /* a quarter turn swaps the displayed sides */
+    const int swap = v->rotation == 90 || v->rotation == 270;
+    v->rgb.width = swap ? v->height : v->width;
+    v->rgb.height = swap ? v->width : v->height;
+    v->rgb.stride = (size_t)v->rgb.width * 3;
 
-    info->width = v->width;
-    info->height = v->height;
-    info->total_frames = v->n_pkts;
+    info->width = v->rgb.width;
+    info->height = v->rgb.height;
+    info->rotation = v->rotation;
+    info->total_frames = v->n_frames;
     info->fps = fps;
     info->codec = codec->name;
     *out = v;
@@ -372,16 +452,19 @@ fail:
 void gw_video_want(struct gw_video *v, const uint32_t *indices, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
-        if (indices[i] < v->n_pkts) v->needed[indices[i]] = 1;
+        if (indices[i] < v->n_frames) v->needed[indices[i]] = 1;
 }
 
-/* Presentation index of a decoded frame (by its timestamp; by output count when timestamps are unusable). */
+/* Presentation index of a decoded frame (by its timestamp; by output count when timestamps are unusable).
+ * GW_NOT_A_FRAME for a timestamp that is no frame's: a discarded packet's picture that came out anyway. */
+#define GW_NOT_A_FRAME UINT64_MAX
 static uint64_t frame_disp(struct gw_video *v, const AVFrame *f)
 {
     int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
     if (v->pts_ok && ts != AV_NOPTS_VALUE) {
-        int64_t *hit = bsearch(&ts, v->sorted_pts, v->n_pkts, sizeof *v->sorted_pts, cmp_i64);
+        int64_t *hit = bsearch(&ts, v->sorted_pts, v->n_frames, sizeof *v->sorted_pts, cmp_i64);
         if (hit) return (uint64_t)(hit - v->sorted_pts);
+        if (v->n_frames < v->n_pkts) return GW_NOT_A_FRAME;
     }
     return v->out_base + v->out_count - 1;
 }
@@ -404,10 +487,12 @@ static int32_t to_rgb(struct gw_video *v, const AVFrame *f, struct mm_err *err)
     int *inv = NULL, *tab = NULL, srcr = 0, dstr = 0, bri = 0, con = 0, sat = 0;
     if (sws_getColorspaceDetails(v->sws, &inv, &srcr, &tab, &dstr, &bri, &con, &sat) >= 0)
         sws_setColorspaceDetails(v->sws, sws_getCoefficients(cs), full, tab, 1, bri, con, sat);
-    uint8_t *dst[4] = {v->rgb.data, NULL, NULL, NULL};
-    int dst_stride[4] = {(int)v->rgb.stride, 0, 0, 0};
+    struct gw_rgb_image *to = v->rotation ? &v->conv : &v->rgb;
+    uint8_t *dst[4] = {to->data, NULL, NULL, NULL};
+    int dst_stride[4] = {(int)to->stride, 0, 0, 0};
     int h = sws_scale(v->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, dst_stride);
     if (h != (int)v->height) return mm_err_set(err, MM_FORMAT, "%s: RGB conversion failed", v->label);
+    if (v->rotation) rotate_rgb(&v->conv, &v->rgb, v->rotation);
     return MM_OK;
 }
 
@@ -427,9 +512,9 @@ int32_t gw_video_frame(struct gw_video *v, uint64_t index, const struct gw_rgb_i
 {
     char eb[128];
     *out = NULL;
-    if (index >= v->n_pkts)
+    if (index >= v->n_frames)
         return mm_err_set(err, MM_INVALID, "%s: frame %llu requested of %llu", v->label,
-                          (unsigned long long)index, (unsigned long long)v->n_pkts);
+                          (unsigned long long)index, (unsigned long long)v->n_frames);
     if (v->have_last && index < v->last_index)
         return mm_err_set(err, MM_INVALID, "%s: frames must be requested in order", v->label);
     v->have_last = 1;
@@ -449,7 +534,7 @@ int32_t gw_video_frame(struct gw_video *v, uint64_t index, const struct gw_rgb_i
         uint64_t tp = v->pkt_of_disp[index];
         uint64_t k = tp + 1;
         while (k-- > 0)
-            if (v->info[k].key && v->info[k].disp <= index) break;
+            if (v->info[k].key && (v->info[k].discard || v->info[k].disp <= index)) break;
         if (k != UINT64_MAX && k > v->feed) jump_to(v, k);
     }
 
@@ -459,7 +544,7 @@ int32_t gw_video_frame(struct gw_video *v, uint64_t index, const struct gw_rgb_i
         if (e == 0) {
             v->out_count++;
             uint64_t d = frame_disp(v, v->frame);
-            if (d < index) {
+            if (d < index || d == GW_NOT_A_FRAME) {
                 av_frame_unref(v->frame);
                 continue;
             }
@@ -487,7 +572,8 @@ int32_t gw_video_frame(struct gw_video *v, uint64_t index, const struct gw_rgb_i
         if (v->feed < v->n_pkts) {
             const struct gw_pkt_info *pi = &v->info[v->feed];
             /* Frames nobody asked for are only decoded when other frames reference them. */
-            v->dec->skip_frame = !v->pts_ok || v->needed[pi->disp] ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+            v->dec->skip_frame =
+                !v->pts_ok || pi->discard || v->needed[pi->disp] ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
             e = avcodec_send_packet(v->dec, v->pkts[v->feed]);
             if (e == AVERROR(EAGAIN)) continue;
             v->feed++;

@@ -5,10 +5,11 @@
  * frame count, every frame's presentation order and where the keyframes are. gw_video_frame then decodes
  * forward to each requested frame: it jumps to the keyframe that governs the target when that is ahead of
  * the decoder (skipping whole GOPs), and drops non-reference frames that no request needs without decoding
- * them (AVDISCARD_NONREF). Frames are numbered in presentation order from 0, as the reference readers do.
+ * them (AVDISCARD_NONREF). Frames are numbered in presentation order from 0, as the reference readers do;
+ * packets marked discard (before an edit list's start) are decoded for reference but are not frames.
  *
  * RGB conversion is FFmpeg's default (swscale, bicubic flags, same size): the frame's own colour matrix
- * and range when it is tagged, BT.601 limited range otherwise.
+ * and range when it is tagged, BT.601 limited range otherwise. Rotation metadata is applied after it.
  *
  * Input is untrusted: demuxers and decoders are limited to common video formats (format and codec
  * whitelists), sizes and frame counts are checked against gw_media_limits before decoding, and a
@@ -27,15 +28,21 @@
 struct gw_video;
 
 struct gw_video_info {
-    uint32_t width, height; /* of the video stream (every frame is converted to this size) */
+    uint32_t width, height; /* of the frames handed out: the stream's size, sides swapped by a quarter turn */
+    int rotation;           /* clockwise degrees applied to display the stream upright (0, 90, 180, 270) */
     uint64_t total_frames;  /* frames in the video stream, counted from its packets */
-    double fps;             /* average frame rate */
+    double fps;             /* average frame rate over the content (see gw_video_open) */
     const char *codec;      /* decoder name, e.g. "h264" (static string) */
 };
 
-/** Open and index a video. threads = decoder threads (0 or 1 = single-threaded). */
+/** Open and index a video. threads = decoder threads (0 or 1 = single-threaded). autorotate: apply the
+ * stream's display matrix (rotation metadata) to every frame, as FFmpeg's CLI, torchcodec (the reader
+ * transformers uses by default) and decord do. The frame rate is torchcodec's: frames / (end of the last
+ * frame - start of the first), from the packets' timestamps and durations; the header's average rate
+ * only when timestamps are unusable. */
 int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_limits *lim, const char *label,
-                      int threads, struct gw_video **out, struct gw_video_info *info, struct mm_err *err);
+                      int threads, int autorotate, struct gw_video **out, struct gw_video_info *info,
+                      struct mm_err *err);
 
 /** Announce every frame that will be requested, so that no other non-reference frame is decoded. */
 void gw_video_want(struct gw_video *v, const uint32_t *indices, uint32_t n);

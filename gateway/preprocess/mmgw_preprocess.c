@@ -38,7 +38,7 @@ struct cli {
     uint32_t n_options;
     long repeat, threads, video_threads;
     int32_t dtype;
-    int fast_jpeg, quiet, print_prompt;
+    int fast_jpeg, quiet, print_prompt, no_autorotate;
     uint64_t max_bytes;
     long fetch_timeout_ms;
 };
@@ -71,6 +71,7 @@ static void usage(FILE *f)
             "  --max-bytes N         refuse inputs larger than N bytes (default 512 MiB)\n"
             "  --fetch-timeout MS    http(s) transfer timeout (default 30000)\n"
             "  --video-threads N     FFmpeg decoder threads per video (default 1)\n"
+            "  --no-autorotate       ignore videos' rotation metadata (default: frames are turned upright)\n"
             "  --print-prompt        print each item's prompt expansion (the plugin's expand_media)\n"
             "  --quiet               no per-item summary on stdout\n");
 }
@@ -102,6 +103,10 @@ static int parse_args(int argc, char **argv, struct cli *c)
         }
         if (strcmp(a, "--quiet") == 0) {
             c->quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-autorotate") == 0) {
+            c->no_autorotate = 1;
             continue;
         }
         if (strcmp(a, "--print-prompt") == 0) {
@@ -368,6 +373,7 @@ int main(int argc, char **argv)
         r->job.opt = (struct gw_media_options){.dtype = c->dtype,
                                                .limits = &lim,
                                                .fast_jpeg = c->fast_jpeg,
+                                               .no_autorotate = c->no_autorotate,
                                                .video_threads = (int32_t)c->video_threads};
         r->job.done = on_done;
         r->job.arg = r;

@@ -167,8 +167,8 @@ int main(void)
     uint8_t *giga = png_claiming(100000, 100000, &gpl);
     expect("PNG claiming 10 Gpx", MMGW_MEDIA_IMAGE, giga, gpl, MM_TOO_LARGE, "claims", NULL);
     free(giga);
-    giga = png_claiming(70000, 10, &gpl);
-    expect("PNG side over 65535", MMGW_MEDIA_IMAGE, giga, gpl, MM_TOO_LARGE, NULL, NULL);
+    giga = png_claiming(2000000, 10, &gpl);
+    expect("PNG side over 2^20", MMGW_MEDIA_IMAGE, giga, gpl, MM_TOO_LARGE, NULL, NULL);
     free(giga);
     /* a plausible header (64 Mpx) over almost no data: fails on the missing data, fast */
     giga = png_claiming(8000, 8000, &gpl);

@@ -3,7 +3,7 @@
  *    (view(grid_t, T, C, gh/M, M, P, gw/M, M, P).permute(0, 3, 6, 4, 7, 2, 1, 5, 8)), computed here by a
  *    generic N-d transpose, for images (one frame in every temporal slot) and video frame pairs;
  *  - decoding keeps pixels exact for lossless formats and converts colour as PIL's convert("RGB") does:
- *    grey replicated, alpha dropped, 16-bit scaled by its high byte;
+ *    grey replicated, alpha dropped, 16-bit scaled by its high byte (16-bit grey clipped, as PIL does);
  *  - the whole pipeline on an image already at its target size is just the normalisation table. */
 #include "gw_image_decode.h"
 #include "gw_patchify.h"
@@ -175,10 +175,13 @@ static void check_colour(const char *format, int bands, int sixteen)
         for (int y = 0; y < h; y++)
             for (int x = 0; x < w; x++)
                 for (int c = 0; c < 3; c++) {
-                    /* grey (1-2 bands) replicated; alpha (2nd or 4th band) dropped */
+                    /* grey (1-2 bands) replicated; alpha (2nd or 4th band) dropped; 16-bit: the high byte,
+                     * but 16-bit grey is clipped at 255 (PIL opens it as I;16) */
                     int src_c = bands <= 2 ? 0 : c;
-                    bad += img.data[(size_t)y * img.stride + x * 3 + c] !=
-                           p8[((size_t)y * w + x) * bands + src_c];
+                    size_t i = ((size_t)y * w + x) * bands + src_c;
+                    uint8_t want = p8[i];
+                    if (sixteen && bands == 1) want = p8[i] ? 255 : (uint8_t)(i * 31);
+                    bad += img.data[(size_t)y * img.stride + x * 3 + c] != want;
                 }
         CHECK_MSG(bad == 0, "%s, %d bands%s: %d values differ", format, bands, sixteen ? ", 16-bit" : "",
                   bad);
