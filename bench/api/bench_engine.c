@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mm_dtype.h"
 #include "wk_engine.h"
 
 #define PEAK 5.0f /* the logit at hash % vocab; every other logit is 0 */
@@ -46,16 +45,16 @@ struct wk_engine {
     uint64_t map_mask;
 };
 
-static struct bench_engine_config g_cfg = {.vocab = 720,
-                                           .max_context = 32768,
-                                           .block = 16,
-                                           .pages = 65536,
-                                           .hidden = 8,
-                                           .eos = 719,
-                                           .image = 681,
-                                           .video = 682};
+static struct fake_config g_cfg = {.vocab = 720,
+                                   .max_context = 32768,
+                                   .block = 16,
+                                   .pages = 65536,
+                                   .hidden = 8,
+                                   .eos = 719,
+                                   .image = 681,
+                                   .video = 682};
 
-void bench_engine_set_config(const struct bench_engine_config *c)
+void bench_engine_set_config(const struct fake_config *c)
 {
     g_cfg = *c;
 }
@@ -183,23 +182,9 @@ int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts,
     (void)model_dir;
     struct wk_engine *e = calloc(1, sizeof(*e));
     if (!e) return mm_err_set(err, MM_NOMEM, "out of memory");
-    strcpy(e->info.name, "bench");
-    strcpy(e->info.model_type, "bench_engine");
-    strcpy(e->info.dtype, "f32");
-    e->info.vocab_size = g_cfg.vocab;
-    e->info.hidden_size = g_cfg.hidden;
-    e->info.max_context = g_cfg.max_context;
-    e->info.block_size = g_cfg.block;
-    e->info.n_layers = 1;
-    e->info.first_msa_layer = -1;
-    e->info.n_kv_groups = 1;
-    e->info.image_token_id = g_cfg.image;
-    e->info.video_token_id = g_cfg.video;
-    e->info.eos_ids[0] = g_cfg.eos;
-    e->info.n_eos = 1;
     int64_t n = opts && opts->cache_pages ? opts->cache_pages : g_cfg.pages;
     if (n < 1 || n > (1 << 30)) n = g_cfg.pages;
-    e->info.pages_total = n;
+    fake_model_info(&e->info, &g_cfg, "bench", "bench_engine", n);
     uint64_t buckets = 1;
     while (buckets < (uint64_t)n) buckets <<= 1;
     e->pg = calloc((size_t)n, sizeof *e->pg);
@@ -238,22 +223,7 @@ const struct wk_model_info *wk_engine_info(const struct wk_engine *e)
 int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, float **embeds,
                                int64_t *n_tokens, struct mm_err *err)
 {
-    if (m->n_rows % 4)
-        return mm_err_set(err, MM_INVALID, "rows %lld not a multiple of 4", (long long)m->n_rows);
-    int64_t n = m->n_rows / 4, H = e->info.hidden_size;
-    float *o = calloc((size_t)(n * H) + 1, sizeof(float));
-    if (!o) return mm_err_set(err, MM_NOMEM, "out of memory");
-    for (int64_t t = 0; t < n; t++) {
-        /* a token's value: the first element of its first patch row (the pixels are read, as a model does) */
-        float v = 0.0f;
-        const uint8_t *p =
-            (const uint8_t *)m->pixels + (size_t)(t * 4 * m->row_len) * mm_dtype_size(m->dtype);
-        mm_convert_to_f32(&v, p, m->dtype, 1);
-        for (int64_t j = 0; j < H; j++) o[t * H + j] = v;
-    }
-    *embeds = o;
-    *n_tokens = n;
-    return MM_OK;
+    return fake_model_encode_media(e->info.hidden_size, m, embeds, n_tokens, err);
 }
 
 int64_t wk_engine_free_pages(const struct wk_engine *e)
@@ -390,12 +360,7 @@ int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *
         if (logits[v] > logits[best]) best = v;
     for (int32_t v = 0; v < vocab && others_zero; v++) others_zero = v == best || logits[v] == 0.0f;
     if (sp->temperature <= 0.0f) return best;
-    uint64_t x = *rng ? *rng : 0x9e3779b97f4a7c15ull;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *rng = x;
-    double u = (double)(x >> 11) / 9007199254740992.0;
+    double u = fake_model_uniform(rng);
     double t = sp->temperature;
     if (others_zero) {
         /* this engine's logits: the softmax has two values, one exp instead of one per token */

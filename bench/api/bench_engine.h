@@ -4,18 +4,9 @@
 #ifndef BENCH_ENGINE_H
 #define BENCH_ENGINE_H
 
-#include <stdint.h>
-
-struct bench_engine_config {
-    int32_t vocab;
-    int64_t max_context;
-    int32_t block;
-    int64_t pages;
-    int32_t hidden;
-    int32_t eos, image, video;
-};
+#include "fake_model.h" /* struct fake_config, shared with the scheduler tests' fake */
 
 /** Shape of the next engine wk_engine_open makes (the command line's --cache-pages wins over pages). */
-void bench_engine_set_config(const struct bench_engine_config *c);
+void bench_engine_set_config(const struct fake_config *c);
 
 #endif

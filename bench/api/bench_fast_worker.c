@@ -20,7 +20,7 @@ static long env(const char *name, long dflt)
 
 int main(int argc, char **argv)
 {
-    struct bench_engine_config c = {
+    struct fake_config c = {
         .vocab = (int32_t)env("FAKE_VOCAB", 720),
         .max_context = env("FAKE_MAX_CONTEXT", 32768),
         .block = (int32_t)env("FAKE_BLOCK", 16),

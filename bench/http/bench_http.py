@@ -24,28 +24,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "integration"))
+from loopback import free_port, rss_kb  # noqa: E402,F401  (bench_api.py uses free_port through this module)
 STATIC_JSON = '{"status":"ok"}'
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def rss_kb(pids):
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-        except FileNotFoundError:
-            pass
-    return total
 
 
 def children(pid):
@@ -158,7 +139,7 @@ def h2load(url, args, h1=False, data=None):
 def idle_memory(server, n, h2):
     """RSS delta (kB per connection) after opening n idle connections (HTTP/2: preface + SETTINGS sent)."""
     time.sleep(0.3)
-    before = rss_kb(server.pids())
+    before = rss_kb(*server.pids())
     socks = []
     preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
     for _ in range(n):
@@ -167,7 +148,7 @@ def idle_memory(server, n, h2):
             s.sendall(preface)
         socks.append(s)
     time.sleep(1.0)  # let the server accept and set up every connection
-    after = rss_kb(server.pids())
+    after = rss_kb(*server.pids())
     for s in socks:
         s.close()
     return (after - before) / n

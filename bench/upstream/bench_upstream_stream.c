@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gw_event_exec.h"
 #include "gw_upstream.h"
 #include "gw_upstream_generate.h"
 
@@ -296,54 +297,10 @@ static void run_baseline(const char *target, int streams, long *msgs, double *se
 
 /* ---------------- our client on a libevent loop ---------------- */
 
-struct loop {
-    struct event_base *base;
-    struct event *wake;
-    pthread_mutex_t mu;
-    struct item {
-        void (*fn)(void *);
-        void *arg;
-        struct item *next;
-    } * head, *tail;
-};
-
-static int loop_post(void *ctx, void (*fn)(void *), void *arg)
-{
-    struct loop *l = ctx;
-    struct item *it = malloc(sizeof(*it));
-    if (!it) return -1;
-    it->fn = fn;
-    it->arg = arg;
-    it->next = NULL;
-    pthread_mutex_lock(&l->mu);
-    if (l->tail)
-        l->tail->next = it;
-    else
-        l->head = it;
-    l->tail = it;
-    pthread_mutex_unlock(&l->mu);
-    event_active(l->wake, EV_READ, 0);
-    return 0;
-}
-
-static void on_wake(evutil_socket_t fd, short what, void *arg)
-{
-    struct loop *l = arg;
-    pthread_mutex_lock(&l->mu);
-    struct item *it = l->head;
-    l->head = l->tail = NULL;
-    pthread_mutex_unlock(&l->mu);
-    while (it) {
-        struct item *next = it->next;
-        it->fn(it->arg);
-        free(it);
-        it = next;
-    }
-}
-
 static long mm_msgs;
 static int mm_open;
-static struct loop *the_loop;
+static struct event_base *the_base;
+static struct gw_event_exec the_exec; /* the product's loop executor */
 
 static void on_resp(void *arg, const Mmgw__Worker__V1__GenerateResponse *r)
 {
@@ -353,13 +310,12 @@ static void on_resp(void *arg, const Mmgw__Worker__V1__GenerateResponse *r)
 static void on_done(void *arg, const struct gw_call_status *st, uint32_t responses)
 {
     if (st->code != MM_OK) fprintf(stderr, "stream failed: %s\n", st->message);
-    if (--mm_open == 0) event_base_loopbreak(the_loop->base);
+    if (--mm_open == 0) event_base_loopbreak(the_base);
 }
 
 static void run_mmgw(struct gw_upstream_chan *ch, int streams, long *msgs, double *secs)
 {
     static const struct gw_gen_callbacks cbs = {on_resp, on_done};
-    struct gw_executor ex = {loop_post, the_loop};
     uint32_t ids[4] = {1, 2, 3, 4};
     Mmgw__Worker__V1__GenerateRequest req = MMGW__WORKER__V1__GENERATE_REQUEST__INIT;
     req.request_id = "mmgw";
@@ -370,12 +326,12 @@ static void run_mmgw(struct gw_upstream_chan *ch, int streams, long *msgs, doubl
     double t0 = now_s();
     for (int i = 0; i < streams; i++) {
         struct mm_err e;
-        if (gw_upstream_generate(ch, &req, NULL, &ex, &cbs, NULL, NULL, &e) != MM_OK) {
+        if (gw_upstream_generate(ch, &req, NULL, &the_exec.exec, &cbs, NULL, NULL, &e) != MM_OK) {
             fprintf(stderr, "%s\n", e.msg);
             exit(1);
         }
     }
-    event_base_loop(the_loop->base, EVLOOP_NO_EXIT_ON_EMPTY); /* the wake event is only ever activated */
+    event_base_loop(the_base, EVLOOP_NO_EXIT_ON_EMPTY); /* the wake event is only ever activated */
     *secs = now_s() - t0;
     *msgs = mm_msgs;
 }
@@ -391,10 +347,11 @@ int main(int argc, char **argv)
     char target[64];
     snprintf(target, sizeof(target), "127.0.0.1:%d", port);
 
-    the_loop = calloc(1, sizeof(*the_loop));
-    pthread_mutex_init(&the_loop->mu, NULL);
-    the_loop->base = event_base_new();
-    the_loop->wake = event_new(the_loop->base, -1, EV_PERSIST, on_wake, the_loop);
+    the_base = event_base_new();
+    if (!the_base || gw_event_exec_init(&the_exec, the_base) != 0) {
+        fprintf(stderr, "cannot create the event loop\n");
+        return 1;
+    }
     struct gw_upstream *up;
     struct gw_upstream_chan *ch;
     struct mm_err e;

@@ -177,7 +177,7 @@ int gw_api_chat_prepare(struct gw_api_req *r, struct gw_api_error *e)
 {
     r->chat_prompt = true;
     if (gw_api_chat_collect(r, e)) return -1;
-    int64_t t0 = gw_api_now_ns();
+    int64_t t0 = mm_now_ns();
     if (r->n_media == 0 && r->http->body && r->kind == GW_API_CHAT) {
         /* nothing was rewritten: the body as received is already what the plugin expects */
         r->norm = r->http->body;
@@ -202,7 +202,7 @@ int gw_api_chat_prepare(struct gw_api_req *r, struct gw_api_error *e)
     }
     for (uint32_t k = 0; k < r->n_order; k++)
         if (r->media_order[k] < r->n_media) r->media[r->media_order[k]].rendered = true;
-    r->tokenize_ns += (uint64_t)(gw_api_now_ns() - t0);
+    r->tokenize_ns += (uint64_t)(mm_now_ns() - t0);
     return 0;
 }
 

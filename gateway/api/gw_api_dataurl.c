@@ -6,6 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "mm_text.h"
+
 int gw_api_is_data_url(const char *url, size_t len)
 {
     return len >= 5 && strncasecmp(url, "data:", 5) == 0;
@@ -21,14 +23,6 @@ static int b64_value(unsigned char c)
     if (c == '/' || c == '_') return 63;
     if (c == ' ' || c == '\t' || c == '\r' || c == '\n') return -2;
     if (c == '=') return -3;
-    return -1;
-}
-
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    c = (unsigned char)tolower(c);
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     return -1;
 }
 
@@ -86,8 +80,8 @@ static int32_t decode_percent(const char *p, size_t n, uint64_t cap, struct gw_a
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
         if (c == '%') {
-            int h = i + 2 < n ? hexval((unsigned char)p[i + 1]) : -1,
-                l = i + 2 < n ? hexval((unsigned char)p[i + 2]) : -1;
+            int h = i + 2 < n ? mm_hex_digit((unsigned char)p[i + 1]) : -1,
+                l = i + 2 < n ? mm_hex_digit((unsigned char)p[i + 2]) : -1;
             if (h < 0 || l < 0) {
                 free(buf);
                 return mm_err_set(err, MM_INVALID, "data: URL has a bad percent escape at offset %zu", i);

@@ -72,7 +72,7 @@ static void count_usage(struct gw_api_req *r)
 
 static void first_response(struct gw_api_req *r)
 {
-    r->t_first_ns = gw_api_now_ns();
+    r->t_first_ns = mm_now_ns();
     const char *l[] = {r->model->name, r->endpoint};
     gw_series_observe(gw_metric_series(r->st->m.ttft, l), (double)(r->t_first_ns - r->t_start_ns) / 1e9);
     if (r->p.stream) {

@@ -26,6 +26,7 @@
 #include "gw_router.h"
 #include "gw_tokenizer.h"
 #include "mm_buf.h"
+#include "mm_clock.h"
 
 #define GW_API_COMP "api"
 #define GW_API_MAX_STOP_IDS 64   /* plugin stops + eos + request stop_token_ids */
@@ -324,6 +325,5 @@ int gw_api_completion_collect(struct gw_api_req *r, struct gw_api_error *e);
 
 /** Random lower-case hex into out (n chars + NUL). */
 void gw_api_random_hex(char *out, size_t n);
-int64_t gw_api_now_ns(void);
 
 #endif

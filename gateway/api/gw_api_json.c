@@ -3,35 +3,7 @@
 #include <string.h>
 
 #include "gw_api_json.h"
-
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is not one. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t min;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len) return 0;
-    uint32_t cp = c & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
+#include "mm_text.h"
 
 int gw_json_str(struct mm_buf *b, const char *s, size_t n)
 {
@@ -82,7 +54,7 @@ int gw_json_str(struct mm_buf *b, const char *s, size_t n)
             i++;
             continue;
         }
-        size_t l = utf8_seq(p + i, n - i);
+        size_t l = mm_utf8_seq_len(p + i, n - i);
         if (l == 0) { /* U+FFFD for a byte that starts no valid sequence */
             *o++ = (char)0xef;
             *o++ = (char)0xbf;

@@ -290,7 +290,7 @@ static void fop_back(void *arg)
         free(f);
         return;
     }
-    gw_series_observe(r->st->m.stage[0], (double)(gw_api_now_ns() - f->t0) / 1e9);
+    gw_series_observe(r->st->m.stage[0], (double)(mm_now_ns() - f->t0) / 1e9);
     struct gw_api_media *m = &r->media[f->k];
     if (f->rc != MM_OK) {
         media_failed(r, m, f->rc, true, f->msg[0] ? f->msg : mm_strerror(f->rc));
@@ -319,7 +319,7 @@ static int fetch_media(struct gw_api_req *r, size_t k)
     f->k = k;
     f->ex = r->http->executor;
     f->fetcher = r->st->fetcher;
-    f->t0 = gw_api_now_ns();
+    f->t0 = mm_now_ns();
     if (gw_executor_post(gw_api_svc_executor(r->st->svc), fop_start, f) != 0) {
         free(f->url);
         free(f);

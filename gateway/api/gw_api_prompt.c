@@ -231,7 +231,7 @@ static int attach_ranges(struct builder *b)
 
 int gw_api_prompt_build(struct gw_api_req *r, struct gw_api_error *e)
 {
-    int64_t t0 = gw_api_now_ns();
+    int64_t t0 = mm_now_ns();
     struct builder b = {.r = r, .e = e};
     mm_buf_init(&b.text, 0);
     r->ids.n = 0;
@@ -266,7 +266,7 @@ int gw_api_prompt_build(struct gw_api_req *r, struct gw_api_error *e)
     mm_buf_free(&b.text);
     free(b.ranges);
     if (rc) return -1;
-    r->tokenize_ns += (uint64_t)(gw_api_now_ns() - t0);
+    r->tokenize_ns += (uint64_t)(mm_now_ns() - t0);
     gw_series_observe(r->st->m.stage[3], (double)r->tokenize_ns / 1e9);
     if (r->kind == GW_API_TOKENIZE) return 0;
     if (r->ids.n == 0)

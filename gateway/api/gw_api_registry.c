@@ -160,13 +160,6 @@ static void on_model_info(void *arg, const struct gw_call_status *st, const Prot
     free(c);
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* m->winfo points at the infobox's array; the box header sits just before it. */
 static struct infobox *box_of(struct gw_api_model *m)
 {
@@ -233,7 +226,7 @@ size_t gw_api_worker_eos(struct gw_api_model *m, uint32_t *out, size_t cap)
             if (!dup && n < cap) out[n++] = b->w[i].eos[k];
         }
     }
-    uint64_t t = now_ms();
+    uint64_t t = (uint64_t)mm_now_ms();
     bool ask = !any && t - m->info_asked_ms >= 1000;
     if (ask) m->info_asked_ms = t;
     pthread_mutex_unlock(&b->mu);
@@ -372,7 +365,7 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
         if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", c->file, c->line, c->name);
         m->n_chans++;
     }
-    m->info_asked_ms = now_ms();
+    m->info_asked_ms = (uint64_t)mm_now_ms();
     ask_model_info(m);
 
     struct gw_router_opts ro = {

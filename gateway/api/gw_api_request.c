@@ -114,8 +114,7 @@ void gw_api_req_metrics(struct gw_api_req *r, int status)
     const char *l3[] = {model, r->endpoint, s};
     const char *l2[] = {model, r->endpoint};
     gw_series_inc(gw_metric_series(r->st->m.requests, l3));
-    gw_series_observe(gw_metric_series(r->st->m.duration, l2),
-                      (double)(gw_api_now_ns() - r->t_start_ns) / 1e9);
+    gw_series_observe(gw_metric_series(r->st->m.duration, l2), (double)(mm_now_ns() - r->t_start_ns) / 1e9);
 }
 
 void gw_api_req_fail(struct gw_api_req *r, const struct gw_api_error *e)

@@ -59,10 +59,3 @@ void gw_api_random_hex(char *out, size_t n)
     }
     out[n] = '\0';
 }
-
-int64_t gw_api_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}

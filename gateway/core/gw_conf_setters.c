@@ -3,28 +3,15 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
-#include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define FIELD(conf, d, type) ((type *)((char *)(conf) + (d)->offset))
+#include "mm_text.h"
 
-static int parse_i64(const char *s, int64_t *out)
-{
-    if (!s || !*s) return -1;
-    const char *p = s;
-    if (*p == '-' || *p == '+') p++;
-    if (!isdigit((unsigned char)*p)) return -1;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end) return -1;
-    *out = v;
-    return 0;
-}
+#define FIELD(conf, d, type) ((type *)((char *)(conf) + (d)->offset))
 
 /* digits followed by one unit from the table; *len = characters consumed */
 static int parse_scaled(const char *s, int64_t *out, const char *const *units, const int64_t *mult,
@@ -73,7 +60,7 @@ int gw_conf_parse_msec(const char *s, int64_t *out)
         if (!isdigit((unsigned char)*p)) all_digits = false;
     if (all_digits) { /* a bare number is seconds, as in nginx */
         int64_t v;
-        if (parse_i64(s, &v) || v > INT64_MAX / 1000) return -1;
+        if (mm_parse_i64(s, INT64_MIN, INT64_MAX, &v) || v > INT64_MAX / 1000) return -1;
         *out = v * 1000;
         return 0;
     }
@@ -129,8 +116,7 @@ int gw_conf_parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *le
         }
     }
     int64_t port;
-    if (parse_i64(port_s, &port) || port < 0 || port > 65535 || port_s[0] == '+' || port_s[0] == '-')
-        return -1;
+    if (port_s[0] == '+' || port_s[0] == '-' || mm_parse_i64(port_s, 0, 65535, &port)) return -1;
     if (ss->ss_family == AF_INET6)
         ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
     else
@@ -166,7 +152,8 @@ const char *gw_conf_set_int(struct gw_conf_parse *cf, const struct gw_directive 
 {
     const char *v = gw_conf_arg(cf, 0);
     int64_t x;
-    if (parse_i64(v, &x)) return gw_conf_msg(cf, "invalid value \"%s\" (expected an integer)", v);
+    if (mm_parse_i64(v, INT64_MIN, INT64_MAX, &x))
+        return gw_conf_msg(cf, "invalid value \"%s\" (expected an integer)", v);
     const char *m = set_bounded(cf, d, x, v, "an integer");
     if (m) return m;
     if (x < INT32_MIN || x > INT32_MAX) return gw_conf_msg(cf, "invalid value \"%s\" (out of range)", v);
@@ -187,7 +174,8 @@ const char *gw_conf_set_int64(struct gw_conf_parse *cf, const struct gw_directiv
 {
     const char *v = gw_conf_arg(cf, 0);
     int64_t x;
-    if (parse_i64(v, &x)) return gw_conf_msg(cf, "invalid value \"%s\" (expected an integer)", v);
+    if (mm_parse_i64(v, INT64_MIN, INT64_MAX, &x))
+        return gw_conf_msg(cf, "invalid value \"%s\" (expected an integer)", v);
     const char *m = set_bounded(cf, d, x, v, "an integer");
     if (m) return m;
     *FIELD(conf, d, int64_t) = x;

@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "mm_clock.h"
+
 #define DEFAULT_MAX_BYTES (64ull << 20)
 #define DEFAULT_TIMEOUT_MS 30000u
 #define DEFAULT_CONNECT_MS 5000u
@@ -69,13 +71,6 @@ int32_t gw_fetch_global_init(struct mm_err *err)
     if (global_rc != CURLE_OK)
         return mm_err_set(err, MM_ERROR, "libcurl global init failed: %s", curl_easy_strerror(global_rc));
     return MM_OK;
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void fill_limits(struct gw_fetch_limits *dst, const struct gw_fetch_limits *src,
@@ -303,7 +298,7 @@ static void finish(struct gw_fetch *t, int32_t status, const char *message)
 static int32_t start_hop(struct gw_fetch *t, struct mm_err *err)
 {
     struct gw_fetcher *f = t->f;
-    uint64_t now = now_ms();
+    uint64_t now = (uint64_t)mm_now_ms();
     if (now >= t->deadline_ms)
         return mm_err_set(err, MM_TIMEOUT, "fetching media from '%s' took longer than %u ms", t->target.host,
                           t->lim.timeout_ms);
@@ -379,7 +374,7 @@ static void hop_done(struct gw_fetch *t, CURLcode res)
     if (res == CURLE_OPERATION_TIMEDOUT) {
         curl_off_t connect_us = 0;
         curl_easy_getinfo(t->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
-        if (connect_us == 0 && now_ms() < t->deadline_ms)
+        if (connect_us == 0 && (uint64_t)mm_now_ms() < t->deadline_ms)
             mm_err_set(&e, MM_TIMEOUT, "connecting to media host '%s' took longer than %u ms", t->target.host,
                        t->lim.connect_timeout_ms);
         else
@@ -522,7 +517,7 @@ int32_t gw_fetch_start(struct gw_fetcher *f, const char *url, const struct gw_fe
         free(t);
         return rc;
     }
-    t->deadline_ms = now_ms() + t->lim.timeout_ms;
+    t->deadline_ms = (uint64_t)mm_now_ms() + t->lim.timeout_ms;
     t->next = f->active;
     if (f->active) f->active->prev = t;
     f->active = t;

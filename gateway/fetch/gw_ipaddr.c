@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "mm_text.h"
+
 const char *gw_addr_class_name(enum gw_addr_class c)
 {
     switch (c) {
@@ -39,14 +41,6 @@ static int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* One IPv4 part in WHATWG/inet_aton form. Returns 0 and the value (saturated past 2^32), or -1 when the
  * part is not a number in its base. */
 static int parse_v4_part(const char *s, size_t len, uint64_t *val)
@@ -64,7 +58,7 @@ static int parse_v4_part(const char *s, size_t len, uint64_t *val)
     if (len == 0 && base != 16) return -1;
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
-        int d = base == 16 ? hex_val(s[i]) : (is_digit(s[i]) ? s[i] - '0' : -1);
+        int d = base == 16 ? mm_hex_digit(s[i]) : (is_digit(s[i]) ? s[i] - '0' : -1);
         if (d < 0 || (unsigned)d >= base) return -1;
         v = v * base + (unsigned)d;
         if (v > 0xffffffffull) v = 0x100000000ull; /* saturate: any larger value is just "too big" */
@@ -79,7 +73,7 @@ static int label_is_numeric(const char *s, size_t len)
     if (len == 0) return 0;
     if (len >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
         for (size_t i = 2; i < len; i++)
-            if (hex_val(s[i]) < 0) return 0;
+            if (mm_hex_digit(s[i]) < 0) return 0;
         return 1;
     }
     for (size_t i = 0; i < len; i++)

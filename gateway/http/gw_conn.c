@@ -62,7 +62,7 @@ void gw_conn_set_deadline(struct gw_conn *c, int64_t deadline_ns)
         evtimer_del(c->timer);
         return;
     }
-    int64_t d = deadline_ns - gw_now_ns();
+    int64_t d = deadline_ns - mm_now_ns();
     if (d < 0) d = 0;
     struct timeval tv = {(time_t)(d / 1000000000LL), (suseconds_t)((d % 1000000000LL) / 1000)};
     evtimer_add(c->timer, &tv);
@@ -78,7 +78,7 @@ static void start_linger(struct gw_conn *c)
     bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
     bufferevent_enable(c->bev, EV_READ);
     evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
-    gw_conn_set_deadline(c, gw_now_ns() + (int64_t)LINGER_MS * 1000000);
+    gw_conn_set_deadline(c, mm_now_ns() + (int64_t)LINGER_MS * 1000000);
 }
 
 void gw_conn_close_after_flush(struct gw_conn *c, bool linger)
@@ -96,7 +96,7 @@ void gw_conn_close_after_flush(struct gw_conn *c, bool linger)
     }
     /* bound the flush: a client that reads nothing must not keep the connection forever */
     int64_t send_ms = gw_loop_config(c->loop)->http.send_timeout_ms;
-    gw_conn_set_deadline(c, gw_now_ns() + send_ms * 1000000);
+    gw_conn_set_deadline(c, mm_now_ns() + send_ms * 1000000);
 }
 
 /* ---- protocol selection ---- */
@@ -217,7 +217,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 static void output_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     struct gw_conn *c = arg;
-    if (info->n_deleted) c->last_progress_ns = gw_now_ns();
+    if (info->n_deleted) c->last_progress_ns = mm_now_ns();
 }
 
 /* ---- accept ---- */
@@ -290,7 +290,7 @@ void gw_conn_accept(struct gw_loop *l, int fd, const struct sockaddr *sa, int sa
     bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, high);
     evbuffer_add_cb(bufferevent_get_output(c->bev), output_cb, c);
-    c->last_progress_ns = gw_now_ns();
+    c->last_progress_ns = mm_now_ns();
     gw_conn_set_deadline(c, c->last_progress_ns + conf->http.client_header_timeout_ms * 1000000);
     if (!tls && !c->h2_allowed) {
         start_proto(c, false);

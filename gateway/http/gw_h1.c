@@ -112,7 +112,7 @@ static void h1_complete(struct h1 *h)
     h->state = H1_IDLE;
     h->first = false;
     h->head_start_ns = 0;
-    h->idle_since_ns = gw_now_ns();
+    h->idle_since_ns = mm_now_ns();
     h1_arm(h);
     h1_process(h); /* a pipelined request may be waiting */
 }
@@ -134,7 +134,7 @@ static void h1_dispatch(struct h1 *h)
 static void h1_read_body(struct h1 *h)
 {
     struct evbuffer *in = bufferevent_get_input(h->c->bev);
-    h->last_body_ns = gw_now_ns();
+    h->last_body_ns = mm_now_ns();
     if (!h->chunked) {
         size_t avail = evbuffer_get_length(in);
         size_t take = (int64_t)avail < h->body_left ? avail : (size_t)h->body_left;
@@ -195,7 +195,7 @@ static void h1_read_head(struct h1 *h)
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t len = evbuffer_get_length(in);
     if (len == 0) return;
-    if (!h->head_start_ns) h->head_start_ns = gw_now_ns();
+    if (!h->head_start_ns) h->head_start_ns = mm_now_ns();
     if (!ensure_fields(l, (uint32_t)hc->client_max_headers)) {
         gw_conn_close(c);
         return;
@@ -441,7 +441,7 @@ static void h1_on_timer(struct gw_conn *c)
 {
     struct h1 *h = c->proto_ctx;
     const struct gw_http_conf *hc = hconf(h);
-    int64_t now = gw_now_ns();
+    int64_t now = mm_now_ns();
     if (gw_conn_output_len(c) && now - c->last_progress_ns >= hc->send_timeout_ms * 1000000) {
         mm_log_debug(GW_LOG_COMP, "%s: send timeout", c->remote);
         h1_on_eof(c); /* same as a disconnect: abort and close */
@@ -506,7 +506,7 @@ int gw_h1_start(struct gw_conn *c)
     h->state = H1_IDLE;
     h->first = true;
     h->version = 11;
-    h->idle_since_ns = gw_now_ns();
+    h->idle_since_ns = mm_now_ns();
     c->proto = &gw_proto_h1;
     c->proto_ctx = h;
     c->deadline_ns = 0;

@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "mm_text.h"
+
 /* RFC 9110 tchar */
 static const uint8_t tchar[256] = {
     ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1, ['-'] = 1,
@@ -254,14 +256,6 @@ void gw_h1_chunked_init(struct gw_h1_chunked *c)
     memset(c, 0, sizeof *c);
 }
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
-}
-
 static int ch_fail(struct gw_h1_chunked *c, const char *why)
 {
     c->state = CH_ERROR;
@@ -286,7 +280,7 @@ int gw_h1_chunked_parse(struct gw_h1_chunked *c, const char *in, size_t len, siz
         char ch = in[i];
         switch (c->state) {
         case CH_SIZE: {
-            int hv = hexval(ch);
+            int hv = mm_hex_digit(ch);
             if (hv >= 0) {
                 if (++c->size_digits > CH_MAX_SIZE_DIGITS - 1) return ch_fail(c, "chunk size too large");
                 c->remaining = c->remaining * 16 + (uint64_t)hv;

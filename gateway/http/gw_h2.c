@@ -81,7 +81,7 @@ static struct h2_stream *stream_new(struct h2 *h, int32_t id)
     }
     st->h = h;
     st->id = id;
-    st->last_recv_ns = st->last_progress_ns = gw_now_ns();
+    st->last_recv_ns = st->last_progress_ns = mm_now_ns();
     st->next = h->streams;
     if (h->streams) h->streams->prev = st;
     h->streams = st;
@@ -120,7 +120,7 @@ static void stream_free(struct h2 *h, struct h2_stream *st, bool completed)
         h->streams = st->next;
     if (st->next) st->next->prev = st->prev;
     h->n_streams--;
-    if (h->n_streams == 0) h->idle_since_ns = gw_now_ns();
+    if (h->n_streams == 0) h->idle_since_ns = mm_now_ns();
     evbuffer_free(st->out);
     free(st);
 }
@@ -221,7 +221,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *u
     struct h2 *h = ud;
     struct h2_stream *st = nghttp2_session_get_stream_user_data(s, frame->hd.stream_id);
     if (!st) return 0;
-    st->last_recv_ns = gw_now_ns();
+    st->last_recv_ns = mm_now_ns();
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) head_complete(h, st);
     if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
         (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
@@ -236,7 +236,7 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
 {
     struct h2_stream *st = nghttp2_session_get_stream_user_data(s, id);
     if (!st || st->discard || !st->req) return 0;
-    st->last_recv_ns = gw_now_ns();
+    st->last_recv_ns = mm_now_ns();
     int32_t rc = gw__req_add_body(st->req, data, len);
     if (rc == MM_TOO_LARGE) stream_fail(st, 413, "request body too large");
     if (rc == MM_NOMEM) stream_fail(st, 503, "out of memory reading the request body");
@@ -280,7 +280,7 @@ static ssize_t data_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     }
     size_t n = avail < length ? avail : length;
     if (evbuffer_remove(st->out, buf, n) != (int)n) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    st->last_progress_ns = gw_now_ns();
+    st->last_progress_ns = mm_now_ns();
     if (st->out_ended && n == avail) *flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
 }
@@ -501,7 +501,7 @@ static void h2_arm(struct h2 *h)
         int64_t step = H2_CHECK_MS;
         if (hc->client_body_timeout_ms < step) step = hc->client_body_timeout_ms;
         if (hc->send_timeout_ms < step) step = hc->send_timeout_ms;
-        want = gw_now_ns() + step * 1000000;
+        want = mm_now_ns() + step * 1000000;
     }
     if (!c->deadline_ns || want < c->deadline_ns) gw_conn_set_deadline(c, want);
 }
@@ -510,7 +510,7 @@ static void h2_on_timer(struct gw_conn *c)
 {
     struct h2 *h = c->proto_ctx;
     const struct gw_http_conf *hc = hconf(h);
-    int64_t now = gw_now_ns();
+    int64_t now = mm_now_ns();
     int64_t send_ns = hc->send_timeout_ms * 1000000;
     if (gw_conn_output_len(c) && now - c->last_progress_ns >= send_ns) {
         gw_conn_close(c);
@@ -582,7 +582,7 @@ int gw_h2_start(struct gw_conn *c)
     struct h2 *h = calloc(1, sizeof *h);
     if (!h) return -1;
     h->c = c;
-    h->idle_since_ns = gw_now_ns();
+    h->idle_since_ns = mm_now_ns();
     c->proto = &gw_proto_h2;
     c->proto_ctx = h; /* from here on destroy frees h */
     h->flush_ev = event_new(c->loop->base, -1, 0, flush_cb, h);

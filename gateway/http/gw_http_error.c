@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mm_text.h"
+
 int gw_http_status_from_mm(int32_t code)
 {
     switch (code) {
@@ -133,8 +135,8 @@ static const char *default_type(int status)
     return "invalid_request_error";
 }
 
-/* Copy s, replacing each invalid UTF-8 sequence by U+FFFD, so jansson accepts any message (messages may
- * quote client input). */
+/* Copy s, replacing each byte that starts no valid UTF-8 sequence by U+FFFD, so jansson accepts any message
+ * (messages may quote client input). */
 static char *utf8_clean(const char *s)
 {
     size_t n = strlen(s);
@@ -143,19 +145,8 @@ static char *utf8_clean(const char *s)
     size_t o = 0;
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        unsigned char c = p[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= n;
-        for (size_t k = 1; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
-        if (ok && len > 1) {
-            uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-            for (size_t k = 1; k < len; k++) cp = (cp << 6) | (p[i + k] & 0x3f);
-            /* overlong forms, surrogates and values past U+10FFFF are invalid too */
-            static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-            if (cp < min_cp[len] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) ok = false;
-        }
-        if (ok && c == 0) ok = false;
-        if (!ok) {
+        size_t len = mm_utf8_seq_len(p + i, n - i);
+        if (!len) {
             memcpy(out + o, "\xef\xbf\xbd", 3);
             o += 3;
             i++;

@@ -13,16 +13,14 @@
 #include <event2/listener.h>
 #include <openssl/ssl.h>
 
+#include "gw_event_exec.h"
 #include "gw_h1_parser.h"
 #include "gw_http.h"
 #include "gw_http_server.h"
 #include "mm_buf.h"
+#include "mm_clock.h"
 
 #define GW_LOG_COMP "http"
-
-/* ---- time ---- */
-
-int64_t gw_now_ns(void);
 
 /* ---- loop ---- */
 
@@ -49,12 +47,7 @@ struct gw_loop {
     pthread_t thread;
     bool started;
     struct event_base *base;
-    struct gw_executor executor;
-    /* cross-thread queue (gw_executor) */
-    pthread_mutex_t mu;
-    struct gw_task *q_head, *q_tail;
-    bool q_closed;
-    struct event *wake_ev;
+    struct gw_event_exec queue; /* the loop's gw_executor: any thread -> this loop */
     /* same-thread deferred calls: run from the loop, never inline */
     struct gw_task *d_head, *d_tail;
     struct event *defer_ev;

@@ -50,7 +50,7 @@ static int32_t run_on_all(struct gw_http *h, void (*fn)(void *), struct loop_cmd
         pthread_mutex_lock(&h->mu);
         h->pending++;
         pthread_mutex_unlock(&h->mu);
-        if (gw_executor_post(&h->loops[i].executor, fn, &cmds[i]) != 0) {
+        if (gw_executor_post(&h->loops[i].queue.exec, fn, &cmds[i]) != 0) {
             pthread_mutex_lock(&h->mu);
             h->pending--;
             pthread_mutex_unlock(&h->mu);
@@ -436,7 +436,7 @@ struct event_base *gw_http_loop_base(struct gw_http *h, uint32_t i)
 
 const struct gw_executor *gw_http_loop_executor(struct gw_http *h, uint32_t i)
 {
-    return i < h->n ? &h->loops[i].executor : NULL;
+    return i < h->n ? &h->loops[i].queue.exec : NULL;
 }
 
 uint16_t gw_http_listen_port(const struct gw_http *h, size_t i)

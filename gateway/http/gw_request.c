@@ -19,7 +19,7 @@ static void init_salt(void)
 {
     /* ids differ between runs, so log lines from two processes never share one */
     if (getrandom(&id_salt, sizeof id_salt, GRND_NONBLOCK) != sizeof id_salt)
-        id_salt = (uint32_t)gw_now_ns() ^ (uint32_t)getpid();
+        id_salt = (uint32_t)mm_now_ns() ^ (uint32_t)getpid();
 }
 
 static void body_free(void *arg)
@@ -51,7 +51,7 @@ struct gw__req *gw__req_create(struct gw_loop *l, const struct gw_stream_ops *op
     r->max_body = r->site->config->http.client_max_body_size;
     r->pub.arena = a;
     r->pub.version = v;
-    r->pub.executor = &l->executor;
+    r->pub.executor = &l->queue.exec;
     r->pub.base = l->base;
     r->pub.loop_index = l->index;
     r->pub.config = r->site->config;
@@ -62,7 +62,7 @@ struct gw__req *gw__req_create(struct gw_loop *l, const struct gw_stream_ops *op
     r->pub.id = atomic_fetch_add(&req_counter, 1) + 1;
     snprintf(id, 24, "%08x%08llx", id_salt, (unsigned long long)r->pub.id);
     r->pub.id_str = id;
-    r->pub.start_ns = gw_now_ns();
+    r->pub.start_ns = mm_now_ns();
     l->n_requests++;
     atomic_fetch_add(&l->http->reqs_active, 1);
     atomic_fetch_add(&l->http->reqs_total, 1);
@@ -185,7 +185,7 @@ static void req_log(struct gw__req *r, bool aborted)
     struct gw_request_log info = {
         .status = aborted && r->resp != GW_RESP_DONE ? 499 : r->status,
         .bytes_out = r->bytes_out,
-        .duration_ns = gw_now_ns() - r->pub.start_ns,
+        .duration_ns = mm_now_ns() - r->pub.start_ns,
         .aborted = aborted,
     };
     r->site->hooks.log(r->site->hooks.ud, &r->pub, &info);

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "gw_plugin.h"
+#include "mm_clock.h"
 #include "mm_log.h"
 
 static void *host_alloc(uint64_t size)
@@ -46,9 +47,7 @@ __attribute__((format(printf, 3, 4))) static int32_t host_set_error(struct mmgw_
 
 static uint64_t host_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return (uint64_t)mm_now_ns();
 }
 
 static const struct mmgw_host_api host_api = {

@@ -7,13 +7,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "mm_clock.h"
 #include "mm_log.h"
 
 uint64_t gw_router_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return (uint64_t)mm_now_ms();
 }
 
 const char *gw_worker_health_name(enum gw_worker_health h)

@@ -304,7 +304,7 @@ int gw_server_main(int argc, char **argv, const struct gw_module *const *modules
     gw_http_global_init(); /* before the main base: loop threads wake it */
     srv->base = event_base_new();
     srv->metrics = gw_metrics_create();
-    if (!srv->base || !srv->metrics || gw_main_exec_init(&srv->main_exec, srv->base) != 0) {
+    if (!srv->base || !srv->metrics || gw_event_exec_init(&srv->main_exec, srv->base) != 0) {
         fprintf(stderr, "mmgw: out of memory\n");
         return 1;
     }
@@ -345,7 +345,7 @@ out:
     if (srv->http) gw_http_destroy(srv->http); /* closes what is left; sites are released */
     srv->http = NULL;
     if (srv->drain_timer) event_free(srv->drain_timer);
-    gw_main_exec_fini(&srv->main_exec); /* retire the generations released on loop threads */
+    gw_event_exec_fini(&srv->main_exec); /* retire the generations released on loop threads */
     gw_builtin_metrics_fini(srv);
     gw_config_unref(srv->config);
     gw_metrics_destroy(srv->metrics);

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 
 #include "gw_http_server.h"
-#include "gw_main_exec.h"
+#include "gw_event_exec.h"
 #include "gw_metrics.h"
 #include "gw_module.h"
 
@@ -38,7 +38,7 @@ struct gw_server {
     struct gw_http *http;
     struct gw_metrics *metrics;
     struct event_base *base;
-    struct gw_main_exec main_exec;
+    struct gw_event_exec main_exec; /* the main thread's executor (retiring generations, drain) */
     uint64_t generations;
     atomic_bool draining;
     bool stopping;

@@ -8,6 +8,7 @@
 
 #include "gw_tok_json.h"
 #include "gw_tok_utf8.h"
+#include "mm_text.h"
 
 struct js {
     const char *s;
@@ -23,20 +24,12 @@ static void ws(struct js *j)
         j->i++;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 static int hex4(struct js *j, size_t at, uint32_t *v)
 {
     if (at + 4 > j->n) return -1;
     uint32_t x = 0;
     for (int k = 0; k < 4; k++) {
-        int h = hexval(j->s[at + k]);
+        int h = mm_hex_digit(j->s[at + k]);
         if (h < 0) return -1;
         x = x << 4 | (uint32_t)h;
     }

@@ -421,6 +421,7 @@ static int32_t load_normalizer(struct loader *L, const json_t *n, int depth)
             if (tok->n_norms == GW_TOK_MAX_NORMS)
                 return fail(L, MM_UNSUPPORTED, "normalizer: too many steps");
             tok->norms[tok->n_norms++] = forms[i].form;
+            if (forms[i].form == GW_TOK_NFC) gw_tok_nfc_init(); /* its table now, not in the first request */
             return MM_OK;
         }
     return fail(L, MM_UNSUPPORTED, "normalizer type '%s' is not supported (NFC, NFD, NFKC, NFKD, Sequence)",

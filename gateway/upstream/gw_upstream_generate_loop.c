@@ -11,6 +11,7 @@
 
 #include "gw_upstream_h2.h"
 #include "gw_upstream_internal.h"
+#include "mm_clock.h"
 #include "mm_log.h"
 
 static const char *const gen_method = GW_WORKER_METHOD("Generate");
@@ -114,13 +115,6 @@ void gw_up_chan_release_loop_conns(struct gw_upstream_chan *ch)
     ch->n_loop_conns = 0;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* The channel's connection on this loop: the existing one, a new one replacing a dead or draining one,
  * or NULL (the call then goes through gRPC C core: a failed connect is in backoff, or opening failed). */
 static struct gw_h2_conn *loop_conn(struct gw_upstream_chan *ch, const struct gw_up_loop *loop)
@@ -138,7 +132,7 @@ static struct gw_h2_conn *loop_conn(struct gw_upstream_chan *ch, const struct gw
     c = ch->loop_conns[loop->index];
     uint32_t backoff = 0;
     if (c && !gw_h2_conn_usable(c)) {
-        if (now_ms() < gw_h2_conn_retry_at_ms(c)) {
+        if ((uint64_t)mm_now_ms() < gw_h2_conn_retry_at_ms(c)) {
             c = NULL; /* a connect failed a moment ago */
             goto out;
         }

@@ -31,6 +31,7 @@
 
 #include "gw_upstream_internal.h"
 #include "mm_buf.h"
+#include "mm_clock.h"
 #include "mm_log.h"
 
 #define STREAM_WINDOW 65535     /* the most a paused stream holds back (gRPC C core's default too) */
@@ -95,13 +96,6 @@ struct gw_h2_stream {
     struct gw_h2_stream *prev, *next; /* in c->streams */
     struct gw_h2_stream *ready_next;
 };
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 /* ---- references ---- */
 
@@ -388,11 +382,11 @@ static void conn_fail(struct gw_h2_conn *c, const char *why)
     if (c->failed) return;
     c->failed = true;
     if (c->connecting) {
-        c->retry_at_ms = now_ms() + c->backoff_ms;
+        c->retry_at_ms = (uint64_t)mm_now_ms() + c->backoff_ms;
         mm_log_debug("upstream", "connect to %s failed (%s); gRPC C core for %u ms", c->target, why,
                      c->backoff_ms);
     } else {
-        c->retry_at_ms = now_ms();
+        c->retry_at_ms = (uint64_t)mm_now_ms();
         c->backoff_ms = 0;
     }
     c->connecting = false;
@@ -465,7 +459,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     for (;;) {
         ssize_t n = recv(fd, buf, sizeof buf, 0);
         if (n > 0) {
-            if (c->keepalive_ms) c->last_rx_ms = now_ms();
+            if (c->keepalive_ms) c->last_rx_ms = (uint64_t)mm_now_ms();
             ssize_t r = nghttp2_session_mem_recv(c->h2, buf, (size_t)n);
             if (r < 0) {
                 conn_fail(c, nghttp2_strerror((int)r));
@@ -547,7 +541,7 @@ static void on_keepalive(evutil_socket_t fd, short what, void *arg)
         return;
     }
     c->refs++;
-    uint64_t now = now_ms();
+    uint64_t now = (uint64_t)mm_now_ms();
     if (c->connecting && now - c->last_rx_ms >= c->keepalive_ms) {
         conn_fail(c, "connect timed out");
         dispatch(c);
@@ -712,7 +706,7 @@ struct gw_h2_conn *gw_h2_conn_open(struct event_base *base, const struct gw_exec
     event_assign(&c->ev_work, base, -1, 0, on_work, c);
     evtimer_assign(&c->ev_keepalive, base, on_keepalive, c);
     c->keepalive_ms = keepalive_ms;
-    c->last_rx_ms = now_ms();
+    c->last_rx_ms = (uint64_t)mm_now_ms();
 
     nghttp2_option *opt = NULL;
     if (nghttp2_option_new(&opt) != 0) goto nomem;

@@ -100,24 +100,6 @@ void kn_attn_group_blocks(const float *q, int32_t G, int64_t pos, int32_t head_d
     }
 }
 
-void kn_attn_query_blocks(const float *q, int64_t pos, int32_t head_dim, float scale, const float *k_cache,
-                          const float *v_cache, int32_t n_kv, int32_t kv_head, int32_t block,
-                          const int32_t *block_table, const int32_t *blocks, int32_t nb, float *out)
-{
-    static const int32_t none[1] = {-1};
-    /* an empty list means no block (NULL would mean every block) */
-    kn_attn_group_blocks(q, 1, pos, head_dim, scale, k_cache, v_cache, n_kv, kv_head, block, block_table,
-                         nb > 0 ? blocks : none, nb > 0 ? nb : 1, out);
-}
-
-void kn_attn_query_causal(const float *q, int64_t pos, int32_t head_dim, float scale, const float *k_cache,
-                          const float *v_cache, int32_t n_kv, int32_t kv_head, int32_t block,
-                          const int32_t *block_table, float *out)
-{
-    kn_attn_group_blocks(q, 1, pos, head_dim, scale, k_cache, v_cache, n_kv, kv_head, block, block_table,
-                         NULL, 0, out);
-}
-
 void kn_attn_paged_causal(const float *q, int32_t n, const int64_t *pos, int32_t n_heads, int32_t n_kv,
                           int32_t head_dim, float scale, const float *k_cache, const float *v_cache,
                           int32_t block, const struct kn_paged_seq *seq, float *out)

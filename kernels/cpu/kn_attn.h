@@ -20,19 +20,6 @@ void kn_attn_group_blocks(const float *q, int32_t G, int64_t pos, int32_t head_d
                           int32_t block, const int32_t *block_table, const int32_t *blocks, int32_t nb,
                           float *out);
 
-/** One query head against a list of key blocks of one sequence, with the token-level causal mask
- * (keys at positions > pos are skipped) and an online softmax. blocks[0..nb) are block ids (-1 = skip),
- * visited in the given order. kv_head selects the KV head inside a token row of n_kv * head_dim.
- * out [head_dim] receives the result (zeros if no key is visible). */
-void kn_attn_query_blocks(const float *q, int64_t pos, int32_t head_dim, float scale, const float *k_cache,
-                          const float *v_cache, int32_t n_kv, int32_t kv_head, int32_t block,
-                          const int32_t *block_table, const int32_t *blocks, int32_t nb, float *out);
-
-/** One query head against every key at positions <= pos of a paged sequence (dense causal attention). */
-void kn_attn_query_causal(const float *q, int64_t pos, int32_t head_dim, float scale, const float *k_cache,
-                          const float *v_cache, int32_t n_kv, int32_t kv_head, int32_t block,
-                          const int32_t *block_table, float *out);
-
 /** Dense causal attention (GQA) over a sequence's paged cache: the dense layers of M3.
  * q: [n][n_heads][head_dim] with absolute positions pos[n]; out: [n][n_heads][head_dim]. */
 void kn_attn_paged_causal(const float *q, int32_t n, const int64_t *pos, int32_t n_heads, int32_t n_kv,

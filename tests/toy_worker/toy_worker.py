@@ -19,13 +19,10 @@ Stubs are generated at start from --proto (default: the repo's proto/worker.prot
 grpc_python_plugin. SIGTERM stops accepting calls, lets streams finish (--drain seconds), exits 0.
 """
 import argparse
-import importlib
 import math
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent import futures
@@ -34,16 +31,10 @@ import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_PROTO = os.path.join(HERE, "..", "..", "proto", "worker.proto")
+sys.path.insert(0, os.path.dirname(DEFAULT_PROTO))
+import worker_stubs  # noqa: E402
+
 DTYPE_SIZE = {1: 4, 2: 2, 3: 2}  # F32, BF16, F16
-
-
-def load_stubs(proto):
-    out = tempfile.mkdtemp(prefix="toy-worker-stubs-")
-    d = os.path.dirname(os.path.abspath(proto))
-    subprocess.run(["protoc", "--proto_path=" + d, "--python_out=" + out, "--grpc_out=" + out,
-                    "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin", os.path.abspath(proto)], check=True)
-    sys.path.insert(0, out)
-    return importlib.import_module("worker_pb2"), importlib.import_module("worker_pb2_grpc")
 
 
 class Toy:
@@ -248,7 +239,7 @@ def main():
     p.add_argument("--drain", type=float, default=10.0, help="seconds streams may take to finish on SIGTERM")
     a = p.parse_args()
 
-    pb2, pb2_grpc = load_stubs(a.proto)
+    pb2, pb2_grpc = worker_stubs.load(a.proto)
     toy = Toy(a, pb2)
     opts = [("grpc.max_receive_message_length", 2047 << 20), ("grpc.max_send_message_length", 2047 << 20)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=a.threads), options=opts)

@@ -8,6 +8,7 @@
 
 #include "mm_dtype.h"
 #include "mm_safetensors.h"
+#include "mm_text.h"
 
 void mk_demo_defaults(struct mk_demo_opts *o)
 {
@@ -135,9 +136,8 @@ int32_t mk_demo_set(struct mk_demo_opts *o, const char *a, struct mm_err *err)
         o->routed_scale = strtof(val, &end);
         return *end ? mm_err_set(err, MM_INVALID, "'%s': not a number", a) : MM_OK;
     }
-    long v = strtol(val, &end, 10);
-    if (*end || end == val || v < -1 || v > (1L << 30))
-        return mm_err_set(err, MM_INVALID, "'%s': bad value", a);
+    int64_t v;
+    if (mm_parse_i64(val, -1, 1 << 30, &v)) return mm_err_set(err, MM_INVALID, "'%s': bad value", a);
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (strlen(fields[i].name) == nl && !strncmp(fields[i].name, a, nl)) {
             *(int32_t *)((char *)o + fields[i].off) = (int32_t)v;

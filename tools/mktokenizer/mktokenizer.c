@@ -18,6 +18,7 @@
 #include "gw_tokenizer.h"
 #include "mkt_text.h"
 #include "mkt_train.h"
+#include "mm_text.h"
 
 #define M3_SPECIAL_SLOTS 64 /* ids 200000..200063 in MiniMax-M3 */
 
@@ -252,7 +253,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     const char *out = NULL, *corpus = NULL;
-    long merges = 400, min_count = 2;
+    int64_t merges = 400, min_count = 2;
     int pad = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -264,21 +265,16 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
-        char *end;
         if (!strcmp(a, "--out"))
             out = argv[++i];
         else if (!strcmp(a, "--corpus"))
             corpus = argv[++i];
         else if (!strcmp(a, "--merges") || !strcmp(a, "--min-count")) {
-            long x = strtol(argv[++i], &end, 10);
-            if (*end || x < 0 || x > 4000000 || (a[2] == 'm' && a[3] == 'i' && x < 1)) {
+            int is_merges = !strcmp(a, "--merges");
+            if (mm_parse_i64(argv[++i], is_merges ? 0 : 1, 4000000, is_merges ? &merges : &min_count)) {
                 fprintf(stderr, "mmgw-mktokenizer: bad value for %s: '%s'\n", a, argv[i]);
                 return 2;
             }
-            if (!strcmp(a, "--merges"))
-                merges = x;
-            else
-                min_count = x;
         } else {
             usage();
             return 2;

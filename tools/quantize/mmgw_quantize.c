@@ -18,6 +18,7 @@
 
 #include "mm_dtype.h"
 #include "mm_safetensors.h"
+#include "mm_text.h"
 
 static int ends_with(const char *s, const char *suf)
 {
@@ -89,9 +90,8 @@ int main(int argc, char **argv)
         } else if (i + 1 < argc && !strcmp(argv[i], "--out")) {
             out = argv[++i];
         } else if (i + 1 < argc && !strcmp(argv[i], "--block")) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 4096) {
+            int64_t v;
+            if (mm_parse_i64(argv[++i], 1, 4096, &v)) {
                 fprintf(stderr, "mmgw-quantize: bad --block\n");
                 return 2;
             }

@@ -9,15 +9,16 @@
  *
  * All cases run together, one batch per step (prompts in chunks of --chunk tokens, then greedy decode),
  * unless --sequential runs them one after another: both must give the same tokens. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "mm_clock.h"
 #include "mm_dtype.h"
 #include "mm_log.h"
 #include "mm_safetensors.h"
+#include "mm_text.h"
 #include "wk_engine.h"
 
 struct evcase {
@@ -344,27 +345,10 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int parse_int(const char *s, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *model = NULL, *eval = NULL, *outp = NULL, *backend = "cpu";
-    long long threads = 0, chunk = 0, pages = 0;
+    int64_t threads = 0, chunk = 0, pages = 0;
     int sequential = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -391,11 +375,11 @@ int main(int argc, char **argv)
             outp = v;
         else if (!strcmp(a, "--backend"))
             backend = v;
-        else if (!strcmp(a, "--threads") && !parse_int(v, 0, 1024, &threads))
+        else if (!strcmp(a, "--threads") && !mm_parse_i64(v, 0, 1024, &threads))
             continue;
-        else if (!strcmp(a, "--chunk") && !parse_int(v, 1, 1 << 20, &chunk))
+        else if (!strcmp(a, "--chunk") && !mm_parse_i64(v, 1, 1 << 20, &chunk))
             continue;
-        else if (!strcmp(a, "--cache-pages") && !parse_int(v, 1, 1LL << 31, &pages))
+        else if (!strcmp(a, "--cache-pages") && !mm_parse_i64(v, 1, 1LL << 31, &pages))
             continue;
         else {
             fprintf(stderr, "mmgw-run: bad option or value: %s %s\n", a, v);
@@ -424,7 +408,7 @@ int main(int argc, char **argv)
     struct evcase *cs = NULL;
     const char **names = NULL;
     int32_t n = 0, rc;
-    double t0 = now_s();
+    double t0 = (double)mm_now_ns() * 1e-9;
     if ((rc = wk_engine_open(model, &o, &e, &err))) goto done;
     const struct wk_model_info *mi = wk_engine_info(e);
     if ((rc = mm_st_open(eval, &in, &err))) goto done;
@@ -473,14 +457,14 @@ int main(int argc, char **argv)
             goto done;
         }
     free(bufs);
-    double t1 = now_s();
+    double t1 = (double)mm_now_ns() * 1e-9;
     if (sequential) {
         for (int32_t i = 0; i < n && !rc; i++) rc = run_cases(e, &cs[i], 1, chunk, &err);
     } else {
         rc = run_cases(e, cs, n, chunk, &err);
     }
     if (rc) goto done;
-    double t2 = now_s();
+    double t2 = (double)mm_now_ns() * 1e-9;
     rc = write_out(mi, cs, n, outp, &err);
     int64_t toks = 0;
     for (int32_t i = 0; i < n; i++) toks += cs[i].L + cs[i].n_gen;

@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mm_clock.h"
+
 /* Workers spin on the run counter for a while before sleeping: a forward step issues many short parallel
  * loops, and a wake-up costs more than a loop (tens of µs in a VM, where it is an inter-processor interrupt
  * to a halted vCPU; a late-woken worker also claims a task the caller then waits for). The window is in time,
@@ -62,13 +64,6 @@ static void drain(struct wk_pool *p, uint64_t run, int32_t id)
     }
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
 static void *worker(void *a)
 {
     struct worker_arg *wa = a;
@@ -78,9 +73,9 @@ static void *worker(void *a)
     uint64_t seen = 0;
     for (;;) {
         uint64_t g;
-        int64_t spins = 0, t0 = now_ns();
+        int64_t spins = 0, t0 = mm_now_ns();
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
-            if ((++spins & 63) || now_ns() - t0 < SPIN_NS) {
+            if ((++spins & 63) || mm_now_ns() - t0 < SPIN_NS) {
                 cpu_relax();
                 continue;
             }
@@ -89,7 +84,7 @@ static void *worker(void *a)
             while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
             p->sleepers--;
             pthread_mutex_unlock(&p->mu);
-            t0 = now_ns();
+            t0 = mm_now_ns();
         }
         if (atomic_load(&p->stop)) break;
         seen = g;

@@ -1,11 +1,11 @@
 /* Command line of mmgw-worker (see wk_cli.h). */
 #include "wk_cli.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mm_log.h"
+#include "mm_text.h"
 #include "wk_engine.h"
 
 const char *wk_cli_usage(void)
@@ -34,13 +34,9 @@ static int32_t parse_int(const char *opt, const char *v, int64_t lo, int64_t hi,
                          struct mm_err *err)
 {
     if (!v) return mm_err_set(err, MM_INVALID, "%s needs a value", opt);
-    errno = 0;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
+    if (mm_parse_i64(v, lo, hi, out) != 0)
         return mm_err_set(err, MM_INVALID, "%s '%s' must be an integer in [%lld, %lld]", opt, v,
                           (long long)lo, (long long)hi);
-    *out = x;
     return MM_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mm_clock.h"
 #include "mm_log.h"
 #include "wk_grpc_impl.h"
 
@@ -185,15 +186,7 @@ void wk_grpc_shutdown(struct wk_grpc *g, int64_t timeout_ms)
 {
     if (__atomic_exchange_n(&g->shutting_down, 1, __ATOMIC_ACQ_REL)) return;
     grpc_server_shutdown_and_notify(g->server, g->cq, &g->shutdown_tag);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ms = timeout_ms < 0 ? 0 : timeout_ms;
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = mm_realtime_after_ms(timeout_ms < 0 ? 0 : timeout_ms);
     pthread_mutex_lock(&g->mu);
     while (!g->shutdown_done && g->thread_started) {
         if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) != 0) break;

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "mm_log.h"
-#include "wk_clock.h"
+#include "mm_clock.h"
 
 #define LOG "sched"
 
@@ -143,7 +143,7 @@ void sched_end(struct wk_sched *s, struct sreq *q, int32_t status, const char *m
     pthread_mutex_unlock(&s->mu);
     q->sink.end(q->sink.ctx, status, msg ? msg : "");
     if (mm_log_get_level() >= MM_LOG_INFO) {
-        int64_t gen = 0, now = wk_now_ms();
+        int64_t gen = 0, now = mm_now_ms();
         for (int32_t i = 0; i < q->r->sp.n; i++) gen += q->ch[i].n_gen;
         mm_log_info(
             LOG,
@@ -339,11 +339,6 @@ static void end_all(struct wk_sched *s, int32_t status, const char *msg)
     pthread_mutex_unlock(&s->mu);
 }
 
-static int64_t now_ms(void)
-{
-    return wk_now_ms();
-}
-
 /* The step's events leave now (sinks that hold them; ended requests were flushed by their end call). */
 static void flush_events(struct wk_sched *s)
 {
@@ -363,23 +358,16 @@ static void *sched_main(void *arg)
         pthread_mutex_lock(&s->mu);
         while (!s->stop && !s->inbox && !s->cmds && !s->running && !s->waiting) {
             if (s->draining && s->drain_deadline_ms >= 0 && s->n_live > 0) {
-                int64_t left = s->drain_deadline_ms - now_ms();
+                int64_t left = s->drain_deadline_ms - mm_now_ms();
                 if (left <= 0) break;
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_sec += left / 1000;
-                ts.tv_nsec += (left % 1000) * 1000000;
-                if (ts.tv_nsec >= 1000000000) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000;
-                }
+                struct timespec ts = mm_realtime_after_ms(left);
                 pthread_cond_timedwait(&s->cv, &s->mu, &ts);
             } else {
                 pthread_cond_wait(&s->cv, &s->mu);
             }
         }
         int32_t stop = s->stop;
-        int32_t drain_over = s->draining && s->drain_deadline_ms >= 0 && now_ms() >= s->drain_deadline_ms;
+        int32_t drain_over = s->draining && s->drain_deadline_ms >= 0 && mm_now_ms() >= s->drain_deadline_ms;
         struct sreq *in = s->inbox;
         s->inbox = NULL;
         s->inbox_tail = &s->inbox;
@@ -493,7 +481,7 @@ int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct w
     if (!q) return mm_err_set(err, MM_NOMEM, "out of memory");
     q->r = r;
     q->sink = *sink;
-    q->t_submit_ms = wk_now_ms();
+    q->t_submit_ms = mm_now_ms();
     q->bounded = r->sp.has_max_new_tokens;
     if (r->n_media) {
         q->embeds = calloc((size_t)r->n_media, sizeof(float *));
@@ -615,14 +603,14 @@ void wk_sched_drain(struct wk_sched *s, int64_t timeout_ms)
 {
     pthread_mutex_lock(&s->mu);
     s->draining = 1;
-    s->drain_deadline_ms = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    s->drain_deadline_ms = timeout_ms < 0 ? -1 : mm_now_ms() + timeout_ms;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
 int32_t wk_sched_wait_idle(struct wk_sched *s, int64_t timeout_ms)
 {
-    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int64_t deadline = timeout_ms < 0 ? -1 : mm_now_ms() + timeout_ms;
     int32_t rc = MM_OK;
     pthread_mutex_lock(&s->mu);
     while (s->n_live > 0) {
@@ -630,19 +618,12 @@ int32_t wk_sched_wait_idle(struct wk_sched *s, int64_t timeout_ms)
             pthread_cond_wait(&s->idle_cv, &s->mu);
             continue;
         }
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - mm_now_ms();
         if (left <= 0) {
             rc = MM_TIMEOUT;
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = mm_realtime_after_ms(left);
         pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts);
     }
     pthread_mutex_unlock(&s->mu);

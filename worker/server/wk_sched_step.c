@@ -9,7 +9,7 @@
 
 #include "mm_log.h"
 #include "wk_logprobs.h"
-#include "wk_clock.h"
+#include "mm_clock.h"
 
 #define LOG "sched"
 
@@ -137,7 +137,7 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
             ev.top_logprobs = top_lp;
         }
     }
-    if (!q->t_first_ms) q->t_first_ms = wk_now_ms();
+    if (!q->t_first_ms) q->t_first_ms = mm_now_ms();
     q->sink.chunk(q->sink.ctx, &ev);
     q->dirty = 1;
 

@@ -1,7 +1,7 @@
 /* Staged tensor uploads: a small list under one mutex (a handful of uploads are live at a time). */
 #include "wk_uploads.h"
 
-#include "wk_clock.h"
+#include "mm_clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -97,7 +97,7 @@ int32_t wk_uploads_append(struct wk_uploads *u, const char *id, uint64_t total_b
         return mm_err_set(err, MM_INVALID, "upload_id is longer than %d bytes", WK_UPLOAD_ID_MAX);
     int32_t rc = MM_OK;
     pthread_mutex_lock(&u->mu);
-    sweep_locked(u, wk_now_ms());
+    sweep_locked(u, mm_now_ms());
     struct wk_upload **pp = find_locked(u, id);
     struct wk_upload *up = pp ? *pp : NULL;
     if (offset == 0 && !up) {
@@ -123,7 +123,7 @@ int32_t wk_uploads_append(struct wk_uploads *u, const char *id, uint64_t total_b
         strcpy(up->id, id);
         up->data = buf;
         up->total = total_bytes;
-        up->created_ms = wk_now_ms();
+        up->created_ms = mm_now_ms();
         up->next = u->head;
         u->head = up;
         u->bytes += total_bytes;
@@ -185,7 +185,7 @@ int32_t wk_uploads_take(struct wk_uploads *u, const char *id, struct wk_upload *
 {
     *out = NULL;
     pthread_mutex_lock(&u->mu);
-    sweep_locked(u, wk_now_ms());
+    sweep_locked(u, mm_now_ms());
     struct wk_upload **pp = find_locked(u, id);
     int32_t rc = MM_OK;
     if (!pp) {

@@ -11,7 +11,6 @@
 #include <stdint.h>
 
 #include "mm_status.h"
-#include "wk_clock.h"
 
 /** Longest upload id accepted. */
 #define WK_UPLOAD_ID_MAX 128

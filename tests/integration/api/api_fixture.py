@@ -8,9 +8,7 @@ import http.server
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import struct
 import array
 import subprocess
@@ -20,6 +18,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from loopback import free_port, make_cert, rss_kb  # noqa: E402,F401  (test_api.py uses them through fx)
 
 BUILD = os.environ.get("MMGW_BUILD", os.path.join(os.path.dirname(__file__), "../../../build"))
 SOURCE = os.environ.get("MMGW_SOURCE", os.path.join(os.path.dirname(__file__), "../../.."))
@@ -117,11 +118,7 @@ class Proc:
             PROCS.remove(self)
 
     def rss_kb(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        return rss_kb(self.proc.pid)
 
 
 def wait_port_file(path, proc, timeout=60):
@@ -160,13 +157,9 @@ class ToyWorker(Proc):
 
 def grpc_stubs():
     """worker_pb2, worker_pb2_grpc generated from the repo's proto (for Load checks)."""
-    import importlib
-    out = tempfile.mkdtemp(prefix="mmgw-api-stubs-")
-    proto = os.path.join(SOURCE, "proto", "worker.proto")
-    subprocess.run(["protoc", "--proto_path=" + os.path.dirname(proto), "--python_out=" + out, "--grpc_out=" + out,
-                    "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin", proto], check=True)
-    sys.path.insert(0, out)
-    return importlib.import_module("worker_pb2"), importlib.import_module("worker_pb2_grpc")
+    sys.path.insert(0, os.path.join(SOURCE, "proto"))
+    import worker_stubs
+    return worker_stubs.load()
 
 
 class Gateway(Proc):
@@ -356,22 +349,8 @@ class MediaServer:
         self.srv.server_close()
 
 
-def make_cert(d):
-    key, crt = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt, "-days",
-                    "1", "-subj", "/CN=localhost"], check=True, capture_output=True, timeout=60)
-    return crt, key
-
-
 def sanitized(binary=None):
     """Whether a binary was built with ASan (its RSS then includes the allocator's quarantine)."""
     with open(binary or MMGW, "rb") as f:
         return b"__asan_init" in f.read()
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p

@@ -9,29 +9,18 @@ with that status before any chunk. Choices (sampling.n) all get the same ids. Sp
 loopback only. Usage: script_worker.py --listen 127.0.0.1:0 --port-file F --script S [--vocab V] [--eos ID]
 """
 import argparse
-import importlib
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 from concurrent import futures
 
 import grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO = os.path.join(HERE, "..", "..", "..", "proto", "worker.proto")
-
-
-def stubs():
-    out = tempfile.mkdtemp(prefix="mmgw-script-stubs-")
-    subprocess.run(["protoc", "--proto_path=" + os.path.dirname(os.path.abspath(PROTO)), "--python_out=" + out,
-                    "--grpc_out=" + out, "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
-                    os.path.abspath(PROTO)], check=True)
-    sys.path.insert(0, out)
-    return importlib.import_module("worker_pb2"), importlib.import_module("worker_pb2_grpc")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "proto"))
+import worker_stubs  # noqa: E402
 
 
 def main():
@@ -42,7 +31,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=720)
     ap.add_argument("--eos", type=int, default=-1)
     a = ap.parse_args()
-    pb2, pb2_grpc = stubs()
+    pb2, pb2_grpc = worker_stubs.load()
 
     class W(pb2_grpc.WorkerServicer):
         def Generate(self, req, ctx):

@@ -20,6 +20,8 @@ import time
 BUILD = os.environ.get("MMGW_BUILD", os.path.join(os.path.dirname(__file__), "../../../build"))
 SOURCE = os.environ.get("MMGW_SOURCE", os.path.join(os.path.dirname(__file__), "../../.."))
 HTTPTEST = os.path.join(BUILD, "tests", "mmgw-httptest")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from loopback import make_cert, rss_kb  # noqa: E402
 MMGW = os.path.join(BUILD, "bin", "mmgw")
 
 FAILURES = []
@@ -89,11 +91,7 @@ class Server:
         return f"{scheme}://127.0.0.1:{self.ports[i]}{path}"
 
     def rss_kb(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        return rss_kb(self.proc.pid)
 
     def stop(self, timeout=15):
         if self.proc.poll() is None:
@@ -630,14 +628,6 @@ def case_h2():
         rc, out, _ = curl(srv.url("/metrics"))
         m = re.search(rb'mmgw_http_connections_total\{kind="h2"\} (\d+)', out)
         check(m and int(m.group(1)) >= 5, "h2 connections counted")
-
-
-def make_cert(d):
-    key, crt = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt,
-                    "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                   check=True, capture_output=True, timeout=60)
-    return crt, key
 
 
 def case_tls():

@@ -144,6 +144,12 @@ int fake_worker_log_count(const struct fake_worker *w, const char *needle, ...)
     return count;
 }
 
+int fake_worker_log_seen(void *logwait)
+{
+    const struct fake_worker_logwait *l = logwait;
+    return fake_worker_log_count(l->w, l->a, l->b, NULL) > 0;
+}
+
 void fake_worker_cleanup(struct fake_worker *w)
 {
     unlink(w->log);

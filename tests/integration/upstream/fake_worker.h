@@ -24,6 +24,12 @@ int fake_worker_start_cmd(struct fake_worker *w, const char *name, const char *c
 void fake_worker_kill(struct fake_worker *w);
 /** Lines in its log containing every one of the needles (NULL-terminated). */
 int fake_worker_log_count(const struct fake_worker *w, const char *needle, ...);
+/** For test_loop_run: true once a line of w's log has both a and b. */
+struct fake_worker_logwait {
+    const struct fake_worker *w;
+    const char *a, *b;
+};
+int fake_worker_log_seen(void *logwait);
 /** Remove its log and port file. */
 void fake_worker_cleanup(struct fake_worker *w);
 

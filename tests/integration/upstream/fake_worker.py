@@ -21,25 +21,11 @@ Health's message carries "yielded=<chunks sent so far in all streams>" for flow-
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zlib
 from concurrent import futures
-
-
-def load_stubs(proto_dir):
-    out = tempfile.mkdtemp(prefix="mmgw-stubs-")
-    subprocess.run(
-        ["protoc", "-I", proto_dir, "--python_out=" + out, "--grpc_python_out=" + out,
-         "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin", os.path.join(proto_dir, "worker.proto")],
-        check=True)
-    sys.path.insert(0, out)
-    import worker_pb2  # noqa: E402
-    import worker_pb2_grpc  # noqa: E402
-    return worker_pb2, worker_pb2_grpc
 
 
 def main():
@@ -64,7 +50,9 @@ def main():
     args = ap.parse_args()
 
     import grpc
-    pb, pb_grpc = load_stubs(args.proto_dir)
+    sys.path.insert(0, args.proto_dir)
+    import worker_stubs  # noqa: E402
+    pb, pb_grpc = worker_stubs.load(os.path.join(args.proto_dir, "worker.proto"))
 
     lock = threading.Lock()
     state = {"generates": 0, "yielded": 0}

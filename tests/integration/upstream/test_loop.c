@@ -7,62 +7,19 @@
 #include <stdlib.h>
 #include <time.h>
 
-struct item {
-    void (*fn)(void *);
-    void *arg;
-    struct item *next;
-};
+#include "gw_event_exec.h"
 
 struct test_loop {
     struct event_base *base;
-    struct event *wake, *tick;
-    pthread_mutex_t mu;
-    struct item *head, *tail;
-    struct gw_executor ex;
-    unsigned long posted;
+    struct gw_event_exec queue;
+    struct event *tick;
     int (*done)(void *);
     void *done_arg;
 };
 
-static int post(void *ctx, void (*fn)(void *), void *arg)
-{
-    struct test_loop *l = ctx;
-    struct item *it = malloc(sizeof(*it));
-    if (!it) return -1;
-    it->fn = fn;
-    it->arg = arg;
-    it->next = NULL;
-    pthread_mutex_lock(&l->mu);
-    if (l->tail)
-        l->tail->next = it;
-    else
-        l->head = it;
-    l->tail = it;
-    pthread_mutex_unlock(&l->mu);
-    event_active(l->wake, EV_READ, 0);
-    return 0;
-}
-
 static void check_done(struct test_loop *l)
 {
     if (l->done && l->done(l->done_arg)) event_base_loopbreak(l->base);
-}
-
-static void on_wake(evutil_socket_t fd, short what, void *arg)
-{
-    struct test_loop *l = arg;
-    pthread_mutex_lock(&l->mu);
-    struct item *it = l->head;
-    l->head = l->tail = NULL;
-    pthread_mutex_unlock(&l->mu);
-    while (it) {
-        struct item *next = it->next;
-        it->fn(it->arg);
-        l->posted++;
-        free(it);
-        it = next;
-    }
-    check_done(l);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -76,28 +33,22 @@ struct test_loop *test_loop_new(void)
     pthread_once(&once, (void (*)(void))evthread_use_pthreads);
     struct test_loop *l = calloc(1, sizeof(*l));
     if (!l) return NULL;
-    pthread_mutex_init(&l->mu, NULL);
     l->base = event_base_new();
-    l->wake = l->base ? event_new(l->base, -1, EV_PERSIST, on_wake, l) : NULL;
+    int q = l->base ? gw_event_exec_init(&l->queue, l->base) : -1;
     l->tick = l->base ? event_new(l->base, -1, EV_PERSIST, on_tick, l) : NULL;
-    if (!l->wake || !l->tick) {
+    if (q != 0 || !l->tick) {
         test_loop_free(l);
         return NULL;
     }
-    l->ex.post = post;
-    l->ex.ctx = l;
     return l;
 }
 
 void test_loop_free(struct test_loop *l)
 {
     if (!l) return;
-    /* run what is still queued, so posted work is not leaked */
-    if (l->wake) on_wake(-1, 0, l);
-    if (l->wake) event_free(l->wake);
+    gw_event_exec_fini(&l->queue); /* runs what is still queued, so posted work is not leaked */
     if (l->tick) event_free(l->tick);
     if (l->base) event_base_free(l->base);
-    pthread_mutex_destroy(&l->mu);
     free(l);
 }
 
@@ -108,7 +59,7 @@ struct event_base *test_loop_base(struct test_loop *l)
 
 const struct gw_executor *test_loop_executor(struct test_loop *l)
 {
-    return &l->ex;
+    return &l->queue.exec;
 }
 
 static double now_ms(void)
@@ -140,5 +91,5 @@ int test_loop_run(struct test_loop *l, int (*done)(void *arg), void *arg, int ti
 
 unsigned long test_loop_posted(struct test_loop *l)
 {
-    return l->posted;
+    return l->queue.ran;
 }

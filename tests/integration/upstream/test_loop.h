@@ -1,6 +1,6 @@
 /* A libevent loop with a gw_executor for the upstream/router tests: posts from any thread queue a
- * function and wake the loop, which runs it on the test's thread (what gateway/http's loop executor
- * does in the product). */
+ * function and wake the loop, which runs it on the test's thread (the product's gw_event_exec, as each
+ * gateway/http loop has), run for a bounded time or until a condition holds. */
 #ifndef TEST_LOOP_H
 #define TEST_LOOP_H
 

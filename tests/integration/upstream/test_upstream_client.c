@@ -2,10 +2,7 @@
  * (Abort reaches the worker), a worker dying mid-stream, status mapping, deadlines, and the three ways a
  * tensor travels (inline, shared memory, UploadTensor) with byte-exact checks on the worker side. */
 #include <dirent.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <stdatomic.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -15,65 +12,13 @@
 #include "gw_upstream_media.h"
 #include "mmgw_test.h"
 #include "test_loop.h"
+#include "upstream_calls.h"
 
 static struct test_loop *loop;
 static struct gw_upstream *up;
 static pthread_t main_thread;
 
 /* ---- unary ---- */
-
-struct unary_out {
-    int done;
-    int on_main;
-    struct gw_call_status st;
-    Mmgw__Worker__V1__ModelInfoResponse info;
-    char model_name[64];
-    int healthy;
-    char health_msg[128];
-    uint32_t running, waiting;
-    int found;
-};
-
-static void on_unary(void *arg, const struct gw_call_status *st, const ProtobufCMessage *resp)
-{
-    struct unary_out *o = arg;
-    o->done = 1;
-    o->on_main = pthread_equal(pthread_self(), main_thread);
-    o->st = *st;
-    if (!resp) return;
-    if (resp->descriptor == &mmgw__worker__v1__model_info_response__descriptor) {
-        const Mmgw__Worker__V1__ModelInfoResponse *r = (const void *)resp;
-        snprintf(o->model_name, sizeof(o->model_name), "%s", r->model_name);
-        o->info.block_size = r->block_size;
-        o->info.supports_shm = r->supports_shm;
-    } else if (resp->descriptor == &mmgw__worker__v1__health_response__descriptor) {
-        const Mmgw__Worker__V1__HealthResponse *r = (const void *)resp;
-        o->healthy = r->healthy;
-        snprintf(o->health_msg, sizeof(o->health_msg), "%s", r->message);
-    } else if (resp->descriptor == &mmgw__worker__v1__load_response__descriptor) {
-        const Mmgw__Worker__V1__LoadResponse *r = (const void *)resp;
-        o->running = r->running_requests;
-        o->waiting = r->waiting_requests;
-    } else if (resp->descriptor == &mmgw__worker__v1__abort_response__descriptor) {
-        o->found = ((const Mmgw__Worker__V1__AbortResponse *)resp)->found;
-    }
-}
-
-static int unary_done(void *arg)
-{
-    return ((struct unary_out *)arg)->done;
-}
-
-static long health_yielded(struct gw_upstream_chan *ch)
-{
-    struct unary_out o;
-    memset(&o, 0, sizeof(o));
-    struct mm_err e;
-    if (gw_upstream_health(ch, 2000, test_loop_executor(loop), on_unary, &o, &e) != MM_OK) return -1;
-    if (!test_loop_run(loop, unary_done, &o, 3000) || o.st.code != MM_OK) return -1;
-    const char *y = strstr(o.health_msg, "yielded=");
-    return y ? atol(y + 8) : -1;
-}
 
 static void test_unary(void)
 {
@@ -91,33 +36,34 @@ static void test_unary(void)
     gw_upstream_chan_info(ch, &info);
     CHECK_EQ_INT(info.known, 0);
 
-    struct unary_out o;
+    struct unary_rec o;
     memset(&o, 0, sizeof(o));
-    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
-    CHECK(test_loop_run(loop, unary_done, &o, 10000));
+    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_rec_done, &o, 10000));
     CHECK_EQ_INT(o.st.code, MM_OK);
-    CHECK(o.on_main);
+    CHECK(pthread_equal(o.thread, main_thread));
     CHECK_STR(o.model_name, "fake-7");
-    CHECK_EQ_INT(o.info.block_size, 4);
+    CHECK_EQ_INT(o.block_size, 4);
     gw_upstream_chan_info(ch, &info);
     CHECK_EQ_INT(info.known, 1);
     CHECK_EQ_INT(info.supports_shm, 1);
     CHECK_STR(info.model_name, "fake-7");
 
     memset(&o, 0, sizeof(o));
-    CHECK_EQ_INT(gw_upstream_health(ch, 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
-    CHECK(test_loop_run(loop, unary_done, &o, 5000));
+    CHECK_EQ_INT(gw_upstream_health(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_rec_done, &o, 5000));
     CHECK_EQ_INT(o.healthy, 1);
 
     memset(&o, 0, sizeof(o));
-    CHECK_EQ_INT(gw_upstream_load(ch, 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
-    CHECK(test_loop_run(loop, unary_done, &o, 5000));
+    CHECK_EQ_INT(gw_upstream_load(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_rec_done, &o, 5000));
     CHECK_EQ_INT(o.running, 3);
     CHECK_EQ_INT(o.waiting, 2);
 
     memset(&o, 0, sizeof(o));
-    CHECK_EQ_INT(gw_upstream_abort(ch, "nothing", 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
-    CHECK(test_loop_run(loop, unary_done, &o, 5000));
+    CHECK_EQ_INT(gw_upstream_abort(ch, "nothing", 5000, test_loop_executor(loop), unary_rec_cb, &o, &e),
+                 MM_OK);
+    CHECK(test_loop_run(loop, unary_rec_done, &o, 5000));
     CHECK_EQ_INT(o.found, 1);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"abort\"", "\"nothing\"", NULL), 1);
 
@@ -128,55 +74,7 @@ static void test_unary(void)
 
 /* ---- streaming ---- */
 
-struct stream {
-    struct gw_gen_call *call;
-    int responses, chunks, completes, done, on_main;
-    uint32_t tokens[64];
-    int n_tokens;
-    struct gw_call_status st;
-    uint32_t reported;
-    int pause_after;  /* pause once this many responses arrived (0 = never) */
-    int cancel_after; /* cancel once this many arrived (0 = never) */
-    int cancelled;
-    char finish[16];
-};
-
-static void on_resp(void *arg, const Mmgw__Worker__V1__GenerateResponse *r)
-{
-    struct stream *s = arg;
-    s->responses++;
-    s->on_main = pthread_equal(pthread_self(), main_thread);
-    if (r->response_case == MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_CHUNK) {
-        s->chunks++;
-        for (size_t i = 0; i < r->chunk->n_token_ids && s->n_tokens < 64; i++)
-            s->tokens[s->n_tokens++] = r->chunk->token_ids[i];
-    } else if (r->response_case == MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_COMPLETE) {
-        s->completes++;
-        snprintf(s->finish, sizeof(s->finish), "%s", r->complete->finish_reason);
-    }
-    if (s->pause_after && s->responses == s->pause_after) gw_gen_pause(s->call);
-    if (s->cancel_after && s->responses == s->cancel_after) {
-        gw_gen_cancel(s->call);
-        s->cancelled = 1;
-    }
-}
-
-static void on_done(void *arg, const struct gw_call_status *st, uint32_t responses)
-{
-    struct stream *s = arg;
-    s->done++;
-    s->st = *st;
-    s->reported = responses;
-}
-
-static int stream_done(void *arg)
-{
-    return ((struct stream *)arg)->done > 0;
-}
-
-static const struct gw_gen_callbacks callbacks = {on_resp, on_done};
-
-static int32_t start(struct gw_upstream_chan *ch, const char *id, struct stream *s,
+static int32_t start(struct gw_upstream_chan *ch, const char *id, struct stream_rec *s,
                      const struct gw_gen_opts *opts, Mmgw__Worker__V1__MultimodalItem **items, size_t n_items)
 {
     uint32_t ids[3] = {11, 12, 13};
@@ -187,20 +85,10 @@ static int32_t start(struct gw_upstream_chan *ch, const char *id, struct stream 
     req.mm_inputs = items;
     req.n_mm_inputs = n_items;
     struct mm_err e;
-    int32_t rc = gw_upstream_generate(ch, &req, opts, test_loop_executor(loop), &callbacks, s, &s->call, &e);
+    int32_t rc = gw_upstream_generate(ch, &req, opts, test_loop_executor(loop), &stream_rec_callbacks, s,
+                                      &s->call, &e);
     if (rc != MM_OK) fprintf(stderr, "generate: %s\n", e.msg);
     return rc;
-}
-
-struct logwait {
-    struct fake_worker *w;
-    const char *a, *b;
-};
-
-static int log_has(void *arg)
-{
-    struct logwait *l = arg;
-    return fake_worker_log_count(l->w, l->a, l->b, NULL) > 0;
 }
 
 static void test_stream_basic(void)
@@ -214,35 +102,29 @@ static void test_stream_basic(void)
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof(s));
     CHECK_EQ_INT(start(ch, "basic-1", &s, NULL, NULL, 0), MM_OK);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_EQ_INT(s.st.code, MM_OK);
     CHECK_EQ_INT(s.chunks, 5);
     CHECK_EQ_INT(s.completes, 1);
     CHECK_EQ_INT(s.reported, 6);
     CHECK_STR(s.finish, "length");
-    CHECK(s.on_main);
+    CHECK(pthread_equal(s.thread, main_thread));
     for (int i = 0; i < 5 && i < s.n_tokens; i++) CHECK_EQ_INT(s.tokens[i], 3000 + i);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"generate\"", "[11, 12, 13]", NULL), 1);
 
     /* many concurrent streams on one channel, each complete and in order */
     enum { N = 16 };
-    struct stream many[N];
+    struct stream_rec many[N];
     memset(many, 0, sizeof(many));
     for (int i = 0; i < N; i++) {
         char id[32];
         snprintf(id, sizeof(id), "many-%d", i);
         CHECK_EQ_INT(start(ch, id, &many[i], NULL, NULL, 0), MM_OK);
     }
-    int all = 0;
-    for (int round = 0; round < 200 && !all; round++) {
-        test_loop_run(loop, NULL, NULL, 50);
-        all = 1;
-        for (int i = 0; i < N; i++) all &= many[i].done == 1;
-    }
-    CHECK(all);
+    CHECK(stream_recs_done(loop, many, N, 10000));
     for (int i = 0; i < N; i++)
         if (many[i].done != 1)
             fprintf(stderr, "stream %d: done %d responses %d\n", i, many[i].done, many[i].responses);
@@ -267,17 +149,17 @@ static void test_cancel_aborts(void)
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof(s));
     s.cancel_after = 3;
     CHECK_EQ_INT(start(ch, "cancel-me", &s, NULL, NULL, 0), MM_OK);
-    struct logwait lw = {&w, "\"abort\"", "\"cancel-me\""};
-    CHECK_MSG(test_loop_run(loop, log_has, &lw, 5000), "Abort never reached the worker");
+    struct fake_worker_logwait lw = {&w, "\"abort\"", "\"cancel-me\""};
+    CHECK_MSG(test_loop_run(loop, fake_worker_log_seen, &lw, 5000), "Abort never reached the worker");
     /* the worker's stream stops (gRPC stops pulling its generator once the call is cancelled) */
     test_loop_run(loop, NULL, NULL, 100);
-    long y1 = health_yielded(ch);
+    long y1 = health_yielded(loop, ch);
     test_loop_run(loop, NULL, NULL, 300);
-    long y2 = health_yielded(ch);
+    long y2 = health_yielded(loop, ch);
     CHECK_MSG(y1 >= 2 && y1 == y2, "the worker kept generating after cancel (%ld -> %ld)", y1, y2);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"finished\"", "\"cancel-me\"", NULL), 0);
     test_loop_run(loop, NULL, NULL, 100);
@@ -297,10 +179,10 @@ static void test_failures(void)
     if (fake_worker_start(&w, "dies", 0, dies) == 0) {
         struct gw_upstream_chan *ch;
         CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-        struct stream s;
+        struct stream_rec s;
         memset(&s, 0, sizeof(s));
         CHECK_EQ_INT(start(ch, "dies-1", &s, NULL, NULL, 0), MM_OK);
-        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
         CHECK_EQ_INT(s.chunks, 2);
         CHECK_EQ_INT(s.completes, 0);
         CHECK_MSG(s.st.code == MM_UNAVAILABLE || s.st.code == MM_ERROR, "code %d: %s", s.st.code,
@@ -327,10 +209,10 @@ static void test_failures(void)
         }
         struct gw_upstream_chan *ch;
         CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-        struct stream s;
+        struct stream_rec s;
         memset(&s, 0, sizeof(s));
         CHECK_EQ_INT(start(ch, "fails-1", &s, NULL, NULL, 0), MM_OK);
-        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
         CHECK_MSG(s.st.code == codes[i].mm, "%s -> %d (%s)", codes[i].grpc, s.st.code, s.st.message);
         CHECK(strstr(s.st.message, "scripted failure") != NULL);
         CHECK(strstr(s.st.message, codes[i].grpc) != NULL);
@@ -340,20 +222,14 @@ static void test_failures(void)
         fake_worker_cleanup(&w);
     }
     /* nobody listening */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sin);
-    bind(fd, (struct sockaddr *)&sin, sizeof(sin));
-    getsockname(fd, (struct sockaddr *)&sin, &sl);
-    close(fd);
     char target[64];
-    snprintf(target, sizeof(target), "127.0.0.1:%d", ntohs(sin.sin_port));
+    snprintf(target, sizeof(target), "127.0.0.1:%d", unused_port());
     struct gw_upstream_chan *ch;
     CHECK_EQ_INT(gw_upstream_chan_open(up, target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof(s));
     CHECK_EQ_INT(start(ch, "nobody", &s, NULL, NULL, 0), MM_OK);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_EQ_INT(s.st.code, MM_UNAVAILABLE);
     gw_upstream_chan_close(ch);
 
@@ -364,7 +240,7 @@ static void test_failures(void)
         memset(&s, 0, sizeof(s));
         struct gw_gen_opts o = {.timeout_ms = 400};
         CHECK_EQ_INT(start(ch, "slow-1", &s, &o, NULL, 0), MM_OK);
-        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
         CHECK_EQ_INT(s.st.code, MM_TIMEOUT);
         CHECK(s.chunks >= 1 && s.chunks < 100);
         gw_upstream_chan_close(ch);
@@ -385,20 +261,20 @@ static void test_flow_control(void)
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof(s));
     s.pause_after = 1;
     CHECK_EQ_INT(start(ch, "flow-1", &s, NULL, NULL, 0), MM_OK);
     test_loop_run(loop, NULL, NULL, 1000);
-    long y1 = health_yielded(ch);
+    long y1 = health_yielded(loop, ch);
     test_loop_run(loop, NULL, NULL, 400);
-    long y2 = health_yielded(ch);
+    long y2 = health_yielded(loop, ch);
     CHECK_EQ_INT(s.responses, 1); /* nothing delivered while paused */
     CHECK_MSG(y1 >= 0 && y1 < 3000, "the worker sent %ld of 3000 chunks to a paused consumer", y1);
     CHECK_MSG(y2 == y1, "the worker kept sending while paused (%ld -> %ld)", y1, y2);
     printf("flow control: worker stalled after %ld of 3000 4-KiB chunks while the consumer was paused\n", y1);
     gw_gen_resume(s.call);
-    CHECK(test_loop_run(loop, stream_done, &s, 30000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 30000));
     CHECK_EQ_INT(s.st.code, MM_OK);
     CHECK_EQ_INT(s.chunks, 3000);
     CHECK_EQ_INT(s.completes, 1);
@@ -486,10 +362,10 @@ static void test_media(void)
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct unary_out o;
+    struct unary_rec o;
     memset(&o, 0, sizeof(o));
-    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
-    CHECK(test_loop_run(loop, unary_done, &o, 10000));
+    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_rec_done, &o, 10000));
 
     size_t small_len = 2352 * 4, big_len = 2352 * 2600; /* 9 KiB and ~6 MiB */
     uint8_t *small = pattern(small_len, 1), *big = pattern(big_len, 2);
@@ -503,7 +379,7 @@ static void test_media(void)
     snprintf(bytes_big, sizeof(bytes_big), "\"bytes\": %zu", big_len);
 
     /* local worker with shared memory: the big tensor goes through /dev/shm, unlinked afterwards */
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof(s));
     CHECK_EQ_INT(start(ch, "media-shm", &s, NULL, items, 2), MM_OK);
     struct gw_gen_transport tr;
@@ -511,7 +387,7 @@ static void test_media(void)
     CHECK_EQ_INT(tr.inline_items, 1);
     CHECK_EQ_INT(tr.shm_items, 1);
     CHECK_EQ_INT(tr.upload_items, 0);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-shm\"", "\"transport\": \"inline\"", crc_small, NULL), 1);
     CHECK_EQ_INT(
@@ -525,7 +401,7 @@ static void test_media(void)
     CHECK_EQ_INT(start(ch, "media-up", &s, &opts, items, 2), MM_OK);
     gw_gen_transport(s.call, &tr);
     CHECK_EQ_INT(tr.upload_items, 1);
-    CHECK(test_loop_run(loop, stream_done, &s, 20000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 20000));
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"upload\"", "media-up-1-", crc_big, NULL), 1);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-up\"", "\"transport\": \"upload\"", crc_big, NULL), 1);
@@ -536,7 +412,7 @@ static void test_media(void)
     CHECK_EQ_INT(start(ch, "media-tiny", &s, &tiny, items, 2), MM_OK);
     gw_gen_transport(s.call, &tr);
     CHECK_EQ_INT(tr.upload_items, 2);
-    CHECK(test_loop_run(loop, stream_done, &s, 20000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 20000));
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-tiny\"", "\"transport\": \"upload\"", crc_small, NULL),
                  1);
 
@@ -577,12 +453,12 @@ static void test_media(void)
     CHECK_EQ_INT(start(ch, "media-f32", &s, NULL, fitems, 1), MM_OK);
     gw_gen_transport(s.call, &tr);
     CHECK_EQ_INT(tr.converted_items, 1);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-f32\"", crc_bf16, bytes_bf16, "\"dtype\": 2", NULL), 1);
     memset(&s, 0, sizeof(s));
     struct gw_gen_opts keep = {.keep_f32 = 1};
     CHECK_EQ_INT(start(ch, "media-keep", &s, &keep, fitems, 1), MM_OK);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     snprintf(bytes_bf16, sizeof(bytes_bf16), "\"bytes\": %zu", nf * 4);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-keep\"", bytes_bf16, "\"dtype\": 1", NULL), 1);
     free(f32);
@@ -618,14 +494,14 @@ static void test_destroy_in_flight(void)
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof(s));
     CHECK_EQ_INT(start(ch, "destroy-1", &s, NULL, NULL, 0), MM_OK);
     test_loop_run(loop, NULL, NULL, 200);
     gw_upstream_chan_close(ch);
     gw_upstream_destroy(up);
     up = NULL;
-    test_loop_run(loop, stream_done, &s, 2000);
+    test_loop_run(loop, stream_rec_done, &s, 2000);
     CHECK_EQ_INT(s.done, 1);
     CHECK_EQ_INT(s.st.code, MM_CANCELLED);
     fake_worker_kill(&w);

@@ -12,54 +12,26 @@
 #include "gw_upstream_generate.h"
 #include "mmgw_test.h"
 #include "test_loop.h"
+#include "upstream_calls.h"
 
 static struct test_loop *loop;
 static struct gw_upstream *up;
 
-struct unary_out {
-    int done;
-    struct gw_call_status st;
-    uint32_t running, waiting;
-    uint32_t image_token, vocab;
-    int supports_shm;
-};
-
-static void on_unary(void *arg, const struct gw_call_status *st, const ProtobufCMessage *resp)
+static struct unary_rec unary(struct gw_upstream_chan *ch, int which)
 {
-    struct unary_out *o = arg;
-    o->done = 1;
-    o->st = *st;
-    if (!resp) return;
-    if (resp->descriptor == &mmgw__worker__v1__load_response__descriptor) {
-        const Mmgw__Worker__V1__LoadResponse *r = (const void *)resp;
-        o->running = r->running_requests;
-        o->waiting = r->waiting_requests;
-    } else if (resp->descriptor == &mmgw__worker__v1__model_info_response__descriptor) {
-        const Mmgw__Worker__V1__ModelInfoResponse *r = (const void *)resp;
-        o->image_token = r->image_token_id;
-        o->vocab = r->vocab_size;
-        o->supports_shm = r->supports_shm;
-    }
-}
-
-static int unary_done(void *arg)
-{
-    return ((struct unary_out *)arg)->done;
-}
-
-static struct unary_out unary(struct gw_upstream_chan *ch, int which)
-{
-    struct unary_out o;
+    struct unary_rec o;
     memset(&o, 0, sizeof(o));
     struct mm_err e;
-    int32_t rc = which == 0   ? gw_upstream_model_info(ch, 5000, test_loop_executor(loop), on_unary, &o, &e)
-                 : which == 1 ? gw_upstream_load(ch, 5000, test_loop_executor(loop), on_unary, &o, &e)
-                              : gw_upstream_health(ch, 5000, test_loop_executor(loop), on_unary, &o, &e);
+    int32_t rc = which == 0 ? gw_upstream_model_info(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e)
+                 : which == 1 ? gw_upstream_load(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e)
+                              : gw_upstream_health(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e);
     CHECK_EQ_INT(rc, MM_OK);
-    CHECK(test_loop_run(loop, unary_done, &o, 10000));
+    CHECK(test_loop_run(loop, unary_rec_done, &o, 10000));
     return o;
 }
 
+/* Not upstream_calls.h's stream_rec: this one cancels after a count of tokens (whatever the chunking of
+ * the worker under test) and counts a cancel as its end (no on_done follows a cancel). */
 struct stream {
     struct gw_gen_call *call;
     int done, completes;
@@ -127,16 +99,12 @@ static void generate(struct gw_upstream_chan *ch, const char *id, const uint32_t
         CHECK_MSG(test_loop_run(loop, stream_done, s, 20000), "%s: no end", id);
 }
 
-struct running_zero {
-    struct gw_upstream_chan *ch;
-};
-
 static void run_target(const char *name, struct fake_worker *w, int echo, int with_shm)
 {
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w->target, &ch, &e), MM_OK);
-    struct unary_out info = unary(ch, 0);
+    struct unary_rec info = unary(ch, 0);
     CHECK_EQ_INT(info.st.code, MM_OK);
     CHECK_EQ_INT(unary(ch, 2).st.code, MM_OK);
     printf("%s: vocab %u, image token %u, shm %d\n", name, info.vocab, info.image_token, info.supports_shm);
@@ -165,7 +133,7 @@ static void run_target(const char *name, struct fake_worker *w, int echo, int wi
     CHECK(test_loop_run(loop, stream_done, &s, 20000));
     int freed = 0;
     for (int i = 0; i < 100 && !freed; i++) {
-        struct unary_out l = unary(ch, 1);
+        struct unary_rec l = unary(ch, 1);
         freed = l.st.code == MM_OK && l.running == 0 && l.waiting == 0;
         if (!freed) test_loop_run(loop, NULL, NULL, 20);
     }

@@ -8,10 +8,8 @@
  *
  * That a call really went over the loop's connection is seen from the executor: gRPC C core hands every
  * response to the loop through it, the loop path never posts. */
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fake_worker.h"
@@ -19,108 +17,18 @@
 #include "gw_upstream_generate.h"
 #include "mmgw_test.h"
 #include "test_loop.h"
+#include "upstream_calls.h"
 
 static struct test_loop *loop;
 static struct gw_upstream *up;
 static pthread_t main_thread;
 static struct gw_up_loop where;
 
-/* ---- unary (through gRPC C core: health's yielded count, Load) ---- */
-
-struct unary_out {
-    int done;
-    struct gw_call_status st;
-    char msg[128];
-    uint32_t running, waiting;
-};
-
-static void on_unary(void *arg, const struct gw_call_status *st, const ProtobufCMessage *resp)
-{
-    struct unary_out *o = arg;
-    o->done = 1;
-    o->st = *st;
-    if (!resp) return;
-    if (resp->descriptor == &mmgw__worker__v1__health_response__descriptor)
-        snprintf(o->msg, sizeof o->msg, "%s", ((const Mmgw__Worker__V1__HealthResponse *)resp)->message);
-    else if (resp->descriptor == &mmgw__worker__v1__load_response__descriptor) {
-        const Mmgw__Worker__V1__LoadResponse *r = (const void *)resp;
-        o->running = r->running_requests;
-        o->waiting = r->waiting_requests;
-    }
-}
-
-static int unary_done(void *arg)
-{
-    return ((struct unary_out *)arg)->done;
-}
-
-static long health_yielded(struct gw_upstream_chan *ch)
-{
-    struct unary_out o;
-    memset(&o, 0, sizeof o);
-    struct mm_err e;
-    if (gw_upstream_health(ch, 2000, test_loop_executor(loop), on_unary, &o, &e) != MM_OK) return -1;
-    if (!test_loop_run(loop, unary_done, &o, 3000) || o.st.code != MM_OK) return -1;
-    const char *y = strstr(o.msg, "yielded=");
-    return y ? atol(y + 8) : -1;
-}
-
-/* ---- streams ---- */
-
-struct stream {
-    struct gw_gen_call *call;
-    int responses, chunks, completes, merged, done, on_main;
-    uint32_t completion_tokens;
-    uint32_t tokens[64];
-    int n_tokens;
-    struct gw_call_status st;
-    uint32_t reported;
-    int pause_after, cancel_after;
-    char finish[16];
-};
-
-static void on_resp(void *arg, const Mmgw__Worker__V1__GenerateResponse *r)
-{
-    struct stream *s = arg;
-    s->responses++;
-    s->on_main = pthread_equal(pthread_self(), main_thread);
-    if (r->response_case == MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_CHUNK) {
-        s->chunks++;
-        for (size_t i = 0; i < r->chunk->n_token_ids && s->n_tokens < 64; i++)
-            s->tokens[s->n_tokens++] = r->chunk->token_ids[i];
-        if (r->chunk_complete) { /* the choice's end in the same message (merge_complete) */
-            s->completes++;
-            s->merged++;
-            s->completion_tokens = r->chunk_complete->completion_tokens;
-            snprintf(s->finish, sizeof s->finish, "%s", r->chunk_complete->finish_reason);
-        }
-    } else if (r->response_case == MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_COMPLETE) {
-        s->completes++;
-        s->completion_tokens = r->complete->completion_tokens;
-        snprintf(s->finish, sizeof s->finish, "%s", r->complete->finish_reason);
-    }
-    if (s->pause_after && s->responses == s->pause_after) gw_gen_pause(s->call);
-    if (s->cancel_after && s->responses == s->cancel_after) gw_gen_cancel(s->call);
-}
-
-static void on_done(void *arg, const struct gw_call_status *st, uint32_t responses)
-{
-    struct stream *s = arg;
-    s->done++;
-    s->st = *st;
-    s->reported = responses;
-}
-
-static int stream_done(void *arg)
-{
-    return ((struct stream *)arg)->done > 0;
-}
-
-static const struct gw_gen_callbacks callbacks = {on_resp, on_done};
+/* ---- streams (unary calls go through gRPC C core: health's yielded count, Load) ---- */
 
 static int merge_complete; /* what start_n asks of the worker */
 
-static int32_t start_n(struct gw_upstream_chan *ch, const char *id, struct stream *s,
+static int32_t start_n(struct gw_upstream_chan *ch, const char *id, struct stream_rec *s,
                        const struct gw_gen_opts *o, const uint32_t *ids, size_t n_ids, uint32_t max_new)
 {
     Mmgw__Worker__V1__SamplingParams sp = MMGW__WORKER__V1__SAMPLING_PARAMS__INIT;
@@ -136,38 +44,16 @@ static int32_t start_n(struct gw_upstream_chan *ch, const char *id, struct strea
     req.n_input_ids = n_ids;
     req.sampling = &sp;
     struct mm_err e;
-    int32_t rc = gw_upstream_generate_loop(ch, &req, o, &where, &callbacks, s, &s->call, &e);
+    int32_t rc = gw_upstream_generate_loop(ch, &req, o, &where, &stream_rec_callbacks, s, &s->call, &e);
     if (rc != MM_OK) fprintf(stderr, "generate: %s\n", e.msg);
     return rc;
 }
 
-static int32_t start(struct gw_upstream_chan *ch, const char *id, struct stream *s,
+static int32_t start(struct gw_upstream_chan *ch, const char *id, struct stream_rec *s,
                      const struct gw_gen_opts *o)
 {
     static const uint32_t ids[3] = {11, 12, 13};
     return start_n(ch, id, s, o, ids, 3, 16);
-}
-
-struct logwait {
-    struct fake_worker *w;
-    const char *a, *b;
-};
-
-static int log_has(void *arg)
-{
-    struct logwait *l = arg;
-    return fake_worker_log_count(l->w, l->a, l->b, NULL) > 0;
-}
-
-static int all_done(struct stream *s, int n, int timeout_ms)
-{
-    for (int waited = 0; waited < timeout_ms; waited += 50) {
-        int all = 1;
-        for (int i = 0; i < n; i++) all &= s[i].done == 1;
-        if (all) return 1;
-        test_loop_run(loop, NULL, NULL, 50);
-    }
-    return 0;
 }
 
 static void test_stream_basic(void)
@@ -181,11 +67,11 @@ static void test_stream_basic(void)
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof s);
     unsigned long posted = test_loop_posted(loop);
     CHECK_EQ_INT(start(ch, "basic-1", &s, NULL), MM_OK);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_EQ_INT(test_loop_posted(loop), posted); /* no hop: it went over the loop's own connection */
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
     CHECK_EQ_INT(s.chunks, 5);
@@ -193,20 +79,20 @@ static void test_stream_basic(void)
     CHECK_EQ_INT(s.reported, 6);
     CHECK_EQ_INT(s.done, 1);
     CHECK_STR(s.finish, "length");
-    CHECK(s.on_main);
+    CHECK(pthread_equal(s.thread, main_thread));
     for (int i = 0; i < 5 && i < s.n_tokens; i++) CHECK_EQ_INT(s.tokens[i], 3000 + i);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"generate\"", "[11, 12, 13]", NULL), 1);
 
     /* many concurrent streams on the one connection, each complete and in order */
     enum { N = 32 };
-    struct stream many[N];
+    struct stream_rec many[N];
     memset(many, 0, sizeof many);
     for (int i = 0; i < N; i++) {
         char id[32];
         snprintf(id, sizeof id, "many-%d", i);
         CHECK_EQ_INT(start(ch, id, &many[i], NULL), MM_OK);
     }
-    CHECK(all_done(many, N, 20000));
+    CHECK(stream_recs_done(loop, many, N, 20000));
     for (int i = 0; i < N; i++) {
         CHECK_MSG(many[i].st.code == MM_OK && many[i].chunks == 5 && many[i].n_tokens == 5 &&
                       many[i].tokens[4] == 3004 && many[i].done == 1,
@@ -218,7 +104,7 @@ static void test_stream_basic(void)
     memset(&s, 0, sizeof s);
     struct gw_gen_opts core = {.core_only = 1};
     CHECK_EQ_INT(start(ch, "core-1", &s, &core), MM_OK);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_EQ_INT(s.chunks, 5);
     CHECK(test_loop_posted(loop) > posted);
     gw_upstream_chan_close(ch);
@@ -238,16 +124,16 @@ static void test_cancel(void)
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof s);
     s.cancel_after = 3;
     CHECK_EQ_INT(start(ch, "cancel-me", &s, NULL), MM_OK);
-    struct logwait lw = {&w, "\"abort\"", "\"cancel-me\""};
-    CHECK_MSG(test_loop_run(loop, log_has, &lw, 5000), "Abort never reached the worker");
+    struct fake_worker_logwait lw = {&w, "\"abort\"", "\"cancel-me\""};
+    CHECK_MSG(test_loop_run(loop, fake_worker_log_seen, &lw, 5000), "Abort never reached the worker");
     test_loop_run(loop, NULL, NULL, 100);
-    long y1 = health_yielded(ch);
+    long y1 = health_yielded(loop, ch);
     test_loop_run(loop, NULL, NULL, 300);
-    long y2 = health_yielded(ch);
+    long y2 = health_yielded(loop, ch);
     CHECK_MSG(y1 >= 2 && y1 == y2, "the worker kept generating after cancel (%ld -> %ld)", y1, y2);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"finished\"", "\"cancel-me\"", NULL), 0);
     CHECK_EQ_INT(s.responses, 3); /* nothing delivered after cancel */
@@ -272,17 +158,6 @@ static void test_cancel(void)
     fake_worker_cleanup(&w);
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sin;
-    bind(fd, (struct sockaddr *)&sin, sizeof sin);
-    getsockname(fd, (struct sockaddr *)&sin, &sl);
-    close(fd);
-    return ntohs(sin.sin_port);
-}
-
 static void test_failures(void)
 {
     struct mm_err e;
@@ -292,10 +167,10 @@ static void test_failures(void)
     if (fake_worker_start(&w, "ldies", 0, dies) == 0) {
         struct gw_upstream_chan *ch;
         CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-        struct stream s;
+        struct stream_rec s;
         memset(&s, 0, sizeof s);
         CHECK_EQ_INT(start(ch, "dies-1", &s, NULL), MM_OK);
-        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
         CHECK_EQ_INT(s.chunks, 2);
         CHECK_EQ_INT(s.completes, 0);
         CHECK_MSG(s.st.code == MM_UNAVAILABLE, "code %d: %s", s.st.code, s.st.message);
@@ -321,10 +196,10 @@ static void test_failures(void)
         }
         struct gw_upstream_chan *ch;
         CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-        struct stream s;
+        struct stream_rec s;
         memset(&s, 0, sizeof s);
         CHECK_EQ_INT(start(ch, "fails-1", &s, NULL), MM_OK);
-        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
         CHECK_MSG(s.st.code == codes[i].mm, "%s -> %d (%s)", codes[i].grpc, s.st.code, s.st.message);
         CHECK(strstr(s.st.message, "scripted failure") != NULL);
         CHECK(strstr(s.st.message, codes[i].grpc) != NULL);
@@ -336,21 +211,21 @@ static void test_failures(void)
 
     /* nobody listening: UNAVAILABLE (on loopback the refusal may come from connect() itself, or from the
      * connection later); during the reconnect backoff calls go through gRPC C core */
-    int port = free_port();
+    int port = unused_port();
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
     struct gw_upstream_chan *ch;
     CHECK_EQ_INT(gw_upstream_chan_open(up, target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof s);
     unsigned long posted = test_loop_posted(loop);
     CHECK_EQ_INT(start(ch, "nobody", &s, NULL), MM_OK);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_MSG(s.st.code == MM_UNAVAILABLE, "%d %s", s.st.code, s.st.message);
     posted = test_loop_posted(loop);
     memset(&s, 0, sizeof s);
     CHECK_EQ_INT(start(ch, "nobody-2", &s, NULL), MM_OK);
-    CHECK(test_loop_run(loop, stream_done, &s, 10000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_EQ_INT(s.st.code, MM_UNAVAILABLE);
     CHECK(test_loop_posted(loop) > posted); /* within the backoff: through gRPC C core */
 
@@ -363,7 +238,7 @@ static void test_failures(void)
             memset(&s, 0, sizeof s);
             posted = test_loop_posted(loop);
             CHECK_EQ_INT(start(ch, "revived", &s, NULL), MM_OK);
-            CHECK(test_loop_run(loop, stream_done, &s, 10000));
+            CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
             served = s.st.code == MM_OK && s.chunks == 3 && test_loop_posted(loop) == posted;
         }
         CHECK_MSG(served, "the loop never reconnected to the revived worker");
@@ -377,7 +252,7 @@ static void test_failures(void)
             memset(&s, 0, sizeof s);
             posted = test_loop_posted(loop);
             CHECK_EQ_INT(start(ch, "restarted", &s, NULL), MM_OK);
-            CHECK(test_loop_run(loop, stream_done, &s, 10000));
+            CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
             served = s.st.code == MM_OK && s.chunks == 3 && test_loop_posted(loop) == posted;
             if (!served) test_loop_run(loop, NULL, NULL, 100);
         }
@@ -396,7 +271,7 @@ static void test_failures(void)
         memset(&s, 0, sizeof s);
         struct gw_gen_opts o = {.timeout_ms = 400};
         CHECK_EQ_INT(start(ch, "slow-1", &s, &o), MM_OK);
-        CHECK(test_loop_run(loop, stream_done, &s, 10000));
+        CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
         CHECK_MSG(s.st.code == MM_TIMEOUT, "%d %s", s.st.code, s.st.message);
         CHECK(s.chunks >= 1 && s.chunks < 100);
         gw_upstream_chan_close(ch);
@@ -420,21 +295,21 @@ static void test_flow_control(void)
     struct gw_upstream_chan *ch;
     struct mm_err e;
     CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof s);
     s.pause_after = 1;
     CHECK_EQ_INT(start(ch, "flow-1", &s, NULL), MM_OK);
     test_loop_run(loop, NULL, NULL, 1000);
-    long y1 = health_yielded(ch);
+    long y1 = health_yielded(loop, ch);
     test_loop_run(loop, NULL, NULL, 400);
-    long y2 = health_yielded(ch);
+    long y2 = health_yielded(loop, ch);
     CHECK_EQ_INT(s.responses, 1);
     CHECK_MSG(y1 >= 0 && y1 < 3000, "the worker sent %ld of 3000 chunks to a paused consumer", y1);
     CHECK_MSG(y2 == y1, "the worker kept sending while paused (%ld -> %ld)", y1, y2);
     printf("flow control (loop connection): worker stalled after %ld of 3000 4-KiB chunks while paused\n",
            y1);
     gw_gen_resume(s.call);
-    CHECK(test_loop_run(loop, stream_done, &s, 30000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 30000));
     CHECK_EQ_INT(s.st.code, MM_OK);
     CHECK_EQ_INT(s.chunks, 3000);
     CHECK_EQ_INT(s.completes, 1);
@@ -460,13 +335,13 @@ static void test_keepalive(void)
     }
     struct gw_upstream_chan *ch;
     CHECK_EQ_INT(gw_upstream_chan_open(kup, w.target, &ch, &e), MM_OK);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof s);
     CHECK_EQ_INT(start_n(ch, "ka-1", &s, NULL, (const uint32_t[]){1, 2, 3}, 3, 16), MM_OK);
     test_loop_run(loop, NULL, NULL, 500); /* a few chunks, pings answered: still running */
     CHECK(s.chunks >= 2 && s.done == 0);
     kill(w.pid, SIGSTOP);
-    CHECK(test_loop_run(loop, stream_done, &s, 5000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 5000));
     CHECK_MSG(s.st.code == MM_UNAVAILABLE && strstr(s.st.message, "keepalive"), "%d %s", s.st.code,
               s.st.message);
     kill(w.pid, SIGCONT);
@@ -485,22 +360,22 @@ static void run_c_worker(const char *name, struct gw_upstream_chan *ch)
     enum { LONG = 30000 };
     uint32_t *ids = malloc(LONG * sizeof *ids);
     for (int i = 0; i < LONG; i++) ids[i] = (uint32_t)(3 + i % 500);
-    struct stream s;
+    struct stream_rec s;
     memset(&s, 0, sizeof s);
     unsigned long posted = test_loop_posted(loop);
     CHECK_EQ_INT(start_n(ch, "long", &s, NULL, ids, LONG, 4), MM_OK);
-    CHECK(test_loop_run(loop, stream_done, &s, 20000));
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 20000));
     CHECK_MSG(s.st.code == MM_INVALID && strstr(s.st.message, "30000 tokens"), "%s: %s", name, s.st.message);
     CHECK_EQ_INT(test_loop_posted(loop), posted);
 
     enum { N = 64 };
-    struct stream *many = calloc(N, sizeof *many);
+    struct stream_rec *many = calloc(N, sizeof *many);
     for (int i = 0; i < N; i++) {
         char id[32];
         snprintf(id, sizeof id, "%s-%d", name, i);
         CHECK_EQ_INT(start_n(ch, id, &many[i], NULL, ids, 20, 8), MM_OK);
     }
-    CHECK(all_done(many, N, 20000));
+    CHECK(stream_recs_done(loop, many, N, 20000));
     for (int i = 0; i < N; i++)
         CHECK_MSG(many[i].st.code == MM_OK && many[i].n_tokens == 8 && many[i].completes == 1,
                   "%s stream %d: %s", name, i, many[i].st.message);
@@ -513,7 +388,7 @@ static void run_c_worker(const char *name, struct gw_upstream_chan *ch)
         for (uint32_t gen = 1; gen <= 3; gen += 2) {
             memset(&s, 0, sizeof s);
             CHECK_EQ_INT(start_n(ch, merge ? "merged" : "unmerged", &s, NULL, ids, 20, gen), MM_OK);
-            CHECK(test_loop_run(loop, stream_done, &s, 10000));
+            CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
             CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
             CHECK_EQ_INT(s.n_tokens, gen);
             CHECK(memcmp(s.tokens, many[0].tokens, gen * sizeof(uint32_t)) == 0);
@@ -532,11 +407,11 @@ static void run_c_worker(const char *name, struct gw_upstream_chan *ch)
     test_loop_run(loop, NULL, NULL, 300);
     int freed = 0;
     for (int i = 0; i < 100 && !freed; i++) {
-        struct unary_out o;
+        struct unary_rec o;
         memset(&o, 0, sizeof o);
         struct mm_err e;
-        CHECK_EQ_INT(gw_upstream_load(ch, 2000, test_loop_executor(loop), on_unary, &o, &e), MM_OK);
-        CHECK(test_loop_run(loop, unary_done, &o, 3000));
+        CHECK_EQ_INT(gw_upstream_load(ch, 2000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
+        CHECK(test_loop_run(loop, unary_rec_done, &o, 3000));
         freed = o.st.code == MM_OK && o.running == 0 && o.waiting == 0;
         if (!freed) test_loop_run(loop, NULL, NULL, 20);
     }
@@ -559,7 +434,7 @@ static void test_c_worker(void)
     struct fake_worker w;
     memset(&w, 0, sizeof w);
     const char *argv[] = {bin, "--model", dir, "--listen", "127.0.0.1:0", "--cache-pages", "4096", NULL};
-    const char *env[] = {"FAKE_ENGINE_DELAY_US=200", "FAKE_VOCAB=720", NULL};
+    const char *env[] = {"FAKE_ENGINE_DELAY_US=200", NULL};
     if (fake_worker_start_cmd(&w, "lcworker", argv, env) != 0) {
         CHECK_MSG(0, "%s did not start", bin);
         return;

@@ -1,14 +1,12 @@
 """Client-side helpers for tests and benchmarks that speak proto/worker.proto (run with /usr/bin/python3).
 
-- gen_stubs(): Python stubs from proto/worker.proto, made at run time with Debian's protoc and
-  grpc_python_plugin into a temporary folder (nothing generated is kept in the repo).
+- gen_stubs(): Python stubs from proto/worker.proto, made at run time (proto/worker_stubs.py).
 - WorkerProc: start a worker binary (or script) on a loopback port and wait until it answers Health.
 - generate(): run one Generate stream and collect tokens, completes and the final status.
 - read_safetensors(): a small reader for the golden files (numpy).
 
 Only loopback addresses are ever contacted.
 """
-import importlib
 import json
 import os
 import signal
@@ -23,25 +21,8 @@ import grpc
 import numpy as np
 
 SRC = os.environ.get("MMGW_SOURCE") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-PROTO_DIR = os.path.join(SRC, "proto")
-
-_stubs = None
-
-
-def gen_stubs(proto_dir=PROTO_DIR):
-    """(worker_pb2, worker_pb2_grpc), generated once per process into a temporary folder."""
-    global _stubs
-    if _stubs:
-        return _stubs
-    out = tempfile.mkdtemp(prefix="mmgw-stubs-")
-    cmd = ["protoc", "--proto_path=" + proto_dir, "--python_out=" + out, "--grpc_out=" + out,
-           "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin", os.path.join(proto_dir, "worker.proto")]
-    subprocess.run(cmd, check=True)
-    sys.path.insert(0, out)
-    pb2 = importlib.import_module("worker_pb2")
-    pb2_grpc = importlib.import_module("worker_pb2_grpc")
-    _stubs = (pb2, pb2_grpc)
-    return _stubs
+sys.path.insert(0, os.path.join(SRC, "proto"))
+from worker_stubs import load as gen_stubs  # noqa: E402  (worker_pb2, worker_pb2_grpc)
 
 
 MAX_MSG = 2047 * 1024 * 1024

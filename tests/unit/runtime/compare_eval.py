@@ -7,27 +7,13 @@ usage: compare_eval.py REF.safetensors OUT.safetensors [--logit-tol 2e-3] [--arg
 Checks per case: logits_last8 within tol as |d| / (1 + |ref|), argmax agreement, greedy tokens, and the
 block selections of sel_layer<K> as sets per row. Exit 0 when all hold, 1 otherwise."""
 import argparse
-import json
-import struct
+import os
 import sys
 
 import numpy as np
 
-DT = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64, "F16": np.float16, "U8": np.uint8}
-
-
-def load(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        hdr = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, v in hdr.items():
-        if k == "__metadata__":
-            continue
-        b, e = v["data_offsets"]
-        out[k] = np.frombuffer(data[b:e], dtype=DT[v["dtype"]]).reshape(v["shape"])
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from m3_ref import load_safetensors as load  # noqa: E402  (test_goldens.py and the CUDA test import it here)
 
 
 def main():

@@ -3,7 +3,10 @@
 semantics (transformers minimax_m3_vl), to check the C runtime on checkpoints of any shape.
 
 Library use: M3Ref(model_dir).run_case(ids, images=[(pixels, (t,h,w))], videos=[...], n_gen=8) returns
-{"logits": [L, V], "greedy": [...], "margins": [...], "sel": [G, L, k], "sel_gap": [G, L]} (float64)."""
+{"logits": [L, V], "greedy": [...], "margins": [...], "sel": [G, L, k], "sel_gap": [G, L]} (float64).
+
+A backend that rounds on purpose is emulated by overriding the two precision hooks (act, stored) and, where it
+builds them differently, rope_tables: see tests/unit/kernels_cuda/m3_cuda_emul.py."""
 import json
 import math
 import os
@@ -11,10 +14,11 @@ import struct
 
 import numpy as np
 
-_DT = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
+_DT = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
 
 
 def load_safetensors(path):
+    """{name: numpy array}; BF16 and F8_E4M3 are widened to float32."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         hdr = json.loads(f.read(n))
@@ -130,6 +134,16 @@ class M3Ref:
     def W(self, name):
         return self.w[name]
 
+    # ---- precision hooks: exact here ----
+    def act(self, x):
+        """A projection's input, as the backend feeds it to the product."""
+        return x
+
+    def stored(self, x):
+        """A value the backend keeps in storage precision: K, V and index-key caches, attention queries and
+        outputs."""
+        return x
+
     # ---- text ----
     def rope_tables(self, pos):
         inv = 1.0 / self.theta ** (np.arange(0, self.rot, 2) / self.rot)
@@ -146,7 +160,7 @@ class M3Ref:
         ik = gemma_rms(ik, self.W(P + "index_k_norm.weight"), self.eps)
         c, s = cos[:, : self.idx_dim], sin[:, : self.idx_dim]
         iq = apply_rope(iq, c[:, None, :], s[:, None, :])
-        ik = apply_rope(ik, c, s)
+        ik = self.stored(apply_rope(ik, c, s))
         scores = np.einsum("qgd,kd->gqk", iq, ik)
         scores = np.where(pos[None, None, :] > pos[None, :, None], -np.inf, scores)
         nb = -(-L // self.block)
@@ -170,14 +184,15 @@ class M3Ref:
                 gap = np.where(fin, a - b, np.inf)
         return sel, gap
 
-    def attention(self, l, h, cos, sin, pos, want_sel):
+    def attention(self, l, h, cos, sin, pos):
         P = f"language_model.model.layers.{l}.self_attn."
         L = h.shape[0]
-        q = (h @ self.W(P + "q_proj.weight").T).reshape(L, self.nh, self.hd)
-        k = (h @ self.W(P + "k_proj.weight").T).reshape(L, self.nkv, self.hd)
-        v = (h @ self.W(P + "v_proj.weight").T).reshape(L, self.nkv, self.hd)
-        q = apply_rope(gemma_rms(q, self.W(P + "q_norm.weight"), self.eps), cos[:, None], sin[:, None])
-        k = apply_rope(gemma_rms(k, self.W(P + "k_norm.weight"), self.eps), cos[:, None], sin[:, None])
+        ha = self.act(h)
+        q = (ha @ self.W(P + "q_proj.weight").T).reshape(L, self.nh, self.hd)
+        k = (ha @ self.W(P + "k_proj.weight").T).reshape(L, self.nkv, self.hd)
+        v = self.stored((ha @ self.W(P + "v_proj.weight").T).reshape(L, self.nkv, self.hd))
+        q = self.stored(apply_rope(gemma_rms(q, self.W(P + "q_norm.weight"), self.eps), cos[:, None], sin[:, None]))
+        k = self.stored(apply_rope(gemma_rms(k, self.W(P + "k_norm.weight"), self.eps), cos[:, None], sin[:, None]))
         allow = pos[None, :] <= pos[:, None]  # [q, k]
         allow = np.broadcast_to(allow, (self.nh, L, L)).copy()
         sel = gap = None
@@ -199,17 +214,18 @@ class M3Ref:
         sc -= sc.max(-1, keepdims=True)
         p = np.exp(sc)
         p /= p.sum(-1, keepdims=True)
-        o = np.einsum("hqk,khd->qhd", p, vv).reshape(L, self.nh * self.hd)
-        return o @ self.W(P + "o_proj.weight").T, sel, gap
+        o = self.stored(np.einsum("hqk,khd->qhd", p, vv).reshape(L, self.nh * self.hd))
+        return self.act(o) @ self.W(P + "o_proj.weight").T, sel, gap
 
     def mlp(self, l, h):
         P = f"language_model.model.layers.{l}."
+        ha = self.act(h)
         if not self.moe[l]:
-            g = h @ self.W(P + "mlp.gate_proj.weight").T
-            u = h @ self.W(P + "mlp.up_proj.weight").T
-            return swiglu(g, u, self.alpha, self.limit) @ self.W(P + "mlp.down_proj.weight").T
+            g = ha @ self.W(P + "mlp.gate_proj.weight").T
+            u = ha @ self.W(P + "mlp.up_proj.weight").T
+            return self.act(swiglu(g, u, self.alpha, self.limit)) @ self.W(P + "mlp.down_proj.weight").T
         M = P + "block_sparse_moe."
-        logits = h @ self.W(M + "gate.weight").T
+        logits = h @ self.W(M + "gate.weight").T  # the router is fp32 on every backend
         sig = 1.0 / (1.0 + np.exp(-logits))
         bias = self.w.get(M + "e_score_correction_bias", np.zeros(self.E))
         choice = sig + bias
@@ -219,15 +235,15 @@ class M3Ref:
             wts = sig[i, top] / sig[i, top].sum()
             for e, wt in zip(top, wts):
                 E = M + f"experts.{e}."
-                g = h[i] @ self.W(E + "w1.weight").T
-                u = h[i] @ self.W(E + "w3.weight").T
-                out[i] += wt * (swiglu(g, u, self.alpha, self.limit) @ self.W(E + "w2.weight").T)
+                g = ha[i] @ self.W(E + "w1.weight").T
+                u = ha[i] @ self.W(E + "w3.weight").T
+                out[i] += wt * (self.act(swiglu(g, u, self.alpha, self.limit)) @ self.W(E + "w2.weight").T)
         out *= self.scale_moe
         S = M + "shared_experts."
         if S + "gate_proj.weight" in self.w:
-            g = h @ self.W(S + "gate_proj.weight").T
-            u = h @ self.W(S + "up_proj.weight").T
-            out += swiglu(g, u, self.alpha, self.limit) @ self.W(S + "down_proj.weight").T
+            g = ha @ self.W(S + "gate_proj.weight").T
+            u = ha @ self.W(S + "up_proj.weight").T
+            out += self.act(swiglu(g, u, self.alpha, self.limit)) @ self.W(S + "down_proj.weight").T
         return out
 
     def forward(self, embeds):
@@ -238,14 +254,13 @@ class M3Ref:
         first_sel = None
         for l in range(self.nl):
             P = f"language_model.model.layers.{l}."
-            a, sel, gap = self.attention(l, gemma_rms(x, self.W(P + "input_layernorm.weight"), self.eps), cos, sin, pos,
-                                         first_sel is None)
+            a, sel, gap = self.attention(l, gemma_rms(x, self.W(P + "input_layernorm.weight"), self.eps), cos, sin, pos)
             if sel is not None and first_sel is None:
                 first_sel = (sel, gap)
             x = x + a
             x = x + self.mlp(l, gemma_rms(x, self.W(P + "post_attention_layernorm.weight"), self.eps))
         x = gemma_rms(x, self.W("language_model.model.norm.weight"), self.eps)
-        return x @ self.W("language_model.lm_head.weight").T, first_sel
+        return self.act(x) @ self.W("language_model.lm_head.weight").T, first_sel
 
     # ---- vision ----
     def encode(self, pixels, thw):
@@ -290,10 +305,9 @@ class M3Ref:
         m1 = gelu(p2 @ self.W("patch_merge_mlp.linear_1.weight").T + self.W("patch_merge_mlp.linear_1.bias"))
         return m1 @ self.W("patch_merge_mlp.linear_2.weight").T + self.W("patch_merge_mlp.linear_2.bias")
 
-    def run_case(self, ids, images=(), videos=(), n_gen=8):
-        ids = list(int(i) for i in ids)
-        emb = self.W("language_model.model.embed_tokens.weight")
-        x = emb[ids].copy()
+    def embed(self, ids, images=(), videos=()):
+        """The prompt's input embeddings: token rows, media placeholders replaced by the encoded media."""
+        x = self.W("language_model.model.embed_tokens.weight")[list(ids)].copy()
         for items, tok in ((images, self.img_tok), (videos, self.vid_tok)):
             rows = [i for i, t in enumerate(ids) if t == tok]
             feats = [self.encode(px, thw) for px, thw in items]
@@ -301,6 +315,12 @@ class M3Ref:
                 f = np.concatenate(feats, 0)
                 assert len(rows) == f.shape[0], (len(rows), f.shape)
                 x[rows] = f
+        return x
+
+    def run_case(self, ids, images=(), videos=(), n_gen=8):
+        ids = list(int(i) for i in ids)
+        emb = self.W("language_model.model.embed_tokens.weight")
+        x = self.embed(ids, images, videos)
         logits, sel = self.forward(x)
         greedy, margins = [], []
         cur = ids[:]

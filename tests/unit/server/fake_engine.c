@@ -14,7 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "mm_dtype.h"
 #include "wk_engine.h"
 
 struct fake_published {
@@ -103,11 +102,6 @@ uint64_t fake_mix(uint64_t h, int64_t v)
     return h ^ (h >> 31);
 }
 
-static int32_t token_of(const struct wk_engine *e, uint64_t h)
-{
-    return (int32_t)(h % (uint64_t)e->info.vocab_size);
-}
-
 void fake_logits(int32_t vocab, uint64_t h, float *out)
 {
     int32_t peak = (int32_t)(h % (uint64_t)vocab);
@@ -132,21 +126,8 @@ int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts,
 {
     struct wk_engine *e = calloc(1, sizeof(*e));
     if (!e) return mm_err_set(err, MM_NOMEM, "oom");
-    strcpy(e->info.name, "fake");
-    strcpy(e->info.model_type, "fake_test_fixture");
-    strcpy(e->info.dtype, "f32");
-    e->info.vocab_size = g_cfg.vocab;
-    e->info.hidden_size = g_cfg.hidden;
-    e->info.max_context = g_cfg.max_context;
-    e->info.block_size = g_cfg.block;
-    e->info.n_layers = 1;
-    e->info.first_msa_layer = -1;
-    e->info.n_kv_groups = 1;
-    e->info.image_token_id = g_cfg.image;
-    e->info.video_token_id = g_cfg.video;
-    e->info.eos_ids[0] = g_cfg.eos;
-    e->info.n_eos = 1;
-    e->info.pages_total = opts && opts->cache_pages ? opts->cache_pages : g_cfg.pages;
+    fake_model_info(&e->info, &g_cfg, "fake", "fake_test_fixture",
+                    opts && opts->cache_pages ? opts->cache_pages : g_cfg.pages);
     e->refs = calloc((size_t)e->info.pages_total, sizeof(int32_t));
     e->published_idx = malloc((size_t)e->info.pages_total * sizeof(int32_t));
     e->pub = calloc((size_t)e->info.pages_total, sizeof(*e->pub));
@@ -182,23 +163,9 @@ const struct wk_model_info *wk_engine_info(const struct wk_engine *e)
 int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, float **embeds,
                                int64_t *n_tokens, struct mm_err *err)
 {
-    if (m->n_rows % 4)
-        return mm_err_set(err, MM_INVALID, "rows %lld not a multiple of 4", (long long)m->n_rows);
-    int64_t n = m->n_rows / 4, H = e->info.hidden_size;
-    float *o = calloc((size_t)(n * H), sizeof(float));
-    if (!o) return mm_err_set(err, MM_NOMEM, "oom");
-    for (int64_t t = 0; t < n; t++) {
-        /* first value of the token = first element of its first patch row, in f32 */
-        float v = 0.0f;
-        const uint8_t *p =
-            (const uint8_t *)m->pixels + (size_t)(t * 4 * m->row_len) * mm_dtype_size(m->dtype);
-        mm_convert_to_f32(&v, p, m->dtype, 1);
-        for (int64_t j = 0; j < H; j++) o[t * H + j] = v;
-    }
-    e->st.encodes++;
-    *embeds = o;
-    *n_tokens = n;
-    return MM_OK;
+    int32_t rc = fake_model_encode_media(e->info.hidden_size, m, embeds, n_tokens, err);
+    if (rc == MM_OK) e->st.encodes++;
+    return rc;
 }
 
 int64_t wk_engine_free_pages(const struct wk_engine *e)
@@ -433,7 +400,6 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
         }
         if (it->logits_mode == WK_LOGITS_LAST) {
             fake_logits(V, s->h, it->logits);
-            (void)token_of;
         } else if (it->logits_mode == WK_LOGITS_ALL) {
             return mm_err_set(err, MM_UNSUPPORTED, "the fake has no ALL logits");
         }
@@ -448,13 +414,8 @@ int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *
     for (int32_t v = 1; v < vocab; v++)
         if (logits[v] > logits[best]) best = v;
     if (sp->temperature <= 0.0f) return best;
-    /* xorshift draw over softmax(logits / T) */
-    uint64_t x = *rng ? *rng : 0x9e3779b97f4a7c15ull;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *rng = x;
-    double u = (double)(x >> 11) / 9007199254740992.0, sum = 0.0;
+    /* a draw over softmax(logits / T) */
+    double u = fake_model_uniform(rng), sum = 0.0;
     for (int32_t v = 0; v < vocab; v++) sum += exp((double)(logits[v] - logits[best]) / sp->temperature);
     double acc = 0.0;
     for (int32_t v = 0; v < vocab; v++) {

@@ -4,16 +4,9 @@
 
 #include <stdint.h>
 
-struct wk_engine;
+#include "fake_model.h"
 
-struct fake_config {
-    int32_t vocab;
-    int64_t max_context;
-    int32_t block;
-    int64_t pages;
-    int32_t hidden;
-    int32_t eos, image, video;
-};
+struct wk_engine;
 
 struct fake_stats {
     int64_t forwards, tokens, max_items, max_step_tokens, forks, encodes, reused_tokens, exhausted;

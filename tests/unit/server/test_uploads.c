@@ -1,4 +1,5 @@
 /* Staged uploads: ordered chunks, caps, take-once, expiry. */
+#include "mm_clock.h"
 #include "mmgw_test.h"
 #include "wk_uploads.h"
 
@@ -47,7 +48,7 @@ int main(void)
     wk_uploads_drop(u, "c");
     CHECK_EQ_INT(wk_uploads_bytes(u), 0);
     CHECK_EQ_INT(wk_uploads_append(u, "d", 300, 0, data, 300, &got, &err), MM_OK);
-    wk_uploads_sweep(u, wk_now_ms() + 120000);
+    wk_uploads_sweep(u, mm_now_ms() + 120000);
     CHECK_EQ_INT(wk_uploads_bytes(u), 0);
     CHECK_EQ_INT(wk_uploads_take(u, "d", &up, &err), MM_NOT_FOUND);
     wk_uploads_destroy(u);
