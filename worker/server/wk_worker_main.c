@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mm_log.h"
 #include "wk_cli.h"
@@ -138,6 +139,11 @@ int main(int argc, char **argv)
     /* stop the scheduler while the calls it may still hold are valid, then the server (whose late
      * completions may still reach the stopped scheduler, which answers them at once) */
     wk_sched_stop(s);
+    /* gRPC core reports shutdown once every call's last batch is done, which is not yet when its bytes are on
+     * the wire: give the transports a moment to flush the final statuses before the connections close, or a
+     * client can see UNAVAILABLE after its last token */
+    struct timespec linger = {.tv_sec = 0, .tv_nsec = 250 * 1000 * 1000};
+    nanosleep(&linger, NULL);
     wk_grpc_destroy(g);
     mm_log_info(LOG, "drained; bye");
     rc = 0;

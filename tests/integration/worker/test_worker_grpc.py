@@ -509,7 +509,8 @@ def suite_drain(c, w):
     th.join(120)
     r = box.get("r")
     check(r is not None and r.code == grpc.StatusCode.OK and len(r.tokens.get(0, [])) == n,
-          "the running stream finished (%s, %d tokens)" % (r.code if r else None, len(r.tokens.get(0, [])) if r else 0))
+          "the running stream finished (%s %r, %d tokens)" % (r.code if r else None, getattr(r, "details", "") if r else "",
+                                                             len(r.tokens.get(0, [])) if r else 0))
     check(late is not None and late.code != grpc.StatusCode.OK, "a call after SIGTERM is refused (%s)" %
           (late.code if late else None))
     try:

@@ -65,7 +65,8 @@ class WorkerProc:
         return self
 
     def log_text(self):
-        self.log.flush()
+        if not self.log.closed:  # closed once the worker was stopped; the file is still there
+            self.log.flush()
         try:
             with open(self.log_path, "rb") as f:
                 return f.read()[-8000:].decode("utf-8", "replace")
