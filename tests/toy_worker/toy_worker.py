@@ -241,7 +241,10 @@ def main():
 
     pb2, pb2_grpc = worker_stubs.load(a.proto)
     toy = Toy(a, pb2)
-    opts = [("grpc.max_receive_message_length", 2047 << 20), ("grpc.max_send_message_length", 2047 << 20)]
+    # no SO_REUSEPORT: with it, binding port 0 can hand out a port another server already holds, and two
+    # servers would then share its connections
+    opts = [("grpc.max_receive_message_length", 2047 << 20), ("grpc.max_send_message_length", 2047 << 20),
+            ("grpc.so_reuseport", 0)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=a.threads), options=opts)
     pb2_grpc.add_WorkerServicer_to_server(toy, server)
     port = server.add_insecure_port(a.listen)

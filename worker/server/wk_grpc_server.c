@@ -120,7 +120,7 @@ int32_t wk_grpc_create(const char *addr, const struct wk_service *svc, struct wk
 
     int max = svc->max_message_bytes > 0 && svc->max_message_bytes < INT_MAX ? (int)svc->max_message_bytes
                                                                              : INT_MAX;
-    grpc_arg args[3];
+    grpc_arg args[4];
     memset(args, 0, sizeof(args));
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -132,7 +132,12 @@ int32_t wk_grpc_create(const char *addr, const struct wk_service *svc, struct wk
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
     args[2].value.integer = 5000;
-    grpc_channel_args ca = {.num_args = 3, .args = args};
+    /* the worker owns its port: with SO_REUSEPORT (gRPC's default) a second worker on the same port, or a
+     * bind to port 0 that lands on a port another server holds, would silently share the connections */
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
+    args[3].value.integer = 0;
+    grpc_channel_args ca = {.num_args = 4, .args = args};
     g->server = grpc_server_create(&ca, NULL);
     g->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(g->server, g->cq, NULL);

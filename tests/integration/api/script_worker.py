@@ -64,7 +64,7 @@ def main():
         def Load(self, req, ctx):
             return pb2.LoadResponse(total_kv_pages=1000, free_kv_pages=1000, page_tokens=16)
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.so_reuseport", 0)])
     pb2_grpc.add_WorkerServicer_to_server(W(), server)
     port = server.add_insecure_port(a.listen)
     server.start()

@@ -233,8 +233,9 @@ def suite_concurrency(c, gd):
               conc[i].tokens.get(0) == solo[i].tokens.get(0) and len(solo[i].tokens.get(0, [])) == specs[i][2])
         same += ok
         if not ok:
-            print("    stream %d: solo %s %s, concurrent %s %s" % (i, solo[i].code, solo[i].tokens.get(0),
-                                                                 conc[i].code, conc[i].tokens.get(0)))
+            print("    stream %d: solo %s %s, concurrent %s %s %r" % (i, solo[i].code, solo[i].tokens.get(0),
+                                                                    conc[i].code, conc[i].tokens.get(0),
+                                                                    getattr(conc[i], "details", "")))
     check(same == 16, "16 concurrent streams equal their solo runs (%d/16)" % same)
     check(all(r.order_ok for r in conc), "no chunk after its choice's complete")
 
