@@ -3,8 +3,8 @@
  * set would fit in L2, and the ceilings measured in the same run (a device-to-device copy and a cuBLAS bf16
  * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
  *
- *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]]
- *   NAMES: ceil index topk decode prefill layer layerdec fp8agree
+ *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]] [--prof-raw timestamps.tsv]
+ *   NAMES: ceil index topk decode prefill layer layerdec layerprof fp8agree
  */
 #include <math.h>
 #include <stdint.h>
@@ -17,6 +17,13 @@
 #include <cuda_runtime.h>
 
 #include "kn_cuda.h"
+#include "kn_decode_prof.cuh"
+#include "kn_index_v0.cuh"
+
+/* Benchmark hooks of kernels/cuda (kn_decode_prof.cuh): per-CTA / per-warp timestamps of the decode kernels
+ */
+extern "C" int32_t kn_cuda_decode_prof_set(unsigned long long *buf);
+extern "C" int32_t kn_cuda_index_prof_set(unsigned long long *buf);
 
 /* ---------------------------------------------------------------------------------------------------- */
 /* plumbing                                                                                               */
@@ -41,6 +48,7 @@ static struct mm_err g_err;
     } while (0)
 
 static int g_quick;
+static FILE *g_prof_raw;          /* --prof-raw: every warp's / CTA's timestamps of the last profiled call */
 static cudaStream_t g_stream = 0; /* the stream the timed kn_cuda calls use (a capture stream for graphs) */
 static FILE *g_tsv;
 static double g_copy_tbs = 0, g_gemm_tflops = 0;
@@ -393,22 +401,37 @@ struct idx_arg {
     float *q, *scores;
     int32_t *sel;
     int32_t score_stride, mode; /* 0 scores, 1 topk, 2 both */
-    int32_t *cnt;               /* non-NULL: dynamic page hand-out (kn_cuda_msa_index_scores_dyn) */
+    int32_t v0;                 /* the index kernel of commit 9c4498e (kn_index_v0.cuh) */
 };
+
+static int g_sm_count;
 
 static void run_idx(void *p, int it)
 {
     struct idx_arg *a = (struct idx_arg *)p;
     int s = it % a->n_sets;
-    if (a->mode != 1 && a->cnt)
-        KC(kn_cuda_msa_index_scores_dyn(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride,
-                                        a->cnt, KN_PATH_DECODE, 0, &g_err));
-    else if (a->mode != 1)
+    if (a->mode != 1 && a->v0) {
+        v0_index_scores(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride, g_sm_count, 0);
+        CK(cudaGetLastError());
+    } else if (a->mode != 1) {
         KC(kn_cuda_msa_index_scores(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride,
                                     KN_PATH_DECODE, 0, &g_err));
+    }
     if (a->mode != 0)
         KC(kn_cuda_msa_topk(&M3, &a->sets[s].qb, a->scores, a->score_stride, a->sel, M3.topk, 0, &g_err));
 }
+
+/* The index-scan variants compared in one run: the library's kernel and the loop of commit 9c4498e. */
+struct idx_variant {
+    const char *name;
+    int fp8, v0;
+};
+static const struct idx_variant g_idx_variants[] = {
+    {"index bf16", 0, 0},
+    {"index bf16 v0", 0, 1},
+    {"index fp8", 1, 0},
+    {"index fp8 v0", 1, 1},
+};
 
 static void bench_index(int do_topk)
 {
@@ -462,53 +485,35 @@ static void bench_index(int do_topk)
             fill_f32(q, (int64_t)batch * M3.n_idx_heads * M3.idx_dim, 12, 1.0f);
             float *scores = (float *)dmalloc(sizeof(float) * (size_t)M3.n_idx_heads * batch * nb);
             int32_t *sel = (int32_t *)dmalloc(sizeof(int32_t) * (size_t)M3.n_idx_heads * batch * M3.topk);
-            int32_t *cnt = (int32_t *)dmalloc(sizeof(int32_t) * (size_t)batch);
-            struct idx_arg a = {n_sets, sets, cb, q, scores, sel, nb, 0, NULL};
+            struct idx_arg a = {n_sets, sets, cb, q, scores, sel, nb, 0, 0};
             char cfg[96];
             snprintf(cfg, sizeof cfg, "ctx %lldK batch %d (%d sets)", (long long)(ctx / 1024), batch, n_sets);
             const int iters = g_quick ? 5 : 30;
-            double ms = time_ms(run_idx, &a, 3, iters);
-            double tbs = set_bytes / (ms * 1e-3) / 1e12;
-            emit("index bf16", cfg, "time", ms * 1e3, "us");
-            emit("index bf16", cfg, "bandwidth", tbs, "TB/s");
-            emit("index bf16", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
             const int reps = set_bytes < 1e9 ? 20 : 4;
-            ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
-            tbs = set_bytes / (ms * 1e-3) / 1e12;
-            emit("index bf16 b2b", cfg, "time", ms * 1e3, "us");
-            emit("index bf16 b2b", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
-            /* the same with pages handed out dynamically (balanced tail), same run */
-            a.cnt = cnt;
-            ms = time_ms(run_idx, &a, 3, iters);
-            emit("index bf16 dyn", cfg, "time", ms * 1e3, "us");
-            emit("index bf16 dyn", cfg, "of copy", 100.0 * set_bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
-            ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
-            emit("index bf16 dyn b2b", cfg, "time", ms * 1e3, "us");
-            emit("index bf16 dyn b2b", cfg, "of copy", 100.0 * set_bytes / (ms * 1e-3) / 1e12 / g_copy_tbs,
-                 "%");
-            a.cnt = NULL;
-            a.cache = c8;
-            ms = time_ms(run_idx, &a, 3, iters);
-            double bytes8 = (double)set_pages * M3.block * (M3.idx_dim + 4);
-            tbs = bytes8 / (ms * 1e-3) / 1e12;
-            emit("index fp8", cfg, "time", ms * 1e3, "us");
-            emit("index fp8", cfg, "bandwidth", tbs, "TB/s");
-            emit("index fp8", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
-            ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
-            tbs = bytes8 / (ms * 1e-3) / 1e12;
-            emit("index fp8 b2b", cfg, "time", ms * 1e3, "us");
-            emit("index fp8 b2b", cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
-            a.cnt = cnt;
-            ms = time_ms(run_idx, &a, 3, iters);
-            emit("index fp8 dyn", cfg, "time", ms * 1e3, "us");
-            emit("index fp8 dyn", cfg, "of copy", 100.0 * bytes8 / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
-            ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
-            emit("index fp8 dyn b2b", cfg, "time", ms * 1e3, "us");
-            emit("index fp8 dyn b2b", cfg, "of copy", 100.0 * bytes8 / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
-            a.cnt = NULL;
+            const double bytes8 = (double)set_pages * M3.block * (M3.idx_dim + 4);
+            const int nv = (int)(sizeof(g_idx_variants) / sizeof(g_idx_variants[0]));
+            char name[64];
+            for (int v = 0; v < nv; v++) {
+                const struct idx_variant *iv = &g_idx_variants[v];
+                a.cache = iv->fp8 ? c8 : cb;
+                a.v0 = iv->v0;
+                const double bytes = iv->fp8 ? bytes8 : set_bytes;
+                double ms = time_ms(run_idx, &a, 3, iters);
+                double tbs = bytes / (ms * 1e-3) / 1e12;
+                emit(iv->name, cfg, "time", ms * 1e3, "us");
+                emit(iv->name, cfg, "bandwidth", tbs, "TB/s");
+                emit(iv->name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+                ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
+                tbs = bytes / (ms * 1e-3) / 1e12;
+                snprintf(name, sizeof name, "%s b2b", iv->name);
+                emit(name, cfg, "time", ms * 1e3, "us");
+                emit(name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+            }
+            a.cache = cb;
+            a.v0 = 0;
             if (do_topk) {
                 a.mode = 1;
-                ms = time_ms(run_idx, &a, 3, iters);
+                double ms = time_ms(run_idx, &a, 3, iters);
                 emit("topk", cfg, "time", ms * 1e3, "us");
                 ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, 20);
                 emit("topk b2b", cfg, "time", ms * 1e3, "us");
@@ -516,7 +521,6 @@ static void bench_index(int do_topk)
             for (int32_t s = 0; s < n_sets; s++) dbatch_free(&sets[s]);
             free(sets), free(cb), free(c8), free(qseq), free(pos), free(bt);
             cudaFree(idx), cudaFree(idx8), cudaFree(sc8), cudaFree(q), cudaFree(scores), cudaFree(sel);
-            cudaFree(cnt);
         }
 }
 
@@ -849,25 +853,226 @@ static void run_layer_dec(void *p, int it)
 }
 
 /* The MSA decode routes compared in one run: the previous one (index with a static split, top-k kernel,
- * split-K attention, merge kernel) and the fused one with its options. */
+ * split-K attention, merge kernel) and the fused one with its options, each a set of KN_CUDA_* knobs on top
+ * of the defaults. b2b: also timed back to back and replayed from graphs. */
 struct layer_route {
-    const char *name, *fused, *steal, *pdl;
+    const char *name, *env; /* env: "KEY=VAL KEY=VAL" */
+    int b2b;
 };
 static const struct layer_route g_routes[] = {
-    {"unfused", "0", "0", "0"},
-    {"fused", "1", "0", "1"},
-    {"fused, no PDL", "1", "0", "0"},
-    {"fused, dyn index", "1", "1", "1"},
+    {"unfused", "KN_CUDA_FUSED_DECODE=0", 1},
+    {"fused", "", 1}, /* the default: up to 16 splits, one CTA per SM */
+    {"fused 8", "KN_CUDA_FUSED_SPLIT=8", 1},
+    {"fused, serial merge", "KN_CUDA_MERGE_SERIAL=1", 0},
+    {"fused 8, serial merge", "KN_CUDA_FUSED_SPLIT=8 KN_CUDA_MERGE_SERIAL=1", 0},
+    {"fused, no PDL", "KN_CUDA_PDL=0", 0},
+    {"fused, dyn index", "KN_CUDA_STEAL=1", 0},
+    {"fused packed", "KN_CUDA_FUSED_PACK=1", 0},
 };
 
 static void set_route(const struct layer_route *r)
 {
-    setenv("KN_CUDA_FUSED_DECODE", r->fused, 1);
-    setenv("KN_CUDA_STEAL", r->steal, 1);
-    setenv("KN_CUDA_PDL", r->pdl, 1);
+    static const char *knobs[] = {"KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",      "KN_CUDA_PDL",
+                                  "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK", "KN_CUDA_MERGE_SERIAL"};
+    for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", r ? r->env : "");
+    for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq) continue;
+        *eq = 0;
+        setenv(t, eq + 1, 1);
+    }
 }
 
-static void bench_layer_decode(void)
+/* ---- where the time of one decode layer goes: timestamps inside the kernels (kn_decode_prof.cuh) ---- */
+
+#define PROF_IDX_WARPS_MAX (8192 * 8)
+#define PROF_DEC_CTAS_MAX 4096
+#define PROF_ITERS 25
+
+static int cmp_d(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static double median_of(double *v, int n)
+{
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return v[n / 2];
+}
+
+/* Phase times of one layer call (index scan + fused tail), microseconds from the first index warp's entry,
+ * medians over PROF_ITERS synced calls. Fused phases: per CTA, max over CTAs (the critical path); index
+ * exit: median and last warp; phase durations from clock64, median over CTAs. */
+enum {
+    PF_IDX_ENTRY_LAST,
+    PF_IDX_FIRST_MED,
+    PF_IDX_EXIT_P10,
+    PF_IDX_EXIT_MED,
+    PF_IDX_EXIT_LAST,
+    PF_DEC_ENTRY_FIRST,
+    PF_DEC_ENTRY_LAST,
+    PF_DEC_WAITED_LAST,
+    PF_DEC_SELECTED_LAST,
+    PF_DEC_PAGES_LAST,
+    PF_DEC_COMBINED_LAST,
+    PF_DEC_MERGED_LAST,
+    PF_DEC_EXIT_LAST,
+    PF_DEC_EARLY,  /* fused CTAs that entered before the last index warp left */
+    PF_DEC_SMS,    /* distinct SMs of the fused CTAs */
+    PF_CYC_TOPK,   /* clock64 durations, median CTA: waited -> selected */
+    PF_CYC_PAGES,  /* selected -> pages */
+    PF_CYC_COMB,   /* pages -> combined */
+    PF_CYC_MERGE,  /* combined -> merged (cluster barrier + remote loads) */
+    PF_CYC_EXIT,   /* merged -> exit (last cluster barrier) */
+    PF_TIMER_STEP, /* smallest nonzero globaltimer difference seen (its resolution) */
+    PF_N
+};
+static const char *const g_pf_names[PF_N] = {"idx last warp entry",     "idx first tile (median warp)",
+                                             "idx exit 10th pct",       "idx exit median",
+                                             "idx exit last",           "tail first CTA entry",
+                                             "tail last CTA entry",     "tail wait released (last)",
+                                             "tail selected (last)",    "tail pages done (last)",
+                                             "tail combined (last)",    "tail merged (last)",
+                                             "tail exit (last)",        "tail CTAs entered early",
+                                             "tail distinct SMs",       "tail top-k (cycles->us)",
+                                             "tail pages (cycles->us)", "tail combine (cycles->us)",
+                                             "tail merge (cycles->us)", "tail exit (cycles->us)",
+                                             "globaltimer step"};
+
+static void layer_profile(struct layer_dec_arg *a, const char *label, const char *cfg, double clk_ghz)
+{
+    unsigned long long *di =
+        (unsigned long long *)dmalloc(sizeof(unsigned long long) * PROF_IDX_WARPS_MAX * 4);
+    unsigned long long *dd =
+        (unsigned long long *)dmalloc(sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * 16);
+    unsigned long long *hi =
+        (unsigned long long *)hmalloc(sizeof(unsigned long long) * PROF_IDX_WARPS_MAX * 4);
+    unsigned long long *hd =
+        (unsigned long long *)hmalloc(sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * 16);
+    double *acc = (double *)hmalloc(sizeof(double) * PF_N * PROF_ITERS);
+    double *tmp = (double *)hmalloc(sizeof(double) * PROF_IDX_WARPS_MAX);
+    KC(kn_cuda_index_prof_set(di));
+    KC(kn_cuda_decode_prof_set(dd));
+    for (int w = 0; w < 3; w++) run_layer_dec(a, w);
+    CK(cudaDeviceSynchronize());
+    int good = 0;
+    for (int it = 0; it < PROF_ITERS; it++) {
+        CK(cudaMemset(di, 0, sizeof(unsigned long long) * PROF_IDX_WARPS_MAX * 4));
+        CK(cudaMemset(dd, 0, sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * 16));
+        CK(cudaDeviceSynchronize());
+        run_layer_dec(a, it);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hi, di, sizeof(unsigned long long) * PROF_IDX_WARPS_MAX * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hd, dd, sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * 16, cudaMemcpyDeviceToHost));
+        double *r = acc + (size_t)good * PF_N;
+        unsigned long long t0 = ~0ull, ent_last = 0, ex_last = 0, step = ~0ull;
+        int nw = 0, nf = 0;
+        for (int w = 0; w < PROF_IDX_WARPS_MAX; w++) {
+            const unsigned long long *x = hi + (size_t)w * 4;
+            if (!x[0]) continue;
+            nw++;
+            if (x[0] < t0) t0 = x[0];
+            if (x[0] > ent_last) ent_last = x[0];
+            if (x[2] > ex_last) ex_last = x[2];
+        }
+        if (!nw) continue;
+        for (int w = 1; w < PROF_IDX_WARPS_MAX && w < 4096; w++) {
+            const unsigned long long e0 = hi[(size_t)(w - 1) * 4], e1 = hi[(size_t)w * 4];
+            if (e0 && e1 && e0 != e1) {
+                unsigned long long d = e0 > e1 ? e0 - e1 : e1 - e0;
+                if (d < step) step = d;
+            }
+        }
+        r[PF_IDX_ENTRY_LAST] = (ent_last - t0) * 1e-3;
+        r[PF_IDX_EXIT_LAST] = (ex_last - t0) * 1e-3;
+        nf = 0;
+        for (int w = 0; w < PROF_IDX_WARPS_MAX; w++) {
+            const unsigned long long *x = hi + (size_t)w * 4;
+            if (x[0] && x[1]) tmp[nf++] = (x[1] - t0) * 1e-3;
+        }
+        r[PF_IDX_FIRST_MED] = median_of(tmp, nf);
+        nf = 0;
+        for (int w = 0; w < PROF_IDX_WARPS_MAX; w++) {
+            const unsigned long long *x = hi + (size_t)w * 4;
+            if (x[0] && x[1]) tmp[nf++] = (x[2] - t0) * 1e-3;
+        }
+        r[PF_IDX_EXIT_MED] = median_of(tmp, nf);
+        r[PF_IDX_EXIT_P10] = nf ? tmp[nf / 10] : NAN;
+        /* fused CTAs */
+        unsigned long long last[KN_PROF_PHASES] = {0}, first_entry = ~0ull;
+        int nc = 0, early = 0;
+        static unsigned char sm_seen[1024];
+        memset(sm_seen, 0, sizeof sm_seen);
+        int sms = 0;
+        double *cyc[5];
+        for (int k = 0; k < 5; k++) cyc[k] = tmp + (size_t)k * PROF_DEC_CTAS_MAX;
+        for (int c = 0; c < PROF_DEC_CTAS_MAX; c++) {
+            const unsigned long long *x = hd + (size_t)c * 16;
+            if (!x[0]) continue;
+            if (x[0] < first_entry) first_entry = x[0];
+            for (int ph = 0; ph < KN_PROF_PHASES; ph++)
+                if (x[ph] > last[ph]) last[ph] = x[ph];
+            early += x[0] < ex_last;
+            const unsigned sm = (unsigned)(x[15] & 1023);
+            if (!sm_seen[sm]) sm_seen[sm] = 1, sms++;
+            cyc[0][nc] = (double)(x[8 + 2] - x[8 + 1]);
+            cyc[1][nc] = (double)(x[8 + 3] - x[8 + 2]);
+            cyc[2][nc] = x[8 + 4] ? (double)(x[8 + 4] - x[8 + 3]) : 0.0;
+            cyc[3][nc] = x[8 + 5] ? (double)(x[8 + 5] - x[8 + 4]) : 0.0;
+            cyc[4][nc] = x[8 + 5] ? (double)(x[8 + 6] - x[8 + 5]) : 0.0;
+            nc++;
+        }
+        if (!nc) continue;
+        r[PF_DEC_ENTRY_FIRST] = ((double)first_entry - (double)t0) * 1e-3;
+        const int map[7] = {PF_DEC_ENTRY_LAST,    PF_DEC_WAITED_LAST, PF_DEC_SELECTED_LAST, PF_DEC_PAGES_LAST,
+                            PF_DEC_COMBINED_LAST, PF_DEC_MERGED_LAST, PF_DEC_EXIT_LAST};
+        for (int ph = 0; ph < KN_PROF_PHASES; ph++)
+            r[map[ph]] = last[ph] ? ((double)last[ph] - (double)t0) * 1e-3 : NAN;
+        r[PF_DEC_EARLY] = early;
+        r[PF_DEC_SMS] = sms;
+        for (int k = 0; k < 5; k++) r[PF_CYC_TOPK + k] = median_of(cyc[k], nc) / (clk_ghz * 1e3);
+        r[PF_TIMER_STEP] = step == ~0ull ? NAN : (double)step;
+        good++;
+        if (g_prof_raw && it == PROF_ITERS - 1) {
+            /* ns from t0: index warps (entry, first tile, exit, SM, pages), fused CTAs (phases, SM) */
+            for (int w = 0; w < PROF_IDX_WARPS_MAX; w++) {
+                const unsigned long long *x = hi + (size_t)w * 4;
+                if (!x[0]) continue;
+                fprintf(g_prof_raw, "%s\tidx\t%d\t%lld\t%lld\t%lld\t%u\t%u\n", label, w,
+                        (long long)(x[0] - t0), x[1] ? (long long)(x[1] - t0) : -1, (long long)(x[2] - t0),
+                        (unsigned)(x[3] & 0xffffffffu), (unsigned)(x[3] >> 32));
+            }
+            for (int c = 0; c < PROF_DEC_CTAS_MAX; c++) {
+                const unsigned long long *x = hd + (size_t)c * 16;
+                if (!x[0]) continue;
+                fprintf(g_prof_raw, "%s\ttail\t%d", label, c);
+                for (int ph = 0; ph < KN_PROF_PHASES; ph++)
+                    fprintf(g_prof_raw, "\t%lld", x[ph] ? (long long)x[ph] - (long long)t0 : -1);
+                fprintf(g_prof_raw, "\t%u\n", (unsigned)x[15]);
+            }
+            fflush(g_prof_raw);
+        }
+    }
+    KC(kn_cuda_index_prof_set(NULL));
+    KC(kn_cuda_decode_prof_set(NULL));
+    char name[128];
+    for (int k = 0; k < PF_N; k++) {
+        for (int it = 0; it < good; it++) tmp[it] = acc[(size_t)it * PF_N + k];
+        snprintf(name, sizeof name, "%s: %s", label, g_pf_names[k]);
+        emit("layer prof", cfg, name, median_of(tmp, good),
+             k == PF_DEC_EARLY || k == PF_DEC_SMS ? ""
+             : k == PF_TIMER_STEP                 ? "ns"
+                                                  : "us");
+    }
+    cudaFree(di), cudaFree(dd);
+    free(hi), free(hd), free(acc), free(tmp);
+}
+
+static void bench_layer_decode(int prof_only)
 {
     printf("== one MSA decode layer at 1M (index + top-k + sparse attention) vs dense attention, by route\n");
     const int64_t ctx = g_quick ? 65536 : 1048576;
@@ -915,50 +1120,68 @@ static void bench_layer_decode(void)
     c8.idx_dtype = KN_IDX_FP8;
     const int n_routes = (int)(sizeof(g_routes) / sizeof(g_routes[0]));
     char name[96];
+    int clk_khz = 0;
+    CK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0));
 
-    /* synced: each call bracketed by events and waited for */
-    a.dense = 1;
-    double dense_ms = time_ms(run_layer_dec, &a, 3, iters);
-    emit("layer", cfg, "dense (ours)", dense_ms * 1e3, "us");
-    emit("layer", cfg, "dense bandwidth", (double)kv * 2 / (dense_ms * 1e-3) / 1e12, "TB/s");
-    a.dense = 0;
+    if (!prof_only) {
+        /* synced: each call bracketed by events and waited for */
+        a.dense = 1;
+        double dense_ms = time_ms(run_layer_dec, &a, 3, iters);
+        emit("layer", cfg, "dense (ours)", dense_ms * 1e3, "us");
+        emit("layer", cfg, "dense bandwidth", (double)kv * 2 / (dense_ms * 1e-3) / 1e12, "TB/s");
+        a.dense = 0;
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (int r = 0; r < n_routes; r++) {
+                set_route(&g_routes[r]);
+                a.c = fp8 ? c8 : cb;
+                double ms = time_ms(run_layer_dec, &a, 3, iters);
+                snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+                emit("layer", cfg, name, ms * 1e3, "us");
+                snprintf(name, sizeof name, "speedup %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+                emit("layer", cfg, name, dense_ms / ms, "x vs ours");
+            }
+        /* back to back (20 layers between two events), as consecutive layers of a decode step run */
+        a.dense = 1;
+        double dense_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
+        emit("layer b2b", cfg, "dense (ours)", dense_b * 1e3, "us");
+        a.dense = 0;
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (int r = 0; r < n_routes; r++) {
+                if (!g_routes[r].b2b) continue;
+                set_route(&g_routes[r]);
+                a.c = fp8 ? c8 : cb;
+                double ms = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
+                snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+                emit("layer b2b", cfg, name, ms * 1e3, "us");
+            }
+    }
+    /* where the time goes, for the default route (up to 16 splits) and the 8-split one */
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int r = 0; r < n_routes; r++) {
+            if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused 8")) continue;
             set_route(&g_routes[r]);
             a.c = fp8 ? c8 : cb;
-            double ms = time_ms(run_layer_dec, &a, 3, iters);
-            snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
-            emit("layer", cfg, name, ms * 1e3, "us");
-            snprintf(name, sizeof name, "speedup %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
-            emit("layer", cfg, name, dense_ms / ms, "x vs ours");
+            snprintf(name, sizeof name, "%s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+            layer_profile(&a, name, cfg, clk_khz * 1e-6);
         }
-    /* back to back (20 layers between two events), as consecutive layers of a decode step run */
-    a.dense = 1;
-    double dense_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
-    emit("layer b2b", cfg, "dense (ours)", dense_b * 1e3, "us");
-    a.dense = 0;
-    for (int fp8 = 0; fp8 < 2; fp8++)
-        for (int r = 0; r < 2; r++) {
-            set_route(&g_routes[r]);
-            a.c = fp8 ? c8 : cb;
-            double ms = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
-            snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
-            emit("layer b2b", cfg, name, ms * 1e3, "us");
-        }
-    /* replayed from CUDA graphs (how a serving loop would issue them); last, as the riskiest to capture */
-    a.dense = 1;
-    double dense_g = time_graph_ms(run_layer_dec, &a, 1, 3, iters);
-    emit("layer graph", cfg, "dense (ours)", dense_g * 1e3, "us");
-    a.dense = 0;
-    for (int fp8 = 0; fp8 < 2; fp8++)
-        for (int r = 0; r < 2; r++) {
-            set_route(&g_routes[r]);
-            a.c = fp8 ? c8 : cb;
-            double ms = time_graph_ms(run_layer_dec, &a, 4, 3, iters);
-            snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
-            emit("layer graph", cfg, name, ms * 1e3, "us");
-        }
-    set_route(&g_routes[1]);
+    if (!prof_only) {
+        /* replayed from CUDA graphs (how a serving loop would issue them); last, as the riskiest to capture
+         */
+        a.dense = 1;
+        double dense_g = time_graph_ms(run_layer_dec, &a, 1, 3, iters);
+        emit("layer graph", cfg, "dense (ours)", dense_g * 1e3, "us");
+        a.dense = 0;
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (int r = 0; r < n_routes; r++) {
+                if (!g_routes[r].b2b) continue;
+                set_route(&g_routes[r]);
+                a.c = fp8 ? c8 : cb;
+                double ms = time_graph_ms(run_layer_dec, &a, 4, 3, iters);
+                snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+                emit("layer graph", cfg, name, ms * 1e3, "us");
+            }
+    }
+    set_route(NULL);
     a.c = cb;
     dbatch_free(&a.b);
     for (int k = 0; k < 4; k++) cudaFree(a.qi[k]);
@@ -1134,9 +1357,15 @@ int main(int argc, char **argv)
             out = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
-        else {
-            fprintf(stderr, "usage: kn_bench [--quick] [--out FILE.tsv] [--only "
-                            "ceil,index,topk,decode,prefill,layer,fp8agree]\n");
+        else if (!strcmp(argv[i], "--prof-raw") && i + 1 < argc) {
+            g_prof_raw = fopen(argv[++i], "w");
+            if (!g_prof_raw) {
+                perror(argv[i]);
+                return 1;
+            }
+        } else {
+            fprintf(stderr, "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
+                            "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree]\n");
             return 2;
         }
     }
@@ -1165,16 +1394,22 @@ int main(int argc, char **argv)
         p.name, p.multiProcessorCount, p.l2CacheSize / 1048576.0, p.totalGlobalMem / 1e9, p.major, p.minor,
         drv, rt, clk / 1000, mclk / 1000);
     if (g_tsv) fprintf(g_tsv, "device\t%s\tSMs\t%d\t\n", p.name, p.multiProcessorCount);
+    g_sm_count = p.multiProcessorCount;
     bench_ceilings(); /* always: the other numbers are reported against these */
     if (want(only, "index")) bench_index(want(only, "topk") || !only);
     if (want(only, "decode")) bench_decode();
     if (want(only, "prefill")) bench_prefill();
     if (want(only, "layer")) bench_layer();
     if (want(only, "fp8agree")) bench_fp8_agree();
-    /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer */
-    if (want(only, "layer") || want(only, "layerdec")) bench_layer_decode();
+    /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer, "layerprof"
+     * runs only the timestamp profile */
+    if (want(only, "layer") || want(only, "layerdec"))
+        bench_layer_decode(0);
+    else if (want(only, "layerprof"))
+        bench_layer_decode(1);
     CK(cudaDeviceSynchronize());
     if (g_tsv) fclose(g_tsv);
+    if (g_prof_raw) fclose(g_prof_raw);
     printf("done\n");
     return 0;
 }

@@ -12,14 +12,19 @@
  * Fused variant (FUSED, kn_attn_decode_fused): the decode tail of an MSA layer in one launch. Each CTA
  * selects its row's blocks from the index scores itself (kn_topk_row; every split of a row does the same
  * selection from L2-resident scores, which costs less than a separate top-k launch and its gap), and the
- * splits of a row (<= 8) form a thread-block cluster: each writes its normalized partial and log-sum-exp to
- * its own shared memory, and after a cluster barrier each CTA merges some heads by reading its peers'
- * partials through distributed shared memory, so there are no partials in global memory and no merge launch.
- * It is launched with programmatic dependent launch: Q is loaded before waiting on the index kernel. */
+ * splits of a row (<= 8, or <= 16 with non-portable clusters) form a thread-block cluster: each writes its
+ * normalized partial and log-sum-exp to its own shared memory, and after a cluster barrier each CTA merges
+ * some heads by reading its peers' partials through distributed shared memory, so there are no partials in
+ * global memory and no merge launch. A CTA issues every remote load of its heads before using any: one
+ * round trip to the peers instead of one per split. It is launched with programmatic dependent launch: Q is
+ * loaded before waiting on the index kernel. With 16 splits a CTA holds one page, so one stage of shared
+ * memory is enough (68 KB instead of 196 KB), which also lets it start on an SM the index scan is still
+ * leaving; the launch pads it to one CTA per SM so that the page reads are spread over 16 SMs. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kn_attn_warp.cuh"
+#include "kn_decode_prof.cuh"
 #include "kn_msa_kernels.cuh"
 #include "kn_topk_row.cuh"
 
@@ -31,12 +36,21 @@
  * every SM work (batch 1: 4 rows x 16 pages), so that twice as many CTAs share the reads. */
 #define DEC_TILE_BYTES(ROWS) ((ROWS)*AW_ROW_BYTES)
 #define DEC_STAGE_BYTES(ROWS) (2 * DEC_TILE_BYTES(ROWS))
-#define DEC_Q_OFF(ROWS) (DEC_STAGES * DEC_STAGE_BYTES(ROWS))
-#define DEC_SMEM(ROWS) (DEC_Q_OFF(ROWS) + 16 * AW_ROW_BYTES)
+#define DEC_Q_OFF_ST(ROWS, ST) ((ST)*DEC_STAGE_BYTES(ROWS))
+#define DEC_SMEM_ST(ROWS, ST) (DEC_Q_OFF_ST(ROWS, ST) + 16 * AW_ROW_BYTES)
+#define DEC_SMEM(ROWS) DEC_SMEM_ST(ROWS, DEC_STAGES)
 /* fused: this split's merged partial [16][128] f32 + log2-sum-exp [16], clear of the 4-warp combine area */
 #define DEC_X_OFF 40960
-#define DEC_FUSED_MAX_SPLIT 8 /* portable cluster size */
-#define DEC_TOPK_VPT 64       /* scores per thread: 8192 blocks (1M context) in one round */
+#define DEC_CO_STRIDE (AW_D + 8) /* floats per row of the 4-warp combine area (padded: no bank conflicts) */
+#define DEC_FUSED_MAX_SPLIT 16   /* non-portable cluster size (8 is the portable one) */
+#define DEC_PORTABLE_SPLIT 8
+#define DEC_TOPK_VPT 64 /* scores per thread: 8192 blocks (1M context) in one round */
+/* Dynamic shared memory that keeps a one-stage fused CTA alone on its SM (two would need > 228 KB) while an
+ * index-scan CTA (<= 110 KB) can still share it. */
+#define DEC_SMEM_ONE_PER_SM (114 * 1024)
+
+/* Benchmark hook (kn_decode_prof.cuh): where the fused kernel writes per-CTA timestamps, NULL when off. */
+static unsigned long long *g_dec_prof;
 
 struct dec_args {
     const uint16_t *q;
@@ -56,12 +70,31 @@ struct dec_args {
     /* FUSED */
     const float *scores; /* [n_kv][n][score_stride] block scores (index head g = KV group g) */
     int32_t score_stride, n_local;
-    int32_t *sel_out; /* NULL or [n_kv][n][sel_stride]: the selections, written by split 0 */
+    int32_t *sel_out;         /* NULL or [n_kv][n][sel_stride]: the selections, written by split 0 */
+    int32_t serial_merge;     /* benchmark knob: the previous merge, one split's remote loads at a time */
+    unsigned long long *prof; /* benchmark hook: KN_PROF_CTA_SLOTS per CTA, or NULL */
 };
 
-template <int ROWS, bool FUSED, bool CLUSTER>
+/* Record phase ph of this CTA (thread 0) when a benchmark asked for timestamps. */
+#define DEC_PROF(ph)                                                                                         \
+    do {                                                                                                     \
+        unsigned long long *pp__ = a.prof;                                                                   \
+        if (pp__ && tid == 0) {                                                                              \
+            pp__ += ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS;                      \
+            pp__[ph] = kn_prof_ns();                                                                         \
+            pp__[KN_PROF_CLOCK + (ph)] = (unsigned long long)clock64();                                      \
+            if ((ph) == KN_PROF_ENTRY) pp__[KN_PROF_SMID] = kn_prof_smid();                                  \
+        }                                                                                                    \
+    } while (0)
+
+template <int ROWS, bool FUSED, bool CLUSTER, int STAGES>
 __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a)
 {
+    static_assert(STAGES >= 1 &&
+                      (!FUSED || STAGES * DEC_STAGE_BYTES(ROWS) >= DEC_X_OFF + 16 * (AW_D + 1) * 4) &&
+                      DEC_WARPS * 16 * (DEC_CO_STRIDE + 2) * 4 <= DEC_X_OFF &&
+                      DEC_WARPS * 16 * (DEC_CO_STRIDE + 2) * 4 <= STAGES * DEC_STAGE_BYTES(ROWS),
+                  "the combine area and the fused merge area live in the stage area, apart");
     constexpr int P = DEC_BLK / ROWS; /* items per page */
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int32_t blist[KN_CUDA_MAX_TOPK];
@@ -74,10 +107,11 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     const int32_t own = (int32_t)(qpos / DEC_BLK);
     const int32_t *btr = a.bt + (int64_t)a.qseq[i] * a.bt_stride;
     const uint32_t s_base = kn_smem_addr(smem);
+    if (FUSED) DEC_PROF(KN_PROF_ENTRY);
 
     /* Q rows: the hpg heads of group g (rows past hpg zero). Written before the previous kernel started, so
      * this may run before the dependency wait of a programmatic launch. */
-    aw_tile_load(s_base + DEC_Q_OFF(ROWS),
+    aw_tile_load(s_base + DEC_Q_OFF_ST(ROWS, STAGES),
                  (const uint8_t *)(a.q + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg) * AW_D), AW_D * 2, 16,
                  a.hpg, tid, DEC_THREADS);
     kn_cp_async_commit();
@@ -87,6 +121,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     if (FUSED || a.sel) {
         if (FUSED) {
             kn_griddep_wait(); /* the index scores */
+            DEC_PROF(KN_PROF_WAITED);
             int64_t lo = (int64_t)own - (a.n_local > 0 ? a.n_local : 1) + 1;
             if (lo < 0) lo = 0;
             /* scratch at the start of the stage area: no copy is in flight there yet */
@@ -111,6 +146,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
             if (lane == 0) bcount = __popc(m);
         }
         __syncthreads();
+        if (FUSED) DEC_PROF(KN_PROF_SELECTED);
         const int32_t per = (bcount * P + a.n_split - 1) / a.n_split;
         first = z * per;
         count = min(bcount * P - first, per);
@@ -141,8 +177,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
         aw_tile_load((stage_addr) + DEC_TILE_BYTES(ROWS), vbase + off__, tok_bytes, ROWS, valid__, tid,      \
                      DEC_THREADS);                                                                           \
     } while (0)
+    /* ring of STAGES pages; one stage: load, wait, fold, then the next (a 16-split CTA has one page) */
 #pragma unroll
-    for (int s = 0; s < DEC_STAGES - 1; s++) {
+    for (int s = 0; s < (STAGES > 1 ? STAGES - 1 : 1); s++) {
         if (s < count) DEC_LOAD(s, s_base + s * DEC_STAGE_BYTES(ROWS));
         kn_cp_async_commit();
     }
@@ -151,45 +188,54 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     aw_init(st);
     uint32_t qa[8][4];
     for (int32_t j = 0; j < count; j++) {
-        kn_cp_async_wait<DEC_STAGES - 2>();
+        kn_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
         __syncthreads();
-        if (j == 0) aw_load_q(qa, s_base + DEC_Q_OFF(ROWS), lane);
-        {
-            const int32_t jn = j + DEC_STAGES - 1;
-            if (jn < count) DEC_LOAD(jn, s_base + (jn % DEC_STAGES) * DEC_STAGE_BYTES(ROWS));
+        if (j == 0) aw_load_q(qa, s_base + DEC_Q_OFF_ST(ROWS, STAGES), lane);
+        if (STAGES > 1) {
+            const int32_t jn = j + STAGES - 1;
+            if (jn < count) DEC_LOAD(jn, s_base + (jn % STAGES) * DEC_STAGE_BYTES(ROWS));
             kn_cp_async_commit();
         }
         DEC_ITEM(j, b, row0);
-        const uint32_t sc = s_base + (j % DEC_STAGES) * DEC_STAGE_BYTES(ROWS);
+        const uint32_t sc = s_base + (j % STAGES) * DEC_STAGE_BYTES(ROWS);
         constexpr int KW = ROWS / DEC_WARPS; /* keys per warp per item */
         aw_step<KW>(st, qa, sc, sc + DEC_TILE_BYTES(ROWS), KW * w, (int64_t)b * DEC_BLK + row0 + KW * w, qpos,
                     a.scale_log2, lane);
+        if (STAGES == 1 && j + 1 < count) {
+            __syncthreads(); /* every warp is done with the stage */
+            DEC_LOAD(j + 1, s_base);
+            kn_cp_async_commit();
+        }
     }
 #undef DEC_LOAD
 #undef DEC_ITEM
     kn_cp_async_wait<0>();
     aw_finish_l(st);
+    if (FUSED) DEC_PROF(KN_PROF_PAGES);
     __syncthreads(); /* stages are reused for the combine */
 
-    /* combine the 4 warps: o [warp][16][128] f32, m/l [warp][16] */
+    /* combine the 4 warps: o [warp][16][DEC_CO_STRIDE] f32, m/l [warp][16]. Rows padded by 8 floats: a
+     * half-warp's float2 stores (8 rows x 4 column pairs) and a quarter-warp's float4 reads (one row, 128
+     * contiguous bytes) hit 32 distinct banks. Unpadded, the stores were 8-way and the reads 16-way bank
+     * conflicts: ~1.5 us of the fused tail (bench/cuda "layer prof"). */
     float *co = (float *)smem;
-    float *cm = co + DEC_WARPS * 16 * AW_D;
+    float *cm = co + DEC_WARPS * 16 * DEC_CO_STRIDE;
     float *cl = cm + DEC_WARPS * 16;
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int dn = 0; dn < 16; dn++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int row = gid + 8 * (e >> 1), d = dn * 8 + 2 * tig + (e & 1);
-            co[(w * 16 + row) * AW_D + d] = st.o[dn][e];
-        }
+        for (int h = 0; h < 2; h++)
+            *(float2 *)&co[(w * 16 + gid + 8 * h) * DEC_CO_STRIDE + dn * 8 + 2 * tig] =
+                make_float2(st.o[dn][2 * h], st.o[dn][2 * h + 1]);
     if (tig == 0) {
         cm[w * 16 + gid] = st.m[0], cm[w * 16 + gid + 8] = st.m[1];
         cl[w * 16 + gid] = st.l[0], cl[w * 16 + gid + 8] = st.l[1];
     }
     __syncthreads();
     {
-        const int row = tid >> 3, d0 = (tid & 7) * 16;
+        /* thread: row tid / 8, dims q4 + 32 k + j (k, j < 4) */
+        const int row = tid >> 3, q4 = (tid & 7) * 4;
         float mm = -INFINITY;
 #pragma unroll
         for (int ww = 0; ww < DEC_WARPS; ww++) mm = fmaxf(mm, cm[ww * 16 + row]);
@@ -201,36 +247,36 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
             L += f[ww] * cl[ww * 16 + row];
         }
         const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        float o[16];
+        float4 o[4];
 #pragma unroll
-        for (int k = 0; k < 16; k++) {
-            float acc = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-            for (int ww = 0; ww < DEC_WARPS; ww++) acc += f[ww] * co[(ww * 16 + row) * AW_D + d0 + k];
-            o[k] = acc * inv;
+            for (int ww = 0; ww < DEC_WARPS; ww++) {
+                const float4 x = *(const float4 *)&co[(ww * 16 + row) * DEC_CO_STRIDE + q4 + 32 * k];
+                acc.x += f[ww] * x.x, acc.y += f[ww] * x.y, acc.z += f[ww] * x.z, acc.w += f[ww] * x.w;
+            }
+            o[k] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
         }
         if (CLUSTER) {
             /* this split's normalized partial, for the peers to read after the cluster barrier */
-            float *xo = (float *)(smem + DEC_X_OFF) + row * AW_D + d0;
+            float *xo = (float *)(smem + DEC_X_OFF) + row * AW_D + q4;
 #pragma unroll
-            for (int k = 0; k < 16; k += 4)
-                *(float4 *)(xo + k) = make_float4(o[k], o[k + 1], o[k + 2], o[k + 3]);
+            for (int k = 0; k < 4; k++) *(float4 *)(xo + 32 * k) = o[k];
             if ((tid & 7) == 0)
                 ((float *)(smem + DEC_X_OFF))[16 * AW_D + row] = L > 0.0f ? msafe + log2f(L) : -INFINITY;
         } else if (a.n_split == 1) {
             if (row < a.hpg) {
-                uint16_t *dst = a.out + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg + row) * AW_D + d0;
+                uint16_t *dst = a.out + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg + row) * AW_D + q4;
 #pragma unroll
-                for (int k = 0; k < 16; k += 2) {
-                    const uint32_t v = kn_pack_bf16(o[k], o[k + 1]);
-                    *(uint32_t *)(dst + k) = v;
-                }
+                for (int k = 0; k < 4; k++)
+                    *(uint2 *)(dst + 32 * k) =
+                        make_uint2(kn_pack_bf16(o[k].x, o[k].y), kn_pack_bf16(o[k].z, o[k].w));
             }
         } else {
-            float *dst = a.part_o + ((r * a.n_split + z) * 16 + row) * AW_D + d0;
+            float *dst = a.part_o + ((r * a.n_split + z) * 16 + row) * AW_D + q4;
 #pragma unroll
-            for (int k = 0; k < 16; k += 4)
-                *(float4 *)(dst + k) = make_float4(o[k], o[k + 1], o[k + 2], o[k + 3]);
+            for (int k = 0; k < 4; k++) *(float4 *)(dst + 32 * k) = o[k];
             if ((tid & 7) == 0)
                 a.part_l[(r * a.n_split + z) * 16 + row] = L > 0.0f ? msafe + log2f(L) : -INFINITY;
         }
@@ -238,25 +284,76 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     if (CLUSTER) {
         /* merge the row's splits: CTA `rank` of the cluster takes heads rank, rank + n_split, ...; thread tid
          * owns dim tid of the head and reads the peers' partials through distributed shared memory */
+        if (FUSED) DEC_PROF(KN_PROF_COMBINED);
         kn_cluster_sync();
         const uint32_t rank = kn_cluster_rank();
-        const uint32_t xo_s = s_base + DEC_X_OFF, xl_s = xo_s + 16 * AW_D * 4;
-        for (int h = (int)rank; h < a.hpg; h += a.n_split) {
-            float mm = -INFINITY;
-            for (int zz = 0; zz < a.n_split; zz++)
-                mm = fmaxf(mm, kn_ld_cluster_f32(kn_cluster_map(xl_s + 4 * h, (uint32_t)zz)));
-            const float msafe = mm == -INFINITY ? 0.0f : mm;
-            float L = 0.0f, acc = 0.0f;
-            for (int zz = 0; zz < a.n_split; zz++) {
-                const float f = exp2f(kn_ld_cluster_f32(kn_cluster_map(xl_s + 4 * h, (uint32_t)zz)) - msafe);
-                L += f;
-                acc += f * kn_ld_cluster_f32(kn_cluster_map(xo_s + 4 * (h * AW_D + tid), (uint32_t)zz));
+        const uint32_t xo_s = s_base + DEC_X_OFF, xl_off = 16 * AW_D * 4;
+        const int ns = a.n_split;
+        if (a.serial_merge) {
+            for (int h = (int)rank; h < a.hpg; h += ns) {
+                float mm = -INFINITY;
+                for (int zz = 0; zz < ns; zz++)
+                    mm = fmaxf(mm, kn_ld_cluster_f32(kn_cluster_map(xo_s + xl_off + 4 * h, (uint32_t)zz)));
+                const float msafe = mm == -INFINITY ? 0.0f : mm;
+                float L = 0.0f, acc = 0.0f;
+                for (int zz = 0; zz < ns; zz++) {
+                    const float f =
+                        exp2f(kn_ld_cluster_f32(kn_cluster_map(xo_s + xl_off + 4 * h, (uint32_t)zz)) - msafe);
+                    L += f;
+                    acc += f * kn_ld_cluster_f32(kn_cluster_map(xo_s + 4 * (h * AW_D + tid), (uint32_t)zz));
+                }
+                a.out[((int64_t)i * a.n_heads + (int64_t)g * a.hpg + h) * AW_D + tid] =
+                    kn_f32_to_bf16(L > 0.0f ? acc / L : 0.0f);
             }
-            a.out[((int64_t)i * a.n_heads + (int64_t)g * a.hpg + h) * AW_D + tid] =
-                kn_f32_to_bf16(L > 0.0f ? acc / L : 0.0f);
+        } else {
+            /* every remote load of up to two heads in flight before the first use: one round trip */
+            uint32_t peer[DEC_FUSED_MAX_SPLIT];
+#pragma unroll
+            for (int zz = 0; zz < DEC_FUSED_MAX_SPLIT; zz++)
+                peer[zz] = zz < ns ? kn_cluster_map(xo_s, (uint32_t)zz) : 0u;
+            for (int h0 = (int)rank; h0 < a.hpg; h0 += 2 * ns) {
+                const int h1 = h0 + ns;
+                const bool two = h1 < a.hpg;
+                float l0[DEC_FUSED_MAX_SPLIT], o0[DEC_FUSED_MAX_SPLIT], l1[DEC_FUSED_MAX_SPLIT],
+                    o1[DEC_FUSED_MAX_SPLIT];
+#pragma unroll
+                for (int zz = 0; zz < DEC_FUSED_MAX_SPLIT; zz++) {
+                    l0[zz] = l1[zz] = -INFINITY;
+                    o0[zz] = o1[zz] = 0.0f;
+                    if (zz < ns) {
+                        l0[zz] = kn_ld_cluster_f32(peer[zz] + xl_off + 4 * h0);
+                        o0[zz] = kn_ld_cluster_f32(peer[zz] + 4 * (h0 * AW_D + tid));
+                        if (two) {
+                            l1[zz] = kn_ld_cluster_f32(peer[zz] + xl_off + 4 * h1);
+                            o1[zz] = kn_ld_cluster_f32(peer[zz] + 4 * (h1 * AW_D + tid));
+                        }
+                    }
+                }
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const float *lv = hh ? l1 : l0, *ov = hh ? o1 : o0;
+                    if (hh && !two) break;
+                    float mm = -INFINITY;
+#pragma unroll
+                    for (int zz = 0; zz < DEC_FUSED_MAX_SPLIT; zz++) mm = fmaxf(mm, lv[zz]);
+                    const float msafe = mm == -INFINITY ? 0.0f : mm;
+                    float L = 0.0f, acc = 0.0f;
+#pragma unroll
+                    for (int zz = 0; zz < DEC_FUSED_MAX_SPLIT; zz++) {
+                        const float f = exp2f(lv[zz] - msafe); /* 0 for empty splits and unused slots */
+                        L += f;
+                        acc += f * ov[zz];
+                    }
+                    const int h = hh ? h1 : h0;
+                    a.out[((int64_t)i * a.n_heads + (int64_t)g * a.hpg + h) * AW_D + tid] =
+                        kn_f32_to_bf16(L > 0.0f ? acc / L : 0.0f);
+                }
+            }
         }
+        if (FUSED) DEC_PROF(KN_PROF_MERGED);
         kn_cluster_sync(); /* no CTA leaves while a peer may still read its shared memory */
     }
+    if (FUSED) DEC_PROF(KN_PROF_EXIT);
 }
 
 /* One warp per (row, head): merge the splits' partial outputs by their log2-sum-exp. The lanes read the
@@ -366,6 +463,8 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
     a.score_stride = 0;
     a.n_local = sh->n_local;
     a.sel_out = NULL;
+    a.serial_merge = 0;
+    a.prof = NULL;
     if (a.n_split > 1) {
         size_t need = kn_attn_decode_ws(sh, qb, dense);
         if (!ws || ws_bytes < need)
@@ -378,15 +477,15 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
         return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (decode): %lld rows", (long long)rows);
     const dim3 grid((unsigned)rows, (unsigned)a.n_split);
     if (dec_half(sh, qb, dense)) {
-        KN_CU(cudaFuncSetAttribute(k_attn_decode<64, false, false>,
+        KN_CU(cudaFuncSetAttribute(k_attn_decode<64, false, false, DEC_STAGES>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(64)),
               "kn_cuda attention (decode): shared memory");
-        k_attn_decode<64, false, false><<<grid, DEC_THREADS, DEC_SMEM(64), stream>>>(a);
+        k_attn_decode<64, false, false, DEC_STAGES><<<grid, DEC_THREADS, DEC_SMEM(64), stream>>>(a);
     } else {
-        KN_CU(cudaFuncSetAttribute(k_attn_decode<128, false, false>,
+        KN_CU(cudaFuncSetAttribute(k_attn_decode<128, false, false, DEC_STAGES>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(128)),
               "kn_cuda attention (decode): shared memory");
-        k_attn_decode<128, false, false><<<grid, DEC_THREADS, DEC_SMEM(128), stream>>>(a);
+        k_attn_decode<128, false, false, DEC_STAGES><<<grid, DEC_THREADS, DEC_SMEM(128), stream>>>(a);
     }
     KN_LAUNCHED("kn_cuda attention (decode)");
     if (a.n_split > 1) {
@@ -400,19 +499,33 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
 
 /* ---- the fused decode tail ---- */
 
-static int32_t fused_splits(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
+/* An integer knob from the environment (benchmarks compare settings in one process), dflt when unset. */
+static int knob_int(const char *name, int dflt)
 {
-    const int32_t ns = dec_splits(sh, qb, 0);
-    return ns > DEC_FUSED_MAX_SPLIT ? DEC_FUSED_MAX_SPLIT : ns;
+    const char *e = getenv(name);
+    return e && e[0] ? atoi(e) : dflt;
 }
 
-/* Whether clusters of ns CTAs with the fused kernel's shared memory fit on this device (asked once per size;
- * a device or driver that cannot launch them gets the unfused kernels). */
-static int cluster_fits(int32_t ns)
+/* Launch shape of the fused kernel: splits per row (the cluster size), stages of the page ring, dynamic
+ * shared memory. More than 8 splits (up to KN_CUDA_FUSED_SPLIT, default 16; when the device can hold one
+ * cluster per row at once): non-portable clusters, one page per CTA at top-16, one stage, padded to one CTA
+ * per SM unless KN_CUDA_FUSED_PACK=1. Measured on H200s at 1M batch 1 (bench/cuda/README.md): 0.8-5.8 us
+ * faster than 8 splits in two runs and three timings; padded faster than packed in 3 of 4 comparisons.
+ * Otherwise up to 8 splits (the portable cluster size), three stages (a CTA holds up to 2 pages at top-16).
+ */
+struct fused_cfg {
+    int32_t ns, stages, smem;
+    void (*kern)(const dec_args);
+};
+
+/* Clusters of ns CTAs of kern with smem bytes each that the device can run at once (asked once per shape);
+ * 0 when it cannot launch them. */
+static int cluster_capacity(int32_t ns, int big, void (*kern)(const dec_args), int32_t smem)
 {
-    static signed char fits[DEC_FUSED_MAX_SPLIT + 1];
-    if (ns <= 1) return 1;
-    if (!fits[ns]) {
+    static int cap[2][DEC_FUSED_MAX_SPLIT + 1][2];
+    const int pad = smem > DEC_SMEM_ST(128, 1);
+    int *c = &cap[big][ns][pad];
+    if (*c == 0) {
         int n = 0;
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute at[1];
@@ -422,16 +535,40 @@ static int cluster_fits(int32_t ns)
         at[0].val.clusterDim.z = 1;
         cfg.gridDim = dim3(1, (unsigned)ns, 1);
         cfg.blockDim = dim3(DEC_THREADS, 1, 1);
-        cfg.dynamicSmemBytes = DEC_SMEM(128);
+        cfg.dynamicSmemBytes = (size_t)smem;
         cfg.attrs = at;
         cfg.numAttrs = 1;
-        cudaError_t e = cudaFuncSetAttribute(k_attn_decode<128, true, true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(128));
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, k_attn_decode<128, true, true>, &cfg);
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess && ns > DEC_PORTABLE_SPLIT)
+            e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, kern, &cfg);
         if (e != cudaSuccess) (void)cudaGetLastError();
-        fits[ns] = e == cudaSuccess && n > 0 ? 1 : -1;
+        *c = e == cudaSuccess && n > 0 ? n : -1;
     }
-    return fits[ns] > 0;
+    return *c > 0 ? *c : 0;
+}
+
+static struct fused_cfg fused_config(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
+{
+    const int32_t ns0 = dec_splits(sh, qb, 0);
+    const int64_t rows = (int64_t)qb->n * sh->n_kv;
+    struct fused_cfg f;
+    const int want = knob_int("KN_CUDA_FUSED_SPLIT", DEC_FUSED_MAX_SPLIT);
+    if (want > DEC_PORTABLE_SPLIT && ns0 > DEC_PORTABLE_SPLIT) {
+        f.ns = ns0 < want ? ns0 : want;
+        if (f.ns > DEC_FUSED_MAX_SPLIT) f.ns = DEC_FUSED_MAX_SPLIT;
+        f.stages = 1;
+        f.smem = kn_cuda_knob("KN_CUDA_FUSED_PACK", 0) ? DEC_SMEM_ST(128, 1) : DEC_SMEM_ONE_PER_SM;
+        f.kern = k_attn_decode<128, true, true, 1>;
+        if (cluster_capacity(f.ns, 1, f.kern, f.smem) >= rows) return f;
+    }
+    f.ns = ns0 > DEC_PORTABLE_SPLIT ? DEC_PORTABLE_SPLIT : ns0;
+    f.stages = DEC_STAGES;
+    f.smem = DEC_SMEM(128);
+    f.kern =
+        f.ns > 1 ? k_attn_decode<128, true, true, DEC_STAGES> : k_attn_decode<128, true, false, DEC_STAGES>;
+    if (f.ns > 1 && !cluster_capacity(f.ns, 0, f.kern, f.smem)) f.ns = 0; /* cannot launch: unfused route */
+    return f;
 }
 
 int kn_attn_decode_fused_ok(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -440,7 +577,7 @@ int kn_attn_decode_fused_ok(const struct kn_cuda_msa_shape *sh, const struct kn_
     if (!kn_attn_decode_supported(sh) || sh->n_idx_heads != sh->n_kv || sh->topk < 1 ||
         sh->topk > KN_CUDA_MAX_TOPK || sel_stride < 1 || qb->n < 1 || (int64_t)qb->n * sh->n_kv > INT32_MAX)
         return 0;
-    return cluster_fits(fused_splits(sh, qb));
+    return fused_config(sh, qb).ns > 0;
 }
 
 int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -450,6 +587,8 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
 {
     const int64_t rows = (int64_t)qb->n * sh->n_kv;
     if (rows == 0) return MM_OK;
+    const struct fused_cfg f = fused_config(sh, qb);
+    if (f.ns < 1) return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda fused decode: clusters cannot be launched");
     dec_args a;
     memset(&a, 0, sizeof(a));
     a.q = (const uint16_t *)q;
@@ -467,12 +606,14 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
     a.sel = NULL;
     a.sel_k = sh->topk < sel_stride ? sh->topk : sel_stride;
     a.sel_stride = sel_stride;
-    a.n_split = fused_splits(sh, qb);
+    a.n_split = f.ns;
     a.out = (uint16_t *)out;
     a.scores = scores;
     a.score_stride = score_stride;
     a.n_local = sh->n_local;
     a.sel_out = sel;
+    a.serial_merge = kn_cuda_knob("KN_CUDA_MERGE_SERIAL", 0);
+    a.prof = g_dec_prof;
 
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
@@ -492,13 +633,12 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
     }
     cfg.gridDim = dim3((unsigned)rows, (unsigned)a.n_split, 1);
     cfg.blockDim = dim3(DEC_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = DEC_SMEM(128);
+    cfg.dynamicSmemBytes = (size_t)f.smem;
     cfg.stream = stream;
     cfg.attrs = at;
     cfg.numAttrs = na;
-    void (*kern)(const dec_args) =
-        a.n_split > 1 ? k_attn_decode<128, true, true> : k_attn_decode<128, true, false>;
-    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(128)),
+    void (*kern)(const dec_args) = f.kern;
+    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, f.smem),
           "kn_cuda fused decode: shared memory");
     cudaError_t e = cudaLaunchKernelEx(&cfg, kern, a);
     if (e != cudaSuccess && pdl) {
@@ -511,5 +651,13 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
         (void)cudaGetLastError(); /* not sticky: the caller may take the unfused route instead */
         return kn_cuda_check(e, "kn_cuda fused decode: launch", err);
     }
+    return MM_OK;
+}
+
+/* Benchmark hook (kn_decode_prof.cuh): buf receives KN_PROF_CTA_SLOTS u64 per CTA of each later fused launch
+ * (NULL: off). Not part of kn_cuda.h: only bench/cuda/kn_bench.cu declares and calls it. */
+extern "C" int32_t kn_cuda_decode_prof_set(unsigned long long *buf)
+{
+    g_dec_prof = buf;
     return MM_OK;
 }

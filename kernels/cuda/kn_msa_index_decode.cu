@@ -16,12 +16,20 @@
  * f16 hi/lo query; the scale is applied per row after the product. FP8 tiles are half the bytes, so their
  * ring is deeper (4 tiles ahead instead of 2) for the same bytes in flight.
  * The grid is sized to one wave of resident CTAs when the work allows: a second, partial wave would leave
- * most of the GPU idle for its duration. */
+ * most of the GPU idle for its duration.
+ * Ring depth (ST) and CTAs per SM (MINB) are template parameters. Measured on an H200 in one run
+ * (bench/cuda/README.md): a deeper FP8 ring (5 tiles in flight) and one CTA per SM with deep rings (5 bf16 /
+ * 11 FP8 tiles per warp) were no faster at batch 1 and up to 10 points slower at batch 8, so the launches
+ * use 2 CTAs per SM with 2 (bf16) or 4 (FP8) tiles in flight per warp. */
+#include "kn_decode_prof.cuh"
 #include "kn_msa_kernels.cuh"
 
 #define IDX_WARPS 8
 #define IDX_STAGES 3     /* bf16: 4 KB tiles, 2 in flight per warp */
 #define IDX_STAGES_FP8 5 /* e4m3: 2 KB tiles, 4 in flight per warp */
+
+/* Benchmark hook (kn_decode_prof.cuh): where the scan writes per-warp timestamps, NULL when off. */
+static unsigned long long *g_idx_prof;
 
 template <int DI, bool FP8> struct idx_cfg {
     /* 16-byte chunks per key row per lane, uint4 loads per lane per 16-token tile */
@@ -36,9 +44,9 @@ template <int DI, bool FP8> __host__ __device__ constexpr int idx_slot_u4()
     return idx_cfg<DI, FP8>::LOADS * 32 + (FP8 ? 16 : 0);
 }
 
-template <int DI, bool FP8> __host__ __device__ constexpr int idx_smem_bytes()
+template <int DI, bool FP8> __host__ __device__ constexpr int idx_smem_bytes(int st)
 {
-    return IDX_WARPS * (FP8 ? IDX_STAGES_FP8 : IDX_STAGES) * idx_slot_u4<DI, FP8>() * 16;
+    return IDX_WARPS * st * idx_slot_u4<DI, FP8>() * 16;
 }
 
 template <int DI, bool FP8> struct idx_tile {
@@ -87,18 +95,18 @@ template <int DI, bool FP8> __device__ __forceinline__ int idx_dim_of(int ks, in
  * ends when its slowest warp does, and at batch 1 that tail was ~10 us of a 78 us scan. Otherwise the CTA's
  * chunk of pages, warp w taking pages w, w + IDX_WARPS, ... of it. Either way the next page's block index and
  * page id are fetched half a page ahead, so neither the atomic nor the block-table load stalls the ring. */
-template <int DI, bool FP8, bool STEAL>
-__global__ void __launch_bounds__(IDX_WARPS * 32, 2)
+template <int DI, bool FP8, bool STEAL, int ST, int MINB>
+__global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
     k_index_decode(const float *__restrict__ q, const int32_t *__restrict__ qseq,
                    const int64_t *__restrict__ pos, const int32_t *__restrict__ bt, int32_t bt_stride,
                    const uint8_t *__restrict__ keys, const float *__restrict__ kscale, int32_t n, int32_t nh,
                    int32_t block, int32_t chunk, float *__restrict__ scores, int32_t score_stride,
-                   int32_t *__restrict__ steal)
+                   int32_t *__restrict__ steal, unsigned long long *prof)
 {
     kn_griddep_launch(); /* a dependent launch (the fused decode attention) may be scheduled as we drain */
+    const uint64_t t_entry = prof ? kn_prof_ns() : 0;
     constexpr int KS = idx_cfg<DI, FP8>::KS;
     constexpr int ROWB = FP8 ? DI : 2 * DI;
-    constexpr int ST = FP8 ? IDX_STAGES_FP8 : IDX_STAGES;
     constexpr int CH = idx_cfg<DI, FP8>::CH, LOADS = idx_cfg<DI, FP8>::LOADS;
     constexpr int SLOT = idx_slot_u4<DI, FP8>();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
@@ -108,6 +116,10 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, 2)
     const int32_t *btr = bt + (int64_t)qseq[i] * bt_stride;
     const int tiles = block / 16;
     const int mid = tiles / 2; /* issue tile at which the page after the current one is looked up */
+    if (prof) {                /* warp slots: entry, first tile landed, exit, SM id | pages << 32 */
+        prof += (((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * IDX_WARPS + w) * KN_PROF_IDX_SLOTS;
+        if (lane == 0) prof[KN_PROF_IDX_ENTRY] = t_entry, prof[KN_PROF_IDX_EXIT] = t_entry;
+    }
 
     /* issue side: page being issued (block ib, page id pg, next tile it), the next page (ibn, pgn) */
     int32_t ib, lim;
@@ -119,7 +131,10 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, 2)
         ib = b_begin + w;
         lim = min(nb, b_begin + chunk);
     }
-    if (ib >= lim) return;
+    if (ib >= lim) {
+        if (prof && lane == 0) prof[KN_PROF_IDX_FIRST] = 0, prof[KN_PROF_IDX_INFO] = kn_prof_smid();
+        return;
+    }
     const int32_t nstatic = gridDim.x * IDX_WARPS;
     int32_t grab = 0; /* lane 0: the counter value of an atomic in flight (STEAL) */
     if (STEAL && lane == 0) grab = atomicAdd(steal + i, 1);
@@ -205,11 +220,13 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, 2)
 
     int slot_con = 0;
     float mx0 = -INFINITY, mx1 = -INFINITY;
+    int32_t pages_done = 0;
     for (;;) {
         const int32_t b = qb_[0];
         const int tile = qt_[0];
         if (b >= lim) break;        /* units are issued in order: nothing valid follows */
         kn_cp_async_wait<ST - 2>(); /* this lane's copies of this unit have landed */
+        if (prof && pages_done == 0 && tile == 0 && lane == 0) prof[KN_PROF_IDX_FIRST] = kn_prof_ns();
         idx_tile<DI, FP8> cur;
         {
             const uint4 *slot = ring + slot_con * SLOT;
@@ -257,9 +274,14 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, 2)
                 if (g0 + 1 < nh) scores[((int64_t)(g0 + 1) * n + i) * score_stride + b] = mx1;
             }
             mx0 = mx1 = -INFINITY;
+            pages_done++;
         }
     }
     kn_cp_async_wait<0>();
+    if (prof && lane == 0) {
+        prof[KN_PROF_IDX_EXIT] = kn_prof_ns();
+        prof[KN_PROF_IDX_INFO] = kn_prof_smid() | (unsigned long long)pages_done << 32;
+    }
 #undef IDX_ISSUE
 }
 
@@ -269,42 +291,49 @@ int kn_index_decode_supported(const struct kn_cuda_msa_shape *sh)
            (sh->idx_dim == 128 || sh->idx_dim == 64 || sh->idx_dim == 32);
 }
 
-template <int DI, bool FP8, bool STEAL>
+template <int DI, bool FP8, bool STEAL, int ST, int MINB>
 static void launch_index_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                 const struct kn_cuda_cache *c, const float *q, float *scores,
-                                int32_t score_stride, int32_t chunk, int32_t *steal, cudaStream_t stream)
+                                int32_t score_stride, int32_t *steal, cudaStream_t stream)
 {
     static bool attr_set; /* raise the dynamic shared-memory limit once, not at every launch */
-    const int smem = idx_smem_bytes<DI, FP8>();
+    const int smem = idx_smem_bytes<DI, FP8>(ST);
     if (!attr_set) {
-        cudaFuncSetAttribute(k_index_decode<DI, FP8, STEAL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             smem);
+        cudaFuncSetAttribute(k_index_decode<DI, FP8, STEAL, ST, MINB>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         attr_set = true;
     }
-    /* static: chunks of `chunk` blocks; STEAL: one wave of CTAs shared among the queries, each warp at least
-     * one page (a chunk of IDX_WARPS blocks) */
+    /* static split: one wave of resident CTAs (MINB per SM) when the work allows. Two per SM: chunks of a
+     * multiple of IDX_WARPS pages (every warp the same count). One per SM: any chunk, so that every SM gets
+     * a CTA (rounding up to 8 pages would leave some idle); warps differ by at most one page. */
+    const int64_t want = (int64_t)kn_cuda_sm_count() * MINB;
+    int64_t chunk = kn_cdiv((int64_t)qb->max_blocks * qb->n, want);
+    if (MINB > 1) chunk = kn_cdiv(chunk, IDX_WARPS) * IDX_WARPS;
+    if (chunk < IDX_WARPS) chunk = IDX_WARPS;
+    if (chunk > 32 * IDX_WARPS * (3 - MINB)) chunk = 32 * IDX_WARPS * (3 - MINB);
+    /* STEAL: one wave of CTAs shared among the queries, each warp at least one page */
     int64_t gx = kn_cdiv(qb->max_blocks, chunk);
     if (STEAL) {
-        gx = (int64_t)kn_cuda_sm_count() * 2 / qb->n;
+        gx = want / qb->n;
         const int64_t most = kn_cdiv(qb->max_blocks, IDX_WARPS);
         if (gx > most) gx = most;
         if (gx < 1) gx = 1;
     }
     dim3 grid((unsigned)gx, (unsigned)qb->n);
-    k_index_decode<DI, FP8, STEAL><<<grid, IDX_WARPS * 32, smem, stream>>>(
+    k_index_decode<DI, FP8, STEAL, ST, MINB><<<grid, IDX_WARPS * 32, smem, stream>>>(
         q, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, (const uint8_t *)c->idx, c->idx_scale, qb->n,
-        sh->n_idx_heads, sh->block, chunk, scores, score_stride, steal);
+        sh->n_idx_heads, sh->block, (int32_t)chunk, scores, score_stride, steal, g_idx_prof);
 }
 
-template <int DI, bool FP8>
+template <int DI, bool FP8, int ST, int MINB>
 static void launch_index_decode2(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                  const struct kn_cuda_cache *c, const float *q, float *scores,
-                                 int32_t score_stride, int32_t chunk, int32_t *steal, cudaStream_t stream)
+                                 int32_t score_stride, int32_t *steal, cudaStream_t stream)
 {
     if (steal)
-        launch_index_decode<DI, FP8, true>(sh, qb, c, q, scores, score_stride, chunk, steal, stream);
+        launch_index_decode<DI, FP8, true, ST, MINB>(sh, qb, c, q, scores, score_stride, steal, stream);
     else
-        launch_index_decode<DI, FP8, false>(sh, qb, c, q, scores, score_stride, chunk, NULL, stream);
+        launch_index_decode<DI, FP8, false, ST, MINB>(sh, qb, c, q, scores, score_stride, NULL, stream);
 }
 
 int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -318,31 +347,33 @@ int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct 
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: fp8 keys need idx_dim %% 64 == 0");
     if (steal)
         KN_CU(cudaMemsetAsync(steal, 0, sizeof(int32_t) * (size_t)qb->n, stream), "index scores: counters");
-    /* static split: one wave of resident CTAs (2 per SM) when the work allows, each warp at least one page */
-    int64_t want = (int64_t)kn_cuda_sm_count() * 2;
-    int64_t chunk = kn_cdiv((int64_t)qb->max_blocks * qb->n, want);
-    chunk = kn_cdiv(chunk, IDX_WARPS) * IDX_WARPS;
-    if (chunk < IDX_WARPS) chunk = IDX_WARPS;
-    if (chunk > 32 * IDX_WARPS) chunk = 32 * IDX_WARPS;
     switch (sh->idx_dim * 2 + fp8) {
     case 256:
-        launch_index_decode2<128, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
+        launch_index_decode2<128, false, IDX_STAGES, 2>(sh, qb, c, q, scores, score_stride, steal, stream);
         break;
     case 257:
-        launch_index_decode2<128, true>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
+        launch_index_decode2<128, true, IDX_STAGES_FP8, 2>(sh, qb, c, q, scores, score_stride, steal, stream);
         break;
     case 128:
-        launch_index_decode2<64, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
+        launch_index_decode2<64, false, IDX_STAGES, 2>(sh, qb, c, q, scores, score_stride, steal, stream);
         break;
     case 129:
-        launch_index_decode2<64, true>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
+        launch_index_decode2<64, true, IDX_STAGES_FP8, 2>(sh, qb, c, q, scores, score_stride, steal, stream);
         break;
     case 64:
-        launch_index_decode2<32, false>(sh, qb, c, q, scores, score_stride, (int32_t)chunk, steal, stream);
+        launch_index_decode2<32, false, IDX_STAGES, 2>(sh, qb, c, q, scores, score_stride, steal, stream);
         break;
     default:
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: idx_dim %d", sh->idx_dim);
     }
     KN_LAUNCHED("kn_cuda_msa_index_scores (tensor cores)");
+    return MM_OK;
+}
+
+/* Benchmark hook (kn_decode_prof.cuh): buf receives KN_PROF_IDX_SLOTS u64 per warp of each later scan (NULL:
+ * off). Not part of kn_cuda.h: only bench/cuda/kn_bench.cu declares and calls it. */
+extern "C" int32_t kn_cuda_index_prof_set(unsigned long long *buf)
+{
+    g_idx_prof = buf;
     return MM_OK;
 }

@@ -10,7 +10,15 @@
  * gathered in shared memory and each finds its own rank by counting the candidates better than it (a total
  * order, so ranks are distinct): one parallel pass, where the previous version spent kk serial rounds of a
  * warp arg-max. Too many candidates (massive ties) fall back to kk rounds of a CTA-wide "best below the
- * previous pick" scan: slow, but only for degenerate rows. */
+ * previous pick" scan: slow, but only for degenerate rows.
+ * Loads are straight-line (the index is clamped into the row and the value replaced after, so no load sits
+ * in a branch) and candidates get their slots from a CTA-wide prefix sum of per-thread counts (the previous
+ * per-value shared atomic compiled to a vote/atomic/shuffle chain per value). Measured on an H200 this
+ * changed nothing: inside the fused decode kernel the selection still takes ~6.5 us at 1M context, and the
+ * top-k kernel costs the same for 1K or 8K scores per row (128K or 1M context), so the time is the latency of
+ * the first reads after the index kernel, not this code (docs/design/cuda.md, "Decode speed"). Kept for
+ * being simpler and no slower.
+ */
 #ifndef KN_TOPK_ROW_CUH
 #define KN_TOPK_ROW_CUH
 
@@ -32,15 +40,23 @@ template <int NT> struct kn_topk_smem {
     float wt[NT / 32];
     float rs[NT / 32];
     int32_t ri[NT / 32];
-    int32_t count;
+    int32_t wc[NT / 32]; /* candidates per warp */
     float ps;
     int32_t pi;
 };
 
-/* Score of block b of the row as top-k sees it (the local blocks forced to +inf, past the row -inf). */
+/* Score of block b of the row as top-k sees it (the local blocks forced to +inf, past the row -inf). The
+ * load is unconditional (index clamped into the row, nb >= 1) so that a thread's loads issue back to back;
+ * .cg: the row was written by the previous kernel, read it from L2. */
 __device__ __forceinline__ float kn_topk_load(const float *row, int32_t b, int32_t nb, int64_t lo)
 {
-    return b < nb ? (b >= lo ? INFINITY : row[b]) : -INFINITY;
+    const float x = __ldcg(row + (b < nb ? b : nb - 1));
+    return b < nb ? (b >= lo ? INFINITY : x) : -INFINITY;
+}
+
+__device__ __forceinline__ bool kn_topk_cand(float x, float T)
+{
+    return x > -INFINITY && x >= T; /* NaN is never a candidate */
 }
 
 /* All NT threads of the CTA call this with the same arguments. Writes out[0..kk) (shared memory; kk <= 32),
@@ -70,26 +86,49 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
         }
     const float tw = __shfl_sync(0xffffffffu, x, kk - 1);
     if (lane == 0) sm.wt[wp] = tw;
-    if (tid == 0) sm.count = 0;
     __syncthreads();
     float T = -INFINITY;
 #pragma unroll
     for (int k = 0; k < NT / 32; k++) T = fmaxf(T, sm.wt[k]);
     const bool one_round = nb <= NT * VPT; /* the registers still hold the whole row */
+    /* this thread's candidates, then their slots: an exclusive prefix sum over the CTA */
+    int mine = 0;
     for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
         if (!one_round) {
 #pragma unroll
             for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
         }
 #pragma unroll
-        for (int u = 0; u < VPT; u++) {
-            if (!(v[u] > -INFINITY) || !(v[u] >= T)) continue;
-            const int at = atomicAdd(&sm.count, 1);
-            if (at < KN_TOPK_CAP) sm.cs[at] = v[u], sm.ci[at] = b0 + u * NT;
-        }
+        for (int u = 0; u < VPT; u++) mine += kn_topk_cand(v[u], T);
     }
+    int incl = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    if (lane == 31) sm.wc[wp] = incl;
     __syncthreads();
-    const int cnt = sm.count;
+    int at = incl - mine, cnt = 0;
+#pragma unroll
+    for (int k = 0; k < NT / 32; k++) {
+        at += k < wp ? sm.wc[k] : 0;
+        cnt += sm.wc[k];
+    }
+    if (mine && cnt <= KN_TOPK_CAP)
+        for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
+            if (!one_round) {
+#pragma unroll
+                for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
+            }
+#pragma unroll
+            for (int u = 0; u < VPT; u++)
+                if (kn_topk_cand(v[u], T)) {
+                    sm.cs[at] = v[u], sm.ci[at] = b0 + u * NT;
+                    at++;
+                }
+        }
+    __syncthreads();
     if (cnt <= KN_TOPK_CAP) {
         for (int j = tid; j < cnt; j += NT) {
             const float s = sm.cs[j];

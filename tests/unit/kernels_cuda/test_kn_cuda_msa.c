@@ -509,15 +509,32 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     }
     /* selection and attention in one call (the fused decode route where it applies; otherwise select then
      * attention): its selections against the CPU's (near ties excepted), its output against the CPU's
-     * attention over the selections it made. Also with the fused route's launch options turned off. */
+     * attention over the selections it made. Also with each of the fused route's options (KN_CUDA_* knobs:
+     * no programmatic launch, dynamic pages, at most 8 splits (portable clusters, three stages) instead of up
+     * to 16, 16 splits packed instead of one CTA per SM, the serial merge). */
+    static const char *const knob_sets[] = {
+        "",
+        "KN_CUDA_PDL=0",
+        "KN_CUDA_STEAL=1",
+        "KN_CUDA_FUSED_SPLIT=8",
+        "KN_CUDA_FUSED_PACK=1",
+        "KN_CUDA_MERGE_SERIAL=1",
+        "KN_CUDA_FUSED_SPLIT=8 KN_CUDA_MERGE_SERIAL=1",
+    };
     for (int fp8 = 0; fp8 < 2; fp8++)
-        for (int knob = 0; knob < 3; knob++) {
+        for (size_t knob = 0; knob < sizeof knob_sets / sizeof knob_sets[0]; knob++) {
             if (fp8 && (DI % 64 || w->f32)) continue;
-            if (knob && (!fast_attn_ok || w->f32 || fp8)) continue;
-            /* the default route, then without programmatic launch, then with pages handed out dynamically */
-            static const char *knobs[] = {NULL, "KN_CUDA_PDL", "KN_CUDA_STEAL"};
-            static const char *vals[] = {NULL, "0", "1"};
-            if (knobs[knob]) setenv(knobs[knob], vals[knob], 1);
+            if (knob && (!fast_attn_ok || w->f32)) continue;
+            /* the split and merge options change something only for decode batches of a few rows (wide
+             * splits); bigger batches and prefill keep the first three (their CPU references are slow) */
+            if (knob >= 3 && (qs.qb.n > 16 || qs.qb.max_q_per_seq > 4)) continue;
+            char env[128], *save = NULL;
+            snprintf(env, sizeof env, "%s", knob_sets[knob]);
+            for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                char *eq = strchr(t, '=');
+                *eq = 0;
+                setenv(t, eq + 1, 1);
+            }
             size_t wsb = kn_cuda_msa_select_attend_ws(sh, &qs.qb, sel_stride, KN_PATH_AUTO);
             void *ws = ct_dmalloc(wsb);
             int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)nsel);
@@ -526,14 +543,17 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             CT_CU(cudaMemset(o_d, 0xff, sizeof(float) * (size_t)nout));
             rc = kn_cuda_msa_select_attend(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, q_d, sel_d, sel_stride,
                                            o_d, ws, wsb, KN_PATH_AUTO, 0, &err);
-            if (knobs[knob]) unsetenv(knobs[knob]);
-            CHECK_MSG(rc == MM_OK, "select_attend: %s", err.msg);
+            snprintf(env, sizeof env, "%s", knob_sets[knob]);
+            for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                *strchr(t, '=') = 0;
+                unsetenv(t);
+            }
+            CHECK_MSG(rc == MM_OK, "select_attend %s: %s", knob_sets[knob], err.msg);
             CT_CU(cudaDeviceSynchronize());
             ct_download(got_sel, sel_d, sizeof(int32_t) * (size_t)nsel);
-            char what[96];
+            char what[160];
             snprintf(what, sizeof(what), "[%s] select_attend%s%s%s", label, fp8 ? " fp8" : "",
-                     knobs[knob] ? (knob == 1 ? " without " : " with ") : "",
-                     knobs[knob] ? knobs[knob] + 8 : "");
+                     knob ? " " : "", knob_sets[knob]);
             float tol = qs.qb.max_q_per_seq > 4 && !fp8 && !w->f32 ? 0.3f : 2e-3f;
             int64_t differ = compare_sel(w, &qs, got_sel, fp8 ? ref_sel8 : ref_sel, sel_stride,
                                          fp8 ? ref_s8 : ref_s, sstride, tol, what);
@@ -547,9 +567,8 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             double mx = 0, rel = ct_rel_err(got_o, ref_o, nout, &mx);
             const double tol_rel = w->f32 ? 2e-5 : 1e-2, tol_abs = w->f32 ? 2e-4 : 0.08;
             CHECK_MSG(rel <= tol_rel && mx <= tol_abs, "%s: rel err %.3g, max abs %.3g", what, rel, mx);
-            printf("  select+attend%s%s%s: %lld rows differ by near-ties, rel err %.3g, max abs %.3g\n",
-                   fp8 ? " fp8" : "", knobs[knob] ? (knob == 1 ? " without " : " with ") : "",
-                   knobs[knob] ? knobs[knob] + 8 : "", (long long)differ, rel, mx);
+            printf("  select+attend%s %-44s: %lld rows differ by near-ties, rel err %.3g, max abs %.3g\n",
+                   fp8 ? " fp8" : "", knob_sets[knob], (long long)differ, rel, mx);
             cudaFree(ws), cudaFree(sel_d);
         }
     free(qi), free(ref_s), free(ref_s8), free(got_s), free(ref_sel), free(got_sel), free(ref_sel8);
@@ -583,12 +602,13 @@ static void run_prefill(const struct world *w, const int32_t *chunk, const char 
     free(qseq), free(pos);
 }
 
-/* Top-k alone on long rows (up to 1M context = 8192 blocks), with ties (scores rounded to a coarse grid),
- * -inf and NaN entries, and rows of all-equal scores (the general path behind the fast one). */
+/* Top-k alone on long rows (up to 1M context = 8192 blocks, and one row past it: more scores than a CTA holds
+ * in registers, so they are read in two rounds), with ties (scores rounded to a coarse grid), -inf and NaN
+ * entries, and rows of all-equal scores (the general path behind the fast one). */
 static void test_topk_long(void)
 {
-    const int32_t NH = 4, B = 128, n = 6, topk = 16, stride = 8192 + 7, sel_stride = 19;
-    static const int64_t pos[6] = {1048575, 524287 - 3, 300000, 2047, 100, 1048575};
+    const int32_t NH = 4, B = 128, n = 7, topk = 16, stride = 8256 + 7, sel_stride = 19;
+    static const int64_t pos[7] = {1048575, 524287 - 3, 300000, 2047, 100, 1048575, 8256 * 128 - 1};
     float *sc = ct_hmalloc(sizeof(float) * (size_t)NH * n * stride);
     for (int32_t g = 0; g < NH; g++)
         for (int32_t i = 0; i < n; i++)
@@ -619,7 +639,7 @@ static void test_topk_long(void)
     memset(&qb, 0, sizeof(qb));
     qb.n = n;
     qb.n_seqs = n;
-    qb.max_blocks = 8192;
+    qb.max_blocks = 8256;
     int64_t *pos_d = ct_upload(pos, sizeof(pos));
     qb.pos = pos_d;
     float *sc_d = ct_upload(sc, sizeof(float) * (size_t)NH * n * stride);
@@ -636,7 +656,7 @@ static void test_topk_long(void)
         bad += got[e] != ref[e];
     }
     CHECK_MSG(bad == 0, "topk long rows: %lld entries differ from kn_msa_topk_local", (long long)bad);
-    printf("[topk long rows] %d rows up to 8192 blocks, ties, -inf/NaN, all-equal: %lld differ\n", NH * n,
+    printf("[topk long rows] %d rows up to 8256 blocks, ties, -inf/NaN, all-equal: %lld differ\n", NH * n,
            (long long)bad);
     free(sc), free(ref), free(got);
     cudaFree(pos_d), cudaFree(sc_d), cudaFree(sel_d);
@@ -681,6 +701,23 @@ int main(void)
             run_prefill(&w, chunk, f32 ? "tiny f32 prefill" : "tiny prefill", 1, 0, 0);
             world_free(&w);
         }
+    }
+    {
+        /* M3, decode batches of 1 and 2: the fused route's widest splits (8, or 16 in non-portable
+         * clusters: one page per CTA), a context that is not a multiple of the block, and one with fewer
+         * blocks than k (splits without pages) */
+        struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
+        static const int64_t len1[] = {5000}, len2[] = {1000}, len3[] = {4097, 2000};
+        struct world w;
+        world_make(&w, &sh, 1, len1, 0);
+        run_decode(&w, "m3 decode batch 1, 40 blocks", 1, 1, 1);
+        world_free(&w);
+        world_make(&w, &sh, 1, len2, 0);
+        run_decode(&w, "m3 decode batch 1, 8 blocks", 1, 1, 1);
+        world_free(&w);
+        world_make(&w, &sh, 2, len3, 0);
+        run_decode(&w, "m3 decode batch 2", 1, 1, 1);
+        world_free(&w);
     }
     {
         /* M3 with two local blocks forced (index_local_blocks 2) and top-k 12 */
