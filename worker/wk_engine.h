@@ -3,7 +3,8 @@
  * An engine owns one loaded model, one backend (CPU or CUDA) and one paged cache pool: KV pages and
  * index-key pages of one MSA block each (config block_size tokens), shared by all sequences through
  * per-sequence block tables. A sequence is a handle on its pages; forward() appends tokens to
- * sequences and returns logits. The engine is not thread-safe: one thread (the scheduler) drives it.
+ * sequences and returns logits. The engine is not thread-safe: one thread (the scheduler) drives it; the one
+ * exception is media encoding after wk_engine_set_encode_threads (at the end of this file).
  *
  * Contract for batching: a forward over several sequences gives, for each, the same results as running
  * it alone (MSA stays on; no dense fallback).
@@ -45,6 +46,9 @@ struct wk_model_info {
     /* appended by the runtime: */
     int32_t n_index_heads; /* MSA index heads: the first dimension of wk_step_item.sel (n_kv_groups in M3) */
     int32_t local_blocks;  /* blocks forced into every MSA selection (the query's own block and before) */
+    /* appended (media encoding beside forward): */
+    int32_t concurrent_encode; /* 1 after wk_engine_set_encode_threads: the encode calls may run on another
+                                  thread concurrently with every other call */
 };
 
 /** A media item ready for the vision tower: patch rows [n_rows, row_len] (row_len = C*T*P*P) in the
@@ -130,5 +134,21 @@ struct wk_sampling {
  * seed). *logprob (optional) gets the chosen token's log-probability under the final distribution. */
 int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng,
                   float *logprob);
+
+/* ---- appended: media encoding beside forward() (the worker's encoder thread) ---- */
+/** Give the vision tower its own compute context with `threads` CPU threads (its own thread pool and
+ * scratch; the weights are shared read-only), so that the encode calls may run on one other thread while
+ * the engine's thread drives forward() and the sequence calls; info.concurrent_encode becomes 1. Encode
+ * calls are serialized among themselves. Call it once, before a second thread uses the engine.
+ * MM_UNSUPPORTED when the backend cannot (CUDA, or no vision tower): encoding then stays on the engine's
+ * thread. */
+int32_t wk_engine_set_encode_threads(struct wk_engine *e, int32_t threads, struct mm_err *err);
+
+/** wk_engine_encode_media that reads *cancel (an atomic load) between vision layers and stops with
+ * MM_CANCELLED once it is nonzero, so an aborted request does not hold the encoder for the rest of a long
+ * video. cancel may be NULL. */
+int32_t wk_engine_encode_media_cancellable(struct wk_engine *e, const struct wk_media *m,
+                                           const int32_t *cancel, float **embeds, int64_t *n_tokens,
+                                           struct mm_err *err);
 
 #endif

@@ -1,11 +1,12 @@
-/* bench-worker-client --port P --streams C [--prompt N] [--gen G] [--vocab V] [--seed S]
+/* bench-worker-client --port P --streams C [--prompt N] [--gen G] [--vocab V] [--seed S] [--stamps FILE]
  *
  * A load generator in C (gRPC C core, like the gateway's client) for bench_worker.py: C concurrent Generate
  * streams (greedy, ignore_eos, fresh random prompts of N tokens, G new tokens each) against a worker on
  * 127.0.0.1:P, all started at once from one completion-queue thread. A Python client saturates before the
  * worker does at high stream counts; this one does not, so the numbers are the worker's.
  * Prints: `C total_tok_s decode_tok_s ttft_p50_ms ttft_p90_ms ttft_max_ms` (decode = tokens after each
- * stream's first, over the time from the first first-token to the last stream's end). */
+ * stream's first, over the time from the first first-token to the last stream's end). --stamps writes one
+ * line per received chunk, `stream CLOCK_MONOTONIC-seconds tokens`, for inter-token gaps (bench_media.py). */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -37,6 +38,27 @@ struct stream {
     int tag_kind[3]; /* addresses used as tags: 0 start, 1 message, 2 status */
 };
 
+/* chunk arrival times for --stamps */
+struct stamp {
+    int stream;
+    double t;
+    int64_t tokens;
+};
+static struct stamp *g_stamps;
+static size_t g_n_stamps, g_cap_stamps;
+
+static void add_stamp(int stream, double t, int64_t tokens)
+{
+    if (g_n_stamps == g_cap_stamps) {
+        size_t cap = g_cap_stamps ? 2 * g_cap_stamps : 4096;
+        struct stamp *p = realloc(g_stamps, cap * sizeof *p);
+        if (!p) return; /* a benchmark tool: fewer stamps, not a crash */
+        g_stamps = p;
+        g_cap_stamps = cap;
+    }
+    g_stamps[g_n_stamps++] = (struct stamp){stream, t, tokens};
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -56,6 +78,7 @@ int main(int argc, char **argv)
 {
     int port = 0, C = 1, P = 64, G = 64, V = 8000;
     unsigned seed = 1;
+    const char *stamps = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--port"))
             port = atoi(argv[i + 1]);
@@ -69,10 +92,12 @@ int main(int argc, char **argv)
             V = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seed"))
             seed = (unsigned)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--stamps"))
+            stamps = argv[i + 1];
     }
     if (port <= 0 || C < 1 || P < 1 || G < 2 || V < 40) {
         fprintf(stderr, "usage: bench-worker-client --port P --streams C [--prompt N] [--gen G>=2] [--vocab "
-                        "V] [--seed S]\n");
+                        "V] [--seed S] [--stamps FILE]\n");
         return 2;
     }
     grpc_init();
@@ -157,8 +182,10 @@ int main(int argc, char **argv)
                     NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
                 grpc_slice_unref(sl);
                 if (m && m->response_case == MMGW__WORKER__V1__GENERATE_RESPONSE__RESPONSE_CHUNK) {
-                    if (!s->tokens) s->first = now();
+                    double t = now();
+                    if (!s->tokens) s->first = t;
                     s->tokens += (int64_t)m->chunk->n_token_ids;
+                    if (stamps) add_stamp((int)i, t, (int64_t)m->chunk->n_token_ids);
                 }
                 if (m) mmgw__worker__v1__generate_response__free_unpacked(m, NULL);
                 recv_next(s);
@@ -187,6 +214,11 @@ int main(int argc, char **argv)
     printf("%d %.1f %.1f %.2f %.2f %.2f\n", C, total / (last - t0), (total - C) / (last - first),
            1e3 * ttft[C / 2], 1e3 * ttft[(int)(0.9 * (C - 1))], 1e3 * ttft[C - 1]);
     if (failed) fprintf(stderr, "bench-worker-client: %d streams failed\n", failed);
+    FILE *sf = stamps ? fopen(stamps, "w") : NULL;
+    for (size_t k = 0; sf && k < g_n_stamps; k++)
+        fprintf(sf, "%d %.6f %lld\n", g_stamps[k].stream, g_stamps[k].t, (long long)g_stamps[k].tokens);
+    if (sf) fclose(sf);
+    free(g_stamps);
     free(ttft);
     free(st);
     free(ids);

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "kn_isa.h"
 #include "mm_dtype.h"
 #include "mm_log.h"
 #include "wk_engine_int.h"
@@ -161,6 +162,10 @@ void wk_engine_close(struct wk_engine *e)
     if (!e) return;
     while (e->seqs) wk_seq_free(e, e->seqs);
     wk_forward_profile_report();
+    if (e->has_venc) {
+        e->venc.iface->destroy(e->venc.ctx);
+        pthread_mutex_destroy(&e->venc_mu);
+    }
     if (e->be.iface) {
         wk_forward_free(e);
         wk_model_free(&e->be, &e->w);
@@ -178,7 +183,38 @@ const struct wk_model_info *wk_engine_info(const struct wk_engine *e)
 int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, float **embeds,
                                int64_t *n_tokens, struct mm_err *err)
 {
-    return wk_vision_encode(e, m, embeds, n_tokens, err);
+    return wk_engine_encode_media_cancellable(e, m, NULL, embeds, n_tokens, err);
+}
+
+int32_t wk_engine_encode_media_cancellable(struct wk_engine *e, const struct wk_media *m,
+                                           const int32_t *cancel, float **embeds, int64_t *n_tokens,
+                                           struct mm_err *err)
+{
+    if (!e->has_venc) return wk_vision_encode_on(e, &e->be, m, cancel, embeds, n_tokens, err);
+    pthread_mutex_lock(&e->venc_mu);
+    int32_t rc = wk_vision_encode_on(e, &e->venc, m, cancel, embeds, n_tokens, err);
+    pthread_mutex_unlock(&e->venc_mu);
+    return rc;
+}
+
+/* A second CPU backend instance with its own thread pool and scratch (the pool and the scratch are what one
+ * instance must not share between threads). CPU weights are plain host memory that any CPU instance reads,
+ * so the vision weights loaded by `be` serve both. Other backends keep encoding on the engine's thread. */
+int32_t wk_engine_set_encode_threads(struct wk_engine *e, int32_t threads, struct mm_err *err)
+{
+    if (e->has_venc) return mm_err_set(err, MM_INVALID, "the vision tower already has its own threads");
+    if (threads < 1) return mm_err_set(err, MM_INVALID, "encode threads %d (at least 1)", threads);
+    if (!e->w.has_vision) return mm_err_set(err, MM_UNSUPPORTED, "the model has no vision tower");
+    if (strcmp(e->be.iface->name, "cpu") != 0)
+        return mm_err_set(err, MM_UNSUPPORTED, "the %s backend encodes media on the engine's thread",
+                          e->be.iface->name);
+    (void)kn_isa_get(); /* settle the lazily detected ISA level before a second thread runs kernels */
+    int32_t rc = wk_backend_cpu_create(threads, &e->venc, err);
+    if (rc) return rc;
+    pthread_mutex_init(&e->venc_mu, NULL);
+    e->has_venc = 1;
+    e->info.concurrent_encode = 1;
+    return MM_OK;
 }
 
 /* ---- sequences ---- */

@@ -2,6 +2,7 @@
 #ifndef WK_ENGINE_INT_H
 #define WK_ENGINE_INT_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "wk_backend.h"
@@ -58,6 +59,12 @@ struct wk_engine {
     struct wk_host hs;
     struct wk_seq *seqs; /* live sequences */
     int32_t threads;
+    /* after wk_engine_set_encode_threads: a second backend context for the vision tower (own threads and
+     * scratch, the weights of `be` read-only), so encoding may run beside forward(); venc_mu serializes
+     * encodes */
+    struct wk_be venc;
+    pthread_mutex_t venc_mu;
+    int32_t has_venc;
 };
 
 /* wk_forward.c */
@@ -69,5 +76,9 @@ void wk_forward_profile_report(void);
 /* wk_vision.c */
 int32_t wk_vision_encode(struct wk_engine *e, const struct wk_media *m, float **embeds, int64_t *n_tokens,
                          struct mm_err *err);
+/* The same on backend context be (e's own or e->venc); reads e's config and weights only. Stops with
+ * MM_CANCELLED between layers once *cancel (may be NULL) is nonzero. */
+int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, const struct wk_media *m,
+                            const int32_t *cancel, float **embeds, int64_t *n_tokens, struct mm_err *err);
 
 #endif

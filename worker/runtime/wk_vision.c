@@ -38,13 +38,19 @@ static int32_t check_media(const struct wk_engine *e, const struct wk_media *m, 
 int32_t wk_vision_encode(struct wk_engine *e, const struct wk_media *m, float **embeds, int64_t *n_tokens,
                          struct mm_err *err)
 {
+    return wk_vision_encode_on(e, &e->be, m, NULL, embeds, n_tokens, err);
+}
+
+int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, const struct wk_media *m,
+                            const int32_t *cancel, float **embeds, int64_t *n_tokens, struct mm_err *err)
+{
     *embeds = NULL;
     *n_tokens = 0;
     int32_t rc = check_media(e, m, err);
     if (rc) return rc;
     const struct wk_vision_config *v = &e->cfg.vision;
-    const struct wk_backend_iface *B = e->be.iface;
-    void *bc = e->be.ctx;
+    const struct wk_backend_iface *B = be->iface;
+    void *bc = be->ctx;
     const struct wk_model_w *w = &e->w;
     int64_t n = m->n_rows, RL = m->row_len, D = v->hidden, I = v->inter, H = e->cfg.text.hidden;
     int64_t PH = e->cfg.proj_hidden, mm = (int64_t)v->merge * v->merge, nt = n / mm;
@@ -80,6 +86,12 @@ int32_t wk_vision_encode(struct wk_engine *e, const struct wk_media *m, float **
     B->linear(bc, w->patch, NULL, px, n, x);
     B->layernorm(bc, x, w->pre_ln_w, w->pre_ln_b, n, (int32_t)D, v->ln_eps, x);
     for (int32_t l = 0; l < v->n_layers; l++) {
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
+            struct mm_err ignore = {0};
+            (void)B->batch_end(bc, &ignore); /* resets the backend's failure flag for the next encode */
+            rc = mm_err_set(err, MM_CANCELLED, "encode_media: cancelled");
+            goto out;
+        }
         const struct wk_vlayer_w *L = &w->vlayers[l];
         B->layernorm(bc, x, L->ln1_w, L->ln1_b, n, (int32_t)D, v->ln_eps, h);
         B->linear(bc, L->q_w, L->q_b, h, n, q);

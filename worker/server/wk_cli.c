@@ -15,6 +15,9 @@ const char *wk_cli_usage(void)
            "  --listen HOST:PORT    gRPC address (default 127.0.0.1:50051; port 0 = any free one)\n"
            "  --backend cpu|cuda    model backend (default cpu)\n"
            "  --threads N           CPU threads for the model (default: all cores)\n"
+           "  --encode-threads N    CPU threads of the media encoder, which runs beside the decode steps\n"
+           "                        (default: as --threads; 0 = encode on the model's threads, stalling the\n"
+           "                        running streams for every image)\n"
            "  --max-queue N         waiting requests before RESOURCE_EXHAUSTED (default 256)\n"
            "  --cache-pages N       KV/index cache pages (default: the engine's choice)\n"
            "  --max-seqs N          sequences (choices) running at once (default 256)\n"
@@ -45,6 +48,7 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
     memset(cli, 0, sizeof(*cli));
     cli->listen = "127.0.0.1:50051";
     cli->backend = WK_BACKEND_CPU;
+    cli->encode_threads = -1; /* as --threads */
     cli->max_queue = 256;
     cli->max_seqs = 256;
     cli->step_tokens = 2048;
@@ -81,6 +85,8 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
                 return mm_err_set(err, MM_INVALID, "--backend '%s' must be cpu or cuda", v);
         } else if (!strcmp(a, "--threads")) {
             if (!(rc = parse_int(a, v, 0, 4096, &x, err))) cli->threads = (int32_t)x;
+        } else if (!strcmp(a, "--encode-threads")) {
+            if (!(rc = parse_int(a, v, 0, 4096, &x, err))) cli->encode_threads = (int32_t)x;
         } else if (!strcmp(a, "--max-queue")) {
             if (!(rc = parse_int(a, v, 0, 1 << 20, &x, err))) cli->max_queue = (int32_t)x;
         } else if (!strcmp(a, "--cache-pages")) {

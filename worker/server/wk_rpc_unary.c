@@ -95,5 +95,6 @@ void wk_rpc_load(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *payload)
     resp.available_kv_pages = (uint64_t)l.available_pages;
     resp.running_sequences = (uint32_t)l.running_seqs;
     resp.max_waiting = (uint32_t)l.max_waiting;
+    resp.encoding_requests = (uint32_t)l.encoding_requests;
     wk_unary_reply(call, &resp.base, GRPC_STATUS_OK, NULL);
 }

@@ -105,6 +105,7 @@ static void free_sreq(struct sreq *q)
         for (int32_t i = 0; i < q->r->n_media; i++) free(q->embeds[i]);
         free(q->embeds);
     }
+    free(q->jobs); /* detached by sched_end: the jobs still out are freed when they come back */
     wk_request_free(q->r);
     free(q);
 }
@@ -125,6 +126,7 @@ void sched_end(struct wk_sched *s, struct sreq *q, int32_t status, const char *m
 {
     list_remove(&s->waiting, q);
     list_remove(&s->running, q);
+    sched_media_detach(q); /* an encode in flight stops at its next layer; its pixels go when it is back */
     release_seqs(s, q);
     if (status != MM_OK) {
         /* choices still open end as "abort", so a consumer always sees one Complete per choice */
@@ -147,11 +149,12 @@ void sched_end(struct wk_sched *s, struct sreq *q, int32_t status, const char *m
         for (int32_t i = 0; i < q->r->sp.n; i++) gen += q->ch[i].n_gen;
         mm_log_info(
             LOG,
-            "'%s' %s: prompt %lld (cached %lld), %d choice(s), %lld tokens, first token %lld ms, %lld ms%s%s",
+            "'%s' %s: prompt %lld (cached %lld), %d choice(s), %lld tokens, first token %lld ms, %lld "
+            "ms, vision %lld ms%s%s",
             q->r->id, mm_status_name(status), (long long)q->r->n_ids, (long long)q->cached, q->r->sp.n,
             (long long)gen, (long long)(q->t_first_ms ? q->t_first_ms - q->t_submit_ms : -1),
-            (long long)(now - q->t_submit_ms), status != MM_OK && msg ? ": " : "",
-            status != MM_OK && msg ? msg : "");
+            (long long)(now - q->t_submit_ms), (long long)(q->encode_us / 1000),
+            status != MM_OK && msg ? ": " : "", status != MM_OK && msg ? msg : "");
     }
     pthread_mutex_lock(&s->mu);
     s->n_live--;
@@ -226,6 +229,10 @@ static void admit(struct wk_sched *s)
         pthread_mutex_unlock(&s->mu);
         mm_log_debug(LOG, "admitted '%s': %lld prompt tokens (%lld cached), %d choices, reserve %lld pages",
                      q->r->id, (long long)q->r->n_ids, (long long)k, q->r->sp.n, (long long)need);
+        /* Pages are reserved before the media is encoded: the reused prefix tells which items need the
+         * vision tower at all, embeddings are only ever held for admitted requests (bounded by the pool and
+         * --max-seqs, not by the queue), and a request whose embeddings are back can prefill at once. */
+        sched_media_start(s, q); /* may end q */
     }
 }
 
@@ -241,6 +248,7 @@ static void publish_load(struct wk_sched *s)
     l.max_waiting = s->o.max_waiting;
     l.steps = s->steps;
     l.preemptions = s->preemptions;
+    for (const struct sreq *q = s->running; q; q = q->next) l.encoding_requests += sched_encoding(q);
     pthread_mutex_lock(&s->mu);
     l.waiting_requests = s->n_queued;
     l.draining = s->draining;
@@ -351,12 +359,32 @@ static void flush_events(struct wk_sched *s)
             }
 }
 
+/* Whether a loop iteration can do anything without news from outside (a submit, a command, an encoder
+ * job): a request that can step, or a queue head that admission must decide on while nothing runs. Requests
+ * that wait for the encoder, and a queue head that waits for pages, wait for news. */
+static int32_t has_work(const struct wk_sched *s)
+{
+    if (s->waiting && !s->running) return 1;
+    for (const struct sreq *q = s->running; q; q = q->next)
+        if (!sched_waits_for_encoder(q)) return 1;
+    return 0;
+}
+
+/* The scheduler thread stops: the encoder hands back every job (cancelled: their requests have ended), then
+ * they are freed with their pixels. */
+static void stop_encoder(struct wk_sched *s)
+{
+    if (!s->enc) return;
+    wk_encoder_stop(s->enc);
+    sched_media_collect(s);
+}
+
 static void *sched_main(void *arg)
 {
     struct wk_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->stop && !s->inbox && !s->cmds && !s->running && !s->waiting) {
+        while (!s->stop && !s->inbox && !s->cmds && !s->enc_done && !has_work(s)) {
             if (s->draining && s->drain_deadline_ms >= 0 && s->n_live > 0) {
                 int64_t left = s->drain_deadline_ms - mm_now_ms();
                 if (left <= 0) break;
@@ -382,8 +410,10 @@ static void *sched_main(void *arg)
             in = n;
         }
         run_commands(s, cmds);
+        sched_media_collect(s);
         if (stop) {
             end_all(s, MM_UNAVAILABLE, "worker stopped");
+            stop_encoder(s);
             publish_load(s);
             break;
         }
@@ -420,6 +450,7 @@ int32_t wk_sched_create(struct wk_engine *e, const struct wk_sched_opts *opts, s
     pthread_cond_init(&s->idle_cv, NULL);
     s->inbox_tail = &s->inbox;
     s->cmds_tail = &s->cmds;
+    s->enc_done_tail = &s->enc_done;
     s->next_ticket = 1;
     s->drain_deadline_ms = -1;
     s->seed_counter = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
@@ -435,8 +466,15 @@ int32_t wk_sched_create(struct wk_engine *e, const struct wk_sched_opts *opts, s
 
 int32_t wk_sched_start(struct wk_sched *s, struct mm_err *err)
 {
+    /* media goes to its own thread when the engine can encode beside forward() */
+    if (s->info->concurrent_encode && wk_encoder_start(s->e, sched_media_done, s, &s->enc, err) != MM_OK)
+        return err->code;
     int rc = pthread_create(&s->th, NULL, sched_main, s);
-    if (rc) return mm_err_set(err, MM_ERROR, "cannot start the scheduler thread: %s", strerror(rc));
+    if (rc) {
+        wk_encoder_destroy(s->enc);
+        s->enc = NULL;
+        return mm_err_set(err, MM_ERROR, "cannot start the scheduler thread: %s", strerror(rc));
+    }
     s->started = 1;
     return MM_OK;
 }
@@ -462,6 +500,12 @@ void wk_sched_destroy(struct wk_sched *s)
 {
     if (!s) return;
     wk_sched_stop(s);
+    wk_encoder_destroy(s->enc); /* stopped by the scheduler thread; every job came back and was freed */
+    for (struct wk_enc_job *j = s->enc_done; j;) {
+        struct wk_enc_job *next = j->next;
+        sched_media_free_job(j);
+        j = next;
+    }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->idle_cv);
@@ -485,7 +529,10 @@ int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct w
     q->bounded = r->sp.has_max_new_tokens;
     if (r->n_media) {
         q->embeds = calloc((size_t)r->n_media, sizeof(float *));
-        if (!q->embeds) {
+        q->jobs = calloc((size_t)r->n_media, sizeof(struct wk_enc_job *));
+        if (!q->embeds || !q->jobs) {
+            free(q->embeds);
+            free(q->jobs);
             free(q);
             return mm_err_set(err, MM_NOMEM, "out of memory");
         }
@@ -501,6 +548,7 @@ int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct w
     int64_t alone = sched_growth(s, q);
     if (alone > s->info->pages_total) {
         free(q->embeds);
+        free(q->jobs);
         free(q);
         return mm_err_set(
             err, MM_EXHAUSTED,
@@ -511,6 +559,7 @@ int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct w
     }
     if (n > s->o.max_seqs) {
         free(q->embeds);
+        free(q->jobs);
         free(q);
         return mm_err_set(err, MM_EXHAUSTED, "n = %d is more than the %d sequences the worker runs at once",
                           n, s->o.max_seqs);
@@ -542,6 +591,7 @@ int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct w
     pthread_mutex_unlock(&s->mu);
     if (rc != MM_OK) {
         free(q->embeds);
+        free(q->jobs);
         free(q);
     }
     return rc;

@@ -4,7 +4,9 @@
  * "Admission"), then runs one wk_engine_forward over: one token for every decoding choice, plus prompt
  * chunks of prefilling requests up to a token budget (chunked prefill). New requests join between steps.
  * n > 1 choices share the prompt's pages (wk_seq_fork after the prompt). A prefix already in the cache is
- * reused (wk_seq_reuse_prefix) and reported as cached tokens.
+ * reused (wk_seq_reuse_prefix) and reported as cached tokens. When the engine can encode beside forward()
+ * (info.concurrent_encode), media items go to a media encoder thread at admission and the request prefills
+ * as they come back, so the running streams keep decoding during an encode (wk_sched_media.c).
  *
  * Results go to a per-request sink, always called from the scheduler thread: chunk and complete events,
  * then end exactly once (also after a cancel), after which the scheduler never touches the sink again. */
@@ -63,8 +65,9 @@ struct wk_sched_load {
     int64_t free_pages, total_pages, available_pages;
     int32_t page_tokens;
     int32_t draining;
-    uint64_t steps;       /* forward calls so far */
-    uint64_t preemptions; /* requests sent back to the queue to be recomputed */
+    uint64_t steps;            /* forward calls so far */
+    uint64_t preemptions;      /* requests sent back to the queue to be recomputed */
+    int32_t encoding_requests; /* admitted, waiting for the media encoder (pages reserved, not prefilling) */
 };
 
 struct wk_sched;

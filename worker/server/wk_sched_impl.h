@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "wk_encoder.h"
 #include "wk_engine.h"
 #include "wk_sched.h"
 
@@ -36,8 +37,11 @@ struct sreq {
     int32_t bounded; /* max_new_tokens given: reservation is final */
     int64_t prompt_fed;
     int64_t cached;
-    int64_t admit_seq; /* admission order, for choosing whom to preempt (youngest first) */
-    float **embeds;    /* per media item, encoded on first need, [n_tokens, hidden] */
+    int64_t admit_seq;        /* admission order, for choosing whom to preempt (youngest first) */
+    float **embeds;           /* per media item, encoded on first need, [n_tokens, hidden] */
+    struct wk_enc_job **jobs; /* per media item: its encoder job while the encoder has it (else NULL) */
+    int32_t n_encoding;       /* jobs out; prefill stops at the first placeholder of an item still out */
+    int64_t encode_us;        /* vision tower time, for the access log line */
     int32_t n_done;
     int32_t dirty;                   /* got events since the last flush (sink.flush) */
     int64_t t_submit_ms, t_first_ms; /* for the access log line */
@@ -74,6 +78,10 @@ struct wk_sched {
     int64_t drain_deadline_ms; /* < 0: none */
     uint64_t next_ticket;
     struct wk_sched_load load;
+    struct wk_enc_job *enc_done, **enc_done_tail; /* jobs the encoder handed back */
+
+    /* set at start; NULL: media is encoded on the scheduler thread inside the step that first needs it */
+    struct wk_encoder *enc;
 
     /* scheduler thread only */
     struct sreq *waiting, *running;
@@ -96,6 +104,37 @@ void sched_end(struct wk_sched *s, struct sreq *q, int32_t status, const char *m
 void sched_preempt(struct wk_sched *s, struct sreq *q);
 int64_t sched_growth_all(const struct wk_sched *s);
 int64_t sched_growth(const struct wk_sched *s, const struct sreq *q);
+
+/* wk_sched_media.c */
+/** Hand q's media items that the prompt still needs (placeholders at or after prompt_fed, not encoded and
+ * not out yet) to the encoder. Returns 0, or -1 after ending q. */
+int32_t sched_media_start(struct wk_sched *s, struct sreq *q);
+/** Take the jobs the encoder handed back: store embeddings, end requests whose item failed, free jobs whose
+ * request has gone. */
+void sched_media_collect(struct wk_sched *s);
+/** q is ending: its jobs are cancelled and forgotten (they come back ownerless and are freed then). */
+void sched_media_detach(struct sreq *q);
+/** The encoder's done callback (encoder thread): queue the job for the scheduler and wake it. */
+void sched_media_done(void *arg, struct wk_enc_job *j);
+/** Free a job that came back (its embeddings, its pixel bytes). */
+void sched_media_free_job(struct wk_enc_job *j);
+/** Embeddings for prompt positions [a, a + n) of q (encoding items on this thread when no encoder job did).
+ * Returns 0 and fills rows/use (both NULL when the chunk has no media), or -1 after ending q. */
+int32_t sched_chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_t n, float **rows,
+                           uint8_t **use);
+/** q has items with the encoder (admitted, pages reserved). */
+static inline int32_t sched_encoding(const struct sreq *q)
+{
+    return q->n_encoding > 0;
+}
+/** The first prompt position whose embedding is still with the encoder (n_ids when none is): prefill may
+ * run up to there. */
+int64_t sched_media_ready_until(const struct sreq *q);
+/** q is prefilling and its next prompt position waits for the encoder. */
+static inline int32_t sched_waits_for_encoder(const struct sreq *q)
+{
+    return q->state == SREQ_PREFILL && sched_encoding(q) && sched_media_ready_until(q) <= q->prompt_fed;
+}
 
 /* wk_sched_step.c */
 /** Run one batched forward over the running requests. Returns 1 when a step ran, 0 when nothing to do. */

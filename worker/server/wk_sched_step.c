@@ -178,76 +178,6 @@ static int32_t prompt_done(struct wk_sched *s, struct sreq *q, const float *logi
     return 0;
 }
 
-/* Embeddings for prompt positions [a, a + n) of q: encode each media item on first need. Returns 0 and
- * fills eb (rows NULL when the chunk has no media), or -1 after ending the request. */
-static int32_t chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_t n, struct embed_buf *eb)
-{
-    const struct wk_request *r = q->r;
-    const int64_t H = s->info->hidden_size;
-    eb->rows = NULL;
-    eb->use = NULL;
-    for (int32_t m = 0; m < r->n_media; m++) {
-        const struct wk_media_item *mi = &r->media[m];
-        int64_t row = 0; /* embedding row of the run's first position */
-        for (int32_t j = 0; j < mi->n_runs; j++) {
-            const struct wk_placeholder_run *run = &mi->runs[j];
-            int64_t lo = run->offset > a ? run->offset : a;
-            int64_t hi = run->offset + run->length < a + n ? run->offset + run->length : a + n;
-            if (lo < hi) {
-                if (!q->embeds[m]) {
-                    struct wk_media wm = {.kind = mi->kind,
-                                          .dtype = mi->dtype,
-                                          .pixels = mi->pixels,
-                                          .n_rows = mi->n_rows,
-                                          .row_len = mi->row_len,
-                                          .grid_t = mi->grid_t,
-                                          .grid_h = mi->grid_h,
-                                          .grid_w = mi->grid_w};
-                    struct mm_err err = {0};
-                    int64_t nt = 0;
-                    int32_t rc = wk_engine_encode_media(s->e, &wm, &q->embeds[m], &nt, &err);
-                    if (rc == MM_OK && nt != mi->n_tokens) {
-                        rc = mm_err_set(&err, MM_INVALID,
-                                        "mm_inputs[%d]: the vision tower made %lld embeddings, the "
-                                        "placeholders hold %lld",
-                                        m, (long long)nt, (long long)mi->n_tokens);
-                    } else if (rc != MM_OK) {
-                        mm_err_prefix(&err, "mm_inputs[%d]", m);
-                    }
-                    if (rc != MM_OK) {
-                        free(q->embeds[m]);
-                        q->embeds[m] = NULL;
-                        free(eb->rows);
-                        free(eb->use);
-                        sched_end(s, q, rc, err.msg);
-                        return -1;
-                    }
-                    /* the pixels are no longer needed: a preempted request keeps its embeddings */
-                    struct wk_media_item *mm = &q->r->media[m];
-                    if (mm->release) mm->release(mm->release_arg);
-                    mm->release = NULL;
-                    mm->pixels = NULL;
-                }
-                if (!eb->rows) {
-                    eb->rows = malloc((size_t)(n * H) * sizeof(float));
-                    eb->use = calloc((size_t)n, 1);
-                    if (!eb->rows || !eb->use) {
-                        free(eb->rows);
-                        free(eb->use);
-                        sched_end(s, q, MM_NOMEM, "out of memory for media embeddings");
-                        return -1;
-                    }
-                }
-                memcpy(eb->rows + (lo - a) * H, q->embeds[m] + (row + lo - run->offset) * H,
-                       (size_t)((hi - lo) * H) * sizeof(float));
-                memset(eb->use + (lo - a), 1, (size_t)(hi - lo));
-            }
-            row += run->length;
-        }
-    }
-    return 0;
-}
-
 static struct sreq *youngest(struct wk_sched *s)
 {
     struct sreq *y = NULL;
@@ -287,25 +217,29 @@ int32_t sched_step(struct wk_sched *s)
     struct sreq *q = s->running;
     while (q && budget > 0) {
         struct sreq *next = q->next;
-        if (q->state == SREQ_PREFILL) {
-            int64_t left = q->r->n_ids - q->prompt_fed;
+        if (q->state == SREQ_PREFILL && sched_waits_for_encoder(q)) {
+            /* its next prompt position needs an item the encoder still has: it goes on when that is back */
+        } else if (q->state == SREQ_PREFILL) {
+            /* the text before an item still being encoded may already be prefilled */
+            int64_t left = sched_media_ready_until(q) - q->prompt_fed;
             int32_t nchunk = (int32_t)(left < budget ? left : budget);
+            const int32_t last = q->prompt_fed + nchunk == q->r->n_ids;
             int32_t need_logits = 0;
             for (int32_t i = 0; i < q->r->sp.n; i++)
                 if (!q->ch[i].finished && q->ch[i].n_gen == 0 && q->r->sp.max_new_tokens > 0) need_logits = 1;
             struct embed_buf eb;
-            if (chunk_embeds(s, q, q->prompt_fed, nchunk, &eb) != 0) {
+            if (sched_chunk_embeds(s, q, q->prompt_fed, nchunk, &eb.rows, &eb.use) != 0) {
                 q = next;
                 continue;
             }
             ebs[n_items] = eb;
-            s->items[n_items] = (struct wk_step_item){
-                .seq = q->ch[0].seq,
-                .ids = q->r->ids + q->prompt_fed,
-                .n = nchunk,
-                .embeds = eb.rows,
-                .use_embed = eb.use,
-                .logits_mode = (nchunk == left && need_logits) ? WK_LOGITS_LAST : WK_LOGITS_NONE};
+            s->items[n_items] =
+                (struct wk_step_item){.seq = q->ch[0].seq,
+                                      .ids = q->r->ids + q->prompt_fed,
+                                      .n = nchunk,
+                                      .embeds = eb.rows,
+                                      .use_embed = eb.use,
+                                      .logits_mode = (last && need_logits) ? WK_LOGITS_LAST : WK_LOGITS_NONE};
             s->item_req[n_items] = q;
             s->item_choice[n_items++] = -1;
             budget -= nchunk;

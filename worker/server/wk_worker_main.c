@@ -1,7 +1,8 @@
 /* mmgw-worker: serve one model over gRPC (proto/worker.proto).
  *
- * Threads: main (signals), the scheduler (owns the engine), the gRPC completion-queue thread, and the
- * engine's own compute threads. SIGTERM or SIGINT drains: no new calls, running requests finish (or end
+ * Threads: main (signals), the scheduler (owns the engine), the media encoder (the vision tower, when the
+ * engine can run it beside the steps), the gRPC completion-queue threads, and the engine's own compute
+ * threads. SIGTERM or SIGINT drains: no new calls, running requests finish (or end
  * with UNAVAILABLE after --drain-timeout), then exit 0. A second signal cuts the drain short. */
 #include <pthread.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mm_log.h"
 #include "wk_cli.h"
@@ -81,10 +83,28 @@ int main(int argc, char **argv)
         mm_log_error(LOG, "cannot open model '%s': %s", cli.model, err.msg);
         return 1;
     }
+    int32_t enc_threads = cli.encode_threads;
+    if (enc_threads < 0) { /* as many as the model: while an image encodes, the OS shares the cores evenly */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        enc_threads = cli.threads > 0 ? cli.threads : cores > 0 ? (int32_t)cores : 1;
+    }
+    if (enc_threads > 0) {
+        /* media on its own threads, beside the decode steps; a backend that cannot keeps it in the steps */
+        int32_t erc = wk_engine_set_encode_threads(e, enc_threads, &err);
+        if (erc == MM_UNSUPPORTED) {
+            mm_log_info(LOG, "media encoding stays inside the model steps: %s", err.msg);
+        } else if (erc != MM_OK) {
+            mm_log_error(LOG, "media encoder: %s", err.msg);
+            wk_engine_close(e);
+            return 1;
+        }
+    }
     const struct wk_model_info *mi = wk_engine_info(e);
-    mm_log_info(LOG, "model '%s' (%s, %s): vocab %d, context %lld, %lld cache pages of %d tokens", mi->name,
-                mi->model_type, mi->dtype, mi->vocab_size, (long long)mi->max_context,
-                (long long)mi->pages_total, mi->block_size);
+    mm_log_info(LOG, "model '%s' (%s, %s): vocab %d, context %lld, %lld cache pages of %d tokens; media %s",
+                mi->name, mi->model_type, mi->dtype, mi->vocab_size, (long long)mi->max_context,
+                (long long)mi->pages_total, mi->block_size,
+                mi->concurrent_encode ? "encoded beside the decode steps"
+                                      : "encoded inside the decode steps");
 
     struct wk_uploads *up = wk_uploads_create((uint64_t)cli.upload_bytes, cli.upload_ttl_ms);
     struct wk_sched_opts so = {.max_waiting = cli.max_queue,

@@ -56,13 +56,26 @@ struct wk_engine {
     int64_t n_pub;
     uint64_t stamp;
     struct fake_stats st;
-    int64_t fail_after; /* forward calls before an injected MM_ERROR; < 0 = never */
-    int32_t delay_us;   /* sleep per forward, so that tests can act mid-stream */
+    int64_t fail_after;      /* forward calls before an injected MM_ERROR; < 0 = never */
+    int32_t delay_us;        /* sleep per forward, so that tests can act mid-stream */
+    int32_t encode_delay_us; /* time an encode takes (cancellable in 1 ms steps) */
+    int32_t encoding;        /* atomic: an encode is running (to count forwards beside it) */
 };
 
 void fake_engine_set_delay(struct wk_engine *e, int32_t us)
 {
     e->delay_us = us;
+}
+
+void fake_engine_set_encode_delay(struct wk_engine *e, int32_t us)
+{
+    e->encode_delay_us = us;
+}
+
+int64_t fake_engine_stat(const struct wk_engine *e, const int64_t *field)
+{
+    (void)e;
+    return __atomic_load_n(field, __ATOMIC_SEQ_CST);
 }
 
 static struct fake_config g_cfg = {.vocab = 64,
@@ -139,6 +152,8 @@ int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts,
     e->fail_after = -1;
     const char *d = getenv("FAKE_ENGINE_DELAY_US"); /* for the fake worker binary */
     if (d) e->delay_us = atoi(d);
+    const char *ed = getenv("FAKE_ENGINE_ENCODE_DELAY_US");
+    if (ed) e->encode_delay_us = atoi(ed);
     g_last = e;
     *out = e;
     return MM_OK;
@@ -160,11 +175,42 @@ const struct wk_model_info *wk_engine_info(const struct wk_engine *e)
     return &e->info;
 }
 
+int32_t wk_engine_set_encode_threads(struct wk_engine *e, int32_t threads, struct mm_err *err)
+{
+    if (threads < 1) return mm_err_set(err, MM_INVALID, "encode threads %d", threads);
+    e->info.concurrent_encode = 1; /* the fake's encode touches nothing forward() does */
+    return MM_OK;
+}
+
 int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, float **embeds,
                                int64_t *n_tokens, struct mm_err *err)
 {
+    return wk_engine_encode_media_cancellable(e, m, NULL, embeds, n_tokens, err);
+}
+
+/* Runs on the scheduler's encoder thread when concurrent_encode is set: it touches only atomics and the
+ * request's own bytes. A slow encode polls the cancel flag every millisecond, like the runtime between vision
+ * layers. */
+int32_t wk_engine_encode_media_cancellable(struct wk_engine *e, const struct wk_media *m,
+                                           const int32_t *cancel, float **embeds, int64_t *n_tokens,
+                                           struct mm_err *err)
+{
+    *embeds = NULL;
+    *n_tokens = 0;
+    __atomic_add_fetch(&e->st.encode_started, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&e->encoding, 1, __ATOMIC_SEQ_CST);
+    for (int32_t left = e->encode_delay_us; left > 0; left -= 1000) {
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&e->encoding, 0, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&e->st.encode_cancelled, 1, __ATOMIC_SEQ_CST);
+            return mm_err_set(err, MM_CANCELLED, "encode cancelled");
+        }
+        struct timespec ts = {0, (long)(left < 1000 ? left : 1000) * 1000};
+        nanosleep(&ts, NULL);
+    }
     int32_t rc = fake_model_encode_media(e->info.hidden_size, m, embeds, n_tokens, err);
-    if (rc == MM_OK) e->st.encodes++;
+    __atomic_store_n(&e->encoding, 0, __ATOMIC_SEQ_CST);
+    if (rc == MM_OK) __atomic_add_fetch(&e->st.encodes, 1, __ATOMIC_SEQ_CST);
     return rc;
 }
 
@@ -364,8 +410,10 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
         e->st.exhausted++;
         return mm_err_set(err, MM_EXHAUSTED, "need %lld pages", (long long)need);
     }
-    e->st.forwards++;
-    e->st.tokens += tokens;
+    __atomic_add_fetch(&e->st.forwards, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&e->encoding, __ATOMIC_SEQ_CST))
+        __atomic_add_fetch(&e->st.forwards_during_encode, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&e->st.tokens, tokens, __ATOMIC_SEQ_CST);
     if (n_items > e->st.max_items) e->st.max_items = n_items;
     if (tokens > e->st.max_step_tokens) e->st.max_step_tokens = tokens;
     for (int32_t i = 0; i < n_items; i++) {

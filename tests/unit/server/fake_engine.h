@@ -11,6 +11,8 @@ struct wk_engine;
 struct fake_stats {
     int64_t forwards, tokens, max_items, max_step_tokens, forks, encodes, reused_tokens, exhausted;
     int64_t live_seqs;
+    /* written by the encoder thread (read them with fake_engine_stat) */
+    int64_t encode_started, encode_cancelled, forwards_during_encode;
 };
 
 /** Shape of the next engine wk_engine_open makes. */
@@ -23,6 +25,11 @@ void fake_engine_fail_forward_after(struct wk_engine *e, int64_t n);
 
 /** Sleep us microseconds in every forward (< 1 s). */
 void fake_engine_set_delay(struct wk_engine *e, int32_t us);
+/** Every media encode takes us microseconds (cancellable; FAKE_ENGINE_ENCODE_DELAY_US for the fake worker).
+ */
+void fake_engine_set_encode_delay(struct wk_engine *e, int32_t us);
+/** An atomic read of a stats field that another thread writes (encodes, encode_started...). */
+int64_t fake_engine_stat(const struct wk_engine *e, const int64_t *field);
 
 /** The fake model's greedy continuation of a prompt run alone: k tokens into out. media_first[i], when
  * not NaN, is the embedding value the fake sees at position i instead of ids[i] (NULL = text only). */

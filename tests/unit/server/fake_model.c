@@ -58,3 +58,23 @@ double fake_model_uniform(uint64_t *rng)
     *rng = x;
     return (double)(x >> 11) / 9007199254740992.0;
 }
+
+/* The media-encoder calls appended to wk_engine.h, for a double that does not model them (bench/api's
+ * bench_engine.c): media then stays inside the scheduler's steps, as with a backend that cannot encode beside
+ * forward(). Weak, so that a double that does model them (fake_engine.c) overrides them. */
+__attribute__((weak)) int32_t wk_engine_set_encode_threads(struct wk_engine *e, int32_t threads,
+                                                           struct mm_err *err)
+{
+    (void)e;
+    (void)threads;
+    return mm_err_set(err, MM_UNSUPPORTED, "this engine double encodes media inside the steps");
+}
+
+__attribute__((weak)) int32_t wk_engine_encode_media_cancellable(struct wk_engine *e,
+                                                                 const struct wk_media *m,
+                                                                 const int32_t *cancel, float **embeds,
+                                                                 int64_t *n_tokens, struct mm_err *err)
+{
+    (void)cancel;
+    return wk_engine_encode_media(e, m, embeds, n_tokens, err);
+}

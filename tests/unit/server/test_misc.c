@@ -53,6 +53,16 @@ static void test_cli(void)
     char *a7[] = {"w", "--help"};
     CHECK_EQ_INT(wk_cli_parse(2, a7, &c, &err), MM_OK);
     CHECK(c.help);
+    /* the media encoder: as many threads as the model by default (-1), 0 = encode inside the steps */
+    char *a8[] = {"w", "--model", "m"};
+    CHECK_EQ_INT(wk_cli_parse(3, a8, &c, &err), MM_OK);
+    CHECK_EQ_INT(c.encode_threads, -1);
+    char *a9[] = {"w", "--model", "m", "--encode-threads", "0"};
+    CHECK_EQ_INT(wk_cli_parse(5, a9, &c, &err), MM_OK);
+    CHECK_EQ_INT(c.encode_threads, 0);
+    char *a10[] = {"w", "--model", "m", "--encode-threads", "-1"};
+    CHECK_EQ_INT(wk_cli_parse(5, a10, &c, &err), MM_INVALID);
+    CHECK(strstr(err.msg, "--encode-threads") != NULL);
 }
 
 static void test_logprobs(void)

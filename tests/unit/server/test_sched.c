@@ -1,66 +1,10 @@
 /* The scheduler against a fake engine (test fixture): batching, chunked prefill, forks, stops, abort,
- * admission, preemption, prefix reuse, media placement, drain. The expected tokens come from the fake
- * model run alone (fake_solo_greedy), never from the scheduler. */
+ * admission, preemption, prefix reuse, drain (media: test_sched_media.c). The expected tokens come from the
+ * fake model run alone (fake_solo_greedy), never from the scheduler. */
 #include <math.h>
 #include <stdio.h>
 
-#include "fake_engine.h"
-#include "mm_dtype.h"
-#include "mmgw_test.h"
-#include "sched_harness.h"
-#include "wk_engine.h"
-
-static const struct fake_config k_cfg = {.vocab = 64,
-                                         .max_context = 512,
-                                         .block = 4,
-                                         .pages = 256,
-                                         .hidden = 8,
-                                         .eos = 1,
-                                         .image = 60,
-                                         .video = 61};
-
-struct env {
-    struct wk_engine *e;
-    struct wk_sched *s;
-};
-
-static struct env env_open(const struct fake_config *cfg, const struct wk_sched_opts *so, int start)
-{
-    struct env v = {0};
-    struct mm_err err = {0};
-    fake_engine_set_config(cfg);
-    struct wk_engine_opts eo = {0};
-    CHECK(wk_engine_open("fake", &eo, &v.e, &err) == MM_OK);
-    CHECK(wk_sched_create(v.e, so, &v.s, &err) == MM_OK);
-    if (start) CHECK(wk_sched_start(v.s, &err) == MM_OK);
-    return v;
-}
-
-static void env_close(struct env *v)
-{
-    wk_sched_destroy(v->s);
-    CHECK_EQ_INT(fake_engine_stats(v->e)->live_seqs, 0); /* every sequence was freed */
-    wk_engine_close(v->e);
-}
-
-static int32_t submit(struct env *v, struct wk_request *r, struct rec *rc)
-{
-    struct wk_sched_sink sk = rec_sink(rc);
-    struct mm_err err = {0};
-    uint64_t t;
-    int32_t st = wk_sched_submit(v->s, r, &sk, &t, &err);
-    if (st != MM_OK) wk_request_free(r);
-    return st;
-}
-
-static void check_solo(struct rec *r, int32_t choice, const int32_t *ids, int64_t n, int32_t k)
-{
-    int32_t want[REC_MAX_TOKENS];
-    fake_solo_greedy(ids, n, NULL, k, want);
-    CHECK_EQ_INT(r->n_tok[choice], k);
-    int same = r->n_tok[choice] == k && memcmp(r->tok[choice], want, (size_t)k * sizeof(int32_t)) == 0;
-    CHECK_MSG(same, "choice %d differs from the solo greedy run", choice);
-}
+#include "sched_env.h"
 
 static void test_single(void)
 {
@@ -249,7 +193,7 @@ static void test_stops(void)
 static int32_t g_abort_found = -1;
 static void on_abort(void *arg, int32_t found)
 {
-    g_abort_found = found;
+    __atomic_store_n(&g_abort_found, found, __ATOMIC_SEQ_CST);
 }
 
 static void test_abort_cancel(void)
@@ -269,24 +213,24 @@ static void test_abort_cancel(void)
     CHECK_STR(r->comp[0].finish_reason, "abort");
     CHECK(r->order_ok);
     /* the abort callback runs after the pages are back */
-    for (int i = 0; i < 100 && g_abort_found < 0; i++) {
+    for (int i = 0; i < 100 && __atomic_load_n(&g_abort_found, __ATOMIC_SEQ_CST) < 0; i++) {
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
-    CHECK_EQ_INT(g_abort_found, 1);
+    CHECK_EQ_INT(__atomic_load_n(&g_abort_found, __ATOMIC_SEQ_CST), 1);
     struct wk_sched_load l;
     wk_sched_load(v.s, &l);
     CHECK_EQ_INT(l.free_pages, l.total_pages);
     CHECK_EQ_INT(l.running_requests, 0);
     rec_free(r);
 
-    g_abort_found = -1;
+    __atomic_store_n(&g_abort_found, -1, __ATOMIC_SEQ_CST);
     wk_sched_abort(v.s, "nobody", on_abort, NULL);
-    for (int i = 0; i < 100 && g_abort_found < 0; i++) {
+    for (int i = 0; i < 100 && __atomic_load_n(&g_abort_found, __ATOMIC_SEQ_CST) < 0; i++) {
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
-    CHECK_EQ_INT(g_abort_found, 0);
+    CHECK_EQ_INT(__atomic_load_n(&g_abort_found, __ATOMIC_SEQ_CST), 0);
 
     /* cancel by ticket (a client that went away) */
     r = rec_new();
@@ -413,104 +357,6 @@ static void test_preemption(void)
     env_close(&v);
 }
 
-/* An image and a two-run video: embeddings land on their runs, also when prefill chunks split a run. */
-static void test_media(void)
-{
-    struct wk_sched_opts so = {.step_tokens = 5};
-    struct env v = env_open(&k_cfg, &so, 1);
-    enum { L = 30 };
-    int32_t ids[L];
-    mkprompt(ids, L, 11, 64);
-    /* image: 3 tokens at [4, 7) = 12 patch rows; video: 2 runs of 2 tokens at [12, 14) and [20, 22) */
-    for (int p = 4; p < 7; p++) ids[p] = 60;
-    for (int p = 12; p < 14; p++) ids[p] = 61;
-    for (int p = 20; p < 22; p++) ids[p] = 61;
-    struct wk_request *q = mkreq("mm", ids, L, 8, 1, 512);
-    q->n_media = 2;
-    q->media = calloc(2, sizeof(*q->media));
-    const int64_t row = 6;
-    float *img = calloc(12 * row, sizeof(float));
-    uint16_t *vid = calloc(16 * row, sizeof(uint16_t)); /* BF16 */
-    float media_first[L];
-    for (int p = 0; p < L; p++) media_first[p] = NAN;
-    for (int t = 0; t < 3; t++) {
-        img[t * 4 * row] = 0.25f * (float)(t + 1);
-        media_first[4 + t] = img[t * 4 * row];
-    }
-    const int vpos[4] = {12, 13, 20, 21};
-    for (int t = 0; t < 4; t++) {
-        vid[t * 4 * row] = mm_f32_to_bf16(-0.5f * (float)(t + 1));
-        media_first[vpos[t]] = mm_bf16_to_f32(vid[t * 4 * row]);
-    }
-    q->media[0] = (struct wk_media_item){.kind = 0,
-                                         .dtype = MM_DT_F32,
-                                         .pixels = img,
-                                         .n_rows = 12,
-                                         .row_len = row,
-                                         .grid_t = 1,
-                                         .grid_h = 2,
-                                         .grid_w = 6,
-                                         .n_runs = 1,
-                                         .n_tokens = 3,
-                                         .release = free,
-                                         .release_arg = img};
-    q->media[0].runs = calloc(1, sizeof(struct wk_placeholder_run));
-    q->media[0].runs[0] = (struct wk_placeholder_run){4, 3};
-    q->media[1] = (struct wk_media_item){.kind = 1,
-                                         .dtype = MM_DT_BF16,
-                                         .pixels = vid,
-                                         .n_rows = 16,
-                                         .row_len = row,
-                                         .grid_t = 2,
-                                         .grid_h = 2,
-                                         .grid_w = 4,
-                                         .n_runs = 2,
-                                         .n_tokens = 4,
-                                         .release = free,
-                                         .release_arg = vid};
-    q->media[1].runs = calloc(2, sizeof(struct wk_placeholder_run));
-    q->media[1].runs[0] = (struct wk_placeholder_run){12, 2};
-    q->media[1].runs[1] = (struct wk_placeholder_run){20, 2};
-    q->media_hash = 1234;
-    struct rec *r = rec_new();
-    CHECK(submit(&v, q, r) == MM_OK);
-    CHECK(rec_wait_end(r, 5000) == 0);
-    CHECK_EQ_INT(r->status, MM_OK);
-    int32_t want[8];
-    fake_solo_greedy(ids, L, media_first, 8, want);
-    CHECK_MSG(r->n_tok[0] == 8 && memcmp(r->tok[0], want, sizeof(want)) == 0,
-              "media output differs from solo");
-    CHECK_EQ_INT(fake_engine_stats(v.e)->encodes, 2);
-    rec_free(r);
-
-    /* the vision tower disagreeing with the placeholder count ends the request with MM_INVALID */
-    q = mkreq("mmbad", ids, L, 8, 1, 512);
-    for (int p = 12; p < 22; p++) q->ids[p] = 5;
-    q->n_media = 1;
-    q->media = calloc(1, sizeof(*q->media));
-    float *img2 = calloc(8 * row, sizeof(float));
-    q->media[0] = (struct wk_media_item){.kind = 0,
-                                         .dtype = MM_DT_F32,
-                                         .pixels = img2,
-                                         .n_rows = 8,
-                                         .row_len = row,
-                                         .grid_t = 1,
-                                         .grid_h = 2,
-                                         .grid_w = 4,
-                                         .n_runs = 1,
-                                         .n_tokens = 3,
-                                         .release = free,
-                                         .release_arg = img2};
-    q->media[0].runs = calloc(1, sizeof(struct wk_placeholder_run));
-    q->media[0].runs[0] = (struct wk_placeholder_run){4, 3};
-    r = rec_new();
-    CHECK(submit(&v, q, r) == MM_OK);
-    CHECK(rec_wait_end(r, 5000) == 0);
-    CHECK_EQ_INT(r->status, MM_INVALID);
-    rec_free(r);
-    env_close(&v);
-}
-
 static void test_logprobs(void)
 {
     struct wk_sched_opts so = {0};
@@ -601,7 +447,6 @@ int main(void)
     test_queue_bound_and_ids();
     test_prefix_reuse();
     test_preemption();
-    test_media();
     test_logprobs();
     test_forward_failure_and_drain();
     return test_done();

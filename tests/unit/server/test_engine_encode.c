@@ -1,0 +1,226 @@
+/* What the worker's media encoder relies on in the real runtime (worker/runtime, CPU backend) on a generated
+ * tiny checkpoint: after wk_engine_set_encode_threads the engine says concurrent_encode, and media encoding
+ * on one thread while another thread runs prefill and decode steps gives exactly the results each gives alone
+ * (no shared thread pool or scratch between them); the cancel flag stops an encode with MM_CANCELLED. Run it
+ * under ThreadSanitizer to check for data races (docs/design/worker-service.md, "Media encoding"). */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mkdemo.h"
+#include "mm_dtype.h"
+#include "mmgw_test.h"
+#include "wk_engine.h"
+
+enum { PROMPT = 200, CHUNK = 64, DECODE = 12 };
+
+static struct wk_engine *E;
+static int32_t V, H;
+
+static void prompt(int32_t *ids, int32_t n, uint32_t seed)
+{
+    for (int32_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ids[i] = 10 + (int32_t)((seed >> 8) % 8000);
+    }
+}
+
+/* A prompt prefilled in chunks, then greedy decode steps; every step's last-row logits into out
+ * [(chunks + DECODE) * V]. Returns the number of logit rows written. */
+static int32_t run_text(float *out)
+{
+    int32_t ids[PROMPT + DECODE];
+    prompt(ids, PROMPT, 7);
+    struct wk_seq *s = NULL;
+    struct mm_err err = {0};
+    CHECK_EQ_INT(wk_seq_create(E, &s, &err), MM_OK);
+    int32_t rows = 0;
+    for (int32_t o = 0; o < PROMPT; o += CHUNK) {
+        int32_t k = PROMPT - o < CHUNK ? PROMPT - o : CHUNK;
+        struct wk_step_item it = {.seq = s,
+                                  .ids = ids + o,
+                                  .n = k,
+                                  .logits_mode = WK_LOGITS_LAST,
+                                  .logits = out + (int64_t)rows * V};
+        CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
+        rows++;
+    }
+    for (int32_t d = 0; d < DECODE; d++) {
+        const float *l = out + (int64_t)(rows - 1) * V;
+        int32_t best = 0;
+        for (int32_t v = 1; v < V; v++)
+            if (l[v] > l[best]) best = v;
+        ids[PROMPT + d] = best;
+        struct wk_step_item it = {.seq = s,
+                                  .ids = ids + PROMPT + d,
+                                  .n = 1,
+                                  .logits_mode = WK_LOGITS_LAST,
+                                  .logits = out + (int64_t)rows * V};
+        CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
+        rows++;
+    }
+    wk_seq_free(E, s);
+    return rows;
+}
+
+struct enc_arg {
+    const struct wk_media *m;
+    const float *want;
+    int64_t want_tokens;
+    int32_t reps, same, done;
+};
+
+static void *encode_main(void *p)
+{
+    struct enc_arg *a = p;
+    for (int32_t r = 0; r < a->reps; r++) {
+        float *emb = NULL;
+        int64_t nt = 0;
+        struct mm_err err = {0};
+        int32_t rc = wk_engine_encode_media(E, a->m, &emb, &nt, &err);
+        if (rc == MM_OK && nt == a->want_tokens &&
+            memcmp(emb, a->want, sizeof(float) * (size_t)(nt * H)) == 0)
+            a->same++;
+        free(emb);
+    }
+    __atomic_store_n(&a->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void test_concurrent(void)
+{
+    /* a 32 x 32 patch image: 1,024 patches, 256 embeddings */
+    const int64_t gh = 32, gw = 32, n = gh * gw, row = 3 * 2 * 14 * 14;
+    uint16_t *px = malloc(sizeof(uint16_t) * (size_t)(n * row));
+    for (int64_t i = 0; i < n * row; i++) px[i] = mm_f32_to_bf16((float)sin((double)i * 0.013));
+    const struct wk_media m = {.kind = 0,
+                               .dtype = MM_DT_BF16,
+                               .pixels = px,
+                               .n_rows = n,
+                               .row_len = row,
+                               .grid_t = 1,
+                               .grid_h = gh,
+                               .grid_w = gw};
+    struct mm_err err = {0};
+    float *want = NULL;
+    int64_t nt = 0;
+    CHECK_EQ_INT(wk_engine_encode_media(E, &m, &want, &nt, &err), MM_OK);
+    CHECK_EQ_INT(nt, n / 4);
+    const int32_t max_rows = PROMPT / CHUNK + 1 + DECODE;
+    float *ref = malloc(sizeof(float) * (size_t)max_rows * (size_t)V);
+    float *got = malloc(sizeof(float) * (size_t)max_rows * (size_t)V);
+    const int32_t rows = run_text(ref);
+
+    struct enc_arg a = {.m = &m, .want = want, .want_tokens = nt, .reps = 3};
+    pthread_t th;
+    CHECK_EQ_INT(pthread_create(&th, NULL, encode_main, &a), 0);
+    int32_t runs = 0, equal = 0;
+    /* keep stepping until the encoder is done (at least once): the steps overlap every encode */
+    while (runs == 0 || !__atomic_load_n(&a.done, __ATOMIC_SEQ_CST)) {
+        CHECK_EQ_INT(run_text(got), rows);
+        equal += memcmp(got, ref, sizeof(float) * (size_t)rows * (size_t)V) == 0;
+        runs++;
+    }
+    pthread_join(th, NULL);
+    CHECK_MSG(a.same == 3, "%d of 3 encodes beside the steps equal the one alone", a.same);
+    CHECK_MSG(equal == runs, "%d of %d step sequences beside the encoder equal the one alone", equal, runs);
+    CHECK_EQ_INT(wk_engine_free_pages(E), wk_engine_info(E)->pages_total);
+
+    /* cancelled before it starts: no embeddings, MM_CANCELLED */
+    int32_t cancel = 1;
+    float *emb = NULL;
+    CHECK_EQ_INT(wk_engine_encode_media_cancellable(E, &m, &cancel, &emb, &nt, &err), MM_CANCELLED);
+    CHECK(emb == NULL);
+    cancel = 0;
+    /* the context is fine afterwards */
+    CHECK_EQ_INT(wk_engine_encode_media_cancellable(E, &m, &cancel, &emb, &nt, &err), MM_OK);
+    CHECK(emb && memcmp(emb, want, sizeof(float) * (size_t)(nt * H)) == 0);
+    free(emb);
+    free(want);
+    free(ref);
+    free(got);
+    free(px);
+}
+
+/* Encoding through the separate vision context equals encoding on the engine's own threads. */
+static void test_same_as_inline(const char *dir)
+{
+    struct wk_engine_opts o = {.backend = WK_BACKEND_CPU, .threads = 2, .cache_pages = 64};
+    struct wk_engine *inl = NULL;
+    struct mm_err err = {0};
+    CHECK_EQ_INT(wk_engine_open(dir, &o, &inl, &err), MM_OK);
+    if (!inl) return;
+    CHECK_EQ_INT(wk_engine_info(inl)->concurrent_encode, 0);
+    const int64_t n = 2 * 8 * 12, row = 3 * 2 * 14 * 14;
+    float *px = malloc(sizeof(float) * (size_t)(n * row));
+    for (int64_t i = 0; i < n * row; i++) px[i] = (float)cos((double)i * 0.007);
+    struct wk_media m = {.kind = 1,
+                         .dtype = MM_DT_F32,
+                         .pixels = px,
+                         .n_rows = n,
+                         .row_len = row,
+                         .grid_t = 2,
+                         .grid_h = 8,
+                         .grid_w = 12};
+    float *a = NULL, *b = NULL;
+    int64_t na = 0, nb = 0;
+    /* the CPU backend's vision attention blocks its queries by the scratch it has grown so far, which changes
+     * the summation order: give the engine's own context the history E's vision context has (the 32 x 32
+     * image) so that both compute the same way */
+    const int64_t bn = 32 * 32;
+    float *big = calloc((size_t)(bn * row), sizeof(float));
+    struct wk_media bm = {.kind = 0,
+                          .dtype = MM_DT_F32,
+                          .pixels = big,
+                          .n_rows = bn,
+                          .row_len = row,
+                          .grid_t = 1,
+                          .grid_h = 32,
+                          .grid_w = 32};
+    CHECK_EQ_INT(wk_engine_encode_media(inl, &bm, &a, &na, &err), MM_OK);
+    free(a);
+    free(big);
+    CHECK_EQ_INT(wk_engine_encode_media(inl, &m, &a, &na, &err), MM_OK);
+    CHECK_EQ_INT(wk_engine_encode_media(E, &m, &b, &nb, &err), MM_OK);
+    CHECK_EQ_INT(na, nb);
+    double worst = 0;
+    for (int64_t i = 0; a && b && i < na * H; i++)
+        worst = fmax(worst, fabs((double)a[i] - b[i]) / (1.0 + fabs((double)a[i])));
+    CHECK_MSG(a && b && worst == 0.0, "separate vision context differs by %g", worst);
+    free(a);
+    free(b);
+    free(px);
+    wk_engine_close(inl);
+}
+
+int main(void)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/mmgw_encode_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    struct mk_demo_opts o;
+    struct mm_err err = {0};
+    mk_demo_defaults(&o);
+    CHECK_EQ_INT(mk_demo_write(dir, &o, &err), MM_OK);
+    struct wk_engine_opts eo = {
+        .backend = WK_BACKEND_CPU, .threads = 2, .cache_pages = 64, .max_batch_tokens = 256};
+    CHECK_EQ_INT(wk_engine_open(dir, &eo, &E, &err), MM_OK);
+    if (E) {
+        CHECK_EQ_INT(wk_engine_info(E)->concurrent_encode, 0);
+        CHECK_EQ_INT(wk_engine_set_encode_threads(E, 1, &err), MM_OK);
+        CHECK_EQ_INT(wk_engine_set_encode_threads(E, 1, &err), MM_INVALID); /* once */
+        V = wk_engine_info(E)->vocab_size;
+        H = wk_engine_info(E)->hidden_size;
+        CHECK_EQ_INT(wk_engine_info(E)->concurrent_encode, 1);
+        test_concurrent();
+        test_same_as_inline(dir);
+        wk_engine_close(E);
+    } else {
+        fprintf(stderr, "%s\n", err.msg);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "cleanup failed\n");
+    return test_done();
+}
