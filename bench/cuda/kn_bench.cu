@@ -799,9 +799,67 @@ static void pf_upload_sel(struct pf_arg *a, const int32_t *sel)
     free(tmp);
 }
 
+/* The union route's view of a prefill's selections [G][L][K]: 8-query tiles from query 0 (the chunks start at
+ * multiples of 64, so these are the kernel's tiles), efficiency = selected pairs / (4 x (blocks chosen by
+ * queries 0-3 + blocks chosen by queries 4-7)). Returns the fraction of (query, group) rows whose tile
+ * reaches min_eff percent; *eff_mean: selected / computed pairs over all tiles; *computed: FLOPs the union
+ * route computes when every tile takes it (whole blocks, 4 queries x 16 heads per block and half). */
+static double union_stats(const int32_t *sel, int64_t L, int32_t min_eff, double *eff_mean, double *computed)
+{
+    const int32_t G = M3.n_kv, K = M3.topk, hpg = M3.n_heads / M3.n_kv;
+    int64_t rows_taken = 0, sel_all = 0, comp_all = 0;
+    for (int32_t g = 0; g < G; g++)
+        for (int64_t i0 = 0; i0 < L; i0 += 8) {
+            int32_t half[2][8 * 32], nh[2] = {0, 0}, pairs = 0, all[8 * 32], na = 0;
+            const int32_t cnt = L - i0 < 8 ? (int32_t)(L - i0) : 8;
+            for (int32_t q = 0; q < cnt; q++)
+                for (int32_t j = 0; j < K; j++) {
+                    const int32_t b = sel[((int64_t)g * L + i0 + q) * K + j];
+                    if (b < 0) continue;
+                    pairs++;
+                    int in = 0;
+                    for (int32_t m = 0; m < nh[q / 4]; m++) in |= half[q / 4][m] == b;
+                    if (!in) half[q / 4][nh[q / 4]++] = b;
+                    in = 0;
+                    for (int32_t m = 0; m < na; m++) in |= all[m] == b;
+                    if (!in) all[na++] = b;
+                }
+            const int32_t w = nh[0] + nh[1];
+            if (na <= 128 && (w == 0 || pairs * 100 >= min_eff * 4 * w)) rows_taken += cnt;
+            sel_all += pairs;
+            comp_all += 4 * w;
+        }
+    *eff_mean = comp_all ? (double)sel_all / comp_all : 0;
+    *computed = (double)comp_all * hpg * M3.block * 4.0 * M3.head_dim;
+    return (double)rows_taken / ((double)G * L);
+}
+
+/* the attention routes compared in one run (KN_CUDA_* knobs of kn_msa_prefill.cu) */
+struct pf_route {
+    const char *name, *use_union, *min_eff, *overlap;
+};
+static const struct pf_route g_pf_routes[] = {
+    {"pairs only (previous design)", "0", NULL, NULL},
+    {"union + pairs (default)", NULL, NULL, NULL},
+    {"union everywhere", NULL, "0", "0"},
+    {"union + pairs, overlap", NULL, NULL, "1"},
+    {"union everywhere, overlap", NULL, "0", "1"},
+};
+
+static void pf_set_route(const struct pf_route *r)
+{
+    unsetenv("KN_CUDA_PREFILL_UNION");
+    unsetenv("KN_CUDA_UNION_MIN");
+    unsetenv("KN_CUDA_UNION_OVERLAP");
+    if (r && r->use_union) setenv("KN_CUDA_PREFILL_UNION", r->use_union, 1);
+    if (r && r->min_eff) setenv("KN_CUDA_UNION_MIN", r->min_eff, 1);
+    if (r && r->overlap) setenv("KN_CUDA_UNION_OVERLAP", r->overlap, 1);
+}
+
 static void bench_prefill(void)
 {
-    printf("== sparse prefill attention, KV-block-major (given selections)\n");
+    printf(
+        "== sparse prefill attention (given selections): tile-union wgmma route and KV-block-major pairs\n");
     static const int64_t Ls[] = {65536, 131072, 262144};
     for (int li = 0; li < 3; li++) {
         const int64_t L = g_quick ? Ls[li] / 16 : Ls[li];
@@ -810,16 +868,30 @@ static void bench_prefill(void)
         int32_t *sel = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)M3.n_kv * L * M3.topk);
         for (int structured = 1; structured >= 0; structured--) {
             double overlap = make_prefill_selection(sel, L, structured, 0.08);
-            double flops = sparse_flops(sel, L);
+            double flops = sparse_flops(sel, L), eff = 0, computed = 0;
+            const double taken = union_stats(sel, L, 50, &eff, &computed);
             pf_upload_sel(&a, sel);
             a.what = 0;
             char cfg[96];
             snprintf(cfg, sizeof cfg, "L %lldK %s", (long long)(L / 1024),
                      structured ? "structured" : "random");
-            double ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
             if (structured) emit("sparse prefill", cfg, "shared w/ tile", 100.0 * overlap, "%");
-            emit("sparse prefill", cfg, "time", ms, "ms");
-            emit("sparse prefill", cfg, "effective", flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+            emit("sparse prefill", cfg, "union efficiency", 100.0 * eff, "%");
+            emit("sparse prefill", cfg, "rows by union at 50%", 100.0 * taken, "%");
+            for (size_t r = 0; r < sizeof g_pf_routes / sizeof g_pf_routes[0]; r++) {
+                pf_set_route(&g_pf_routes[r]);
+                double ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
+                char name[128];
+                snprintf(name, sizeof name, "%s: time", g_pf_routes[r].name);
+                emit("sparse prefill", cfg, name, ms, "ms");
+                snprintf(name, sizeof name, "%s: effective", g_pf_routes[r].name);
+                emit("sparse prefill", cfg, name, flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+                if (g_pf_routes[r].min_eff) {
+                    snprintf(name, sizeof name, "%s: computed", g_pf_routes[r].name);
+                    emit("sparse prefill", cfg, name, computed / (ms * 1e-3) / 1e12, "TFLOP/s");
+                }
+            }
+            pf_set_route(NULL);
         }
         free(sel);
         pf_free(&a);
@@ -1211,6 +1283,11 @@ static void bench_layer(void)
             double sel_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
             a.what = 3;
             double msa_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            pf_set_route(&g_pf_routes[0]); /* the previous attention design, same run */
+            double msa_pairs_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            pf_set_route(&g_pf_routes[3]); /* the overlapped union kernel */
+            double msa_ovl_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            pf_set_route(NULL);
             /* measured overlap of the selections the index produced, and their useful FLOPs */
             int32_t *sel = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)M3.n_kv * L * M3.topk);
             int32_t *tmp =
@@ -1244,6 +1321,10 @@ static void bench_layer(void)
             emit("layer", cfg, "select (fused)", sel_ms, "ms");
             emit("layer", cfg, "MSA total", msa_ms, "ms");
             emit("layer", cfg, "attention eff.", flops / ((msa_ms - sel_ms) * 1e-3) / 1e12, "TFLOP/s");
+            emit("layer", cfg, "MSA total, pairs only (previous design)", msa_pairs_ms, "ms");
+            emit("layer", cfg, "MSA total, union overlap", msa_ovl_ms, "ms");
+            emit("layer", cfg, "attention eff., union overlap", flops / ((msa_ovl_ms - sel_ms) * 1e-3) / 1e12,
+                 "TFLOP/s");
         }
         char cfg[96];
         snprintf(cfg, sizeof cfg, "prefill L %lldK", (long long)(L / 1024));

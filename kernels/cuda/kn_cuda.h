@@ -127,8 +127,11 @@ size_t kn_cuda_msa_select_ws(const struct kn_cuda_msa_shape *sh, const struct kn
 
 /** Sparse attention over the selected blocks with the token-level causal mask. q: bf16
  * [n][n_heads][head_dim]; out: bf16 [n][n_heads][head_dim] (both f32 with an f32 K/V cache). path: GENERIC,
- * DECODE (paged split-K per (query, KV group)), PREFILL (KV-block-major with partial outputs and a merge) or
- * AUTO. */
+ * DECODE (paged split-K per (query, KV group)), PREFILL or AUTO. PREFILL: 8-query tiles (of qb->tiles) whose
+ * queries share enough of their blocks attend to the union of them with wgmma and write their outputs
+ * directly; the other (query, KV group) rows go KV-block-major with partial outputs and a merge (the route is
+ * decided on the device; KN_CUDA_PREFILL_UNION=0 / KN_CUDA_UNION_MIN=<percent> in the environment are
+ * benchmark knobs, docs/design/cuda.md "wgmma prefill"). */
 int32_t kn_cuda_msa_attention(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                               const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
                               int32_t sel_stride, void *out, void *ws, size_t ws_bytes, int32_t path,

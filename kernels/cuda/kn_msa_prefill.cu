@@ -1,4 +1,7 @@
-/* Sparse prefill attention, KV-block-major. Instead of each query tile walking its own selected blocks, the
+/* Sparse prefill attention: the tile-union route first (kn_msa_prefill_union.cu: 8-query tiles whose queries
+ * share their blocks, wgmma, no partials), then KV-block-major pairs for the (query, KV group) rows it left.
+ *
+ * KV-block-major pairs. Instead of each query tile walking its own selected blocks, the
  * (query, KV group, slot) pairs are bucketed by the block they selected, and each block's K/V is loaded into
  * shared memory once and streamed against the queries that chose it, gathered into full tiles whatever
  * their positions: no compute is wasted on rows that did not select the block, in the random regime as much
@@ -6,15 +9,23 @@
  * merge kernel then combines the <= topk partials of every (query, head).
  *
  * Steps (all on the device, no host round trip):
- *   1. count pairs per bucket (group, sequence, block)      atomics into counts
+ *   0. tile-union kernel: marks handled (query, group) rows  handled[g][i]
+ *   1. count pairs per bucket (group, sequence, block)      atomics into counts; handled rows skipped
  *   2. exclusive scan of counts and of tiles per bucket      one CTA
  *   3. scatter pairs into bucket order; write tile list      atomics into fill
  *   4. attention: a persistent grid, each CTA a contiguous range of tiles (so consecutive tiles reuse the
  *      K/V in shared memory); a tile = 4 pairs of one bucket, one per warp (16 heads of one query)
- *   5. merge partials per (query, head)
- * Shapes: head_dim 128, block 128, n_heads / n_kv <= 16, topk <= 32. */
+ *   5. merge partials per (query, head) of the rows not handled
+ * Shapes: head_dim 128, block 128, n_heads / n_kv <= 16, topk <= 32. The union route needs 16 heads per
+ * group and query tiles (qb->tiles); without them every row takes the pair path.
+ * Knobs (read at each call, for benchmarks): KN_CUDA_PREFILL_UNION=0 turns the union route off;
+ * KN_CUDA_UNION_MIN=<percent> sets its minimum efficiency (0: every tile whose union fits; 101: none);
+ * KN_CUDA_UNION_OVERLAP=0/1 picks the union kernel's variant. */
+#include <stdlib.h>
+
 #include "kn_attn_warp.cuh"
 #include "kn_msa_kernels.cuh"
+#include "kn_msa_prefill_union.cuh"
 
 #define PF_WARPS 4
 #define PF_THREADS (PF_WARPS * 32)
@@ -30,6 +41,8 @@ struct pf_ws {
     int4 *tiles; /* (bucket, first pair, pairs, -) */
     uint16_t *part_o;
     float *part_l;
+    uint8_t *handled; /* [n_kv][n]: 1 = done by the union route */
+    void *union_ws;   /* kn_pf_union_ws bytes */
 };
 
 static size_t pf_align(size_t x)
@@ -44,17 +57,20 @@ static size_t pf_layout(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     const int64_t pairs = (int64_t)qb->n * sh->n_kv * ks;
     const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;
     size_t off = 0;
-    size_t sz[8] = {pf_align(nb * 4),
-                    pf_align(nb * 4),
-                    pf_align((nb + 1) * 4),
-                    pf_align((nb + 1) * 4),
-                    pf_align(pairs * 4),
-                    pf_align(max_tiles * sizeof(int4)),
-                    pf_align(pairs * 16 * AW_D * 2),
-                    pf_align(pairs * 16 * 4)};
-    void **ptr[8] = {(void **)&w->counts, (void **)&w->fill,  (void **)&w->offsets, (void **)&w->tile_off,
-                     (void **)&w->list,   (void **)&w->tiles, (void **)&w->part_o,  (void **)&w->part_l};
-    for (int k = 0; k < 8; k++) {
+    size_t sz[10] = {pf_align(nb * 4),
+                     pf_align(nb * 4),
+                     pf_align((nb + 1) * 4),
+                     pf_align((nb + 1) * 4),
+                     pf_align(pairs * 4),
+                     pf_align(max_tiles * sizeof(int4)),
+                     pf_align(pairs * 16 * AW_D * 2),
+                     pf_align(pairs * 16 * 4),
+                     pf_align((int64_t)sh->n_kv * qb->n),
+                     pf_align(kn_pf_union_ws(sh, qb))};
+    void **ptr[10] = {(void **)&w->counts,  (void **)&w->fill,    (void **)&w->offsets, (void **)&w->tile_off,
+                      (void **)&w->list,    (void **)&w->tiles,   (void **)&w->part_o,  (void **)&w->part_l,
+                      (void **)&w->handled, (void **)&w->union_ws};
+    for (int k = 0; k < 10; k++) {
         if (base) *ptr[k] = base + off;
         off += sz[k];
     }
@@ -69,17 +85,20 @@ __device__ __forceinline__ int64_t pf_bucket(int32_t b, int32_t g, int32_t i, co
     return (int64_t)g * total_blocks + seq_blk_off[qseq[i]] + b;
 }
 
-/* 1 and 3: one thread per (group, query, slot); scatter = 0 counts, 1 places the pair */
+/* 1 and 3: one thread per (group, query, slot) of the rows not handled; scatter = 0 counts, 1 places the
+ * pair */
 __global__ void k_pf_bucket(const int32_t *__restrict__ sel, int32_t sel_stride, int32_t ks, int32_t n,
                             int32_t n_kv, const int32_t *__restrict__ qseq, const int64_t *__restrict__ pos,
                             const int32_t *__restrict__ seq_blk_off, int32_t total_blocks, int32_t block,
-                            int32_t *__restrict__ counts, const int32_t *__restrict__ offsets,
-                            int32_t *__restrict__ fill, int32_t *__restrict__ list, int scatter)
+                            const uint8_t *__restrict__ handled, int32_t *__restrict__ counts,
+                            const int32_t *__restrict__ offsets, int32_t *__restrict__ fill,
+                            int32_t *__restrict__ list, int scatter)
 {
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (int64_t)n_kv * n * ks) return;
     const int32_t slot = (int32_t)(t % ks);
     const int64_t gi = t / ks;
+    if (handled[gi]) return;
     const int32_t i = (int32_t)(gi % n), g = (int32_t)(gi / n);
     const int32_t b = sel[gi * sel_stride + slot];
     const int64_t bucket = pf_bucket(b, g, i, qseq, pos, seq_blk_off, total_blocks, block);
@@ -253,17 +272,19 @@ __global__ void __launch_bounds__(PF_THREADS, 2) k_pf_attn(const pf_args a)
     kn_cp_async_wait<0>();
 }
 
-/* 5: one warp per (query, head): combine the valid slots of the query's selection row */
+/* 5: one warp per (query, head) of the rows not handled: combine the valid slots of its selection row */
 __global__ void k_pf_merge(const uint16_t *__restrict__ part_o, const float *__restrict__ part_l,
                            const int32_t *__restrict__ sel, int32_t sel_stride, int32_t ks,
                            const int64_t *__restrict__ pos, int32_t block, int32_t n, int32_t n_heads,
-                           int32_t n_kv, int32_t hpg, uint16_t *__restrict__ out)
+                           int32_t n_kv, int32_t hpg, const uint8_t *__restrict__ handled,
+                           uint16_t *__restrict__ out)
 {
     const int lane = threadIdx.x & 31;
     const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (item >= (int64_t)n * n_heads) return;
     const int32_t i = (int32_t)(item / n_heads), h = (int32_t)(item % n_heads);
     const int32_t g = h / hpg, row = h % hpg;
+    if (handled[(int64_t)g * n + i]) return;
     const int32_t *sr = sel + ((int64_t)g * n + i) * sel_stride;
     const int64_t own = pos[i] / block;
     const int64_t pr0 = ((int64_t)i * n_kv + g) * ks;
@@ -300,6 +321,14 @@ __global__ void k_pf_merge(const uint16_t *__restrict__ part_o, const float *__r
     *(uint2 *)dst = make_uint2(kn_pack_bf16(o[0] * inv, o[1] * inv), kn_pack_bf16(o[2] * inv, o[3] * inv));
 }
 
+/* An integer knob from the environment (unset or empty: dflt); read at each call like kn_cuda_knob. */
+static int pf_knob_int(const char *name, int dflt)
+{
+    const char *e = getenv(name);
+    if (!e || !e[0]) return dflt;
+    return atoi(e);
+}
+
 int kn_attn_prefill_supported(const struct kn_cuda_msa_shape *sh, int32_t sel_stride)
 {
     return sh->head_dim == AW_D && sh->block == PF_BLK && sh->n_heads / sh->n_kv <= 16 && sel_stride >= 1 &&
@@ -334,16 +363,26 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
         return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (prefill): %lld pairs", (long long)pairs);
     KN_CU(cudaMemsetAsync(w.counts, 0, (size_t)nb * 4, stream), "kn_cuda attention (prefill): memset");
     KN_CU(cudaMemsetAsync(w.fill, 0, (size_t)nb * 4, stream), "kn_cuda attention (prefill): memset");
+    /* rows no union tile covers (all, without the route) stay with the pair path */
+    KN_CU(cudaMemsetAsync(w.handled, 0, (size_t)sh->n_kv * qb->n, stream),
+          "kn_cuda attention (prefill): memset");
+    if (kn_cuda_knob("KN_CUDA_PREFILL_UNION", 1) && kn_pf_union_supported(sh, qb, ks)) {
+        const int32_t rc = kn_pf_union_launch(sh, qb, c, q, sel, sel_stride, ks,
+                                              pf_knob_int("KN_CUDA_UNION_MIN", KN_PF_UNION_MIN_EFF),
+                                              kn_cuda_knob("KN_CUDA_UNION_OVERLAP", KN_PF_UNION_OVERLAP), out,
+                                              w.handled, w.union_ws, stream, err);
+        if (rc) return rc;
+    }
     const unsigned pb = (unsigned)kn_cdiv(pairs, 256);
     k_pf_bucket<<<pb, 256, 0, stream>>>(sel, sel_stride, ks, qb->n, sh->n_kv, qb->qseq, qb->pos,
-                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.counts, w.offsets,
-                                        w.fill, w.list, 0);
+                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.handled, w.counts,
+                                        w.offsets, w.fill, w.list, 0);
     KN_LAUNCHED("kn_cuda attention (prefill count)");
     k_pf_scan<<<1, PF_SCAN_THREADS, 0, stream>>>(w.counts, nb, w.offsets, w.tile_off);
     KN_LAUNCHED("kn_cuda attention (prefill scan)");
     k_pf_bucket<<<pb, 256, 0, stream>>>(sel, sel_stride, ks, qb->n, sh->n_kv, qb->qseq, qb->pos,
-                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.counts, w.offsets,
-                                        w.fill, w.list, 1);
+                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.handled, w.counts,
+                                        w.offsets, w.fill, w.list, 1);
     KN_LAUNCHED("kn_cuda attention (prefill scatter)");
     k_pf_tiles<<<(unsigned)kn_cdiv(nb, 256), 256, 0, stream>>>(w.counts, w.offsets, w.tile_off, nb, w.tiles);
     KN_LAUNCHED("kn_cuda attention (prefill tiles)");
@@ -381,7 +420,7 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     const int64_t items = (int64_t)qb->n * sh->n_heads;
     k_pf_merge<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(w.part_o, w.part_l, sel, sel_stride, ks,
                                                                 qb->pos, sh->block, qb->n, sh->n_heads,
-                                                                sh->n_kv, a.hpg, (uint16_t *)out);
+                                                                sh->n_kv, a.hpg, w.handled, (uint16_t *)out);
     KN_LAUNCHED("kn_cuda attention (prefill merge)");
     return MM_OK;
 }

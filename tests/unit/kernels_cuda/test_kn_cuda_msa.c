@@ -662,11 +662,218 @@ static void test_topk_long(void)
     cudaFree(pos_d), cudaFree(sc_d), cudaFree(sel_d);
 }
 
+/* ---- sparse prefill: the tile-union route (kn_msa_prefill_union.cu) and the pair path it falls back to ----
+ */
+
+/* Random distinct blocks < own into row[from..to), avoiding those already in row[0..to). */
+static void pick_blocks(int32_t *row, int32_t from, int32_t to, int64_t own)
+{
+    for (int32_t j = from; j < to; j++) {
+        int32_t b, dup;
+        do {
+            b = (int32_t)(ct_next() % (uint64_t)own);
+            dup = 0;
+            for (int32_t m = 0; m < j; m++) dup |= row[m] == b;
+        } while (dup);
+        row[j] = b;
+    }
+}
+
+/* Selections [G][n][sel_stride] for prefill queries: per (sequence, group, 128-position tile) either a shared
+ * set (own block + earlier ones, each query swapping each with probability 0.08: the structured regime) or
+ * independent random blocks; ~5% of the non-own slots empty (-1); fewer blocks than k at the start of a
+ * sequence; the slots past topk hold valid-looking block ids that every kernel must ignore. */
+static void make_union_selection(const struct world *w, const struct qset *qs, int32_t *sel,
+                                 int32_t sel_stride)
+{
+    const int32_t G = w->sh.n_kv, K = w->sh.topk;
+    int32_t set[32];
+    for (int32_t g = 0; g < G; g++) {
+        int64_t set_key = -1;
+        for (int32_t i = 0; i < qs->n; i++) {
+            int32_t *row = sel + ((int64_t)g * qs->n + i) * sel_stride;
+            const int64_t own = qs->pos[i] / w->sh.block, tile = qs->pos[i] / 128;
+            const int32_t avail = own + 1 < K ? (int32_t)own + 1 : K;
+            const int structured = (qs->qseq[i] + g + tile) % 3 != 0;
+            const int64_t key = ((int64_t)qs->qseq[i] << 32) | tile;
+            if (key != set_key) { /* a new shared set for this tile */
+                set_key = key;
+                set[0] = (int32_t)own;
+                if (own + 1 <= K)
+                    for (int32_t j = 1; j < avail; j++) set[j] = (int32_t)own - j;
+                else
+                    pick_blocks(set, 1, avail, own);
+            }
+            row[0] = (int32_t)own;
+            if (structured) {
+                memcpy(row, set, sizeof(int32_t) * (size_t)avail);
+                row[0] = (int32_t)own; /* the tile's queries may sit in two blocks */
+                for (int32_t j = 1; j < avail; j++) {
+                    int dup = 0;
+                    for (int32_t m = 0; m < j; m++) dup |= row[m] == row[j];
+                    if (dup || row[j] >= own || (own + 1 > K && ct_uniform() < 0.08f))
+                        pick_blocks(row, j, j + 1, own);
+                }
+            } else if (own + 1 <= K) {
+                for (int32_t j = 1; j < avail; j++) row[j] = (int32_t)own - j;
+            } else {
+                pick_blocks(row, 1, avail, own);
+            }
+            for (int32_t j = 1; j < avail; j++)
+                if (ct_uniform() < 0.05f) row[j] = -1;
+            for (int32_t j = avail; j < K; j++) row[j] = -1;
+            for (int32_t j = K; j < sel_stride; j++) row[j] = (int32_t)(ct_next() % (uint64_t)(own + 1));
+        }
+    }
+}
+
+/* The route the union kernel must give each (group, query): 1 when its 8-query tile's union efficiency is at
+ * least min_eff percent (and the union has <= 128 blocks), as kn_msa_prefill_union.cu decides. Tiles are the
+ * qbatch plan's, cut into 8s from each tile's first query. */
+static int64_t expected_union_rows(const struct world *w, const struct qset *qs, const int32_t *sel,
+                                   int32_t sel_stride, int32_t min_eff, uint8_t *route)
+{
+    const int32_t G = w->sh.n_kv, K = w->sh.topk;
+    int32_t *off = ct_hmalloc(sizeof(int32_t) * (size_t)(w->n_seqs + 1));
+    int64_t *last = ct_hmalloc(sizeof(int64_t) * (size_t)w->n_seqs);
+    int32_t *tiles = ct_hmalloc(sizeof(int32_t) * 2 * (size_t)(qs->n + 1));
+    struct kn_cuda_qbatch qb;
+    struct mm_err err = {0};
+    CHECK(kn_cuda_qbatch_plan(qs->n, w->n_seqs, qs->qseq, qs->pos, w->sh.block, off, last, tiles, &qb,
+                              &err) == MM_OK);
+    int64_t taken = 0;
+    for (int32_t g = 0; g < G; g++)
+        for (int32_t t = 0; t < qb.n_tiles; t++)
+            for (int32_t o = 0; o * 8 < tiles[2 * t + 1]; o++) {
+                const int32_t i0 = tiles[2 * t] + 8 * o,
+                              cnt = tiles[2 * t + 1] - 8 * o < 8 ? tiles[2 * t + 1] - 8 * o : 8;
+                int32_t uni[2][8 * 32], nuni[2] = {0, 0}, all[8 * 32], nall = 0, pairs = 0;
+                for (int32_t q = 0; q < cnt; q++)
+                    for (int32_t j = 0; j < K; j++) {
+                        const int32_t b = sel[((int64_t)g * qs->n + i0 + q) * sel_stride + j];
+                        if (b < 0 || b > qs->pos[i0 + q] / w->sh.block) continue;
+                        pairs++;
+                        int in = 0;
+                        for (int32_t m = 0; m < nuni[q / 4]; m++) in |= uni[q / 4][m] == b;
+                        if (!in) uni[q / 4][nuni[q / 4]++] = b;
+                        in = 0;
+                        for (int32_t m = 0; m < nall; m++) in |= all[m] == b;
+                        if (!in) all[nall++] = b;
+                    }
+                const int32_t wsum = nuni[0] + nuni[1];
+                const int take = nall <= 128 && (wsum == 0 || pairs * 100 >= min_eff * 4 * wsum);
+                for (int32_t q = 0; q < cnt; q++) route[(int64_t)g * qs->n + i0 + q] = (uint8_t)take;
+                taken += take * cnt;
+            }
+    free(off), free(last), free(tiles);
+    return taken;
+}
+
+static void test_prefill_union(void)
+{
+    struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
+    static const int64_t len[] = {1, 100, 128, 129, 2049, 3001, 4100, 6000};
+    static const int32_t chunk[] = {1,   37, 128, 9,
+                                    100, 73, 90,  64}; /* 502 queries, tiles not multiples of 8 */
+    struct world w;
+    world_make(&w, &sh, 8, len, 0);
+    int32_t n = 0;
+    for (int32_t s = 0; s < 8; s++) n += chunk[s];
+    int32_t *qseq = ct_hmalloc(sizeof(int32_t) * (size_t)n);
+    int64_t *pos = ct_hmalloc(sizeof(int64_t) * (size_t)n);
+    for (int32_t s = 0, t = 0; s < 8; s++)
+        for (int32_t k = 0; k < chunk[s]; k++, t++) qseq[t] = s, pos[t] = len[s] - chunk[s] + k;
+    struct qset qs;
+    qset_make(&qs, &w, n, qseq, pos);
+    const int32_t H = sh.n_heads, D = sh.head_dim, G = sh.n_kv, sel_stride = sh.topk + 3;
+    const int64_t nout = (int64_t)n * H * D, nsel = (int64_t)G * n * sel_stride;
+    int32_t *sel = ct_hmalloc(sizeof(int32_t) * (size_t)nsel);
+    make_union_selection(&w, &qs, sel, sel_stride);
+    float *q = ct_hmalloc(sizeof(float) * (size_t)nout), *ref = ct_hmalloc(sizeof(float) * (size_t)nout);
+    uint16_t *qb16 = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
+    ct_fill_normal(q, nout, 1.0f);
+    ct_to_bf16(q, qb16, nout);
+    ct_from_bf16(qb16, q, nout);
+    cpu_attention(&w, &qs, q, sel, sel_stride, ref);
+    void *q_d = ct_upload(qb16, sizeof(uint16_t) * (size_t)nout);
+    int32_t *sel_d = ct_upload(sel, sizeof(int32_t) * (size_t)nsel);
+    void *o_d = ct_dmalloc(sizeof(uint16_t) * (size_t)nout);
+    size_t wsb = kn_cuda_msa_attention_ws(&sh, &qs.qb, sel_stride, KN_PATH_PREFILL);
+    void *ws = ct_dmalloc(wsb);
+    printf("[prefill union] %d queries in %d sequences, %d tiles\n", n, w.n_seqs, qs.qb.n_tiles);
+
+    /* routes: pair path only; union for every tile; union at 50 %; union kernel handing everything back;
+     * the default; the union kernel's overlapped variant everywhere and at 50 % */
+    enum { NR = 7 };
+    static const char *names[NR] = {"pairs only",           "union everywhere", "union >= 50%",
+                                    "union declines all",   "default",          "union everywhere, overlap",
+                                    "union >= 50%, overlap"};
+    static const char *k_union[NR] = {"0", NULL, NULL, NULL, NULL, NULL, NULL};
+    static const char *k_min[NR] = {NULL, "0", "50", "101", NULL, "0", "50"};
+    static const char *k_ovl[NR] = {NULL, "0", "0", "0", NULL, "1", "1"};
+    uint16_t *got[NR];
+    float *gotf = ct_hmalloc(sizeof(float) * (size_t)nout);
+    for (int r = 0; r < NR; r++) {
+        if (k_union[r]) setenv("KN_CUDA_PREFILL_UNION", k_union[r], 1);
+        if (k_min[r]) setenv("KN_CUDA_UNION_MIN", k_min[r], 1);
+        if (k_ovl[r]) setenv("KN_CUDA_UNION_OVERLAP", k_ovl[r], 1);
+        CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
+        CT_CU(cudaMemset(ws, 0x5a, wsb)); /* stale flags must not matter */
+        struct mm_err err = {0};
+        int32_t rc = kn_cuda_msa_attention(&sh, &qs.qb, &w.c, q_d, sel_d, sel_stride, o_d, ws, wsb,
+                                           KN_PATH_PREFILL, 0, &err);
+        unsetenv("KN_CUDA_PREFILL_UNION");
+        unsetenv("KN_CUDA_UNION_MIN");
+        unsetenv("KN_CUDA_UNION_OVERLAP");
+        CHECK_MSG(rc == MM_OK, "prefill attention (%s): %s", names[r], err.msg);
+        got[r] = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
+        ct_download(got[r], o_d, sizeof(uint16_t) * (size_t)nout);
+        ct_from_bf16(got[r], gotf, nout);
+        double mx = 0, rel = ct_rel_err(gotf, ref, nout, &mx);
+        CHECK_MSG(rel <= 1e-2 && mx <= 0.08, "[prefill union] %s: rel err %.3g, max abs %.3g", names[r], rel,
+                  mx);
+        printf("  sparse attention prefill, %-26s: rel err %.3g, max abs %.3g\n", names[r], rel, mx);
+    }
+    /* each (query, group) row took the route its tile's efficiency says: bitwise the union-everywhere output
+     * or the pairs-only one (both deterministic), and the two differ somewhere (else this proves nothing) */
+    uint8_t *route = ct_hmalloc((size_t)G * n);
+    const int64_t taken = expected_union_rows(&w, &qs, sel, sel_stride, 50, route);
+    int64_t wrong = 0, wrong_declined = 0, rows_differ = 0;
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t g = 0; g < G; g++) {
+            const size_t at = ((size_t)i * H + (size_t)g * (H / G)) * D,
+                         len_b = sizeof(uint16_t) * (size_t)(H / G) * D;
+            const uint16_t *want = route[(int64_t)g * n + i] ? got[1] + at : got[0] + at;
+            wrong += memcmp(got[2] + at, want, len_b) != 0;
+            wrong_declined += memcmp(got[3] + at, got[0] + at, len_b) != 0;
+            rows_differ += memcmp(got[1] + at, got[0] + at, len_b) != 0;
+        }
+    CHECK_MSG(taken > 0 && taken < (int64_t)G * n,
+              "[prefill union] the batch should mix routes: %lld of %lld rows union", (long long)taken,
+              (long long)G * n);
+    CHECK_MSG(rows_differ > 0,
+              "[prefill union] union and pair outputs never differ: the route check is void");
+    CHECK_MSG(wrong == 0, "[prefill union] %lld (query, group) rows did not take their tile's route",
+              (long long)wrong);
+    CHECK_MSG(wrong_declined == 0,
+              "[prefill union] %lld rows differ from the pair path when the union declines all",
+              (long long)wrong_declined);
+    printf("  routes: %lld of %lld (query, group) rows by union at 50%%, %lld rows wrong; union vs pairs "
+           "differ in %lld rows\n",
+           (long long)taken, (long long)G * n, (long long)wrong, (long long)rows_differ);
+    for (int r = 0; r < NR; r++) free(got[r]);
+    free(gotf), free(route), free(sel), free(q), free(ref), free(qb16), free(qseq), free(pos);
+    cudaFree(q_d), cudaFree(sel_d), cudaFree(o_d), cudaFree(ws);
+    qset_free(&qs);
+    world_free(&w);
+}
+
 int main(void)
 {
     ct_require_gpu();
     ct_seed(20261130);
     test_topk_long();
+    test_prefill_union();
     {
         /* M3: 64 heads, 4 KV groups, head_dim 128, index 4 x 128, block 128, top-16 */
         struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
@@ -690,19 +897,6 @@ int main(void)
         world_free(&w);
     }
     {
-        /* the tiny checkpoint: 8 heads, 2 groups, head_dim 32, index 2 x 32, block 16, top-4 */
-        struct kn_cuda_msa_shape sh = {8, 2, 32, 2, 32, 16, 4, 1, 0.17677669529663687f};
-        static const int64_t len[] = {1, 15, 16, 17, 40, 130, 333};
-        static const int32_t chunk[] = {1, 15, 0, 17, 40, 30, 70};
-        for (int f32 = 0; f32 < 2; f32++) {
-            struct world w;
-            world_make(&w, &sh, 7, len, f32);
-            run_decode(&w, f32 ? "tiny f32 decode" : "tiny decode", 1, 0, 0);
-            run_prefill(&w, chunk, f32 ? "tiny f32 prefill" : "tiny prefill", 1, 0, 0);
-            world_free(&w);
-        }
-    }
-    {
         /* M3, decode batches of 1 and 2: the fused route's widest splits (8, or 16 in non-portable
          * clusters: one page per CTA), a context that is not a multiple of the block, and one with fewer
          * blocks than k (splits without pages) */
@@ -718,6 +912,19 @@ int main(void)
         world_make(&w, &sh, 2, len3, 0);
         run_decode(&w, "m3 decode batch 2", 1, 1, 1);
         world_free(&w);
+    }
+    {
+        /* the tiny checkpoint: 8 heads, 2 groups, head_dim 32, index 2 x 32, block 16, top-4 */
+        struct kn_cuda_msa_shape sh = {8, 2, 32, 2, 32, 16, 4, 1, 0.17677669529663687f};
+        static const int64_t len[] = {1, 15, 16, 17, 40, 130, 333};
+        static const int32_t chunk[] = {1, 15, 0, 17, 40, 30, 70};
+        for (int f32 = 0; f32 < 2; f32++) {
+            struct world w;
+            world_make(&w, &sh, 7, len, f32);
+            run_decode(&w, f32 ? "tiny f32 decode" : "tiny decode", 1, 0, 0);
+            run_prefill(&w, chunk, f32 ? "tiny f32 prefill" : "tiny prefill", 1, 0, 0);
+            world_free(&w);
+        }
     }
     {
         /* M3 with two local blocks forced (index_local_blocks 2) and top-k 12 */

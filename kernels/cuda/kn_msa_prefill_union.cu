@@ -1,0 +1,559 @@
+/* Sparse prefill attention, tile-union route (sm_90a, wgmma). Neighbouring queries of a trained model select
+ * mostly the same blocks, so the work unit ("item") is 8 consecutive queries of one sequence and one KV group
+ * (128 rows: 8 queries x 16 heads) with the union of their selected blocks (deduplicated, ascending, with a
+ * bit mask of the queries that chose each block): the union's K/V blocks are streamed once through a 3-stage
+ * shared-memory ring and each query's normalized output is written once: no partial outputs, no merge.
+ *
+ * Two kernels:
+ *   plan   one small CTA per item: builds the union, decides the route, writes the item's header and union
+ *          list to the workspace and handled[g][i] for its queries (the pair path takes the rest).
+ *   union  a persistent grid (one CTA per SM, items round-robin, so the union building, the Q loads and the
+ *          ring's fill of the next item overlap the current one instead of costing each item a start).
+ * In the union kernel, warps 0-3 and 4-7 are two consumer warpgroups of 64 rows (4 queries x 16 heads; warp w
+ * holds query w of the item, which makes every per-query decision warp-uniform). For each union block a
+ * warpgroup computes S = Q K^T (wgmma m64n128k16, Q and K K-major in 128B-swizzled smem), masks the rows of
+ * queries that did not choose the block (their P is zero) and the token-level causal mask, runs the online
+ * softmax in the log2 domain, and accumulates O += P V (P from registers, V MN-major in smem). A warpgroup
+ * none of whose 4 queries chose a block skips it. Warps 8-11 are the producer warpgroup: cp.async copies of
+ * each warpgroup's Q and of K and V (zero-filled past the last written token, so stale cache rows never reach
+ * P V), each completing on an mbarrier; consumers release a stage on its "empty" mbarrier (one arrival per
+ * warp) and their Q after their last score product of the item, so the two warpgroups drift apart by up to
+ * the ring depth instead of running in lockstep. 12 warps would leave 168 registers per thread (3 warps per
+ * SM sub-partition) and the consumers need ~190: setmaxnreg moves registers from the producers (48) to the
+ * consumers (224). The consumer has an intra-warpgroup overlap variant (OVERLAP = 1,
+ * KN_CUDA_UNION_OVERLAP=1): correct, measured 10-15 % slower on an H200, so off by default
+ * (docs/design/cuda.md, "wgmma prefill").
+ *
+ * An item pays for every union block with all 4 queries of a warpgroup, so it only wins when the queries
+ * share their blocks. efficiency = selected pairs / (4 x (blocks of warpgroup 0 + blocks of warpgroup 1));
+ * an item below the threshold (or with more than 128 union blocks) is left to the KV-block-major pair path
+ * (kn_msa_prefill.cu). Shapes: head_dim 128, block 128, 16 heads per group, ks <= 32. */
+#include "kn_msa_prefill_union.cuh"
+#include "kn_wgmma.cuh"
+
+#define PU_Q 8
+#define PU_THREADS 384 /* 2 consumer warpgroups + 1 producer warpgroup */
+#define PU_PRODUCER 8  /* first producer warp */
+#define PU_STAGES 3
+#define PU_UMAX 128
+#define PU_BLK 128
+#define PU_KV_BYTES (PU_BLK * 256)       /* one K or V block: 128 rows of 128 bf16 */
+#define PU_STAGE_BYTES (2 * PU_KV_BYTES) /* K then V */
+#define PU_QWG_BYTES (64 * 256)          /* one warpgroup's Q: 64 rows */
+#define PU_PLAN_THREADS 256              /* >= PU_Q * ks */
+/* shared memory: mbarriers and the per-stage (block, mask) words, then (1024-aligned) Q and the stages */
+#define PU_BAR_FULL 0
+#define PU_BAR_EMPTY (8 * PU_STAGES)
+#define PU_BAR_QFULL (16 * PU_STAGES)
+#define PU_BAR_QEMPTY (16 * PU_STAGES + 16)
+#define PU_META (16 * PU_STAGES + 32)
+#define PU_HEAD_BYTES (PU_META + 8 * PU_STAGES)
+#define PU_SMEM (PU_HEAD_BYTES + 1024 + 2 * PU_QWG_BYTES + PU_STAGES * PU_STAGE_BYTES)
+
+/* Workspace: item headers int4 [n_items] (x first query, y queries (<= 8), z union blocks (-1: not this
+ * route), w last union index that warpgroup 0 (+1, low 16 bits) and 1 (+1, high 16 bits) uses), then the
+ * union lists int4 [n_items][PU_UMAX] (x block, y page, z query mask (bits 0-7) | valid rows << 8). */
+struct pu_args {
+    const uint16_t *q;
+    const int32_t *sel;
+    int32_t sel_stride, ks;
+    const int32_t *tiles, *qseq;
+    const int64_t *pos, *seq_last;
+    const int32_t *bt;
+    int32_t bt_stride;
+    const uint16_t *kc, *vc;
+    int32_t n, n_heads, n_kv, min_eff;
+    int32_t n_oct, n_items; /* items: n_kv groups x n_oct query octets, group-major */
+    float scale_log2;
+    uint16_t *out;
+    uint8_t *handled;
+    int4 *hdr, *uarr;
+};
+
+__device__ __forceinline__ void pu_cp_async_wait_all(void)
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+template <int N> __device__ __forceinline__ void pu_setmaxnreg_inc(void)
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+template <int N> __device__ __forceinline__ void pu_setmaxnreg_dec(void)
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/* ---- plan: one CTA per item ---- */
+
+__global__ void __launch_bounds__(PU_PLAN_THREADS) k_pf_union_plan(const pu_args a)
+{
+    __shared__ int32_t cand[PU_PLAN_THREADS];
+    __shared__ uint32_t cinfo[PU_PLAN_THREADS];
+    __shared__ int32_t last[2];
+    const int tid = threadIdx.x;
+    const int32_t oct = (int32_t)blockIdx.x, g = (int32_t)blockIdx.y, item = g * a.n_oct + oct;
+    const int32_t tile = oct >> 3, sub = oct & 7;
+    const int32_t tcnt = a.tiles[2 * tile + 1];
+    const int32_t i0 = a.tiles[2 * tile] + sub * PU_Q, cnt = min(PU_Q, tcnt - sub * PU_Q);
+    if (cnt <= 0) {
+        if (tid == 0) a.hdr[item] = make_int4(0, 0, -1, 0);
+        return;
+    }
+    const int32_t ks = a.ks, nc = PU_Q * ks, seq = a.qseq[i0];
+    if (tid < 2) last[tid] = -1;
+    /* 1. candidates: every valid selected block of the 8 queries (-1 otherwise) */
+    int32_t b = -1;
+    if (tid < nc) {
+        const int32_t jq = tid / ks, slot = tid - jq * ks;
+        if (jq < cnt) {
+            const int32_t i = i0 + jq;
+            const int32_t x = a.sel[((int64_t)g * a.n + i) * a.sel_stride + slot];
+            if (x >= 0 && (int64_t)x <= a.pos[i] / PU_BLK) b = x;
+        }
+        cand[tid] = b;
+    }
+    __syncthreads();
+    /* 2. first occurrence of each block and the mask of the queries that chose it */
+    uint32_t info = 0;
+    if (tid < nc) {
+        if (b >= 0) {
+            uint32_t mask = 0, first = 1;
+            for (int32_t k = 0; k < nc; k++)
+                if (cand[k] == b) {
+                    mask |= 1u << (k / ks);
+                    if (k < tid) first = 0;
+                }
+            info = mask | (first << 31);
+        }
+        cinfo[tid] = info;
+    }
+    __syncthreads();
+    /* 3. each first occurrence's rank among the distinct blocks = its place in the ascending union */
+    const int first = (int)(info >> 31);
+    int32_t rank = 0;
+    if (first) {
+        for (int32_t k = 0; k < nc; k++) rank += (cinfo[k] >> 31) && cand[k] < b;
+        if (info & 0x0Fu) atomicMax(&last[0], rank);
+        if (info & 0xF0u) atomicMax(&last[1], rank);
+    }
+    const int nu = __syncthreads_count(first);
+    const int pairs = __syncthreads_count(b >= 0);
+    const int u0 = __syncthreads_count(first && (info & 0x0Fu)),
+              u1 = __syncthreads_count(first && (info & 0xF0u));
+    const int take = nu <= PU_UMAX && (u0 + u1 == 0 || pairs * 100 >= a.min_eff * 4 * (u0 + u1));
+    if (tid < cnt) a.handled[(int64_t)g * a.n + i0 + tid] = (uint8_t)take;
+    if (take && first) {
+        const int32_t page = a.bt[(int64_t)seq * a.bt_stride + b];
+        int64_t valid = a.seq_last[seq] - (int64_t)b * PU_BLK + 1;
+        valid = page < 0 ? 0 : valid < PU_BLK ? valid : PU_BLK;
+        a.uarr[(int64_t)item * PU_UMAX + rank] =
+            make_int4(b, page < 0 ? 0 : page, (int32_t)((info & 0xFFu) | ((uint32_t)valid << 8)), 0);
+    }
+    if (tid == 0) a.hdr[item] = make_int4(i0, cnt, take ? nu : -1, (last[0] + 1) | ((last[1] + 1) << 16));
+}
+
+/* ---- the persistent union kernel ---- */
+
+/* Producer: warpgroup w's Q of an item (rows 4w.. of the item's queries x 16 heads), then arrive on qfull. */
+__device__ __forceinline__ void pu_load_q(const pu_args &a, int32_t g, int32_t i0, int32_t cnt, int w,
+                                          uint32_t qw_s, uint32_t bar, int pt)
+{
+    const int c = pt & 15;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int r = (pt >> 4) + 8 * j, rq = 4 * w + (r >> 4);
+        const bool ok = rq < cnt;
+        const uint16_t *src =
+            ok ? a.q + ((int64_t)(i0 + rq) * a.n_heads + (int64_t)g * 16 + (r & 15)) * 128 + c * 8 : a.q;
+        kn_cp_async16(qw_s + wg_sw128_off(r, c, 64), src, ok ? 16 : 0);
+    }
+    mb_arrive_cp_async(bar);
+}
+
+/* The producer warpgroup (thread pt of 128): for each item, its first two union blocks, both Q tiles (once
+ * the consumers are done with the previous ones), the other blocks. Thread pt copies 16-byte chunk
+ * c = pt % 16 of rows r0 + 8j (r0 = pt / 16): the same swizzled column for all its rows, so each copy is a
+ * constant offset from the last. Thread 0 also copies the block id and query mask into the stage's words. */
+__device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s, int pt)
+{
+    const int c = pt & 15, r0 = pt >> 4;
+    const int64_t tok8 = (int64_t)a.n_kv * 256 * 8; /* bytes from a token's K row to the row 8 tokens on */
+    const uint32_t dst0 = wg_sw128_off(r0, c, PU_BLK);
+    int s = 0;
+    uint32_t ph = 0;
+    int32_t blocks = 0, items = 0;
+    for (int32_t item = blockIdx.x; item < a.n_items; item += gridDim.x) {
+        const int4 h = a.hdr[item];
+        if (h.z < 0) continue;
+        const int32_t g = item / a.n_oct, nu = h.z, pre = nu < 2 ? nu : 2;
+        const int64_t off0 = ((int64_t)r0 * a.n_kv + g) * 256 + c * 16; /* in a page, from its base */
+        const int4 *ua = a.uarr + (int64_t)item * PU_UMAX;
+        for (int32_t u = 0; u <= nu; u++) {
+            if (u == pre) { /* Q after the first blocks: they go into stages freed during the last item */
+                for (int w = 0; w < 2; w++) {
+                    if (items > 0) mb_wait(s0 + PU_BAR_QEMPTY + 8 * w, (uint32_t)(items - 1) & 1u);
+                    pu_load_q(a, g, h.x, h.y, w, q_s + (uint32_t)w * PU_QWG_BYTES, s0 + PU_BAR_QFULL + 8 * w,
+                              pt);
+                }
+            }
+            if (u == nu) break;
+            if (blocks >= PU_STAGES) mb_wait(s0 + PU_BAR_EMPTY + 8 * s, ph ^ 1u); /* its last use is done */
+            const int4 e = ua[u];
+            if (pt == 0) {
+                kn_cp_async4(s0 + PU_META + 8 * s, &ua[u].x);
+                kn_cp_async4(s0 + PU_META + 8 * s + 4, &ua[u].z);
+            }
+            const int64_t page_off = (int64_t)e.y * PU_BLK * a.n_kv * 256 + off0;
+            const int valid = (e.z >> 8) & 0xFF;
+            const uint8_t *kb = (const uint8_t *)a.kc + page_off, *vb = (const uint8_t *)a.vc + page_off;
+            const uint32_t st = kv_s + (uint32_t)s * PU_STAGE_BYTES + dst0;
+#pragma unroll
+            for (int j = 0; j < PU_BLK / 8; j++) {
+                const bool ok = r0 + 8 * j < valid;
+                kn_cp_async16(st + j * 1024, ok ? kb + j * tok8 : (const uint8_t *)a.kc, ok ? 16 : 0);
+                kn_cp_async16(st + PU_KV_BYTES + j * 1024, ok ? vb + j * tok8 : (const uint8_t *)a.kc,
+                              ok ? 16 : 0);
+            }
+            mb_arrive_cp_async(s0 + PU_BAR_FULL + 8 * s);
+            if (++s == PU_STAGES) s = 0, ph ^= 1u;
+            blocks++;
+        }
+        items++;
+    }
+    pu_cp_async_wait_all();
+}
+
+/* Online softmax of one warp's 16 x 128 raw scores (its query's 16 heads; rows gid and gid + 8 per lane), the
+ * running max m kept in the log2 domain (scale * log2 e folded in; scale > 0, so the max of the raw scores
+ * scaled is the max of the scaled scores): keys past column rel are masked (only the query's own block has
+ * any: MASK = 0 skips the test when rel says the whole block is visible); sc becomes the probabilities, l the
+ * running sums, corr the factor the output accumulated so far must be scaled by. The scaling and the max
+ * subtraction are one FFMA per score. */
+template <int MASK>
+__device__ __forceinline__ void pu_softmax(float (&sc)[64], int rel, float scale_log2, int tig, float (&m)[2],
+                                           float (&l)[2], float (&corr)[2])
+{
+    float mx[2] = {-INFINITY, -INFINITY};
+    if (MASK || rel < PU_BLK - 1) {
+#pragma unroll
+        for (int e = 0; e < 64; e++) {
+            const int col = (e >> 2) * 8 + 2 * tig + (e & 1);
+            sc[e] = col <= rel ? sc[e] : -INFINITY;
+            mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], sc[e]);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 64; e++) mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], sc[e]);
+    }
+    float msafe[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+        const float mnew = fmaxf(m[hh], mx[hh] * scale_log2);
+        msafe[hh] = mnew == -INFINITY ? 0.0f : mnew;
+        corr[hh] = exp2f(m[hh] - msafe[hh]);
+        m[hh] = mnew;
+        l[hh] *= corr[hh];
+    }
+#pragma unroll
+    for (int e = 0; e < 64; e++) {
+        const float p = exp2f(fmaf(sc[e], scale_log2, -msafe[(e >> 1) & 1]));
+        sc[e] = p;
+        l[(e >> 1) & 1] += p;
+    }
+}
+
+__device__ __forceinline__ void pu_rescale(float (&o)[64], const float (&corr)[2])
+{
+#pragma unroll
+    for (int e = 0; e < 64; e++) o[e] *= corr[(e >> 1) & 1];
+}
+
+/* Probabilities (score accumulator layout) -> the A fragments of P V: keys 16kk.. of rows gid, gid + 8. */
+__device__ __forceinline__ void pu_pack_p(const float (&sc)[64], uint32_t (&pa)[8][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        pa[kk][0] = kn_pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
+        pa[kk][1] = kn_pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
+        pa[kk][2] = kn_pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
+        pa[kk][3] = kn_pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+}
+
+__device__ __forceinline__ void pu_issue_s(float (&sc)[64], uint32_t qw_s, uint32_t k_s)
+{
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wg_mma_ss(sc, wg_desc_kmajor(qw_s, 64, kk), wg_desc_kmajor(k_s, PU_BLK, kk), kk > 0);
+    wg_commit();
+}
+
+__device__ __forceinline__ void pu_issue_pv(float (&o)[64], const uint32_t (&pa)[8][4], uint32_t v_s)
+{
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) wg_mma_rs_tb(o, pa[kk], wg_desc_mnmajor(v_s, PU_BLK, kk), 1);
+    wg_commit();
+}
+
+/* A consumer warp (of 8): for each item, its warpgroup's share of the union blocks, then its query's output.
+ * OVERLAP = 0: each block's score product, softmax and value product in turn. OVERLAP = 1: the value product
+ * of a block runs on the tensor cores while the next block's softmax runs (FA3's intra-warpgroup overlap):
+ * issue S(u) and P V(previous), wait for S(u), softmax, wait for P V, rescale O, pack P(u). The previous
+ * block's stage is released only after its value product, so a warpgroup holds two stages; when its next
+ * block is PU_STAGES or more blocks ahead, the pending product is finished first (its stage is the one that
+ * block needs, and the producer could not fill it). */
+template <int OVERLAP>
+__device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s,
+                                           int warp, int lane)
+{
+    const int wg = warp >> 2, qi = warp, gid = lane >> 2, tig = lane & 3; /* qi: this warp's query */
+    const uint32_t qw_s = q_s + (uint32_t)wg * PU_QWG_BYTES, wmask = 0xFu << (4 * wg);
+    const uint32_t bar_qe = s0 + PU_BAR_QEMPTY + 8 * wg;
+    int s = 0;
+    uint32_t ph = 0;
+    int32_t items = 0;
+    for (int32_t item = blockIdx.x; item < a.n_items; item += gridDim.x) {
+        const int4 h = a.hdr[item];
+        if (h.z < 0) continue;
+        const int32_t g = item / a.n_oct, i0 = h.x, nu = h.z;
+        const int32_t last_w = ((h.w >> (16 * wg)) & 0xFFFF) - 1; /* this warpgroup's last block (-1: none) */
+        const bool qvalid = qi < h.y;
+        const int64_t qpos = qvalid ? a.pos[i0 + qi] : -1;
+        mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
+        wg_fence_proxy_async();
+        if (last_w < 0) { /* nothing to do with this Q */
+            __syncwarp();
+            if (lane == 0) mb_arrive(bar_qe);
+        }
+        float o[64];
+#pragma unroll
+        for (int e = 0; e < 64; e++) o[e] = 0.0f;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        uint32_t pa[8][4];
+        int32_t pend = -1; /* OVERLAP: the block whose value product is still to run or running */
+        uint32_t pend_s = 0;
+        for (int32_t u = 0; u < nu; u++) {
+            const uint32_t k_s = kv_s + (uint32_t)s * PU_STAGE_BYTES, v_s = k_s + PU_KV_BYTES;
+            if (OVERLAP && pend >= 0 && u - pend >= PU_STAGES) {
+                wg_touch(o);
+                wg_fence();
+                pu_issue_pv(o, pa, kv_s + pend_s * PU_STAGE_BYTES + PU_KV_BYTES);
+                wg_wait<0>();
+                wg_touch(o);
+                __syncwarp();
+                if (lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * pend_s);
+                pend = -1;
+            }
+            mb_wait(s0 + PU_BAR_FULL + 8 * s, ph);
+            uint32_t blk, uin;
+            asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                         : "=r"(blk), "=r"(uin)
+                         : "r"(s0 + PU_META + 8 * s));
+            /* warpgroup-uniform; a vote, so that the compiler knows the branch does not diverge */
+            if (__any_sync(0xffffffffu, (uin & wmask) != 0)) {
+                wg_fence_proxy_async(); /* the producer's cp.async writes (generic proxy) before wgmma reads
+                                         */
+                float sc[64];
+                if (OVERLAP) { /* no pending block: its value product below runs with zero P */
+                    const uint32_t keep = pend >= 0 ? 0xffffffffu : 0u; /* a mask, not a branch */
+#pragma unroll
+                    for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) pa[kk][j] &= keep;
+                }
+                wg_touch(sc);
+                wg_touch(o);
+                wg_fence();
+                pu_issue_s(sc, qw_s, k_s);
+                if (OVERLAP) { /* the previous block's value product, unconditional (zero P if none) */
+                    pu_issue_pv(o, pa,
+                                kv_s + (pend >= 0 ? pend_s : (uint32_t)s) * PU_STAGE_BYTES + PU_KV_BYTES);
+                    wg_wait<1>();
+                } else {
+                    wg_wait<0>();
+                }
+                wg_touch(sc);
+                /* warp-uniform: did this warp's query choose the block? */
+                const bool mine = qvalid && ((uin >> qi) & 1u);
+                /* keys the query sees: columns <= rel (a chosen block never starts after it); -1: none */
+                const int64_t rel64 = mine ? qpos - (int64_t)blk * PU_BLK : -1;
+                const int rel = rel64 < PU_BLK ? (int)rel64 : PU_BLK;
+                float corr[2] = {1.0f, 1.0f};
+                if (OVERLAP) {
+                    /* no divergent code while the value product runs (ptxas would serialize the wgmma):
+                     * every warp runs the softmax, a warp whose query did not choose the block on -inf */
+                    pu_softmax<1>(sc, rel, a.scale_log2, tig, m, l, corr);
+                    wg_wait<0>();
+                    wg_touch(o);
+                    __syncwarp();
+                    if (pend >= 0 && lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * pend_s);
+                    if (u == last_w) { /* Q is free for the next item */
+                        __syncwarp();
+                        if (lane == 0) mb_arrive(bar_qe);
+                    }
+                    pu_rescale(o, corr);
+                    pu_pack_p(sc, pa);
+                    pend = u;
+                    pend_s = (uint32_t)s;
+                } else {
+                    if (u == last_w) { /* Q is free for the next item */
+                        __syncwarp();
+                        if (lane == 0) mb_arrive(bar_qe);
+                    }
+                    if (mine) {
+                        pu_softmax<0>(sc, rel, a.scale_log2, tig, m, l, corr);
+                        /* the max rarely moves after the first blocks: skip the 64 multiplies then */
+                        if (!__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f)) pu_rescale(o, corr);
+                        pu_pack_p(sc, pa);
+                    } else {
+#pragma unroll
+                        for (int kk = 0; kk < 8; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+                    }
+                    wg_touch(o);
+                    wg_fence();
+                    pu_issue_pv(o, pa, v_s);
+                    wg_wait<0>();
+                    wg_touch(o);
+                    __syncwarp();
+                    if (lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * s);
+                }
+            } else {
+                __syncwarp();
+                if (lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * s);
+            }
+            if (++s == PU_STAGES) s = 0, ph ^= 1u;
+        }
+        if (OVERLAP) {
+            /* the last value product, unconditional (with zero P when there is none: every stage holds finite
+             * data, see the kernel's start), since ptxas serializes wgmma behind a divergent branch here */
+            const uint32_t keep = pend >= 0 ? 0xffffffffu : 0u; /* a mask, not a branch */
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) pa[kk][j] &= keep;
+            wg_touch(o);
+            wg_fence();
+            pu_issue_pv(o, pa, kv_s + (pend >= 0 ? pend_s : 0u) * PU_STAGE_BYTES + PU_KV_BYTES);
+            wg_wait<0>();
+            wg_touch(o);
+            __syncwarp();
+            if (pend >= 0 && lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * pend_s);
+        }
+        items++;
+        if (!qvalid) continue;
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+            const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
+            uint16_t *dst =
+                a.out + ((int64_t)(i0 + qi) * a.n_heads + (int64_t)g * 16 + gid + 8 * hh) * 128 + 2 * tig;
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++)
+                *(uint32_t *)(dst + nt * 8) =
+                    kn_pack_bf16(o[4 * nt + 2 * hh] * inv, o[4 * nt + 2 * hh + 1] * inv);
+        }
+    }
+}
+
+template <int OVERLAP> __global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
+{
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t s0 = kn_smem_addr(smem);
+    const uint32_t q_s = (s0 + PU_HEAD_BYTES + 1023u) & ~1023u, kv_s = q_s + 2 * PU_QWG_BYTES;
+    /* stages start as zeros, so that a product over a stage the producer has not filled yet (the overlap
+     * variant's zero-P value product) never meets NaN bit patterns */
+    for (int32_t k = tid; k < PU_STAGES * PU_STAGE_BYTES / 16; k += PU_THREADS)
+        *(uint4 *)(smem + (kv_s - s0) + 16 * k) = make_uint4(0u, 0u, 0u, 0u);
+    wg_fence_proxy_async();
+    if (tid == 0) {
+        for (int s = 0; s < PU_STAGES; s++) {
+            mb_init(s0 + PU_BAR_FULL + 8 * s, 128); /* every producer thread, through cp.async */
+            mb_init(s0 + PU_BAR_EMPTY + 8 * s, 8);  /* one arrival per consumer warp */
+        }
+        for (int w = 0; w < 2; w++) {
+            mb_init(s0 + PU_BAR_QFULL + 8 * w, 128); /* every producer thread, through cp.async */
+            mb_init(s0 + PU_BAR_QEMPTY + 8 * w, 4);  /* the warpgroup's warps */
+        }
+    }
+    __syncthreads();
+    if (warp >= PU_PRODUCER) {
+        pu_setmaxnreg_dec<48>();
+        pu_produce(a, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
+    } else {
+        pu_setmaxnreg_inc<224>();
+        pu_consume<OVERLAP>(a, s0, q_s, kv_s, warp, lane);
+    }
+}
+
+/* ---- host ---- */
+
+static int32_t pu_items(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
+{
+    return qb->n_tiles * (KN_CUDA_QTILE / PU_Q) * sh->n_kv;
+}
+
+int kn_pf_union_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb, int32_t ks)
+{
+    static int smem_ok = -1; /* the device's opt-in shared memory per block holds the ring */
+    if (smem_ok < 0) {
+        int dev = 0, v = 0;
+        smem_ok = cudaGetDevice(&dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                  v >= PU_SMEM;
+    }
+    return smem_ok && sh->head_dim == 128 && sh->block == PU_BLK && sh->n_heads == 16 * sh->n_kv &&
+           sh->scale > 0 && ks >= 1 && PU_Q * ks <= PU_PLAN_THREADS && qb->tiles && qb->n_tiles > 0 &&
+           (int64_t)qb->n_tiles * (KN_CUDA_QTILE / PU_Q) * sh->n_kv < INT32_MAX / PU_UMAX;
+}
+
+size_t kn_pf_union_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
+{
+    if (!qb->n_tiles) return 0;
+    return (size_t)pu_items(sh, qb) * sizeof(int4) * (1 + PU_UMAX);
+}
+
+int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                           const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
+                           int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,
+                           uint8_t *handled, void *ws, cudaStream_t stream, struct mm_err *err)
+{
+    pu_args a;
+    a.q = (const uint16_t *)q;
+    a.sel = sel;
+    a.sel_stride = sel_stride;
+    a.ks = ks;
+    a.tiles = qb->tiles;
+    a.qseq = qb->qseq;
+    a.pos = qb->pos;
+    a.seq_last = qb->seq_last;
+    a.bt = qb->block_table;
+    a.bt_stride = qb->bt_stride;
+    a.kc = (const uint16_t *)c->k;
+    a.vc = (const uint16_t *)c->v;
+    a.n = qb->n;
+    a.n_heads = sh->n_heads;
+    a.n_kv = sh->n_kv;
+    a.min_eff = min_eff;
+    a.n_oct = qb->n_tiles * (KN_CUDA_QTILE / PU_Q);
+    a.n_items = pu_items(sh, qb);
+    a.scale_log2 = sh->scale * 1.4426950408889634f;
+    a.out = (uint16_t *)out;
+    a.handled = handled;
+    a.hdr = (int4 *)ws;
+    a.uarr = a.hdr + a.n_items;
+    k_pf_union_plan<<<dim3((unsigned)a.n_oct, (unsigned)sh->n_kv), PU_PLAN_THREADS, 0, stream>>>(a);
+    KN_LAUNCHED("kn_cuda attention (prefill union plan)");
+    void (*kern)(pu_args) = overlap ? k_pf_union<1> : k_pf_union<0>;
+    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, PU_SMEM),
+          "kn_cuda attention (prefill union): shared memory");
+    const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;
+    kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a);
+    KN_LAUNCHED("kn_cuda attention (prefill union)");
+    return MM_OK;
+}

@@ -1,0 +1,34 @@
+/* Interface between the tile-union sparse prefill kernel (kn_msa_prefill_union.cu) and the KV-block-major
+ * pair path that handles what it leaves (kn_msa_prefill.cu). Internal to kernels/cuda. */
+#ifndef KN_MSA_PREFILL_UNION_CUH
+#define KN_MSA_PREFILL_UNION_CUH
+
+#include "kn_cuda_internal.cuh"
+
+/* Default of the intra-warpgroup overlap (KN_CUDA_UNION_OVERLAP). */
+#define KN_PF_UNION_OVERLAP 0
+
+/* Default minimum union efficiency, in percent: selected (query, block) pairs of an 8-query tile over the
+ * pairs its two warpgroups compute (4 queries x the blocks any of their queries chose). Below it the tile
+ * goes to the pair path. See docs/design/cuda.md, "wgmma prefill", for how it was chosen. */
+#define KN_PF_UNION_MIN_EFF 50
+
+/* Whether the union kernel runs for these shapes and this batch: head_dim 128, block 128, 16 heads per KV
+ * group, ks (selected slots per row) <= 32, bf16 K/V, query tiles present, and enough shared memory. */
+int kn_pf_union_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb, int32_t ks);
+
+/* Workspace bytes of kn_pf_union_launch (item headers and union lists). */
+size_t kn_pf_union_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb);
+
+/* The items are 8 consecutive queries of a tile x one KV group. A plan kernel builds each item's union of
+ * selected blocks and, when its efficiency is >= min_eff percent (and the union has <= 128 blocks), a
+ * persistent kernel attends to it and writes the normalized output of those queries' heads straight into
+ * out. handled[g * n + i] (one byte per (group, query)) says which (query, group) rows it did; the pair path
+ * does the others. ws: kn_pf_union_ws bytes. overlap: run each block's value product under the next block's
+ * softmax (see kn_msa_prefill_union.cu). */
+int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                           const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
+                           int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,
+                           uint8_t *handled, void *ws, cudaStream_t stream, struct mm_err *err);
+
+#endif
