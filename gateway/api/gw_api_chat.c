@@ -98,6 +98,7 @@ int gw_api_chat_collect(struct gw_api_req *r, struct gw_api_error *e)
         if (!json_is_string(role)) return gw_api_fail(e, 400, param, "'%s.role' must be a string", param);
         json_t *content = json_object_get(msg, "content");
         if (!json_is_array(content)) continue;
+        bool is_tool = strcmp(json_string_value(role), "tool") == 0;
         size_t j;
         json_t *part;
         json_array_foreach(content, j, part)
@@ -118,7 +119,17 @@ int gw_api_chat_collect(struct gw_api_req *r, struct gw_api_error *e)
             json_t *url;
             const char *field;
             int32_t kind = part_media(part, t, &url, &field);
-            if (kind < 0) continue;
+            if (kind < 0) {
+                /* a part the template would silently drop (an "input_image" of the Responses API, a typo) is
+                 * refused, as vLLM does: an image that vanishes is worse than a 400. Tool results keep their
+                 * own part shapes ({"output": ...}). */
+                if (strcmp(t, "text") != 0 && strcmp(t, "refusal") != 0 && !is_tool)
+                    return gw_api_fail(e, 400, param,
+                                       "'%s' has type \"%s\", which this server does not accept (text, "
+                                       "image_url, video_url)",
+                                       param, t);
+                continue;
+            }
             if (!url)
                 return gw_api_fail(e, 400, param,
                                    "'%s' (type \"%s\") needs a URL in '%s' (a string or {\"url\": ...})",
@@ -168,6 +179,14 @@ int gw_api_completion_collect(struct gw_api_req *r, struct gw_api_error *e)
     return 0;
 }
 
+/* The parameter a template error is about: the plugin's messages start with the offending field's path
+ * ("tools[0]: ...", "messages[2]: ..."); tool definitions are their own parameter. */
+static const char *template_error_param(const char *msg)
+{
+    return strncmp(msg, "tools", 5) == 0 && (msg[5] == '[' || msg[5] == ':' || msg[5] == '.') ? "tools"
+                                                                                              : "messages";
+}
+
 static int32_t sink_append(void *ctx, const char *data, uint64_t len)
 {
     return mm_buf_append(ctx, data, (size_t)len) ? MMGW_E_NOMEM : MMGW_OK;
@@ -198,7 +217,7 @@ int gw_api_chat_prepare(struct gw_api_req *r, struct gw_api_error *e)
     if (rc != MMGW_OK) {
         if (!perr.e.msg[0]) snprintf(perr.e.msg, sizeof perr.e.msg, "the chat template failed (%d)", (int)rc);
         perr.e.code = rc;
-        return gw_api_fail_mm(e, &perr.e, "messages");
+        return gw_api_fail_mm(e, &perr.e, template_error_param(perr.e.msg));
     }
     for (uint32_t k = 0; k < r->n_order; k++)
         if (r->media_order[k] < r->n_media) r->media[r->media_order[k]].rendered = true;

@@ -166,26 +166,77 @@ void gw_api_handle_detokenize(struct gw_request *req, void *ud)
 
 /* ---- /v1/models ---- */
 
+/* One model object, as in OpenAI's list and retrieve answers. 0 or -1 (out of memory). */
+static int write_model(struct mm_buf *b, struct gw_api_model *m)
+{
+    uint64_t mml = gw_api_max_model_len(m);
+    return mm_buf_append_str(b, "{\"id\":") || gw_json_str(b, m->name, strlen(m->name)) ||
+                   mm_buf_printf(b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"mmgw\",\"root\":",
+                                 (long long)m->created) < 0 ||
+                   gw_json_str(b, m->name, strlen(m->name)) || mm_buf_append_str(b, ",\"max_model_len\":") ||
+                   (mml ? mm_buf_printf(b, "%llu", (unsigned long long)mml) < 0
+                        : mm_buf_append_str(b, "null")) ||
+                   mm_buf_append(b, "}", 1)
+               ? -1
+               : 0;
+}
+
 void gw_api_handle_models(struct gw_request *req, void *ud)
 {
     struct gw_api_state *st = ud;
     struct mm_buf b;
     mm_buf_init(&b, 0);
     int bad = mm_buf_append_str(&b, "{\"object\":\"list\",\"data\":[");
-    for (size_t i = 0; i < st->n_models && !bad; i++) {
-        struct gw_api_model *m = &st->models[i];
-        uint64_t mml = gw_api_max_model_len(m);
-        bad =
-            (i && mm_buf_append(&b, ",", 1)) || mm_buf_append_str(&b, "{\"id\":") ||
-            gw_json_str(&b, m->name, strlen(m->name)) ||
-            mm_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"mmgw\",\"root\":",
-                          (long long)m->created) < 0 ||
-            gw_json_str(&b, m->name, strlen(m->name)) || mm_buf_append_str(&b, ",\"max_model_len\":") ||
-            (mml ? mm_buf_printf(&b, "%llu", (unsigned long long)mml) < 0 : mm_buf_append_str(&b, "null")) ||
-            mm_buf_append(&b, "}", 1);
-    }
+    for (size_t i = 0; i < st->n_models && !bad; i++)
+        bad = (i && mm_buf_append(&b, ",", 1)) || write_model(&b, &st->models[i]);
     if (!bad) bad = mm_buf_append_str(&b, "]}");
     if (bad)
+        gw_http_send_error(req, 503, NULL, "out of memory", NULL, NULL);
+    else
+        gw_http_respond(req, 200, "application/json", b.data, b.len);
+    mm_buf_free(&b);
+}
+
+static int hex_value(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* GET /v1/models/{model} (OpenAI's "retrieve model"). The name is the rest of the path, percent-decoded:
+ * served names may hold '/' (SDKs send "org/name" either raw or as %2F). */
+void gw_api_handle_model(struct gw_request *req, void *ud)
+{
+    struct gw_api_state *st = ud;
+    static const char prefix[] = "/v1/models/";
+    const char *p = req->path + sizeof prefix - 1;
+    char name[256];
+    size_t n = 0;
+    bool ok = true;
+    for (; *p && ok; p++) {
+        char c = *p;
+        if (c == '%') {
+            int hi = hex_value(p[1]), lo = hi < 0 ? -1 : hex_value(p[2]);
+            ok = lo >= 0;
+            c = (char)(hi * 16 + lo);
+            p += 2 * ok;
+        }
+        ok = ok && c != '\0' && n + 1 < sizeof name;
+        if (ok) name[n++] = c;
+    }
+    name[n] = '\0';
+    struct gw_api_model *m = ok && n ? gw_api_find_model(st, name) : NULL;
+    if (!m) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "The model `%.200s` does not exist.", ok ? name : "(malformed name)");
+        gw_http_send_error(req, 404, "invalid_request_error", msg, "model", "model_not_found");
+        return;
+    }
+    struct mm_buf b;
+    mm_buf_init(&b, 0);
+    if (write_model(&b, m))
         gw_http_send_error(req, 503, NULL, "out of memory", NULL, NULL);
     else
         gw_http_respond(req, 200, "application/json", b.data, b.len);

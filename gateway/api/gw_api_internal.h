@@ -233,7 +233,7 @@ struct gw_api_choice {
     struct mm_buf lp;                                        /* logprob entries, comma separated */
     struct mm_buf lp_tokens, lp_values, lp_tops, lp_offsets; /* completions' legacy arrays */
     size_t n_lp;
-    size_t text_offset;
+    size_t text_offset; /* characters the detokenizer has released (completions' logprobs.text_offset) */
 };
 
 struct gw_api_req {
@@ -310,6 +310,8 @@ void gw_api_handle_completions(struct gw_request *req, void *ud);
 void gw_api_handle_tokenize(struct gw_request *req, void *ud);
 void gw_api_handle_detokenize(struct gw_request *req, void *ud);
 void gw_api_handle_models(struct gw_request *req, void *ud);
+/** GET /v1/models/{model}: one model object, or 404 model_not_found. */
+void gw_api_handle_model(struct gw_request *req, void *ud);
 void gw_api_handle_health(struct gw_request *req, void *ud);
 
 /** Parse the body as a JSON object, find the model. 0 or -1 with e (400 / 404). */

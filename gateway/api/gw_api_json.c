@@ -72,6 +72,17 @@ int gw_json_str(struct mm_buf *b, const char *s, size_t n)
     return 0;
 }
 
+size_t gw_json_str_chars(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t chars = 0;
+    for (size_t i = 0; i < n; chars++) {
+        size_t l = p[i] < 0x80 ? 1 : mm_utf8_seq_len(p + i, n - i);
+        i += l ? l : 1;
+    }
+    return chars;
+}
+
 int gw_json_num(struct mm_buf *b, double v)
 {
     if (!isfinite(v)) return mm_buf_append_str(b, "-9999.0");

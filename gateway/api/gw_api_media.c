@@ -34,7 +34,12 @@ static void media_failed(struct gw_api_req *r, struct gw_api_media *m, int32_t c
                  : code == MM_NOMEM || code == MM_EXHAUSTED || code == MM_CANCELLED || code == MM_UNAVAILABLE
                      ? 503
                      : 400;
-    gw_api_fail(&e, status, m->param, "%s: %s", m->param, msg);
+    /* the media pipeline's messages already start with the part's name (its job label) */
+    size_t pl = strlen(m->param);
+    if (strncmp(msg, m->param, pl) == 0 && msg[pl] == ':')
+        gw_api_fail(&e, status, m->param, "%s", msg);
+    else
+        gw_api_fail(&e, status, m->param, "%s: %s", m->param, msg);
     gw_api_req_fail(r, &e);
 }
 

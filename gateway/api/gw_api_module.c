@@ -46,15 +46,17 @@ static void api_fini(void *state)
 struct route_def {
     const char *method, *path;
     gw_handler_fn fn;
+    uint32_t match; /* GW_ROUTE_EXACT or GW_ROUTE_PREFIX */
 };
 
 static const struct route_def routes[] = {
-    {"POST", "/v1/chat/completions", gw_api_handle_chat},
-    {"POST", "/v1/completions", gw_api_handle_completions},
-    {"GET", "/v1/models", gw_api_handle_models},
-    {"POST", "/tokenize", gw_api_handle_tokenize},
-    {"POST", "/detokenize", gw_api_handle_detokenize},
-    {"GET", "/health/models", gw_api_handle_health},
+    {"POST", "/v1/chat/completions", gw_api_handle_chat, GW_ROUTE_EXACT},
+    {"POST", "/v1/completions", gw_api_handle_completions, GW_ROUTE_EXACT},
+    {"GET", "/v1/models", gw_api_handle_models, GW_ROUTE_EXACT},
+    {"GET", "/v1/models/", gw_api_handle_model, GW_ROUTE_PREFIX},
+    {"POST", "/tokenize", gw_api_handle_tokenize, GW_ROUTE_EXACT},
+    {"POST", "/detokenize", gw_api_handle_detokenize, GW_ROUTE_EXACT},
+    {"GET", "/health/models", gw_api_handle_health, GW_ROUTE_EXACT},
 };
 
 static int32_t api_init(const struct gw_module_ctx *ctx, void *prev_state, void **state, struct mm_err *err)
@@ -65,7 +67,7 @@ static int32_t api_init(const struct gw_module_ctx *ctx, void *prev_state, void 
     int32_t rc = gw_api_metrics_init(ctx->metrics, &st->m, err);
     if (rc == MM_OK) rc = gw_api_registry_build(st, ctx, err);
     for (size_t i = 0; rc == MM_OK && i < sizeof routes / sizeof routes[0]; i++)
-        rc = gw_routes_add(ctx->routes, routes[i].method, routes[i].path, GW_ROUTE_EXACT, routes[i].fn, st,
+        rc = gw_routes_add(ctx->routes, routes[i].method, routes[i].path, routes[i].match, routes[i].fn, st,
                            false, err);
     if (rc == MM_OK && !ctx->check_only) {
         if (gw_metrics_add_collector(ctx->metrics, collect_workers, st) != MM_OK)

@@ -182,13 +182,23 @@ static int chat_logprob(struct gw_api_req *r, struct gw_api_choice *c, uint32_t 
     return mm_buf_append_str(b, "]}");
 }
 
+/* OpenAI's text_offset of the next token: the characters of the choice's text that start before the token's
+ * first byte. That is what the detokenizer has released, plus the character its held-back bytes (an
+ * incomplete UTF-8 sequence) will become, completed or as one U+FFFD. Unlike vLLM's running sum of token
+ * string lengths, it stays right after a token that ends inside a character, so text[text_offset[i]:] is
+ * where token i's text is. */
+static size_t text_offset(const struct gw_api_choice *c)
+{
+    return c->text_offset + (gw_tok_stream_pending(&c->dec) ? 1 : 0);
+}
+
 static int legacy_logprob(struct gw_api_req *r, struct gw_api_choice *c, uint32_t id, float lp,
                           const Mmgw__Worker__V1__TopLogprobs *top)
 {
     const char *sep = c->n_lp ? "," : "";
     if (mm_buf_append_str(&c->lp_tokens, sep) || token_str(r, &c->lp_tokens, id) ||
         mm_buf_append_str(&c->lp_values, sep) || gw_json_num(&c->lp_values, lp) ||
-        mm_buf_printf(&c->lp_offsets, "%s%zu", sep, c->text_offset) < 0 ||
+        mm_buf_printf(&c->lp_offsets, "%s%zu", sep, text_offset(c)) < 0 ||
         mm_buf_append_str(&c->lp_tops, sep) || mm_buf_append(&c->lp_tops, "{", 1))
         return -1;
     size_t k = top ? top->n_token_ids : 0;
@@ -210,7 +220,6 @@ int gw_api_choice_token(struct gw_api_req *r, struct gw_api_choice *c, uint32_t 
     if (c->finished) return 0;
     c->n_tokens++;
     if (is_hidden(r, id)) return 0; /* a stop token: it ends the choice; its text is never shown */
-    size_t before = c->text.len;
     if (r->p.logprobs && lp) {
         int rc =
             r->kind == GW_API_CHAT ? chat_logprob(r, c, id, *lp, top) : legacy_logprob(r, c, id, *lp, top);
@@ -220,6 +229,7 @@ int gw_api_choice_token(struct gw_api_req *r, struct gw_api_choice *c, uint32_t 
     mm_buf_init(&piece, 0);
     mm_buf_init(&rel, 0);
     int rc = gw_tok_stream_push(&c->dec, id, &piece, NULL) == MM_OK ? 0 : -1;
+    c->text_offset += gw_json_str_chars(piece.data, piece.len);
     int m = 0;
     if (!rc && piece.len) {
         m = gw_api_stop_feed(&c->stop, piece.data, piece.len, &rel);
@@ -228,7 +238,6 @@ int gw_api_choice_token(struct gw_api_req *r, struct gw_api_choice *c, uint32_t 
     if (!rc) rc = deliver(r, c, rel.data, rel.len);
     mm_buf_free(&piece);
     mm_buf_free(&rel);
-    c->text_offset += c->text.len - before;
     if (!rc && m == 1) rc = gw_api_choice_finish(r, c, "stop");
     return rc;
 }

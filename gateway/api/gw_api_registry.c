@@ -305,6 +305,27 @@ static int upstream_core_only(void)
     return v && strcmp(v, "grpc-core") == 0;
 }
 
+/* file:line of a model directive, for messages ("plugin", "tokenizer"); the block's when unknown. */
+#define AT(c, what)                                                                                          \
+    ((c)->what##_file ? (c)->what##_file : (c)->file), ((c)->what##_file ? (c)->what##_line : (c)->line)
+
+/* The plugin_option a plugin's error message names ("plugin_option KEY: ..." or "... 'KEY'"), so the message
+ * can point at its line. */
+static const struct gw_kv *option_named(const struct gw_model_conf *c, const char *msg)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < c->n_plugin_options; i++) {
+            const char *k = c->plugin_options[i].key;
+            char q[160];
+            snprintf(q, sizeof q, pass ? "'%s'" : "plugin_option %s", k);
+            const char *hit = strstr(msg, q);
+            size_t ql = strlen(q);
+            if (hit && (pass || hit[ql] == ':' || hit[ql] == ' ' || hit[ql] == '\0'))
+                return &c->plugin_options[i];
+        }
+    return NULL;
+}
+
 static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, const struct gw_model_conf *c,
                            const struct gw_module_ctx *ctx, struct mm_err *err)
 {
@@ -322,7 +343,7 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
         return mm_err_set(err, MM_INVALID, "%s:%d: model %s: no \"upstream\" directive", c->file, c->line,
                           c->name);
     int32_t rc = gw_plugin_load(c->plugin, NULL, &m->plugin, err);
-    if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", c->file, c->line, c->name);
+    if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", AT(c, plugin), c->name);
     m->vt = &m->plugin->vt;
     struct mmgw_option *opts = c->n_plugin_options ? calloc(c->n_plugin_options, sizeof *opts) : NULL;
     if (c->n_plugin_options && !opts) return mm_err_set(err, MM_NOMEM, "out of memory");
@@ -332,9 +353,13 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
     }
     rc = gw_plugin_instance_create(m->plugin, opts, (uint32_t)c->n_plugin_options, &m->inst, err);
     free(opts);
-    if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", c->file, c->line, c->name);
+    if (rc != MM_OK) {
+        const struct gw_kv *o = option_named(c, err->msg);
+        return o ? mm_err_prefix(err, "%s:%d: model %s", o->file, o->line, c->name)
+                 : mm_err_prefix(err, "%s:%d: model %s", AT(c, plugin), c->name);
+    }
     rc = tok_acquire(c->tokenizer, &m->tokref, err);
-    if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", c->file, c->line, c->name);
+    if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", AT(c, tokenizer), c->name);
     m->tok = m->tokref->tok;
     m->tokcache = m->tokref->cache;
     m->vocab = gw_tokenizer_vocab_size(m->tok);
@@ -343,7 +368,7 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
         uint32_t id;
         if (gw_tokenizer_token_to_id(m->tok, stops[i], strlen(stops[i]), &id) != MM_OK)
             return mm_err_set(err, MM_INVALID, "%s:%d: model %s: the plugin's stop token \"%s\" is not in %s",
-                              c->file, c->line, c->name, stops[i], c->tokenizer);
+                              AT(c, tokenizer), c->name, stops[i], c->tokenizer);
         if (m->n_stop_ids < sizeof m->stop_ids / sizeof m->stop_ids[0]) m->stop_ids[m->n_stop_ids++] = id;
     }
     probe_media(m);

@@ -120,8 +120,10 @@ static const char *set_plugin_option(struct gw_conf_parse *cf, const struct gw_d
     for (size_t i = 0; i < m->n_plugin_options; i++)
         if (strcmp(m->plugin_options[i].key, k) == 0) return gw_conf_msg(cf, "option \"%s\" is duplicate", k);
     struct gw_kv *kv = gw_conf_push(cf, &m->plugin_options, &m->n_plugin_options, sizeof *kv);
-    if (!kv || !(kv->key = gw_conf_strdup(cf, k)) || !(kv->value = gw_conf_strdup(cf, v)))
+    if (!kv || !(kv->key = gw_conf_strdup(cf, k)) || !(kv->value = gw_conf_strdup(cf, v)) ||
+        !(kv->file = gw_conf_strdup(cf, gw_conf_file(cf))))
         return "out of memory";
+    kv->line = gw_conf_line(cf);
     return NULL;
 }
 
@@ -134,7 +136,18 @@ static const char *set_plugin(struct gw_conf_parse *cf, const struct gw_directiv
     size_t n = strlen(v);
     bool is_path = strchr(v, '/') || (n > 3 && strcmp(v + n - 3, ".so") == 0);
     m->plugin = is_path ? gw_conf_path(cf, v) : gw_conf_strdup(cf, v);
-    return m->plugin ? NULL : "out of memory";
+    m->plugin_file = gw_conf_strdup(cf, gw_conf_file(cf));
+    m->plugin_line = gw_conf_line(cf);
+    return m->plugin && m->plugin_file ? NULL : "out of memory";
+}
+
+static const char *set_tokenizer(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    struct gw_model_conf *m = conf;
+    m->tokenizer_file = gw_conf_strdup(cf, gw_conf_file(cf));
+    m->tokenizer_line = gw_conf_line(cf);
+    if (!m->tokenizer_file) return "out of memory";
+    return gw_conf_set_path(cf, d, conf);
 }
 
 static bool valid_host_port(const char *s)
@@ -163,44 +176,99 @@ static const char *set_upstream(struct gw_conf_parse *cf, const struct gw_direct
 
 /* ---- media ---- */
 
-/* A host, *.domain wildcard, IP address or CIDR; the fetch policy interprets them. */
-static bool valid_host_rule(const char *s)
+/* Host-rule syntax, checked here so that `mmgw -t` names the file and line (the fetch policy compiles the
+ * same rules later and must never find one this accepted invalid): the rules of gw_fetch_policy.c. */
+
+/* An address with an optional prefix: a dotted quad or IPv6 (brackets allowed), prefix without leading
+ * zeros, no host bits set below it (a typo such as 10.0.0.1/8). */
+static bool valid_cidr(const char *s)
 {
     const char *slash = strchr(s, '/');
-    if (slash) {
-        char ip[64];
-        size_t n = (size_t)(slash - s);
-        if (n == 0 || n >= sizeof ip) return false;
-        memcpy(ip, s, n);
-        ip[n] = '\0';
-        unsigned char buf[16];
-        int max;
-        if (inet_pton(AF_INET, ip, buf) == 1)
-            max = 32;
-        else if (inet_pton(AF_INET6, ip, buf) == 1)
-            max = 128;
-        else
-            return false;
-        char *end;
-        long bits = strtol(slash + 1, &end, 10);
-        return isdigit((unsigned char)slash[1]) && !*end && bits >= 0 && bits <= max;
+    size_t n = slash ? (size_t)(slash - s) : strlen(s);
+    char ip[64];
+    bool bracketed = n >= 2 && s[0] == '[' && s[n - 1] == ']';
+    if (bracketed) { /* [IPv6] only */
+        s++;
+        n -= 2;
     }
-    unsigned char buf[16];
-    if (inet_pton(AF_INET6, s, buf) == 1) return true;
-    const char *h = strncmp(s, "*.", 2) == 0 ? s + 2 : s;
-    if (!*h || strlen(h) > 253) return false;
-    for (const char *p = h; *p; p++)
-        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' && *p != '_') return false;
+    if (n == 0 || n >= sizeof ip) return false;
+    memcpy(ip, s, n);
+    ip[n] = '\0';
+    unsigned char bytes[16];
+    unsigned max;
+    if (!bracketed && inet_pton(AF_INET, ip, bytes) == 1)
+        max = 32;
+    else if (inet_pton(AF_INET6, ip, bytes) == 1)
+        max = 128;
+    else
+        return false;
+    unsigned prefix = max;
+    if (slash) {
+        const char *p = slash + 1;
+        size_t plen = strlen(p);
+        if (plen == 0 || plen > 3 || (plen > 1 && p[0] == '0')) return false;
+        prefix = 0;
+        for (size_t i = 0; i < plen; i++) {
+            if (!isdigit((unsigned char)p[i])) return false;
+            prefix = prefix * 10 + (unsigned)(p[i] - '0');
+        }
+        if (prefix > max) return false;
+    }
+    for (unsigned bit = prefix; bit < max; bit++)
+        if (bytes[bit / 8] & (0x80 >> (bit % 8))) return false;
     return true;
+}
+
+/* A host name: labels of letters, digits, '-' and '_', 1..63 bytes, 253 in all, one trailing dot allowed.
+ * A name whose last label is a number (decimal, or 0x hex) is an IPv4 address to URL parsers, so it must
+ * be written as a dotted quad (the suffix of a *.domain wildcard is only checked for syntax). */
+static bool valid_name(const char *s, bool wildcard)
+{
+    size_t len = strlen(s);
+    if (len > 0 && s[len - 1] == '.') len--;
+    if (len == 0 || len > 253) return false;
+    size_t label = 0, last = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '.') {
+            if (label == 0) return false;
+            label = 0;
+            last = i + 1;
+        } else if (isalnum(c) || c == '-' || c == '_') {
+            if (++label > 63) return false;
+        } else {
+            return false;
+        }
+    }
+    if (label == 0) return false;
+    const char *l = s + last;
+    size_t ln = len - last, i = 0;
+    bool hex = ln >= 2 && l[0] == '0' && (l[1] == 'x' || l[1] == 'X'); /* "0x" alone is 0 */
+    for (i = hex ? 2 : 0; i < ln; i++)
+        if (!(hex ? isxdigit((unsigned char)l[i]) : isdigit((unsigned char)l[i]))) break;
+    bool numeric = i == ln;
+    return wildcard || !numeric;
+}
+
+/* NULL when s is a valid rule, else why not. */
+static const char *host_rule_error(const char *s)
+{
+    if (strlen(s) >= 128) return "longer than 127 bytes";
+    if (strchr(s, '/') || strchr(s, ':'))
+        return valid_cidr(s) ? NULL
+                             : "not an IP address or CIDR range (write a dotted quad or IPv6, a prefix in "
+                               "range, no host bits set below it)";
+    if (valid_cidr(s)) return NULL;
+    if (strncmp(s, "*.", 2) == 0 && s[2] ? valid_name(s + 2, true) : valid_name(s, false)) return NULL;
+    return "expected a host name, *.domain, a dotted-quad IP address or a CIDR range";
 }
 
 static const char *set_host_rules(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
 {
-    for (size_t i = 0; i < gw_conf_nargs(cf); i++)
-        if (!valid_host_rule(gw_conf_arg(cf, i)))
-            return gw_conf_msg(cf,
-                               "invalid value \"%s\" (expected a host, *.domain, an IP address or a CIDR)",
-                               gw_conf_arg(cf, i));
+    for (size_t i = 0; i < gw_conf_nargs(cf); i++) {
+        const char *why = host_rule_error(gw_conf_arg(cf, i));
+        if (why) return gw_conf_msg(cf, "invalid value \"%s\": %s", gw_conf_arg(cf, i), why);
+    }
     return gw_conf_set_str_list(cf, d, conf);
 }
 
@@ -282,7 +350,7 @@ static const struct gw_directive model_directives[] = {
      "KEY VALUE",
      "An option passed to the plugin as text (repeatable), e.g. `plugin_option max_long_side_pixel 1024;`.",
      NULL},
-    {"tokenizer", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_path, MODEL(tokenizer), 0, 0, NULL, "FILE",
+    {"tokenizer", GW_CTX_MODEL | GW_CONF_TAKE1, set_tokenizer, MODEL(tokenizer), 0, 0, NULL, "FILE",
      "The model's HF tokenizer.json.", NULL},
     {"upstream", GW_CTX_MODEL | GW_CONF_1MORE | GW_CONF_MULTI, set_upstream, MODEL(upstreams), 0, 0, NULL,
      "HOST:PORT ...", "Worker address(es) speaking proto/worker.proto (repeatable).", NULL},

@@ -61,6 +61,8 @@ struct gw_http_conf {
 struct gw_kv {
     const char *key;
     const char *value;
+    const char *file; /* where it was written, for messages */
+    int32_t line;
 };
 
 /** One `model NAME { }` block. */
@@ -85,6 +87,9 @@ struct gw_model_conf {
     int64_t request_timeout_ms; /* a whole generation; 0 = none */
     const char *file;           /* where the block starts, for messages */
     int32_t line;
+    /* where `plugin` and `tokenizer` were written (messages about them name that line) */
+    const char *plugin_file, *tokenizer_file;
+    int32_t plugin_line, tokenizer_line;
 };
 
 /** The `media { }` block: media fetch policy and budgets. */

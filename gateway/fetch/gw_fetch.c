@@ -419,7 +419,7 @@ static void hop_done(struct gw_fetch *t, CURLcode res)
     struct gw_fetch_target target;
     int32_t rc = gw_fetch_policy_parse_url(t->f->policy, location, &next, &target, &e);
     if (rc != MM_OK) {
-        mm_err_prefix(&e, "media URL redirected (hop %u): ", t->redirects + 1);
+        mm_err_prefix(&e, "media URL redirected (hop %u)", t->redirects + 1);
         finish(t, rc, e.msg);
         return;
     }

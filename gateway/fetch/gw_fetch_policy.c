@@ -129,7 +129,7 @@ int32_t gw_fetch_policy_create(const char *const *allow, size_t n_allow, const c
     int32_t rc = parse_rules(allow, n_allow, &p->allow, err);
     if (rc == MM_OK) rc = parse_rules(deny, n_deny, &p->deny, err);
     if (rc != MM_OK) {
-        if (err) mm_err_prefix(err, "%s: ", rc == MM_NOMEM ? "media fetch" : "media_fetch_allow/deny");
+        if (err) mm_err_prefix(err, "%s", rc == MM_NOMEM ? "media fetch" : "media_fetch_allow/deny");
         gw_fetch_policy_destroy(p);
         return rc;
     }

@@ -16,6 +16,12 @@
 #define H2_STREAM_WINDOW (1 << 20)
 #define H2_CONN_WINDOW (16 << 20)
 #define H2_CHECK_MS 1000
+/* After an early error answer (413 while the client still uploads), the rest of the upload is read and
+ * dropped for up to this long and this many bytes before the stream is reset: clients that cannot read a
+ * response while they send (curl before 8.x fails the transfer on RST_STREAM) then get the answer, and a
+ * client that keeps sending is still cut off. */
+#define H2_DISCARD_LINGER_MS 2000
+#define H2_DISCARD_MAX ((uint64_t)256 << 20)
 
 struct h2;
 
@@ -28,8 +34,11 @@ struct h2_stream {
     struct gw__req *req;       /* transport reference; NULL once let go */
     const char *method, *path; /* pseudo-headers (request arena) */
     size_t method_len, path_len;
-    int head_error;       /* 431 when the header list was too large */
-    bool discard;         /* an early error response was sent: ignore further request data */
+    int head_error;          /* 431 when the header list was too large */
+    bool discard;            /* an early error response was sent: ignore further request data */
+    int64_t linger_until_ns; /* discard: the answer is out; reset the stream if the upload goes on past it */
+    uint64_t discarded;      /* request bytes dropped since the early answer */
+    bool reset_sent;
     bool submitted;       /* response HEADERS submitted */
     struct evbuffer *out; /* response data not yet taken by nghttp2 */
     bool out_ended;
@@ -208,6 +217,10 @@ static void head_complete(struct h2 *h, struct h2_stream *st)
         stream_fail(st, 400, "malformed request pseudo-headers");
         return;
     }
+    /* the headers become public at dispatch; look at them now, so an announced oversized body is refused
+     * before it is uploaded (not only once 64 MiB of it have been read) */
+    r->pub.headers = r->hdrs;
+    r->pub.n_headers = r->n_hdrs;
     const char *cl = gw_request_header(&r->pub, "content-length");
     if (cl) {
         char *end;
@@ -231,11 +244,26 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *u
     return 0;
 }
 
+/* The early answer is out but the client is still uploading past the linger bounds: stop it (RFC 9113 8.1).
+ */
+static void discard_reset(nghttp2_session *s, struct h2_stream *st)
+{
+    if (st->reset_sent) return;
+    st->reset_sent = true;
+    nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+}
+
 static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
                          void *ud)
 {
     struct h2_stream *st = nghttp2_session_get_stream_user_data(s, id);
-    if (!st || st->discard || !st->req) return 0;
+    if (st && st->discard) {
+        st->discarded += len;
+        if (st->linger_until_ns && (st->discarded > H2_DISCARD_MAX || mm_now_ns() > st->linger_until_ns))
+            discard_reset(s, st);
+        return 0;
+    }
+    if (!st || !st->req) return 0;
     st->last_recv_ns = mm_now_ns();
     int32_t rc = gw__req_add_body(st->req, data, len);
     if (rc == MM_TOO_LARGE) stream_fail(st, 413, "request body too large");
@@ -247,9 +275,9 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *frame, void *u
 {
     if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) return 0;
     struct h2_stream *st = nghttp2_session_get_stream_user_data(s, frame->hd.stream_id);
-    /* an early error answer while the client still uploads: tell it to stop (RFC 9113 8.1) */
-    if (st && st->discard && !st->body_done)
-        nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+    /* an early error answer while the client still uploads: read and drop the rest for a while (above) */
+    if (st && st->discard && !st->body_done && !st->linger_until_ns)
+        st->linger_until_ns = mm_now_ns() + (int64_t)H2_DISCARD_LINGER_MS * 1000000;
     return 0;
 }
 
@@ -531,6 +559,8 @@ static void h2_on_timer(struct gw_conn *c)
     }
     for (struct h2_stream *st = h->streams; st; st = st->next) {
         struct gw__req *r = st->req;
+        if (st->discard && st->linger_until_ns && !st->body_done && now > st->linger_until_ns)
+            discard_reset(h->session, st); /* the client stalled mid-upload after our answer */
         if (!r || st->discard) continue;
         if (!st->body_done && !r->dispatched &&
             now - st->last_recv_ns >= hc->client_body_timeout_ms * 1000000) {

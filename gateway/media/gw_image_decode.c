@@ -1,5 +1,7 @@
 /* Image decoding: dispatch between the direct JPEG path and libvips, the libvips path itself, and the
  * size checks that run on the header before any pixel is decoded. */
+#include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,8 +75,25 @@ int32_t gw_vips_open(const uint8_t *data, size_t len, const char *label, struct 
         vips_error_clear();
         return mm_err_set(err, MM_UNSUPPORTED, "%s: not an image in a known format", label);
     }
-    if (!vips_loader_allowed(nick))
-        return mm_err_set(err, MM_UNSUPPORTED, "%s: image format %s is not accepted", label, nick);
+    if (!vips_loader_allowed(nick)) {
+        /* name the format as a client knows it: "VipsForeignLoadSvgBuffer" -> "svg" */
+        static const char pre[] = "VipsForeignLoad", suf[] = "Buffer";
+        char fmt[48];
+        size_t n = strlen(nick), pl = sizeof pre - 1, sl = sizeof suf - 1;
+        const char *f = nick;
+        if (n > pl + sl && strncmp(nick, pre, pl) == 0 && strcmp(nick + n - sl, suf) == 0) {
+            f += pl;
+            n -= pl + sl;
+        }
+        if (n >= sizeof fmt) n = sizeof fmt - 1;
+        for (size_t i = 0; i < n; i++) fmt[i] = (char)tolower((unsigned char)f[i]);
+        fmt[n] = '\0';
+        if (strncmp(fmt, "magick", 6) == 0) snprintf(fmt, sizeof fmt, "%s", "ICO/PPM/TGA/... (ImageMagick)");
+        return mm_err_set(
+            err, MM_UNSUPPORTED,
+            "%s: image format '%s' is not accepted (JPEG, PNG, WebP, GIF, BMP, TIFF and HEIF are)", label,
+            fmt);
+    }
     /* Only the header is read here: libvips decodes lazily. */
     VipsImage *img = vips_image_new_from_buffer(data, len, "", "access", VIPS_ACCESS_SEQUENTIAL, "fail_on",
                                                 VIPS_FAIL_ON_ERROR, NULL);

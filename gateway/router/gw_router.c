@@ -303,7 +303,7 @@ int32_t gw_router_create(struct gw_upstream *up, const char *model, const char *
         int32_t rc = gw_upstream_chan_open(up, targets[i], &w->ch, err);
         if (rc != MM_OK) {
             gw_router_destroy(r);
-            return mm_err_prefix(err, "model %s: ", model ? model : "?");
+            return mm_err_prefix(err, "model %s", model ? model : "?");
         }
         r->n++;
     }

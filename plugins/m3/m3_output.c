@@ -46,7 +46,8 @@ struct mmgw_output_parser {
     /* stage 1: reasoning */
     int in_reasoning, at_start;
     struct m3_buf hold1;
-    /* stage 2: tool calls */
+    /* stage 2: tool calls (only when the request offers tools and tool_choice is not "none") */
+    int tools_on;
     int mode;
     struct m3_buf hold2;
     uint32_t tool_index;
@@ -402,7 +403,9 @@ static int32_t run_reasoning(struct mmgw_output_parser *p, int finishing)
         size_t n = len - pos, mlen = strlen(marker);
         const char *hit = find(s, n, marker, mlen);
         size_t body = hit ? (size_t)(hit - s) : n - (finishing ? 0 : partial_suffix(s, n, marker, mlen));
-        rc = p->in_reasoning ? emit(p, MMGW_OUT_REASONING, s, body) : to_tools(p, s, body);
+        rc = p->in_reasoning ? emit(p, MMGW_OUT_REASONING, s, body)
+             : p->tools_on   ? to_tools(p, s, body)
+                             : emit(p, MMGW_OUT_CONTENT, s, body);
         pos += body;
         if (!hit) break;
         pos += mlen;
@@ -454,6 +457,12 @@ int32_t m3_parser_create(const struct mmgw_plugin_instance *inst, const char *re
         m3_parser_destroy(p);
         return host->set_error(err, MMGW_E_NOMEM, "m3 parser_create: out of memory");
     }
+    /* Tool calls are parsed only when the client offered tools and did not say "none", as vLLM and SGLang
+     * do: a client that sent no tools never gets tool_calls (the markup stays in the content). */
+    const json_t *tools = json_object_get(req, "tools");
+    const json_t *choice = json_object_get(req, "tool_choice");
+    p->tools_on = json_is_array(tools) && json_array_size(tools) > 0 &&
+                  !(json_is_string(choice) && strcmp(json_string_value(choice), "none") == 0);
     /* The response starts inside reasoning when thinking is enabled, or when the prompt already opened it. */
     const json_t *mode = json_object_get(json_object_get(req, "chat_template_kwargs"), "thinking_mode");
     int enabled = json_is_string(mode) && strcmp(json_string_value(mode), "enabled") == 0;

@@ -72,7 +72,8 @@ static void decode_ids(const uint8_t *data, size_t size, uint32_t flags)
     for (size_t i = 0; i < n; i++) {
         size_t before = acc.len;
         check(gw_tok_stream_push(&st, ids[i], &acc, &e) == MM_OK, "stream push failed");
-        check(utf8_ok((const uint8_t *)acc.data + before, acc.len - before),
+        /* acc.data is NULL until the first byte arrives: no pointer arithmetic on it before that */
+        check(acc.len == before || utf8_ok((const uint8_t *)acc.data + before, acc.len - before),
               "stream delta splits a character");
     }
     check(gw_tok_stream_finish(&st, &acc, &e) == MM_OK, "stream finish failed");

@@ -316,14 +316,21 @@ def data_url(path, mime=None):
 class MediaServer:
     """A loopback HTTP server for media files that records every request it gets."""
 
-    def __init__(self, files):
+    def __init__(self, files, redirects=None):
         self.files = files  # path -> bytes
+        self.redirects = redirects or {}  # path -> Location (answered with 302)
         self.hits = []
         outer = self
 
         class H(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 outer.hits.append(self.path)
+                if self.path in outer.redirects:
+                    self.send_response(302)
+                    self.send_header("location", outer.redirects[self.path])
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 data = outer.files.get(self.path)
                 if data is None:
                     self.send_response(404)

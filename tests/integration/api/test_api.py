@@ -22,6 +22,9 @@ Usage: test_api.py CASE   (exit 0 pass, 1 fail, 77 skipped with a reason)
   backpressure  a client that does not read: the gateway pauses the worker stream instead of buffering
   reload        SIGHUP adds a model while a stream runs; the stream completes on the old generation
   metrics       /metrics has the API families with the requests just made
+  surface       GET /v1/models/{id}, the parameter of tool-definition errors, media errors naming their part once,
+                completions' text_offset (streamed and not)
+  conftest      mmgw -t: model and media errors name the file and line of the directive at fault
   demo          without ../shared: mmgw-mkdemo + mmgw-mktokenizer + the real worker, chat with an image by
                 data: URL and by http URL (fetched from a loopback server the config allows)
 """
@@ -431,6 +434,153 @@ def case_qwen2vl():
         fx.check(img - base == 8 + 2, f"qwen2vl image costs {img - base} tokens, expected 10")
 
 
+# ---------------------------------------------------------------- API surface details (audit)
+
+def case_surface():
+    """What SDKs and demanding clients rely on beyond the basic shapes: GET /v1/models/{id}, the parameter
+    named by tool-definition errors, media errors that name the part once, and completions' text_offset."""
+    import urllib.parse
+    d = tempfile.mkdtemp(prefix="mmgw-api-surf-")
+    srv = fx.MediaServer({"/ok.png": png_bytes(40, 30)},
+                         redirects={"/meta": "http://169.254.169.254/latest/meta-data", "/file": "file:///etc/passwd"})
+    gw, (toy,), ids = toy_setup(d, model_name="org/toy-1", media="media_fetch_allow 127.0.0.1;")
+    # retrieve a model: the same object as in the list; the name may be percent-encoded (SDKs send %2F)
+    deadline = time.time() + 10  # max_model_len is null until the worker's ModelInfo is in
+    while True:
+        st, body = fx.get(gw, "/v1/models")
+        listed = json.loads(body)["data"][0] if st == 200 else {}
+        if listed.get("max_model_len") or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    for path in ("/v1/models/org/toy-1", "/v1/models/" + urllib.parse.quote("org/toy-1", safe="")):
+        st, body = fx.get(gw, path)
+        fx.check(st == 200 and json.loads(body) == listed, f"GET {path}: {st} {body[:300]} (listed {listed})")
+    for path in ("/v1/models/nope", "/v1/models/", "/v1/models/org%2"):
+        st, body = fx.get(gw, path)
+        r = json.loads(body) if body.startswith("{") else {}
+        fx.check(st == 404 and fx.is_error(r, "model") and r["error"]["code"] == "model_not_found",
+                 f"GET {path}: {st} {body[:300]}")
+    user = {"model": "org/toy-1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    # a malformed tool definition is about 'tools', not 'messages'
+    st, r = fx.post(gw, "/v1/chat/completions", dict(user, tools=[{"type": "function"}]))
+    fx.check(st == 400 and fx.is_error(r, "tools", "tools[0]"), f"bad tool: {st} {str(r)[:300]}")
+    # a media error names its part once, at the start of the message
+    part = "messages[0].content[1].image_url"
+    for url in ("data:image/png;base64,aGVsbG8gd29ybGQ=", "data:image/png,abc"):
+        st, r = fx.post(gw, "/v1/chat/completions", dict(user, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}]}]))
+        msg = r["error"]["message"] if fx.is_error(r) else ""
+        fx.check(st == 400 and fx.is_error(r, part) and msg.startswith(part + ": ") and msg.count(part) == 1,
+                 f"media error message: {st} {str(r)[:300]}")
+    # a part type the server does not know is refused, not silently dropped (an image would vanish)
+    st, r = fx.post(gw, "/v1/chat/completions", dict(user, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "look"}, {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]))
+    fx.check(st == 400 and fx.is_error(r, "messages[0].content[1]", "input_image"), f"unknown part: {st} {r}")
+    st, r = fx.post(gw, "/v1/chat/completions", dict(user, messages=[
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "refusal", "refusal": "no"}]},
+        {"role": "user", "content": "again"}]))
+    fx.check(st == 200, f"text and refusal parts: {st} {str(r)[:200]}")
+    # a refused image format is named as clients know it, not by libvips' class name
+    svg = fx.data_url_bytes(b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>', "image/svg+xml")
+    st, r = fx.post(gw, "/v1/chat/completions", dict(user, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": svg}}]}]))
+    msg = r["error"]["message"] if fx.is_error(r) else ""
+    fx.check(st == 400 and "'svg' is not accepted" in msg and "Vips" not in msg, f"svg: {st} {msg}")
+    # a redirect to a refused address or scheme: the reason, once, without a doubled separator; never contacted
+    for path, why in (("/meta", "metadata"), ("/file", "scheme")):
+        st, r = fx.post(gw, "/v1/chat/completions", dict(user, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": srv.url(path)}}]}]))
+        msg = r["error"]["message"] if fx.is_error(r) else ""
+        fx.check(st == 400 and "redirected (hop 1): media URL" in msg and ": :" not in msg and why in msg,
+                 f"redirect {path}: {st} {msg}")
+    st, r = fx.post(gw, "/v1/chat/completions", dict(user, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": srv.url("/ok.png")}}]}]))
+    fx.check(st == 200, f"allowed loopback fetch: {st} {str(r)[:200]}")
+    fx.check(srv.hits == ["/meta", "/file", "/ok.png"], f"media server hits: {srv.hits}")
+    srv.close()
+    # text_offset: where each token's text starts in the completion, in characters (the characters that start
+    # before the token's first byte), the same streamed and not. The echo worker repeats the prompt, whose
+    # multi-byte characters the byte-level tokenizer may split across tokens.
+    prompt = "caf\u00e9 na\u00efve \u65e5\u672c \U0001f600 end \u00e9\u00e9"
+    pids = tokenize(gw, prompt, "org/toy-1")
+    tb = token_bytes(os.path.join(d, "tokenizer.json"))
+    starts, at = [], 0  # byte offset where each character of the prompt starts
+    for ch in prompt:
+        starts.append(at)
+        at += len(ch.encode())
+    want, b0 = [], 0
+    for t in pids:
+        want.append(sum(1 for x in starts if x < b0))
+        b0 += len(tb[t])
+    fx.check(b"".join(tb[t] for t in pids) == prompt.encode(), "token bytes rebuild the prompt")
+    b = {"model": "org/toy-1", "prompt": prompt, "max_tokens": len(pids), "logprobs": 1, "add_special_tokens": False}
+    st, r = fx.post(gw, "/v1/completions", b)
+    if fx.check(st == 200, f"completions logprobs: {st} {str(r)[:300]}"):
+        c = r["choices"][0]
+        fx.check(c["text"] == prompt and c["logprobs"]["text_offset"] == want,
+                 f"text_offset {c['logprobs']['text_offset']} want {want}")
+        st, ev = fx.sse_events(gw, "/v1/completions", dict(b, stream=True))
+        if fx.check(st == 200 and ev[-1] == "[DONE]", f"streamed logprobs: {st}"):
+            offs = [o for e in ev[:-1] for o in (json.loads(e)["choices"][0]["logprobs"] or {}).get("text_offset", [])]
+            fx.check(offs == want, f"streamed text_offset {offs} want {want}")
+
+
+def case_conftest():
+    """mmgw -t on model and media errors: each names the file and the line of the directive at fault (not only
+    the model block's), in the main file and in an included one."""
+    d = tempfile.mkdtemp(prefix="mmgw-api-conft-")
+    tok, ids, vocab = demo_tokenizer(d)
+    head = "http {\n    listen 127.0.0.1:0;\n}\n"
+    cases = [
+        ("model x {\n    plugin m3;\n    upstream 127.0.0.1:1;\n\n    tokenizer /nonexistent/tokenizer.json;\n}\n",
+         r"t\.conf:8: model x: tokenizer /nonexistent/tokenizer\.json"),
+        (f"model x {{\n    tokenizer {tok};\n    upstream 127.0.0.1:1;\n    plugin no_such_plugin;\n}}\n",
+         r"t\.conf:7: model x: plugin .*no_such_plugin"),
+        (f"model x {{\n    plugin m3;\n    tokenizer {tok};\n    upstream 127.0.0.1:1;\n    plugin_option video_fps 2;\n"
+         f"    plugin_option bogus 1;\n}}\n", r"t\.conf:9: model x: .*plugin_option 'bogus'"),
+        (f"model x {{\n    plugin m3;\n    tokenizer {tok};\n    upstream 127.0.0.1:1;\n"
+         f"    plugin_option max_long_side_pixel abc;\n}}\n", r"t\.conf:8: model x: .*max_long_side_pixel"),
+        (f"model y {{\n    plugin qwen2vl;\n    upstream 127.0.0.1:1;\n    tokenizer {tok};\n}}\n",
+         r"t\.conf:7: model y: the plugin's stop token"),
+        ("media {\n    fetch_timeout 5s;\n    media_fetch_allow 10.0.0.1/8;\n}\n",
+         r"t\.conf:6: \"media_fetch_allow\" directive: invalid value \"10\.0\.0\.1/8\""),
+        ("include inc.conf;\n", r"inc\.conf:3: model z: tokenizer /nonexistent\.json"),
+    ]
+    with open(os.path.join(d, "inc.conf"), "w") as f:
+        f.write("model z {\n    plugin m3;\n    tokenizer /nonexistent.json;\n    upstream 127.0.0.1:1;\n}\n")
+    import re
+    for body, want in cases:
+        path = os.path.join(d, "t.conf")
+        with open(path, "w") as f:
+            f.write(head + body)
+        p = subprocess.run([fx.MMGW, "-t", "-c", path], capture_output=True, timeout=60, cwd=d)
+        err = p.stderr.decode(errors="replace")
+        fx.check(p.returncode != 0 and re.search(want, err), f"mmgw -t: want /{want}/, got rc {p.returncode}: {err}")
+    with open(os.path.join(d, "t.conf"), "w") as f:
+        f.write(head + f"model x {{\n    plugin m3;\n    tokenizer {tok};\n    upstream 127.0.0.1:1;\n}}\n")
+    p = subprocess.run([fx.MMGW, "-t", "-c", os.path.join(d, "t.conf")], capture_output=True, timeout=60, cwd=d)
+    fx.check(p.returncode == 0, f"a good config passes: {p.stderr.decode(errors='replace')}")
+
+
+def token_bytes(path):
+    """{id: bytes} of a byte-level BPE tokenizer.json (GPT-2's byte-to-character map; added tokens as UTF-8)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs, n = bs[:], 0
+    for x in range(256):
+        if x not in bs:
+            bs.append(x)
+            cs.append(256 + n)
+            n += 1
+    dec = {chr(c): b for b, c in zip(bs, cs)}
+    with open(path) as f:
+        t = json.load(f)
+    out = {i: bytes(dec[ch] for ch in s) for s, i in t["model"]["vocab"].items()}
+    out.update({a["id"]: a["content"].encode() for a in t["added_tokens"]})
+    return out
+
+
 # ---------------------------------------------------------------- reasoning, tool calls, worker failures
 
 class ScriptWorker(fx.Proc):
@@ -478,6 +628,23 @@ def case_parse():
                  json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris", "days": 2}, f"tool_calls: {calls}")
         fx.check(c["finish_reason"] == "tool_calls", f"finish_reason {c['finish_reason']}")
         print("tool chat answer:", json.dumps(m)[:400])
+    # tool_choice "none", or no tools offered: the markup stays content and no call is reported (vLLM, SGLang)
+    visible = out[out.index("</mm:think>") + len("</mm:think>"):]
+    for what, b in (("tool_choice none", dict(body, tool_choice="none")),
+                    ("no tools", {k: v for k, v in body.items() if k != "tools"})):
+        st, r = fx.post(gw, "/v1/chat/completions", b)
+        if fx.check(st == 200, f"{what}: {st} {str(r)[:300]}"):
+            c = r["choices"][0]
+            fx.check(c["message"]["content"] == visible and not c["message"].get("tool_calls") and
+                     c["message"].get("reasoning_content") == "I should call the tool." and
+                     c["finish_reason"] == "stop", f"{what}: {str(c)[:400]}")
+        st, ev = fx.sse_events(gw, "/v1/chat/completions", dict(b, stream=True))
+        if fx.check(st == 200 and ev[-1] == "[DONE]", f"{what} streamed: {st} {str(ev)[:300]}"):
+            deltas = [json.loads(e)["choices"][0] for e in ev[:-1]]
+            fx.check("".join(x["delta"].get("content") or "" for x in deltas) == visible and
+                     not any(x["delta"].get("tool_calls") for x in deltas) and
+                     [x["finish_reason"] for x in deltas if x["finish_reason"]] == ["stop"],
+                     f"{what} streamed: {str(deltas)[-300:]}")
     # the same streamed: the deltas add up to the same message, the call's first delta names it
     st, ev = fx.sse_events(gw, "/v1/chat/completions", dict(body, stream=True))
     if fx.check(st == 200 and ev[-1] == "[DONE]", f"tool stream: {st} {str(ev)[:300]}"):
@@ -883,7 +1050,7 @@ CASES = {
     "golden_h1": case_golden_h1, "golden_h2": case_golden_h2, "tokenize": case_tokenize,
     "media_tokens": case_media_tokens, "errors": case_errors, "toy": case_toy, "disconnect": case_disconnect,
     "failover": case_failover, "parse": case_parse, "qwen2vl": case_qwen2vl, "robust": case_robust, "backpressure": case_backpressure, "reload": case_reload, "metrics": case_metrics,
-    "demo": case_demo,
+    "demo": case_demo, "surface": case_surface, "conftest": case_conftest,
 }
 
 if __name__ == "__main__":

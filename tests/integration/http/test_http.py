@@ -614,6 +614,29 @@ def case_h2():
                             srv.url("/test/echo")], input=big, capture_output=True, timeout=20)
         body, code = p.stdout.rsplit(b"\n", 1)
         check(code == b"413" and is_openai_error(body), f"h2 413: {p.stdout[-200:]} {p.stderr}")
+        # a body far past the limit and past the stream window: the client is still uploading when the 413
+        # comes; the rest of its upload is read and dropped, so clients that cannot take a response while they
+        # send (curl 7.x fails the transfer on RST_STREAM, exit 92) still get it
+        for size in (2 << 20, 20 << 20):
+            p = subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "-w", "\n%{http_code}", "--data-binary",
+                                "@-", srv.url("/test/echo")], input=b"z" * size, capture_output=True, timeout=30)
+            body, _, code = p.stdout.rpartition(b"\n")
+            check(p.returncode == 0 and code == b"413" and is_openai_error(body),
+                  f"h2 413 for {size} bytes: rc {p.returncode} {p.stdout[-200:]} {p.stderr}")
+        # ... but an uploader that stalls after the answer is reset (NO_ERROR) within the linger time (2 s)
+        h = H2(srv.ports[0])
+        block = h.hpack([(":method", "POST"), (":scheme", "http"), (":path", "/test/echo"), (":authority", "x"),
+                         ("content-length", "10000000")])
+        h.s.sendall(h.frame(1, 0x4, 1, block) + b"".join(h.frame(0, 0, 1, b"z" * 16000) for _ in range(3)))
+        t0 = time.time()
+        frames = h.frames(4.0)
+        kinds = [(f[0], f[2]) for f in frames if f[2] == 1]
+        rst = [int.from_bytes(f[3], "big") for f in frames if f[0] == 3 and f[2] == 1]
+        answer = b"".join(f[3] for f in frames if f[0] == 0 and f[2] == 1)
+        check(kinds[:1] == [(1, 1)] and b"too large" in answer and rst == [0],
+              f"stalled uploader: answer {answer[:100]}, frames {kinds}, resets {rst}")
+        check(time.time() - t0 < 8.5, "the stalled uploader's stream was reset in time")
+        h.close()
         # many concurrent streams on one connection (nghttp -m repeats the URI)
         p = subprocess.run(["nghttp", "-n", "-s", "-m", "50", srv.url("/test/json")], capture_output=True, timeout=30)
         check(p.returncode == 0 and p.stdout.count(b"/test/json") >= 50, f"nghttp 50 streams: {p.stdout[-300:]}")

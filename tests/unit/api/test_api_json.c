@@ -27,8 +27,30 @@ static void str_case(const char *in, size_t n, const char *want)
     mm_buf_free(&b);
 }
 
+/* Characters of a JSON string literal as a JSON parser reads it: an escape is one, a UTF-8 sequence one. */
+static size_t json_literal_chars(const char *s, size_t n)
+{
+    size_t chars = 0;
+    for (size_t i = 1; i + 1 < n; chars++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\\')
+            i += s[i + 1] == 'u' ? 6 : 2;
+        else
+            i += c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+    }
+    return chars;
+}
+
 int main(void)
 {
+    /* gw_json_str_chars counts what gw_json_str writes (logprobs' text_offset is built on it) */
+    CHECK(gw_json_str_chars("", 0) == 0);
+    CHECK(gw_json_str_chars("a\x80"
+                            "b",
+                            3) == 3);
+    CHECK(gw_json_str_chars("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9) == 3);
+    CHECK(gw_json_str_chars("\xe2\x82", 2) == 2);
+    CHECK(gw_json_str_chars("x\n\"", 3) == 3);
     str_case("plain", 5, "\"plain\"");
     str_case("a\"b\\c", 5, "\"a\\\"b\\\\c\"");
     str_case("\n\r\t\b\f\x01\x1f", 7, "\"\\n\\r\\t\\b\\f\\u0001\\u001f\"");
@@ -57,6 +79,9 @@ int main(void)
         CHECK(gw_json_str(&b, (const char *)in, sizeof in) == 0);
         CHECK(valid_utf8((const unsigned char *)b.data, b.len) && b.data[0] == '"' &&
               b.data[b.len - 1] == '"');
+        CHECK_MSG(gw_json_str_chars((const char *)in, sizeof in) == json_literal_chars(b.data, b.len),
+                  "chars %zu, literal %zu", gw_json_str_chars((const char *)in, sizeof in),
+                  json_literal_chars(b.data, b.len));
         mm_buf_free(&b);
     }
     struct mm_buf b;

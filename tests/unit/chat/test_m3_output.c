@@ -221,6 +221,28 @@ static void test_hold_back(void)
     CHECK_EQ_INT(fixture_live_allocs, 0);
 }
 
+/* Tool calls are only parsed when the request offers tools and tool_choice is not "none" (vLLM, SGLang):
+ * otherwise the markup is plain content and no call is reported. */
+static void test_tools_offered(void)
+{
+    const char *out = "<mm:think>r</mm:think>Hi " TC INV("get_weather") EL("city", "Oslo") INVE TCE;
+    const char *as_text = "Hi " TC INV("get_weather") EL("city", "Oslo") INVE TCE;
+    expect(NULL, NULL, out, (struct want){.content = as_text, .reasoning = "r"});
+    expect("{\"messages\":[],\"tools\":[]}", NULL, out, (struct want){.content = as_text, .reasoning = "r"});
+    expect("{\"messages\":[],\"tools\":null}", NULL, out,
+           (struct want){.content = as_text, .reasoning = "r"});
+    char req[4096];
+    snprintf(req, sizeof req, "%.*s,\"tool_choice\":\"none\"}", (int)strlen(tools_req) - 1, tools_req);
+    expect(req, NULL, out, (struct want){.content = as_text, .reasoning = "r"});
+    snprintf(req, sizeof req, "%.*s,\"tool_choice\":\"auto\"}", (int)strlen(tools_req) - 1, tools_req);
+    expect(req, NULL, out,
+           (struct want){.content = "Hi ",
+                         .reasoning = "r",
+                         .n_tools = 1,
+                         .name = {"get_weather"},
+                         .args = {"{\"city\":\"Oslo\"}"}});
+}
+
 static void test_tool_calls(void)
 {
     expect(tools_req, NULL,
@@ -469,6 +491,7 @@ int main(void)
     test_reasoning();
     test_hold_back();
     test_tool_calls();
+    test_tools_offered();
     test_truncated_and_junk();
     test_types();
     test_random_outputs();

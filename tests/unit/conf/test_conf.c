@@ -251,10 +251,33 @@ static void test_errors(void)
               "unix:PATH)");
     parse_err("model a {\n upstream h:1;\n}\n", "t.conf:1: model \"a\" has no \"plugin\" directive");
     parse_err("model a {\n plugin m3;\n}\n", "t.conf:1: model \"a\" has no \"upstream\" directive");
-    parse_err("media { media_fetch_deny 1.2.3.4/33; }\n",
-              "t.conf:1: \"media_fetch_deny\" directive: invalid value \"1.2.3.4/33\" (expected a host, "
-              "*.domain, an IP "
-              "address or a CIDR)");
+    parse_err(
+        "media { media_fetch_deny 1.2.3.4/33; }\n",
+        "t.conf:1: \"media_fetch_deny\" directive: invalid value \"1.2.3.4/33\": not an IP address or CIDR "
+        "range (write a dotted quad or IPv6, a prefix in range, no host bits set below it)");
+    /* every rule the fetch policy would refuse is refused here, with the line (not later, without one) */
+    parse_err(
+        "media {\n  media_fetch_allow 10.0.0.0/8;\n  media_fetch_allow 10.0.0.1/8;\n}\n",
+        "t.conf:3: \"media_fetch_allow\" directive: invalid value \"10.0.0.1/8\": not an IP address or CIDR "
+        "range (write a dotted quad or IPv6, a prefix in range, no host bits set below it)");
+    parse_err(
+        "media { media_fetch_allow fe80::1/10; }\n",
+        "t.conf:1: \"media_fetch_allow\" directive: invalid value \"fe80::1/10\": not an IP address or CIDR "
+        "range (write a dotted quad or IPv6, a prefix in range, no host bits set below it)");
+    parse_err(
+        "media { media_fetch_deny 10.0.0.0/08; }\n",
+        "t.conf:1: \"media_fetch_deny\" directive: invalid value \"10.0.0.0/08\": not an IP address or CIDR "
+        "range (write a dotted quad or IPv6, a prefix in range, no host bits set below it)");
+    parse_err(
+        "media { media_fetch_deny foo..example.com; }\n",
+        "t.conf:1: \"media_fetch_deny\" directive: invalid value \"foo..example.com\": expected a host name, "
+        "*.domain, a dotted-quad IP address or a CIDR range");
+    parse_err("media { media_fetch_allow 0x7f.1; }\n",
+              "t.conf:1: \"media_fetch_allow\" directive: invalid value \"0x7f.1\": expected a host name, "
+              "*.domain, a dotted-quad IP address or a CIDR range");
+    parse_err("media { media_fetch_allow *.; }\n",
+              "t.conf:1: \"media_fetch_allow\" directive: invalid value \"*.\": expected a host name, "
+              "*.domain, a dotted-quad IP address or a CIDR range");
     parse_err("http {\n  listen 127.0.0.1:1 ssl;\n}\n",
               "t.conf:2: \"listen 127.0.0.1:1 ssl\" needs \"ssl_certificate\" and \"ssl_certificate_key\"");
     parse_err("http {\n  listen 127.0.0.1:1;\n  listen 127.0.0.1:1;\n}\n",
