@@ -3,7 +3,9 @@
  * kn_sgemm_nt on row-major W (OpenBLAS, or the runtime's own small-row kernel up to 8 rows; the code before
  * the packed kernel) against kn_wgemm on W packed at load, at each instruction-set level the CPU has.
  * GFLOP/s, median of R runs of process CPU time (the machine is shared; CPU time does not count the time
- * other processes hold the core). */
+ * other processes hold the core). Then the chain of every product of one decode step of the tiny checkpoint
+ * (8.7 MB of packed weights, streamed from L3 as in a real step; routed experts at 1/4 of the rows), at 1 and
+ * 16 rows: GFLOP/s of the best of R * 20 chains, wall clock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,87 @@ static double timeit(int which, int64_t m, int64_t n, int64_t k, const float *a,
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_d);
     return t[reps / 2];
+}
+
+static double wall_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The products of one decode step, in order: per layer q, k, v (and the index q, k of the MSA layers), o;
+ * layer 0 a dense MLP, layers 1-3 the router, 8 experts (a quarter of the rows each: top-2 of 8) and the
+ * shared expert; then the LM head. */
+static void step_chain(int reps)
+{
+    struct {
+        int64_t n, k;
+        int div;
+        float *p;
+    } w[128];
+    int nw = 0;
+#define ADD(N, K, D) (w[nw].n = (N), w[nw].k = (K), w[nw].div = (D), nw++)
+    for (int l = 0; l < 4; l++) {
+        ADD(256, 128, 1), ADD(64, 128, 1), ADD(64, 128, 1);
+        if (l) ADD(64, 128, 1), ADD(32, 128, 1);
+        ADD(128, 256, 1);
+        if (!l) {
+            ADD(256, 128, 1), ADD(256, 128, 1), ADD(128, 256, 1);
+        } else {
+            ADD(8, 128, 1);
+            for (int e = 0; e < 8; e++) ADD(64, 128, 4), ADD(64, 128, 4), ADD(128, 64, 4);
+            ADD(64, 128, 1), ADD(64, 128, 1), ADD(128, 64, 1);
+        }
+    }
+    ADD(8199, 128, 1);
+#undef ADD
+    int64_t bytes = 0;
+    for (int i = 0; i < nw; i++) {
+        int64_t f = kn_wpack_floats(w[i].n, w[i].k);
+        w[i].p = aligned_alloc(64, (size_t)(f * 4 + 63) / 64 * 64);
+        if (!w[i].p) return;
+        for (int64_t j = 0; j < f; j++) w[i].p[j] = (float)(j % 7) * 0.1f;
+        bytes += f * 4;
+    }
+    float *a = malloc(sizeof(float) * 16 * 256), *c = malloc(sizeof(float) * 16 * 8208);
+    if (!a || !c) return;
+    for (int i = 0; i < 16 * 256; i++) a[i] = (float)(i % 13) * 0.1f;
+    int32_t top = kn_isa_get();
+    printf("\nproducts of one decode step (%d weights, %.1f MB packed), GFLOP/s of the best of %d chains, "
+           "wall\n\n",
+           nw, (double)bytes / 1e6, reps * 20);
+    printf("| rows |");
+    for (int32_t lv = top; lv >= 0; lv--) printf(" %s |", kn_isa_name(lv));
+    printf("\n|---:|");
+    for (int32_t lv = top; lv >= 0; lv--) printf("---:|");
+    printf("\n");
+    static const int ms[] = {1, 16};
+    for (int mi = 0; mi < 2; mi++) {
+        int m = ms[mi];
+        double fl = 0;
+        for (int i = 0; i < nw; i++) fl += 2.0 * (m / w[i].div > 0 ? m / w[i].div : 1) * w[i].n * w[i].k;
+        printf("| %d |", m);
+        for (int32_t lv = top; lv >= 0; lv--) {
+            kn_isa_limit(lv);
+            double best = 1e30;
+            for (int r = 0; r < reps * 20; r++) {
+                double t0 = wall_now();
+                for (int i = 0; i < nw; i++) {
+                    int64_t mr = m / w[i].div > 0 ? m / w[i].div : 1;
+                    kn_wgemm(mr, w[i].k, a, w[i].k, w[i].p, w[i].n, 0, w[i].n, c, w[i].n);
+                }
+                double t = wall_now() - t0;
+                best = t < best ? t : best;
+            }
+            printf(" %.1f |", fl / best * 1e-9);
+        }
+        printf("\n");
+    }
+    kn_isa_limit(top);
+    for (int i = 0; i < nw; i++) free(w[i].p);
+    free(a);
+    free(c);
 }
 
 int main(int argc, char **argv)
@@ -94,5 +177,6 @@ int main(int argc, char **argv)
             free(c);
             free(p);
         }
+    step_chain(reps);
     return 0;
 }

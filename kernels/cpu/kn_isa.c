@@ -13,9 +13,11 @@ static int32_t detect(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("fma"))
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return KN_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KN_ISA_AVX2;
+    /* F16C (half-precision conversion, for a half-precision KV cache) comes with every AVX2 CPU */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return KN_ISA_AVX2;
 #endif
     return KN_ISA_BASE;
 }

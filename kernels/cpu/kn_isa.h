@@ -8,8 +8,8 @@
 
 enum kn_isa {
     KN_ISA_BASE = 0,   /* baseline x86-64 (SSE2) or any other architecture */
-    KN_ISA_AVX2 = 1,   /* AVX2 + FMA */
-    KN_ISA_AVX512 = 2, /* AVX-512 F/VL/DQ/BW + FMA */
+    KN_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    KN_ISA_AVX512 = 2, /* AVX-512 F/VL/DQ/BW + FMA + F16C */
 };
 
 /** The level the kernels use now. */

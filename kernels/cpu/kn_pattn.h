@@ -47,4 +47,29 @@ void kn_pidx_scores(const float *q, int32_t n_idx_heads, int32_t idx_dim, int64_
                     int32_t block, const int32_t *block_table, float *scores, int64_t head_stride,
                     int32_t n_blocks);
 
+/* ---- appended: the same for a half-precision cache ----
+ * The same layout with IEEE binary16 elements (raw bits in uint16_t): half the bytes a decode step reads,
+ * for an optional lower-precision cache (results within fp16 rounding of the K/V/index values, no longer
+ * those of the fp32 cache). Values are stored rounded to nearest even and saturated at +-65504. */
+
+struct kn_pkv16 {
+    const uint16_t *k, *v;
+    int32_t n_kv, head_dim, block;
+    int64_t n_pages;
+};
+
+/** x as the half-precision cache stores it (round to nearest even, saturating at +-65504; NaN stays NaN). */
+uint16_t kn_f16_store(float x);
+
+void kn_pkv_write_f16(uint16_t *k, uint16_t *v, const struct kn_pkv16 *c, int64_t page, int32_t slot,
+                      const float *k_row, const float *v_row);
+void kn_pidx_write_f16(uint16_t *idx, int32_t idx_dim, int32_t block, int64_t page, int32_t slot,
+                       const float *row);
+void kn_pattn_gqa_f16(const float *q, int32_t G, int64_t pos, float scale, const struct kn_pkv16 *c,
+                      int32_t kv_head, const int32_t *block_table, const int32_t *blocks, int32_t nb,
+                      float *out);
+void kn_pidx_scores_f16(const float *q, int32_t n_idx_heads, int32_t idx_dim, int64_t pos,
+                        const uint16_t *idx, int32_t block, const int32_t *block_table, float *scores,
+                        int64_t head_stride, int32_t n_blocks);
+
 #endif

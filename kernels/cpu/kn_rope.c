@@ -2,17 +2,25 @@
 
 #include <math.h>
 
+#define KN_ROPE_MAX_HALF 512 /* frequencies kept in a table; more (never seen) are recomputed */
+
 void kn_rope_text_table(const int64_t *pos, int64_t n, int32_t rot_dim, double theta, float *cos_t,
                         float *sin_t)
 {
     int32_t half = rot_dim / 2;
+    /* the reference: inv_freq = 1 / theta^(2k/dim) in fp32 (the same for every token: computed once; a pow
+     * per token and frequency was a visible part of a decode step), angle = fp32(pos * inv_freq) */
+    float inv[KN_ROPE_MAX_HALF];
+    int32_t nk = half < KN_ROPE_MAX_HALF ? half : KN_ROPE_MAX_HALF;
+    for (int32_t k = 0; k < nk; k++) {
+        float e = (float)(2 * k) / (float)rot_dim;
+        inv[k] = 1.0f / (float)pow((double)(float)theta, (double)e);
+    }
     for (int64_t i = 0; i < n; i++) {
         float p = (float)pos[i];
         for (int32_t k = 0; k < half; k++) {
-            /* the reference: inv_freq = 1 / theta^(2k/dim) in fp32, angle = fp32(pos * inv_freq) */
             float e = (float)(2 * k) / (float)rot_dim;
-            float inv = 1.0f / (float)pow((double)(float)theta, (double)e);
-            float a = p * inv;
+            float a = p * (k < nk ? inv[k] : 1.0f / (float)pow((double)(float)theta, (double)e));
             float c = (float)cos((double)a), s = (float)sin((double)a);
             cos_t[i * rot_dim + k] = cos_t[i * rot_dim + k + half] = c;
             sin_t[i * rot_dim + k] = sin_t[i * rot_dim + k + half] = s;

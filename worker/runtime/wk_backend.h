@@ -75,6 +75,23 @@ struct wk_moe {
     float scale, alpha, limit; /* routed_scaling_factor, swiglu alpha and limit */
 };
 
+/** The inputs of the attn_layer op: the batch's projections of one layer (normed and rotated in place). */
+struct wk_attn_layer {
+    int32_t layer;
+    float *q, *k;                            /* [n_tokens][n_heads * head_dim], [n_tokens][n_kv * head_dim] */
+    const float *v;                          /* [n_tokens][n_kv * head_dim] */
+    const struct wk_weight *q_norm, *k_norm; /* [head_dim] */
+    float *iq, *ik;                          /* MSA: [n_tokens][n_idx_heads * idx_dim], [n_tokens][idx_dim] */
+    const struct wk_weight *iq_norm, *ik_norm; /* MSA: [idx_dim] */
+    const float *cos_t, *sin_t;                /* RoPE tables [n_tokens][table_stride] */
+    int32_t table_stride, rot, irot;           /* rotated dims of q/k and of the index q/k */
+    int32_t n_heads;
+    float eps, scale;
+    const struct wk_msa_params *msa; /* NULL: a dense layer */
+    const struct wk_sel_out *sel;    /* MSA: where to report the selections, or NULL */
+    float *out;                      /* [n_tokens][n_heads * head_dim] */
+};
+
 struct wk_backend_iface {
     const char *name;
     void (*destroy)(void *ctx);
@@ -150,6 +167,12 @@ struct wk_backend_iface {
      * read the same input (q/k/v, gate/up): one parallel step instead of n_w. */
     void (*linear_multi)(void *ctx, int32_t n_w, const struct wk_weight *const *w, const float *x, int64_t n,
                          float *const *y);
+
+    /** One layer's attention from its projections (struct wk_attn_layer): the per-head norms and RoPE of q
+     * and k (and of the index query and key of an MSA layer), the cache writes, and dense or MSA attention,
+     * with the results of the separate ops (head_rmsnorm, rope, kv_write, idx_write, attn_dense/attn_msa),
+     * bit for bit. Lets a backend run the per-token work in the same parallel step as the attention. */
+    void (*attn_layer)(void *ctx, const struct wk_attn_layer *a);
 };
 
 /** Most weights one linear_multi call takes. */

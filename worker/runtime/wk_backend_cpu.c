@@ -372,6 +372,7 @@ static const struct wk_backend_iface cpu_iface = {
     .gelu = cpu_gelu,
     .attn_full = cpu_attn_full,
     .linear_multi = cpu_linear_multi,
+    .attn_layer = cpu_attn_layer,
 };
 
 int32_t wk_backend_cpu_create(int32_t threads, struct wk_be *out, struct mm_err *err)

@@ -35,7 +35,8 @@ struct cpu {
     int32_t threads;
     /* paged cache (wk_cpu_attn.c): key-transposed pages, kernels/cpu/kn_pattn.h */
     struct wk_cache_geom geom;
-    float **k, **v, **idx; /* per layer */
+    void **k, **v, **idx;  /* per layer: float, or uint16_t fp16 bits when kv_f16 */
+    int32_t kv_f16;        /* MMGW_CPU_KV=f16: half-precision cache elements */
     uint8_t *layer_sparse; /* copy of geom.layer_sparse */
     /* current batch */
     const struct wk_batch *b;
@@ -77,6 +78,7 @@ void cpu_idx_write(void *ctx, int32_t layer, const float *idx_k);
 void cpu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_heads, float scale, float *out);
 void cpu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads, float scale,
                   const struct wk_msa_params *p, const struct wk_sel_out *sel, float *out);
+void cpu_attn_layer(void *ctx, const struct wk_attn_layer *a);
 
 /* wk_cpu_moe.c */
 void cpu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n, float *out);

@@ -9,9 +9,10 @@
 #include "mm_log.h"
 #include "wk_engine_int.h"
 
-/* MMGW_PROFILE=1: CPU time of the driving thread per kind of operation, logged when the engine closes (meant
- * for
- * --threads 1 runs of a synchronous backend: work done by other threads is not counted). */
+/* MMGW_PROFILE=1: CPU time of the driving thread per kind of operation over every step, logged when the
+ * engine closes (meant for --threads 1 runs of a synchronous backend: work done by other threads is not
+ * counted). MMGW_PROFILE=decode: wall-clock time per kind over decode steps only (one token per sequence),
+ * reported per decoded token: what a multi-threaded batched decode step spends where. */
 enum prof_kind {
     P_NORM,
     P_QKV,
@@ -28,33 +29,47 @@ enum prof_kind {
 static const char *const prof_names[P_N] = {"norms+rope", "q/k/v+idx", "index nrm", "attn dense", "attn msa",
                                             "o_proj",     "moe",       "dense mlp", "logits",     "other"};
 static double prof_t[P_N];
-static int prof_on = -1;
+static int64_t prof_tokens;
+static int prof_on = -1; /* 0 off, 1 thread CPU time (every step), 2 wall time (decode steps) */
+static int prof_step;    /* whether this step is timed */
 
 static double prof_now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    clock_gettime(prof_on == 2 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 #define PROF(kind, ...)                                                                                      \
     do {                                                                                                     \
-        double t0__ = prof_on ? prof_now() : 0.0;                                                            \
+        double t0__ = prof_step ? prof_now() : 0.0;                                                          \
         __VA_ARGS__;                                                                                         \
-        if (prof_on) prof_t[kind] += prof_now() - t0__;                                                      \
+        if (prof_step) prof_t[kind] += prof_now() - t0__;                                                    \
     } while (0)
+
+static void prof_init(void)
+{
+    if (prof_on >= 0) return;
+    const char *pe = getenv("MMGW_PROFILE");
+    prof_on = !pe ? 0 : !strcmp(pe, "1") ? 1 : !strcmp(pe, "decode") ? 2 : 0;
+}
 
 void wk_forward_profile_report(void)
 {
-    if (prof_on != 1) return;
+    if (prof_on < 1) return;
     double tot = 0;
     for (int i = 0; i < P_N; i++) tot += prof_t[i];
     if (tot <= 0) return;
     for (int i = 0; i < P_N; i++) {
-        mm_log_info("runtime", "profile: %-10s %8.3f s %5.1f%%", prof_names[i], prof_t[i],
-                    100.0 * prof_t[i] / tot);
+        if (prof_on == 2)
+            mm_log_info("runtime", "profile (decode, wall): %-10s %8.2f us/token %5.1f%%", prof_names[i],
+                        prof_tokens ? prof_t[i] * 1e6 / (double)prof_tokens : 0.0, 100.0 * prof_t[i] / tot);
+        else
+            mm_log_info("runtime", "profile: %-10s %8.3f s %5.1f%%", prof_names[i], prof_t[i],
+                        100.0 * prof_t[i] / tot);
         prof_t[i] = 0; /* one report per engine */
     }
+    prof_tokens = 0;
 }
 
 #define LOGIT_ROWS 32 /* rows of logits computed per product */
@@ -314,10 +329,6 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
     struct wk_msa_params mp = {t->idx_heads, t->idx_dim, t->topk_blocks, t->local_blocks};
     int32_t irot =
         rot < t->idx_dim ? rot : t->idx_dim; /* the reference truncates the table to the index dim */
-    if (prof_on < 0) {
-        const char *pe = getenv("MMGW_PROFILE");
-        prof_on = pe && *pe == '1';
-    }
     for (int32_t l = 0; l < t->n_layers; l++) {
         const struct wk_layer_w *w = &e->w.layers[l];
         PROF(P_NORM, B->rmsnorm(bc, a->x, w->in_norm, T, H, eps, a->h));
@@ -327,25 +338,53 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
             float *py[5] = {a->q, a->k, a->v, a->iq, a->ik};
             lin_n(e, t->layer_sparse[l] ? 5 : 3, pw, a->h, T, py);
         });
-        PROF(P_NORM, {
-            B->head_rmsnorm(bc, a->q, T, nh, hd, w->q_norm, eps);
-            B->head_rmsnorm(bc, a->k, T, nkv, hd, w->k_norm, eps);
-            B->rope(bc, a->q, T, nh, hd, a->cos_t, a->sin_t, rot, rot);
-            B->rope(bc, a->k, T, nkv, hd, a->cos_t, a->sin_t, rot, rot);
-        });
-        PROF(P_OTHER, B->kv_write(bc, l, a->k, a->v));
-        if (t->layer_sparse[l]) {
-            PROF(P_INDEX, {
-                B->head_rmsnorm(bc, a->iq, T, t->idx_heads, t->idx_dim, w->iq_norm, eps);
-                B->head_rmsnorm(bc, a->ik, T, 1, t->idx_dim, w->ik_norm, eps);
-                B->rope(bc, a->iq, T, t->idx_heads, t->idx_dim, a->cos_t, a->sin_t, rot, irot);
-                B->rope(bc, a->ik, T, 1, t->idx_dim, a->cos_t, a->sin_t, rot, irot);
-                B->idx_write(bc, l, a->ik);
-            });
-            PROF(P_ATTN_MSA,
-                 B->attn_msa(bc, l, a->q, a->iq, nh, scale, &mp, l == t->first_msa ? sel : NULL, a->attn));
+        const struct wk_sel_out *lsel = l == t->first_msa ? sel : NULL;
+        if (B->attn_layer) {
+            /* norms, RoPE, cache writes and attention in one backend step (per-token work in parallel) */
+            struct wk_attn_layer al = {.layer = l,
+                                       .q = a->q,
+                                       .k = a->k,
+                                       .v = a->v,
+                                       .q_norm = w->q_norm,
+                                       .k_norm = w->k_norm,
+                                       .cos_t = a->cos_t,
+                                       .sin_t = a->sin_t,
+                                       .table_stride = rot,
+                                       .rot = rot,
+                                       .irot = irot,
+                                       .n_heads = nh,
+                                       .eps = eps,
+                                       .scale = scale,
+                                       .sel = lsel,
+                                       .out = a->attn};
+            if (t->layer_sparse[l]) {
+                al.iq = a->iq;
+                al.ik = a->ik;
+                al.iq_norm = w->iq_norm;
+                al.ik_norm = w->ik_norm;
+                al.msa = &mp;
+            }
+            PROF(t->layer_sparse[l] ? P_ATTN_MSA : P_ATTN_DENSE, B->attn_layer(bc, &al));
         } else {
-            PROF(P_ATTN_DENSE, B->attn_dense(bc, l, a->q, nh, scale, a->attn));
+            PROF(P_NORM, {
+                B->head_rmsnorm(bc, a->q, T, nh, hd, w->q_norm, eps);
+                B->head_rmsnorm(bc, a->k, T, nkv, hd, w->k_norm, eps);
+                B->rope(bc, a->q, T, nh, hd, a->cos_t, a->sin_t, rot, rot);
+                B->rope(bc, a->k, T, nkv, hd, a->cos_t, a->sin_t, rot, rot);
+            });
+            PROF(P_OTHER, B->kv_write(bc, l, a->k, a->v));
+            if (t->layer_sparse[l]) {
+                PROF(P_INDEX, {
+                    B->head_rmsnorm(bc, a->iq, T, t->idx_heads, t->idx_dim, w->iq_norm, eps);
+                    B->head_rmsnorm(bc, a->ik, T, 1, t->idx_dim, w->ik_norm, eps);
+                    B->rope(bc, a->iq, T, t->idx_heads, t->idx_dim, a->cos_t, a->sin_t, rot, irot);
+                    B->rope(bc, a->ik, T, 1, t->idx_dim, a->cos_t, a->sin_t, rot, irot);
+                    B->idx_write(bc, l, a->ik);
+                });
+                PROF(P_ATTN_MSA, B->attn_msa(bc, l, a->q, a->iq, nh, scale, &mp, lsel, a->attn));
+            } else {
+                PROF(P_ATTN_DENSE, B->attn_dense(bc, l, a->q, nh, scale, a->attn));
+            }
         }
         PROF(P_OPROJ, {
             B->linear(bc, w->o, NULL, a->attn, T, a->tmp);
@@ -469,6 +508,9 @@ int32_t wk_forward_run(struct wk_engine *e, struct wk_step_item *items, int32_t 
         if (hs->seq_len[j] - 1 > max_pos) max_pos = hs->seq_len[j] - 1;
         want_sel |= it->sel != NULL;
     }
+    prof_init();
+    prof_step = prof_on == 1 || (prof_on == 2 && T == n_items);
+    if (prof_on == 2 && prof_step) prof_tokens += T;
     struct wk_batch batch = {T,         n_items,     hs->ids,    hs->pos, hs->seq_of, hs->seq_first,
                              hs->seq_n, hs->seq_len, hs->tables, max_pos};
     kn_rope_text_table(hs->pos, T, t->rot_dim, t->rope_theta, hs->cos_t, hs->sin_t);
