@@ -18,6 +18,8 @@
 #define SPIN_NS 1000000LL
 #define SPIN_ROUNDS 4000 /* the caller's wait: PAUSEs before yielding the core */
 
+typedef void (*wk_pool_task_fn)(void *arg, int64_t task, int32_t thread);
+
 struct wk_pool {
     int32_t n;
     pthread_t *th;
@@ -28,10 +30,13 @@ struct wk_pool {
     atomic_int stop;
     /* Runs alternate between two slots; tasks are claimed from `ticket` = (run id << 32) | next task, so a
      * worker that wakes up late can never run a task of a newer run with an older run's function. */
+    /* Atomic (relaxed; gen's release/acquire orders them) because a worker late from two runs ago may read a
+     * slot while the next run fills it: it then finds the ticket of another run and calls nothing, but a
+     * plain read racing a write is still undefined behaviour (TSan reports it). */
     struct {
-        void (*fn)(void *, int64_t, int32_t);
-        void *arg;
-        int64_t n_tasks;
+        _Atomic(wk_pool_task_fn) fn;
+        _Atomic(void *) arg;
+        atomic_int_fast64_t n_tasks;
     } slot[2];
     atomic_uint_fast64_t ticket;
     atomic_int_fast64_t completed; /* tasks finished, over all runs */
@@ -51,9 +56,9 @@ static inline void cpu_relax(void)
 
 static void drain(struct wk_pool *p, uint64_t run, int32_t id)
 {
-    void (*fn)(void *, int64_t, int32_t) = p->slot[run & 1].fn;
-    void *arg = p->slot[run & 1].arg;
-    int64_t n_tasks = p->slot[run & 1].n_tasks;
+    wk_pool_task_fn fn = atomic_load_explicit(&p->slot[run & 1].fn, memory_order_relaxed);
+    void *arg = atomic_load_explicit(&p->slot[run & 1].arg, memory_order_relaxed);
+    int64_t n_tasks = atomic_load_explicit(&p->slot[run & 1].n_tasks, memory_order_relaxed);
     uint64_t cur = atomic_load(&p->ticket);
     for (;;) {
         if ((cur >> 32) != (run & 0xffffffffu) || (int64_t)(cur & 0xffffffffu) >= n_tasks) return;
@@ -163,9 +168,9 @@ void wk_pool_run(struct wk_pool *p, int64_t n_tasks, void (*fn)(void *arg, int64
     /* tasks are numbered in 32 bits */
     if (n_tasks > 0x7fffffff) n_tasks = 0x7fffffff;
     uint64_t run = atomic_load(&p->gen) + 1;
-    p->slot[run & 1].fn = fn;
-    p->slot[run & 1].arg = arg;
-    p->slot[run & 1].n_tasks = n_tasks;
+    atomic_store_explicit(&p->slot[run & 1].fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->slot[run & 1].arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->slot[run & 1].n_tasks, n_tasks, memory_order_relaxed);
     int64_t target = atomic_load(&p->completed) + n_tasks;
     atomic_store(&p->ticket, (run & 0xffffffffu) << 32);
     atomic_store_explicit(&p->gen, run, memory_order_release);
