@@ -67,7 +67,7 @@ void wk_rpc_model_info(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *pay
     Mmgw__Worker__V1__ModelInfoResponse resp = MMGW__WORKER__V1__MODEL_INFO_RESPONSE__INIT;
     resp.model_name = (char *)mi->name;
     resp.vocab_size = (uint32_t)mi->vocab_size;
-    resp.max_context = (uint64_t)mi->max_context;
+    resp.max_context = (uint64_t)g->svc.limits.max_context; /* the model's, capped by the cache */
     resp.n_eos_token_ids = (size_t)n_eos;
     resp.eos_token_ids = eos;
     resp.block_size = (uint32_t)mi->block_size;

@@ -106,6 +106,16 @@ int main(int argc, char **argv)
                 mi->concurrent_encode ? "encoded beside the decode steps"
                                       : "encoded inside the decode steps");
 
+    /* A prompt longer than the whole cache can never be admitted: advertise and enforce the smaller of the
+     * model's context and the cache, so the gateway answers 400 (too long) instead of a 429 that invites
+     * retries that cannot succeed. */
+    int64_t max_context = mi->max_context;
+    if (mi->pages_total > 0 && mi->pages_total * (int64_t)mi->block_size < max_context) {
+        max_context = mi->pages_total * (int64_t)mi->block_size;
+        mm_log_info(LOG, "context limited to %lld tokens by the cache (model: %lld)", (long long)max_context,
+                    (long long)mi->max_context);
+    }
+
     struct wk_uploads *up = wk_uploads_create((uint64_t)cli.upload_bytes, cli.upload_ttl_ms);
     struct wk_sched_opts so = {.max_waiting = cli.max_queue,
                                .max_seqs = cli.max_seqs,
@@ -126,7 +136,7 @@ int main(int argc, char **argv)
         .sched = s,
         .uploads = up,
         .limits = {.vocab_size = mi->vocab_size,
-                   .max_context = mi->max_context,
+                   .max_context = max_context,
                    .image_token_id = mi->image_token_id,
                    .video_token_id = mi->video_token_id,
                    .merge_factor = 4,

@@ -400,6 +400,7 @@ def suite_errors(c):
         expect_code(c, mk(ids, max_new=cap_tokens + 100), grpc.StatusCode.RESOURCE_EXHAUSTED,
                     "max_new_tokens past the whole cache (%d tokens)" % cap_tokens)
     else:
+        # mmgw-worker caps its advertised context to the pool, so one request alone always fits
         skip("pool bound: the cache (%d tokens) holds the whole context" % cap_tokens)
     # bytes that are no GenerateRequest (grpcio servers say INTERNAL), and a method the worker does not have
     raw = c.w.channel.unary_stream("/mmgw.worker.v1.Worker/Generate")
@@ -614,6 +615,9 @@ def main():
         print("%s worker: model %s, vocab %d, context %d, block %d" % (args.target, c.info.model_name, c.vocab, c.ctx,
                                                                        c.info.block_size), flush=True)
         check(c.info.protocol_version == 1, "ModelInfo: protocol_version 1")
+        if args.target != "toy":  # a prompt past the pool can never be admitted: the advertised context fits it
+            check(0 < c.ctx <= c.pool_tokens, "ModelInfo: max_context %d fits the cache pool (%d tokens)"
+                  % (c.ctx, c.pool_tokens))
         check(w.stub.Health(pb2.HealthRequest(), timeout=10).healthy, "Health: healthy")
         gd = None
         if have_golden:
