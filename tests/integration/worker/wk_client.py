@@ -239,8 +239,9 @@ class SafeTensors:
     def get(self, k):
         v = self.h[k]
         a, b = v["data_offsets"]
-        self.f.seek(self.base + a)
-        return np.frombuffer(self.f.read(b - a), dtype=self.DT[v["dtype"]]).reshape(v["shape"])
+        # os.pread: no shared file position, so threads building requests at once read the right bytes
+        data = os.pread(self.f.fileno(), b - a, self.base + a)
+        return np.frombuffer(data, dtype=self.DT[v["dtype"]]).reshape(v["shape"])
 
 
 def write_safetensors(path, tensors):
