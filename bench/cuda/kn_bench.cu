@@ -1279,6 +1279,47 @@ static void bench_layer(void)
             char cfg[96];
             snprintf(cfg, sizeof cfg, "prefill L %lldK %s", (long long)(L / 1024),
                      structured ? "structured" : "random");
+            /* every fused selection kernel (KN_CUDA_SELECT_WGMMA=0: mma.sync, 1 and 2: the wgmma variants),
+             * same run; the default one below */
+            static const char *const sel_knob[] = {"0", "1", "2"};
+            a.what = 2;
+            double sel_k_ms[3];
+            int32_t *sel_k[3];
+            const size_t sel_bytes = sizeof(int32_t) * (size_t)a.n_chunks * M3.n_kv * a.chunk * M3.topk;
+            for (int k = 0; k < 3; k++) {
+                setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
+                sel_k_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+                sel_k[k] = (int32_t *)hmalloc(sel_bytes);
+                CK(cudaMemcpy(sel_k[k], a.sel, sel_bytes, cudaMemcpyDeviceToHost));
+            }
+            a.what = 3;
+            double msa_k_ms[3];
+            for (int k = 0; k < 3; k++) {
+                setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
+                msa_k_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            }
+            unsetenv("KN_CUDA_SELECT_WGMMA");
+            /* rows whose sets differ from the mma.sync kernel's (near ties: other summation order) */
+            int64_t sel_rows_differ[3] = {0, 0, 0};
+            for (int k = 1; k < 3; k++)
+                for (size_t r = 0; r < sel_bytes / sizeof(int32_t) / M3.topk; r++) {
+                    const int32_t *x = sel_k[0] + r * M3.topk, *y = sel_k[k] + r * M3.topk;
+                    int d = 0;
+                    for (int32_t j = 0; j < M3.topk; j++) {
+                        int f = 0;
+                        for (int32_t m = 0; m < M3.topk; m++) f |= x[j] == y[m];
+                        d |= !f;
+                    }
+                    sel_rows_differ[k] += d;
+                }
+            const double sel_rows = (double)M3.n_kv * L; /* rows of padding chunks never differ */
+            free(sel_k[0]), free(sel_k[1]), free(sel_k[2]);
+            /* index-score FLOPs: every (query, head) row against every key of its visible blocks */
+            double sel_flops = 0;
+            for (int64_t i = 0; i < L; i++) sel_flops += (double)(i / M3.block + 1) * M3.block;
+            sel_flops *= 2.0 * M3.n_idx_heads * M3.idx_dim;
+            /* the default kernel (knob unset): its select time gives the attention rate below, and its
+             * selections stay in a.sel for the overlap measurement */
             a.what = 2;
             double sel_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
             a.what = 3;
@@ -1319,6 +1360,19 @@ static void bench_layer(void)
             free(sel), free(tmp);
             emit("layer", cfg, "neighbour overlap", pairs ? 100.0 * pair / pairs : 0, "%");
             emit("layer", cfg, "select (fused)", sel_ms, "ms");
+            emit("layer", cfg, "select mma.sync", sel_k_ms[0], "ms");
+            emit("layer", cfg, "select wgmma 4x1 slab", sel_k_ms[1], "ms");
+            emit("layer", cfg, "select wgmma 2x2 slabs", sel_k_ms[2], "ms");
+            emit("layer", cfg, "select mma.sync rate", sel_flops / (sel_k_ms[0] * 1e-3) / 1e12, "TFLOP/s");
+            emit("layer", cfg, "select wgmma 4x1 rate", sel_flops / (sel_k_ms[1] * 1e-3) / 1e12, "TFLOP/s");
+            emit("layer", cfg, "select wgmma 2x2 rate", sel_flops / (sel_k_ms[2] * 1e-3) / 1e12, "TFLOP/s");
+            emit("layer", cfg, "select wgmma 4x1 vs mma.sync rows differing",
+                 100.0 * sel_rows_differ[1] / sel_rows, "%");
+            emit("layer", cfg, "select wgmma 2x2 vs mma.sync rows differing",
+                 100.0 * sel_rows_differ[2] / sel_rows, "%");
+            emit("layer", cfg, "MSA total, select mma.sync", msa_k_ms[0], "ms");
+            emit("layer", cfg, "MSA total, select wgmma 4x1", msa_k_ms[1], "ms");
+            emit("layer", cfg, "MSA total, select wgmma 2x2", msa_k_ms[2], "ms");
             emit("layer", cfg, "MSA total", msa_ms, "ms");
             emit("layer", cfg, "attention eff.", flops / ((msa_ms - sel_ms) * 1e-3) / 1e12, "TFLOP/s");
             emit("layer", cfg, "MSA total, pairs only (previous design)", msa_pairs_ms, "ms");

@@ -4,6 +4,20 @@
 
 /* Queries of one sequence up to which the per-(query, KV group) paged kernels beat the tiled prefill ones. */
 #define KN_DECODE_MAX_Q 4
+/* The fused prefill selection with wgmma (kn_msa_index_prefill_wgmma.cu, four one-slab warpgroups) instead
+ * of the mma.sync kernel: the device run that made it the default showed the same selections as the mma.sync
+ * kernel and 1.8-2.1x its speed (565 vs 267-306 TFLOP/s; docs/design/cuda.md, "wgmma selection"). Where the
+ * device cannot run it (not sm_90, too little shared memory) the mma.sync kernel runs. */
+#define KN_SELECT_WGMMA_DEFAULT 1
+
+/* KN_CUDA_SELECT_WGMMA: 0 the mma.sync kernel, 1 wgmma with four one-slab warpgroups, 2 wgmma with two
+ * two-slab warpgroups; unset or anything else: the default. Read at each call (benchmarks flip it). */
+static int select_wgmma_knob(void)
+{
+    const char *e = getenv("KN_CUDA_SELECT_WGMMA");
+    if (e && (e[0] == '0' || e[0] == '1' || e[0] == '2') && e[1] == 0) return e[0] - '0';
+    return KN_SELECT_WGMMA_DEFAULT;
+}
 
 static int32_t pick_select(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                            const struct kn_cuda_cache *c, int32_t path)
@@ -164,6 +178,9 @@ extern "C" int32_t kn_cuda_msa_select(const struct kn_cuda_msa_shape *sh, const 
                 "%s: the fused kernel needs idx_dim 128, block 128, <= 4 index heads, topk <= 16, "
                 "bf16 keys",
                 what);
+        const int wgmma = select_wgmma_knob();
+        if (wgmma && kn_select_prefill_wgmma_ok())
+            return kn_select_prefill_wgmma(sh, qb, c, q, sel, sel_stride, wgmma, stream, err);
         return kn_select_prefill(sh, qb, c, q, sel, sel_stride, stream, err);
     }
     return select_unfused(sh, qb, c, q, sel, sel_stride, ws, ws_bytes, path, stream, err);

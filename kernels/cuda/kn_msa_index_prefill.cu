@@ -8,7 +8,9 @@
  * XOR-swizzled rows for conflict-free ldmatrix) feeds 256 rows. Keys are processed in quarters of 32 to bound
  * the score registers. Each lane owns the top-k list of one of its group's 4 rows, kept sorted in registers
  * with compile-time indices; blocks arrive in increasing id order, so ties never displace an entry.
- * Shapes: idx_dim 128, block 128, n_idx_heads <= 4, bf16 index cache; queries rounded to bf16. */
+ * Shapes: idx_dim 128, block 128, n_idx_heads <= 4, bf16 index cache; queries rounded to bf16.
+ * Since the wgmma version (kn_msa_index_prefill_wgmma.cu, ~1.9x faster) this one runs only where that one
+ * cannot (not sm_90, too little shared memory) or with KN_CUDA_SELECT_WGMMA=0. */
 #include "kn_msa_kernels.cuh"
 
 #include <limits.h>

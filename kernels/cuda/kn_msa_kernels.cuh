@@ -31,6 +31,13 @@ int kn_index_prefill_supported(const struct kn_cuda_msa_shape *sh, const struct 
 int32_t kn_select_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                           const struct kn_cuda_cache *c, const float *q, int32_t *sel, int32_t sel_stride,
                           cudaStream_t stream, struct mm_err *err);
+/* kn_msa_index_prefill_wgmma.cu: the same with wgmma (sm_90a, ~225 KB of shared memory per CTA); same
+ * shapes as kn_index_prefill_supported, plus kn_select_prefill_wgmma_ok() for the device. variant 1: four
+ * consumer warpgroups of one 64-row slab; 2: two warpgroups of two slabs each */
+int kn_select_prefill_wgmma_ok(void);
+int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                const struct kn_cuda_cache *c, const float *q, int32_t *sel,
+                                int32_t sel_stride, int variant, cudaStream_t stream, struct mm_err *err);
 
 /* kn_msa_decode.cu: paged split-K attention per (query, KV group) over a page list (sel, or all blocks) */
 int kn_attn_decode_supported(const struct kn_cuda_msa_shape *sh);

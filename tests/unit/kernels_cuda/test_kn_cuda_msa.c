@@ -435,23 +435,37 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
         size_t wsb = kn_cuda_msa_select_ws(sh, &qs.qb, KN_PATH_GENERIC);
         void *ws = ct_dmalloc(wsb);
         int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)nsel);
+        /* pv: the path, and for PREFILL every fused kernel (KN_CUDA_SELECT_WGMMA=0: mma.sync, 1 and 2: the
+         * wgmma variants) */
         for (int fp8 = 0; fp8 < 2; fp8++)
-            for (int32_t path = KN_PATH_GENERIC; path <= KN_PATH_PREFILL; path++) {
+            for (int32_t pv = 3 * KN_PATH_GENERIC; pv <= 3 * KN_PATH_PREFILL + 2; pv++) {
+                const int32_t path = pv / 3, wgmma = pv % 3;
+                if (wgmma && path != KN_PATH_PREFILL) continue;
                 if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32)))
                     continue;
                 if (path == KN_PATH_PREFILL && (!prefill_sel_ok || fp8 || w->f32)) continue;
                 CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)nsel));
+                static const char *const knob[] = {"0", "1", "2"};
+                if (path == KN_PATH_PREFILL) setenv("KN_CUDA_SELECT_WGMMA", knob[wgmma], 1);
                 rc = kn_cuda_msa_select(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, sel_d, sel_stride, ws, wsb,
                                         path, 0, &err);
+                unsetenv("KN_CUDA_SELECT_WGMMA");
                 CHECK_MSG(rc == MM_OK, "select %s: %s", path_name(path), err.msg);
                 ct_download(got_sel, sel_d, sizeof(int32_t) * (size_t)nsel);
                 char what[96];
-                snprintf(what, sizeof(what), "[%s] select %s%s", label, path_name(path), fp8 ? " fp8" : "");
-                /* the fused prefill kernel rounds index queries to bf16: a wider near-tie band */
+                snprintf(what, sizeof(what), "[%s] select %s%s%s", label, path_name(path),
+                         wgmma == 1   ? " wgmma1"
+                         : wgmma == 2 ? " wgmma2"
+                                      : "",
+                         fp8 ? " fp8" : "");
+                /* the fused prefill kernels round index queries to bf16: a wider near-tie band */
                 float tol = path == KN_PATH_PREFILL ? 0.3f : 2e-3f;
                 int64_t differ = compare_sel(w, &qs, got_sel, fp8 ? ref_sel8 : ref_sel, sel_stride,
                                              fp8 ? ref_s8 : ref_s, sstride, tol, what);
-                printf("  select %-8s %s: %lld rows differ by near-ties\n", path_name(path),
+                printf("  select %-8s%s %s: %lld rows differ by near-ties\n", path_name(path),
+                       wgmma == 1   ? " wgmma1"
+                       : wgmma == 2 ? " wgmma2"
+                                    : "",
                        fp8 ? "fp8 " : "bf16", (long long)differ);
             }
         cudaFree(ws), cudaFree(sel_d);
@@ -868,11 +882,76 @@ static void test_prefill_union(void)
     world_free(&w);
 }
 
+/* The fused prefill selection alone (every kernel: mma.sync and the wgmma variants) on longer contexts than
+ * run_queries affords (its CPU attention would dominate): M3 shapes, 125 and 71 blocks (so top-16 has real
+ * competition and the wgmma kernel's insertion path runs often), contexts not a multiple of 128, tiles of 64
+ * and partial ones, one query in its sequence's first block, two sequences in one batch, selections against
+ * the CPU. */
+static void test_select_prefill_long(void)
+{
+    struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
+    static const int64_t len[] = {15999, 9001};
+    struct world w;
+    world_make(&w, &sh, 2, len, 0);
+    const int32_t n0 = 100, n1 = 71, n = n0 + n1;
+    int32_t qseq[100 + 71];
+    int64_t pos[100 + 71];
+    for (int32_t i = 0; i < n0; i++) qseq[i] = 0, pos[i] = len[0] - n0 + i;
+    for (int32_t i = 0; i < n1; i++) qseq[n0 + i] = 1, pos[n0 + i] = i == 0 ? 5 : len[1] - n1 + i;
+    struct qset qs;
+    qset_make(&qs, &w, n, qseq, pos);
+    const int32_t NH = sh.n_idx_heads, DI = sh.idx_dim, sstride = qs.qb.max_blocks, sel_stride = sh.topk + 2;
+    const int64_t nsel = (int64_t)NH * n * sel_stride;
+    float *qi = ct_hmalloc(sizeof(float) * (size_t)n * NH * DI);
+    ct_fill_normal(qi, (int64_t)n * NH * DI, 1.0f);
+    float *qi_d = ct_upload(qi, sizeof(float) * (size_t)n * NH * DI);
+    float *ref_s = ct_hmalloc(sizeof(float) * (size_t)NH * n * sstride);
+    cpu_scores(&w, &qs, qi, w.idx_f, ref_s, sstride);
+    int32_t *ref_sel = ct_hmalloc(sizeof(int32_t) * (size_t)nsel),
+            *got = ct_hmalloc(sizeof(int32_t) * (size_t)nsel);
+    cpu_topk(&w, &qs, ref_s, sstride, ref_sel, sel_stride);
+    int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)nsel);
+    printf("[m3 long select] %d queries, max %d blocks, %d tiles\n", n, qs.qb.max_blocks, qs.qb.n_tiles);
+    for (int wgmma = 0; wgmma < 3;
+         wgmma++) { /* KN_CUDA_SELECT_WGMMA: 0 mma.sync, 1 and 2 the wgmma variants */
+        static const char *const knob[] = {"0", "1", "2"};
+        struct mm_err err = {0};
+        CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)nsel));
+        setenv("KN_CUDA_SELECT_WGMMA", knob[wgmma], 1);
+        int32_t rc =
+            kn_cuda_msa_select(&sh, &qs.qb, &w.c, qi_d, sel_d, sel_stride, NULL, 0, KN_PATH_PREFILL, 0, &err);
+        unsetenv("KN_CUDA_SELECT_WGMMA");
+        CHECK_MSG(rc == MM_OK, "select prefill %s: %s", knob[wgmma], err.msg);
+        ct_download(got, sel_d, sizeof(int32_t) * (size_t)nsel);
+        char what[64];
+        snprintf(what, sizeof what, "[m3 long select] prefill, KN_CUDA_SELECT_WGMMA=%s", knob[wgmma]);
+        int64_t differ = compare_sel(&w, &qs, got, ref_sel, sel_stride, ref_s, sstride, 0.3f, what);
+        /* the local block is always selected, and slots past top-k are -1 */
+        int64_t bad = 0;
+        for (int32_t g = 0; g < NH; g++)
+            for (int32_t i = 0; i < n; i++) {
+                const int32_t *r = got + ((int64_t)g * n + i) * sel_stride;
+                int own = 0;
+                for (int32_t j = 0; j < sh.topk; j++) own |= r[j] == (int32_t)(pos[i] / sh.block);
+                bad += !own || r[sh.topk] != -1 || r[sh.topk + 1] != -1;
+            }
+        CHECK_MSG(bad == 0, "%s: %lld rows without their own block or with slots past top-k", what,
+                  (long long)bad);
+        printf("  select prefill KN_CUDA_SELECT_WGMMA=%s: %lld of %lld rows differ by near-ties\n",
+               knob[wgmma], (long long)differ, (long long)NH * n);
+    }
+    free(qi), free(ref_s), free(ref_sel), free(got);
+    cudaFree(qi_d), cudaFree(sel_d);
+    qset_free(&qs);
+    world_free(&w);
+}
+
 int main(void)
 {
     ct_require_gpu();
     ct_seed(20261130);
     test_topk_long();
+    test_select_prefill_long();
     test_prefill_union();
     {
         /* M3: 64 heads, 4 KV groups, head_dim 128, index 4 x 128, block 128, top-16 */

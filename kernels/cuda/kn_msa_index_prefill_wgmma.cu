@@ -1,0 +1,329 @@
+/* Fused prefill selection with wgmma (sm_90a): the same contract and results as k_select_prefill
+ * (kn_msa_index_prefill.cu): index scores of a query tile against every visible key block as a GEMM, the
+ * token-level causal block max per (query, index head) row folded straight into a running top-k, so the
+ * [heads][n][blocks] score matrix never reaches memory.
+ *
+ * CTA = one tile (<= 64 queries of one sequence x <= 4 index heads = 256 rows) as before, but:
+ *   - 4 consumer warpgroups own 64-row slabs (16 queries x 4 heads; row r of a slab = query r / 4, head
+ *     r % 4). Each keeps its slab's queries in shared memory (rounded to bf16, 128B-swizzled) and computes
+ *     S = Q K^T for each 128-key block with 8 wgmma m64n128k16, both operands from shared memory;
+ *   - one producer warp streams the key blocks through a 4-stage ring (cp.async, 128B-swizzled, completion on
+ *     the stage's "full" mbarrier; consumers release a stage on "empty", one arrival per warp, as soon as
+ *     their product has read it, before the epilogue).
+ * Epilogue: each lane holds 2 rows x 32 columns of S (the accumulator layout); the causal mask is applied
+ * only when the block reaches past some row's position (a warp-uniform vote), the row max is reduced over the
+ * quad (2 shuffles), and lane tig 0 / 1 of the quad folds row gid / gid + 8 into its running list. The list
+ * sits in shared memory ([k][row], conflict-free) with its k-th score in a register: after the first few
+ * dozen blocks almost no block beats it, so the insertion (a shift of <= 16 entries) is rare, and 64
+ * accumulators + 32 list registers would not fit the 120 registers per thread 17 warps leave. Blocks arrive
+ * in increasing id order, so a tie never displaces an entry (ties to the lower id, as kn_msa_topk_local). The
+ * four warpgroups share the tensor cores: while one runs its epilogue the others' products run. Tiles are
+ * taken in reverse order (the last tiles of a sequence see the most blocks) to shorten the grid's tail.
+ * Variant 2 (KN_CUDA_SELECT_WGMMA=2): two warpgroups of two slabs each, both products issued back to back and
+ * slab 0's maxima reduced while slab 1's product runs. Measured on an H200 (bench/cuda/README.md, "wgmma
+ * selection"): variant 1 565 TFLOP/s, variant 2 479-573, the mma.sync kernel 267-306, same selections;
+ * variant 1 is the default (kn_msa_api.cu). Shapes as the mma.sync kernel: idx_dim 128, block 128,
+ * n_idx_heads <= 4, topk <= 16, bf16 index keys. */
+#include "kn_msa_kernels.cuh"
+#include "kn_wgmma.cuh"
+
+#define PW_SLABS 4 /* 64-row slabs of a tile: 64 queries x 4 heads */
+#define PW_STAGES 4
+#define PW_BLK 128
+#define PW_DI 128
+#define PW_KMAX 16
+#define PW_ROWS (64 * PW_SLABS)
+#define PW_STAGE_BYTES (PW_BLK * PW_DI * 2) /* one key block, sw128 tile of 128 rows */
+#define PW_SLAB_BYTES (64 * PW_DI * 2)      /* one warpgroup's queries, sw128 tile of 64 rows */
+/* shared memory: mbarriers, the lists (scores, then ids: [PW_KMAX][PW_ROWS]), then (1024-aligned) Q, ring */
+#define PW_BAR_FULL 0
+#define PW_BAR_EMPTY (8 * PW_STAGES)
+#define PW_LS (16 * PW_STAGES)
+#define PW_LI (PW_LS + 4 * PW_KMAX * PW_ROWS)
+#define PW_HEAD_BYTES (PW_LI + 4 * PW_KMAX * PW_ROWS)
+#define PW_SMEM (PW_HEAD_BYTES + 1024 + PW_SLABS * PW_SLAB_BYTES + PW_STAGES * PW_STAGE_BYTES)
+
+struct pw_args {
+    const float *q;
+    const int32_t *tiles, *qseq;
+    const int64_t *pos;
+    const int32_t *bt;
+    int32_t bt_stride;
+    const uint16_t *keys;
+    int32_t n, nh, topk, n_local, n_tiles;
+    int32_t *sel;
+    int32_t sel_stride;
+};
+
+/* The producer warp: every visible block of the tile into the ring. Lane l copies 16-byte chunk l % 16 of
+ * rows l / 16 + 2j (half a warp per 256-byte key row: coalesced). */
+__device__ __forceinline__ void pw_produce(const int32_t *btr, const uint16_t *keys, int32_t last_b,
+                                           uint32_t s0, uint32_t kv_s, int lane)
+{
+    const int c = lane & 15, r0 = lane >> 4;
+    int s = 0;
+    uint32_t ph = 0;
+    int32_t page = btr[0];
+    for (int32_t b = 0; b <= last_b; b++) {
+        const int32_t next = b < last_b ? btr[b + 1] : 0; /* its latency hides under this block's copies */
+        if (b >= PW_STAGES) mb_wait(s0 + PW_BAR_EMPTY + 8 * s, ph ^ 1u);
+        const uint8_t *src = (const uint8_t *)(keys + (int64_t)page * PW_BLK * PW_DI) + r0 * 256 + c * 16;
+        const uint32_t dst = kv_s + (uint32_t)s * PW_STAGE_BYTES;
+#pragma unroll 16
+        for (int j = 0; j < PW_BLK / 2; j++) {
+            const int row = r0 + 2 * j;
+            kn_cp_async16(dst + wg_sw128_off(row, c, PW_BLK), src + j * 512, 16);
+        }
+        mb_arrive_cp_async(s0 + PW_BAR_FULL + 8 * s);
+        page = next;
+        if (++s == PW_STAGES) s = 0, ph ^= 1u;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* Keys at columns <= rel of the block are visible to a row (rel clamped to [-1, PW_BLK - 1]). */
+__device__ __forceinline__ int pw_rel(int64_t pos, int64_t kb0)
+{
+    const int64_t r = pos - kb0;
+    return r < -1 ? -1 : r > PW_BLK - 1 ? PW_BLK - 1 : (int)r;
+}
+
+/* Causal row maxima of one slab's scores for block kb0 / PW_BLK: m0 for row gid, m1 for row gid + 8 (every
+ * lane of the quad ends with both). Warp-uniform control flow only: it may run while a wgmma is pending. */
+__device__ __forceinline__ void pw_rowmax(const float (&acc)[64], int64_t pos0, int64_t pos1, int64_t kb0,
+                                          int tig, float &m0, float &m1)
+{
+    const int rel0 = pw_rel(pos0, kb0), rel1 = pw_rel(pos1, kb0);
+    m0 = -INFINITY, m1 = -INFINITY;
+    if (__any_sync(0xffffffffu, (rel0 < rel1 ? rel0 : rel1) < PW_BLK - 1)) {
+#pragma unroll
+        for (int e = 0; e < 64; e++) {
+            const int col = 8 * (e >> 2) + 2 * tig + (e & 1);
+            if ((e >> 1) & 1)
+                m1 = fmaxf(m1, col <= rel1 ? acc[e] : -INFINITY);
+            else
+                m0 = fmaxf(m0, col <= rel0 ? acc[e] : -INFINITY);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 64; e += 4) {
+            m0 = fmaxf(m0, fmaxf(acc[e], acc[e + 1]));
+            m1 = fmaxf(m1, fmaxf(acc[e + 2], acc[e + 3]));
+        }
+    }
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+}
+
+/* Fold block b's max v into a row's list (local blocks forced to +inf; -inf and NaN never enter). Divergent:
+ * only after the last pending wgmma (ptxas would serialize the products otherwise). */
+__device__ __forceinline__ void pw_fold(float *ls, int32_t *li, int grow, int32_t b, float v, int64_t own,
+                                        int64_t lo, float &thr)
+{
+    if (b > own) return;
+    if (b >= lo) v = INFINITY;
+    if (!(v > thr)) return;
+    int k = PW_KMAX - 1;
+    while (k > 0) {
+        const float p = ls[(k - 1) * PW_ROWS + grow];
+        if (!(p < v)) break; /* an equal score has a lower id: it stays ahead */
+        ls[k * PW_ROWS + grow] = p;
+        li[k * PW_ROWS + grow] = li[(k - 1) * PW_ROWS + grow];
+        k--;
+    }
+    ls[k * PW_ROWS + grow] = v;
+    li[k * PW_ROWS + grow] = b;
+    thr = ls[(PW_KMAX - 1) * PW_ROWS + grow];
+}
+
+/* A consumer warp. SL slabs per warpgroup: SL = 1, four warpgroups, one product per block each (they overlap
+ * each other's epilogues); SL = 2, two warpgroups, each issues both slabs' products and reduces slab 0 while
+ * slab 1's runs (two accumulators: 128 registers). Global slab of (warpgroup wg, slab sl) = wg * SL + sl. */
+template <int SL>
+__device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t cnt, int32_t last_b,
+                                           uint32_t s0, uint32_t q_s, uint32_t kv_s, float *ls, int32_t *li,
+                                           int warp, int lane)
+{
+    const int wg = warp >> 2, wq = warp & 3, gid = lane >> 2, tig = lane & 3, t = (int)(threadIdx.x & 127);
+
+    /* this warpgroup's queries, rounded to bf16, into its sw128 slabs (zeros for missing queries/heads) */
+#pragma unroll
+    for (int sl = 0; sl < SL; sl++)
+#pragma unroll 2
+        for (int j = 0; j < 8; j++) {
+            const int gs = wg * SL + sl, r = (t >> 4) + 8 * j, c = t & 15, ql = 16 * gs + (r >> 2),
+                      hd = r & 3;
+            uint32_t v[4] = {0u, 0u, 0u, 0u};
+            if (ql < cnt && hd < a.nh) {
+                const float *src = a.q + ((int64_t)(i0 + ql) * a.nh + hd) * PW_DI + c * 8;
+#pragma unroll
+                for (int e = 0; e < 4; e++) v[e] = kn_pack_bf16(__ldg(src + 2 * e), __ldg(src + 2 * e + 1));
+            }
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                             q_s + (uint32_t)gs * PW_SLAB_BYTES + wg_sw128_off(r, c, 64)),
+                         "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                         : "memory");
+        }
+    wg_fence_proxy_async(); /* generic-proxy stores before the tensor cores read them */
+    wg_bar_sync(1 + wg, 128);
+
+    /* per slab: this lane's two accumulator rows (gid, gid + 8 of its warp's 16), and the row whose list it
+     * keeps (lanes tig 0 / 1 of each quad: rows gid / gid + 8) */
+    int64_t rpos[SL][2], my_pos[SL], my_own[SL], my_lo[SL];
+    int grow[SL];
+    float thr[SL];
+    int32_t wg_last_b = -1; /* the warpgroup's last block that any of its rows sees */
+    const bool owner = tig < 2;
+#pragma unroll
+    for (int sl = 0; sl < SL; sl++) {
+        const int gs = wg * SL + sl;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int ql = 16 * gs + 4 * wq + (gid >> 2) + 2 * h, hd = gid & 3;
+            rpos[sl][h] = (ql < cnt && hd < a.nh) ? a.pos[i0 + ql] : -1;
+        }
+        const int qlast = (cnt < 16 * gs + 16 ? cnt : 16 * gs + 16) - 1; /* the slab's last query */
+        if (qlast >= 16 * gs) {
+            const int32_t lb = (int32_t)(a.pos[i0 + qlast] / PW_BLK);
+            wg_last_b = lb > wg_last_b ? lb : wg_last_b;
+        }
+        my_pos[sl] = tig == 1 ? rpos[sl][1] : rpos[sl][0];
+        my_own[sl] = my_pos[sl] >= 0 ? my_pos[sl] / PW_BLK : -1;
+        my_lo[sl] = my_own[sl] - (a.n_local > 0 ? a.n_local : 1) + 1;
+        if (my_lo[sl] < 0) my_lo[sl] = 0;
+        grow[sl] = 64 * gs + 16 * wq + gid + 8 * (tig & 1);
+        thr[sl] = -INFINITY; /* the list's k-th score */
+        if (owner)
+#pragma unroll
+            for (int k = 0; k < PW_KMAX; k++)
+                ls[k * PW_ROWS + grow[sl]] = -INFINITY, li[k * PW_ROWS + grow[sl]] = -1;
+    }
+
+    float acc[SL][64];
+#pragma unroll
+    for (int sl = 0; sl < SL; sl++)
+#pragma unroll
+        for (int e = 0; e < 64; e++) acc[sl][e] = 0.0f;
+    int s = 0;
+    uint32_t ph = 0;
+    for (int32_t b = 0; b <= last_b; b++) {
+        const uint32_t k_s = kv_s + (uint32_t)s * PW_STAGE_BYTES;
+        const int64_t kb0 = (int64_t)b * PW_BLK;
+        mb_wait(s0 + PW_BAR_FULL + 8 * s, ph);
+        /* warpgroup-uniform (and a vote, so that ptxas knows the branch does not diverge) */
+        const bool work = __any_sync(0xffffffffu, b <= wg_last_b);
+        float m[SL][2];
+        if (work) {
+            wg_fence_proxy_async(); /* the producer's cp.async writes (generic proxy) before wgmma reads */
+#pragma unroll
+            for (int sl = 0; sl < SL; sl++) wg_touch(acc[sl]);
+            wg_fence();
+#pragma unroll
+            for (int sl = 0; sl < SL; sl++) {
+                const uint32_t qs = q_s + (uint32_t)(wg * SL + sl) * PW_SLAB_BYTES;
+#pragma unroll
+                for (int kk = 0; kk < 8; kk++)
+                    wg_mma_ss(acc[sl], wg_desc_kmajor(qs, 64, kk), wg_desc_kmajor(k_s, PW_BLK, kk), kk > 0);
+                wg_commit();
+            }
+            if (SL == 2) { /* slab 0's maxima while slab 1's product runs */
+                wg_wait<1>();
+                wg_touch(acc[0]);
+                pw_rowmax(acc[0], rpos[0][0], rpos[0][1], kb0, tig, m[0][0], m[0][1]);
+            }
+            wg_wait<0>();
+#pragma unroll
+            for (int sl = 0; sl < SL; sl++) wg_touch(acc[sl]);
+        }
+        __syncwarp();
+        if (lane == 0) mb_arrive(s0 + PW_BAR_EMPTY + 8 * s); /* the stage is read: release it */
+        if (++s == PW_STAGES) s = 0, ph ^= 1u;
+        if (!work) continue;
+        pw_rowmax(acc[SL - 1], rpos[SL - 1][0], rpos[SL - 1][1], kb0, tig, m[SL - 1][0], m[SL - 1][1]);
+        if (owner)
+#pragma unroll
+            for (int sl = 0; sl < SL; sl++)
+                pw_fold(ls, li, grow[sl], b, tig == 1 ? m[sl][1] : m[sl][0], my_own[sl], my_lo[sl], thr[sl]);
+    }
+
+    if (owner)
+#pragma unroll
+        for (int sl = 0; sl < SL; sl++) {
+            if (my_pos[sl] < 0) continue;
+            const int ql = 16 * (wg * SL + sl) + 4 * wq + (gid >> 2) + 2 * (tig & 1);
+            int32_t *out = a.sel + ((int64_t)(gid & 3) * a.n + i0 + ql) * a.sel_stride;
+            for (int k = 0; k < a.sel_stride; k++)
+                out[k] = (k < a.topk && k < PW_KMAX) ? li[k * PW_ROWS + grow[sl]] : -1;
+        }
+}
+
+template <int SL>
+__global__ void __launch_bounds__(128 * (4 / SL) + 32, 1) k_select_prefill_wgmma(const pw_args a)
+{
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int32_t tile = a.n_tiles - 1 - (int32_t)blockIdx.x; /* the longest tiles first */
+    const int32_t i0 = a.tiles[2 * tile], cnt = a.tiles[2 * tile + 1];
+    const int32_t *btr = a.bt + (int64_t)a.qseq[i0] * a.bt_stride;
+    const int32_t last_b = (int32_t)(a.pos[i0 + cnt - 1] / PW_BLK);
+    const uint32_t s0 = kn_smem_addr(smem);
+    const uint32_t q_s = (s0 + PW_HEAD_BYTES + 1023u) & ~1023u, kv_s = q_s + PW_SLABS * PW_SLAB_BYTES;
+    if (tid == 0) {
+        for (int s = 0; s < PW_STAGES; s++) {
+            mb_init(s0 + PW_BAR_FULL + 8 * s, 32);            /* every producer lane, through cp.async */
+            mb_init(s0 + PW_BAR_EMPTY + 8 * s, 4 * (4 / SL)); /* one arrival per consumer warp */
+        }
+    }
+    __syncthreads();
+    if (warp == 4 * (4 / SL))
+        pw_produce(btr, a.keys, last_b, s0, kv_s, lane);
+    else
+        pw_consume<SL>(a, i0, cnt, last_b, s0, q_s, kv_s, (float *)(smem + PW_LS), (int32_t *)(smem + PW_LI),
+                       warp, lane);
+}
+
+int kn_select_prefill_wgmma_ok(void)
+{
+    static int ok = -1; /* an sm_90 device whose opt-in shared memory per block holds the ring */
+    if (ok < 0) {
+        int dev = 0, major = 0, v = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+             major == 9 &&
+             cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+             v >= PW_SMEM;
+    }
+    return ok;
+}
+
+int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                const struct kn_cuda_cache *c, const float *q, int32_t *sel,
+                                int32_t sel_stride, int variant, cudaStream_t stream, struct mm_err *err)
+{
+    if (qb->n_tiles == 0) return MM_OK;
+    if (!qb->tiles) return mm_err_set(err, MM_INVALID, "kn_cuda_msa_select: the batch has no tiles");
+    pw_args a;
+    a.q = q;
+    a.tiles = qb->tiles;
+    a.qseq = qb->qseq;
+    a.pos = qb->pos;
+    a.bt = qb->block_table;
+    a.bt_stride = qb->bt_stride;
+    a.keys = (const uint16_t *)c->idx;
+    a.n = qb->n;
+    a.nh = sh->n_idx_heads;
+    a.topk = sh->topk;
+    a.n_local = sh->n_local;
+    a.n_tiles = qb->n_tiles;
+    a.sel = sel;
+    a.sel_stride = sel_stride;
+    void (*kern)(pw_args) = variant == 2 ? k_select_prefill_wgmma<2> : k_select_prefill_wgmma<1>;
+    const int threads = variant == 2 ? 128 * 2 + 32 : 128 * 4 + 32;
+    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, PW_SMEM),
+          "kn_cuda_msa_select (wgmma): shared memory");
+    kern<<<(unsigned)qb->n_tiles, threads, PW_SMEM, stream>>>(a);
+    KN_LAUNCHED("kn_cuda_msa_select (fused prefill, wgmma)");
+    return MM_OK;
+}
