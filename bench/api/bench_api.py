@@ -3,7 +3,8 @@
 the same run, loopback only.
 
   /usr/bin/python3 bench/api/bench_api.py [--build build] [--threads 1,2] [--requests 20000] [--clients 32]
-                                          [--streams 4] [--rounds 3] [--pin] [--idle 2000] [--images 300]
+                                          [--h1-clients 32] [--streams 4] [--rounds 3] [--pin] [--idle 2000]
+                                          [--images 300] [--chats 1,8] [--before OTHER_BUILD]
 
 1. Text-only chats (non-streaming, ignore_eos, 1 and 8 new tokens) with h2load over h2c and HTTP/1.1,
    alternating round by round with nginx serving a static JSON response (bench/http's baseline): requests/s
@@ -11,7 +12,10 @@ the same run, loopback only.
    In the same rounds the gateway also runs with MMGW_UPSTREAM_TRANSPORT=grpc-core (every Generate through
    gRPC C core, the transport before the per-loop connections): the before/after of this work.
    CPU time per request of every process is read from /proc: nginx (master + workers), the gateway, the
-   worker and h2load, so the comparison can also be made per core of server CPU.
+   worker and h2load, for h2c and HTTP/1.1 alike, so the comparison can also be made per core of server CPU,
+   and the worker's share of the CPU the chats cost is visible.
+   --before OTHER_BUILD: that build's mmgw (e.g. the last commit's) runs in the same rounds too, with the same
+   worker binary: before/after from one run.
    --pin: the server (nginx, or the gateway) on CPU 0, the worker and h2load on CPU 1.
 2. Added latency: one client, one request at a time, max_tokens 2: mean latency of a chat through the gateway
    minus the same Generate (prompt length, 2 tokens, repeated so the worker's prefix cache hits as it does for
@@ -88,6 +92,7 @@ class Gateway:
     name = "mmgw"
 
     def __init__(self, build, threads, tok, worker_addr, tmp, pp_threads=2, transport=None, cpus=None):
+        # build: a build folder with bin/mmgw and plugins/m3.so (the plugin is found next to the binary)
         self.port = bh.free_port()
         self.port_h1 = self.port
         conf = os.path.join(tmp, "mmgw-api.conf")
@@ -171,6 +176,9 @@ def main():
     ap.add_argument("--threads", default="1,2", help="server threads to compare (gateway loops = nginx workers)")
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--h1-clients", type=int, default=0, help="HTTP/1.1 connections (default: --clients)")
+    ap.add_argument("--chats", default="1,8", help="new tokens per chat to measure (1, 8)")
+    ap.add_argument("--before", default="", help="another build folder whose mmgw runs in the same rounds")
     ap.add_argument("--streams", type=int, default=4, help="concurrent streams per h2 connection")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pin", action="store_true", help="server on CPU 0; worker and h2load on CPU 1 (1 thread)")
@@ -191,6 +199,11 @@ def main():
         print("--pin needs taskset")
         return 77
     threads_list = [int(t) for t in args.threads.split(",")]
+    h1c = args.h1_clients or args.clients
+    labels = [f"chat{n}" for n in args.chats.split(",")]
+    if args.before and not os.path.exists(os.path.join(args.before, "bin", "mmgw")):
+        print(f"missing: {args.before}/bin/mmgw")
+        return 77
     tmp = tempfile.mkdtemp(prefix="mmgw-bench-api-")
     log = open(os.path.join(tmp, "procs.log"), "w")
     tok = os.path.join(tmp, "tokenizer.json")
@@ -226,7 +239,9 @@ def main():
     jpg_path = os.path.join(tmp, "img.jpg")
     open(jpg_path, "wb").write(jpg)
 
-    transports = [("loop", None)] + ([] if args.no_core_baseline else [("grpc-core", "grpc-core")])
+    # variants of the gateway measured in every round: (name, build folder, MMGW_UPSTREAM_TRANSPORT)
+    transports = [("loop", b, None)] + ([] if args.no_core_baseline else [("grpc-core", b, "grpc-core")]) + \
+        ([("before", args.before, None)] if args.before else [])
     # res[threads][key] = list over rounds of (h2c result, h1 result)
     res = {th: {} for th in threads_list}
     idle = {}
@@ -243,7 +258,7 @@ def main():
                     url = f"http://127.0.0.1:{ng.port}/health"
                     h2load(url, 5000, args.clients, args.streams, cpus=cpu_other)
                     n2 = measure(url, n_nginx, args.clients, args.streams, False, None, ng.pids(), [], cpu_other)
-                    n1 = measure(f"http://127.0.0.1:{ng.port_h1}/health", n_nginx, args.clients, 1, True, None,
+                    n1 = measure(f"http://127.0.0.1:{ng.port_h1}/health", n_nginx, h1c, 1, True, None,
                                  ng.pids(), [], cpu_other)
                     if rnd == 0 and th == threads_list[0] and not args.quick:
                         idle["nginx"] = (bh.idle_memory(ng, args.idle, h2=False), bh.idle_memory(ng, args.idle, h2=True))
@@ -252,18 +267,18 @@ def main():
                     ng.stop()
                 line = [f"round {rnd + 1} threads {th}{' pinned' if pin else ''}: nginx h2c {n2['rps']:.0f} "
                         f"h1 {n1['rps']:.0f}"]
-                for label in ("chat1", "chat8"):
-                    for tname, tenv in transports:
+                for label in labels:
+                    for tname, tbuild, tenv in transports:
                         worker, waddr = start_worker(cpu_other)
-                        gw = Gateway(b, th, tok, waddr, tmp, transport=tenv, cpus=cpu_srv)
+                        gw = Gateway(tbuild, th, tok, waddr, tmp, transport=tenv, cpus=cpu_srv)
                         try:
                             url = f"http://127.0.0.1:{gw.port}/v1/chat/completions"
                             h2load(url, 2000, args.clients, args.streams, body=bodies[label], cpus=cpu_other)
                             g2 = measure(url, args.requests, args.clients, args.streams, False, bodies[label],
                                          gw.pids(), [worker.pid], cpu_other)
-                            g1 = measure(url, args.requests, args.clients, 1, True, bodies[label], gw.pids(),
+                            g1 = measure(url, args.requests, h1c, 1, True, bodies[label], gw.pids(),
                                          [worker.pid], cpu_other)
-                            if (rnd == 0 and th == threads_list[0] and label == "chat8" and tname == "loop"
+                            if (rnd == 0 and th == threads_list[0] and label == labels[-1] and tname == "loop"
                                     and not args.quick):
                                 idle["mmgw"] = (bh.idle_memory(gw, args.idle, h2=False),
                                                 bh.idle_memory(gw, args.idle, h2=True))
@@ -308,34 +323,40 @@ def main():
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"\nh2load -c {args.clients} -m {args.streams} (h2c) / -m 1 (HTTP/1.1), -t 1; {args.requests} chats per "
+    print(f"\nh2load -c {args.clients} -m {args.streams} (h2c) / --h1 -c {h1c} (HTTP/1.1), -t 1; {args.requests} chats per "
           f"measurement (nginx: 5x as many); {args.rounds} alternating rounds, medians; load average during the "
           f"rounds {min(loads):.1f}-{max(loads):.1f}; {'pinned: server on CPU 0, worker and h2load on CPU 1 (1 thread)' if args.pin else 'unpinned'}\n")
     print("| threads | server | request | transport | h2c req/s | h2c mean latency | HTTP/1.1 req/s | "
-          "server CPU/req | worker CPU/req | h2load CPU/req |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "HTTP/1.1 mean latency | server CPU/req h2c / h1 | worker CPU/req h2c / h1 | h2load CPU/req h2c / h1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     what = {"chat1": "chat, 1 new token", "chat8": "chat, 8 new tokens"}
     for th in threads_list:
         r = res[th]
-        for key in ["nginx"] + [f"{l}/{tn}" for l in ("chat1", "chat8") for tn, _ in transports]:
+        for key in ["nginx"] + [f"{l}/{tn}" for l in labels for tn, _, _ in transports]:
             rs = r[key]
             name, req, tr = ("nginx 1.22", "static JSON (15 B)", "-") if key == "nginx" else \
                 ("mmgw", what[key.split("/")[0]], key.split("/")[1])
+            def us(k):
+                return f"{med([x[0][k] for x in rs]):.1f} / {med([x[1][k] for x in rs]):.1f} us"
             print(f"| {th} | {name} | {req} | {tr} | {med([x[0]['rps'] for x in rs]):.0f} | "
                   f"{med([x[0]['lat_mean'] for x in rs]):.2f} ms | {med([x[1]['rps'] for x in rs]):.0f} | "
-                  f"{med([x[0]['server_us'] for x in rs]):.1f} us | "
-                  f"{'-' if key == 'nginx' else '%.1f us' % med([x[0]['worker_us'] for x in rs])} | "
-                  f"{med([x[0]['load_us'] for x in rs]):.1f} us |")
+                  f"{med([x[1]['lat_mean'] for x in rs]):.2f} ms | {us('server_us')} | "
+                  f"{'-' if key == 'nginx' else us('worker_us')} | {us('load_us')} |")
     print()
     for th in threads_list:
         r = res[th]
-        for key in [f"{l}/{tn}" for l in ("chat1", "chat8") for tn, _ in transports]:
+        for key in [f"{l}/{tn}" for l in labels for tn, _, _ in transports]:
             r2 = med([m[0]["rps"] / max(n[0]["rps"], 1) for n, m in zip(r["nginx"], r[key])])
             r1 = med([m[1]["rps"] / max(n[1]["rps"], 1) for n, m in zip(r["nginx"], r[key])])
             # per core of server CPU: requests each could serve per CPU-second, gateway vs nginx
             pc = med([n[0]["server_us"] / max(m[0]["server_us"], 1e-9) for n, m in zip(r["nginx"], r[key])])
+            pc1 = med([n[1]["server_us"] / max(m[1]["server_us"], 1e-9) for n, m in zip(r["nginx"], r[key])])
+            # the worker's share of all CPU a chat cost (gateway + worker + h2load)
+            ws = [m[1]["worker_us"] / max(m[1]["server_us"] + m[1]["worker_us"] + m[1]["load_us"], 1e-9)
+                  for m in r[key]]
             print(f"threads {th}, {key}: mmgw/nginx req/s (median of per-round ratios) h2c {r2:.3f}x, HTTP/1.1 "
-                  f"{r1:.3f}x (target >= 0.3x); per core of server CPU (h2c) {pc:.3f}x")
+                  f"{r1:.3f}x (target >= 0.3x); per core of server CPU h2c {pc:.3f}x, HTTP/1.1 {pc1:.3f}x; "
+                  f"worker's share of the chat CPU (HTTP/1.1) {100 * med(ws):.0f}%")
     if not args.quick:
         print(f"\nadded latency (one request at a time, max_tokens 2, {n_prompt}-token prompt): gateway {lat_gw:.3f} ms "
               f"- worker alone {lat_w:.3f} ms = {lat_gw - lat_w:.3f} ms")

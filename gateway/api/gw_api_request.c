@@ -21,7 +21,9 @@ static void on_abort(struct gw_request *req, void *ud)
 struct gw_api_req *gw_api_req_new(struct gw_request *http, struct gw_api_state *st, enum gw_api_kind kind,
                                   const char *endpoint)
 {
-    struct gw_api_req *r = calloc(1, sizeof *r);
+    /* in the HTTP request's arena (reused per loop, no malloc): r holds a reference to the request until
+     * req_destroy, so the arena outlives it */
+    struct gw_api_req *r = mm_arena_calloc(http->arena, 1, sizeof *r);
     if (!r) return NULL;
     r->http = http;
     r->st = st;
@@ -82,8 +84,7 @@ static void req_destroy(struct gw_api_req *r)
     gw_tok_ids_free(&r->ids);
     json_decref(r->body);
     struct gw_request *http = r->http;
-    free(r);
-    gw_request_unref(http);
+    gw_request_unref(http); /* r lives in its arena: not touched after this */
 }
 
 void gw_api_req_release(struct gw_api_req *r)

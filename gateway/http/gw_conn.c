@@ -3,6 +3,7 @@
 #include "gw_http_internal.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/bufferevent_ssl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,20 +11,35 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "mm_log.h"
 
 #define LINGER_MS 2000
 #define READ_HIGH_MIN (64 * 1024)
+#define DIRECT_IOV 16 /* buffer pieces per sendmsg */
 
 static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 #define H2_PREFACE_LEN 24
+
+static void flush_unlink(struct gw_conn *c)
+{
+    if (!c->flush_queued) return;
+    for (struct gw_conn **pp = &c->loop->flush_head; *pp; pp = &(*pp)->flush_next) {
+        if (*pp == c) {
+            *pp = c->flush_next;
+            break;
+        }
+    }
+    c->flush_queued = false;
+}
 
 static void conn_free(void *arg)
 {
     struct gw_conn *c = arg;
     struct gw_loop *l = c->loop;
+    flush_unlink(c);
     if (c->proto && c->proto->destroy) c->proto->destroy(c);
     if (c->timer) event_free(c->timer);
     if (c->bev) bufferevent_free(c->bev); /* closes the socket (and frees the SSL) */
@@ -74,6 +90,7 @@ static void start_linger(struct gw_conn *c)
      * unread input would make the kernel send a reset that can destroy the response in flight */
     shutdown(c->fd, SHUT_WR);
     c->state = GW_CONN_LINGER;
+    c->direct_write = false;
     bufferevent_disable(c->bev, EV_WRITE);
     bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
     bufferevent_enable(c->bev, EV_READ);
@@ -107,6 +124,7 @@ static void start_proto(struct gw_conn *c, bool h2)
     int rc;
     if (h2) {
         atomic_fetch_add(&c->loop->http->conns_h2, 1);
+        if (!c->tls) bufferevent_enable(c->bev, EV_WRITE); /* HTTP/2 writes through the bufferevent */
         rc = gw_h2_start(c);
     } else {
         rc = gw_h1_start(c);
@@ -160,6 +178,9 @@ static void write_cb(struct bufferevent *bev, void *arg)
 {
     struct gw_conn *c = arg;
     if (c->closing) return;
+    /* the socket took everything: back to writing from the loop's flush event */
+    if (c->direct_write && gw_conn_output_len(c) == 0 && (bufferevent_get_enabled(bev) & EV_WRITE))
+        bufferevent_disable(bev, EV_WRITE);
     if (c->close_after_flush) {
         if (gw_conn_output_len(c) == 0) {
             if (c->linger && !c->tls)
@@ -213,11 +234,93 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         gw_conn_close(c); /* handshake, preface detection or lingering took too long */
 }
 
-/* Output progress (bytes written to the socket) for send_timeout and backpressure. */
+/* ---- direct writes ---- */
+
+static void flush_enqueue(struct gw_conn *c)
+{
+    if (c->flush_queued || c->closing) return;
+    struct gw_loop *l = c->loop;
+    bool wake = l->flush_head == NULL;
+    c->flush_queued = true;
+    c->flush_next = l->flush_head;
+    l->flush_head = c;
+    if (wake) event_active(l->flush_ev, EV_TIMEOUT, 0);
+}
+
+/* Write what the output holds with sendmsg (MSG_NOSIGNAL: a client gone mid-response must not raise SIGPIPE
+ * in a process that did not ignore it). What the socket does not take is left to the bufferevent's write
+ * event; the write callback runs as the bufferevent would run it, once the output is at or below its low
+ * watermark. */
+static void conn_write_direct(struct gw_conn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t wrote = 0;
+    while (evbuffer_get_length(out)) {
+        struct evbuffer_iovec v[DIRECT_IOV];
+        struct iovec iov[DIRECT_IOV];
+        int n = evbuffer_peek(out, -1, NULL, v, DIRECT_IOV);
+        if (n > DIRECT_IOV) n = DIRECT_IOV;
+        size_t want = 0;
+        for (int i = 0; i < n; i++) {
+            iov[i].iov_base = v[i].iov_base;
+            iov[i].iov_len = v[i].iov_len;
+            want += v[i].iov_len;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+            event_cb(c->bev, BEV_EVENT_ERROR | BEV_EVENT_WRITING, c); /* as the bufferevent reports it */
+            return;
+        }
+        /* the bufferevent freezes the start of its output so only it drains it: we do its job here */
+        evbuffer_unfreeze(out, 1);
+        int d = evbuffer_drain(out, (size_t)w);
+        evbuffer_freeze(out, 1);
+        if (d != 0) {
+            gw_conn_close(c);
+            return;
+        }
+        wrote += (size_t)w;
+        if ((size_t)w < want) break; /* the socket is full */
+    }
+    if (evbuffer_get_length(out)) bufferevent_enable(c->bev, EV_WRITE);
+    size_t low = 0;
+    bufferevent_getwatermark(c->bev, EV_WRITE, &low, NULL);
+    if (wrote && evbuffer_get_length(out) <= low) write_cb(c->bev, c);
+}
+
+void gw__conn_flush_queued(struct gw_loop *l)
+{
+    /* connections queued while these are written go round again in a later pass */
+    struct gw_conn *c = l->flush_head;
+    l->flush_head = NULL;
+    while (c) {
+        struct gw_conn *next = c->flush_next;
+        c->flush_queued = false;
+        c->flush_next = NULL;
+        if (!c->closing && c->direct_write && !(bufferevent_get_enabled(c->bev) & EV_WRITE))
+            conn_write_direct(c);
+        c = next;
+    }
+}
+
+void gw_conn_set_direct_write(struct gw_conn *c)
+{
+    if (c->tls || c->closing) return;
+    c->direct_write = true;
+    if (bufferevent_get_enabled(c->bev) & EV_WRITE) bufferevent_disable(c->bev, EV_WRITE);
+    if (gw_conn_output_len(c)) flush_enqueue(c);
+}
+
+/* Output progress (bytes written to the socket) for send_timeout and backpressure; new output on a
+ * direct-write connection queues it for the loop's flush event. */
 static void output_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     struct gw_conn *c = arg;
     if (info->n_deleted) c->last_progress_ns = mm_now_ns();
+    if (info->n_added && c->direct_write && !(bufferevent_get_enabled(c->bev) & EV_WRITE)) flush_enqueue(c);
 }
 
 /* ---- accept ---- */
@@ -296,7 +399,9 @@ void gw_conn_accept(struct gw_loop *l, int fd, const struct sockaddr *sa, int sa
         start_proto(c, false);
         if (c->closing) return;
     }
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    /* plain sockets enable EV_WRITE only when a protocol needs it: enabling it adds the write event at once
+     */
+    bufferevent_enable(c->bev, tls ? EV_READ | EV_WRITE : EV_READ);
 }
 
 void gw_conn_drain_all(struct gw_loop *l)

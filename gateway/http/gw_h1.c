@@ -3,8 +3,6 @@
  * 100-continue, timeouts, and error responses that close with lingering. */
 #include "gw_http_internal.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,6 +287,8 @@ static struct h1 *h1_of(const struct gw__req *r)
     return r->stream;
 }
 
+/* The response head is assembled with plain copies (no printf: it runs once per response) into a stack
+ * buffer, or a heap one when custom headers are huge, and goes into the output with one copy. */
 struct head_buf {
     char *p;
     size_t len, cap;
@@ -296,29 +296,40 @@ struct head_buf {
     char stack[1024];
 };
 
-static void head_printf(struct head_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void head_printf(struct head_buf *b, const char *fmt, ...)
+static void head_put(struct head_buf *b, const char *s, size_t n)
 {
     if (b->failed) return;
-    for (int pass = 0; pass < 2; pass++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) break;
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
+    if (n > b->cap - b->len) {
+        size_t cap = (b->len + n) * 2;
+        char *np = b->p == b->stack ? malloc(cap) : realloc(b->p, cap);
+        if (!np) {
+            b->failed = true;
             return;
         }
-        size_t cap = (b->len + (size_t)n + 1) * 2;
-        char *np = b->p == b->stack ? malloc(cap) : realloc(b->p, cap);
-        if (!np) break;
         if (b->p == b->stack) memcpy(np, b->stack, b->len);
         b->p = np;
         b->cap = cap;
     }
-    b->failed = true;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+static void head_str(struct head_buf *b, const char *s)
+{
+    head_put(b, s, strlen(s));
+}
+
+/* Decimal (base 10) or lower-case hex (base 16) digits of v into buf, returning their count. */
+static size_t fmt_u64(char *buf, uint64_t v, unsigned base)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = "0123456789abcdef"[v % base];
+        v /= base;
+    } while (v);
+    for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+    return n;
 }
 
 static int32_t h1_start(struct gw__req *r, int status, int64_t length)
@@ -330,17 +341,30 @@ static int32_t h1_start(struct gw__req *r, int status, int64_t length)
     h->resp_chunked = streaming && h->version == 11;
     h->resp_keep_alive = h->keep_alive && !c->loop->draining && !c->loop->stopping &&
                          h->served + 1 < (uint32_t)hc->keepalive_requests && !(streaming && h->version == 10);
-    /* the whole head goes into the output with one copy; huge custom headers fall back to a heap buffer */
     struct head_buf hb = {.p = hb.stack, .cap = sizeof hb.stack};
-    head_printf(&hb, "HTTP/1.1 %d %s\r\ndate: %s\r\nserver: mmgw\r\n", status, gw_http_reason(status),
-                gw_loop_date(c->loop));
-    if (!streaming) head_printf(&hb, "content-length: %lld\r\n", (long long)length);
-    if (h->resp_chunked) head_printf(&hb, "transfer-encoding: chunked\r\n");
-    if (!h->resp_keep_alive) head_printf(&hb, "connection: close\r\n");
-    if (h->resp_keep_alive && h->version == 10) head_printf(&hb, "connection: keep-alive\r\n");
-    for (const struct gw_resp_header *x = r->resp_headers; x; x = x->next)
-        head_printf(&hb, "%s: %s\r\n", x->name, x->value);
-    head_printf(&hb, "\r\n");
+    char num[24];
+    head_put(&hb, "HTTP/1.1 ", 9);
+    head_put(&hb, num, fmt_u64(num, (uint64_t)status, 10));
+    head_put(&hb, " ", 1);
+    head_str(&hb, gw_http_reason(status));
+    head_put(&hb, "\r\ndate: ", 8);
+    head_str(&hb, gw_loop_date(c->loop));
+    head_put(&hb, "\r\nserver: mmgw\r\n", 16);
+    if (!streaming) {
+        head_put(&hb, "content-length: ", 16);
+        head_put(&hb, num, fmt_u64(num, (uint64_t)length, 10));
+        head_put(&hb, "\r\n", 2);
+    }
+    if (h->resp_chunked) head_str(&hb, "transfer-encoding: chunked\r\n");
+    if (!h->resp_keep_alive) head_str(&hb, "connection: close\r\n");
+    if (h->resp_keep_alive && h->version == 10) head_str(&hb, "connection: keep-alive\r\n");
+    for (const struct gw_resp_header *x = r->resp_headers; x; x = x->next) {
+        head_str(&hb, x->name);
+        head_put(&hb, ": ", 2);
+        head_str(&hb, x->value);
+        head_put(&hb, "\r\n", 2);
+    }
+    head_put(&hb, "\r\n", 2);
     int rc = hb.failed ? -1 : evbuffer_add(bufferevent_get_output(c->bev), hb.p, hb.len);
     if (hb.p != hb.stack) free(hb.p);
     if (rc < 0) return MM_NOMEM;
@@ -354,7 +378,11 @@ static int32_t h1_write(struct gw__req *r, const void *data, size_t len)
     struct evbuffer *out = bufferevent_get_output(h->c->bev);
     int rc = 0;
     if (h->resp_chunked && r->resp == GW_RESP_STREAMING) {
-        rc = evbuffer_add_printf(out, "%zx\r\n", len);
+        char size[24];
+        size_t n = fmt_u64(size, len, 16);
+        size[n++] = '\r';
+        size[n++] = '\n';
+        rc = evbuffer_add(out, size, n);
         if (rc >= 0) rc = evbuffer_add(out, data, len);
         if (rc >= 0) rc = evbuffer_add(out, "\r\n", 2);
     } else {
@@ -509,6 +537,7 @@ int gw_h1_start(struct gw_conn *c)
     h->idle_since_ns = mm_now_ns();
     c->proto = &gw_proto_h1;
     c->proto_ctx = h;
+    gw_conn_set_direct_write(c);
     c->deadline_ns = 0;
     evtimer_del(c->timer);
     h1_arm(h);

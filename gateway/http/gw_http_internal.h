@@ -33,6 +33,10 @@ struct gw_task {
 struct gw_conn;
 struct gw_listener_group;
 
+#define GW_LOOP_ARENA_POOL 32              /* idle request arenas a loop keeps */
+#define GW_REQ_ARENA_BLOCK 8192            /* a request arena's block size */
+#define GW_REQ_ARENA_REUSE_MAX (32 * 1024) /* arenas that held more are freed, not kept */
+
 /** A loop's listener on its own socket of a listener group (the group owns the socket). */
 struct gw_loop_listener {
     struct gw_loop *loop;
@@ -63,6 +67,13 @@ struct gw_loop {
     uint32_t n_requests; /* live request objects */
     bool draining, stopping;
     struct event *stop_timer;
+    /* connections whose output is written straight from the loop (see gw_conn_set_direct_write) */
+    struct gw_conn *flush_head;
+    struct event *flush_ev;
+    /* request arenas kept for reuse (reset, one block each): a chat is served without a malloc of its own
+     * arena block */
+    struct mm_arena *arena_pool[GW_LOOP_ARENA_POOL];
+    uint32_t n_arena_pool;
     struct gw_h1_field *fields; /* scratch for head parsing */
     uint32_t n_fields;
     char date[64]; /* cached IMF-fixdate */
@@ -165,7 +176,10 @@ struct gw_conn {
     int64_t linger_until_ns;
     bool close_after_flush;
     bool linger;
-    bool closing; /* close requested: everything is freed from a deferred call */
+    bool closing;      /* close requested: everything is freed from a deferred call */
+    bool direct_write; /* output written by the loop's flush event, EV_WRITE only while the socket is full */
+    bool flush_queued; /* on the loop's flush list */
+    struct gw_conn *flush_next;
     char remote[64];
 };
 
@@ -176,6 +190,12 @@ void gw_conn_close(struct gw_conn *c);
 void gw_conn_close_after_flush(struct gw_conn *c, bool linger);
 /** Arm the connection's single timer for an absolute CLOCK_MONOTONIC deadline (0 = disarm). */
 void gw_conn_set_deadline(struct gw_conn *c, int64_t deadline_ns);
+/** Write the output straight to the socket once per loop round instead of through the bufferevent's write
+ * event (plain sockets only; output must be empty). Saves the epoll_ctl add and delete around every response
+ * and a loop round of latency; EV_WRITE is enabled only while the socket is full. */
+void gw_conn_set_direct_write(struct gw_conn *c);
+/** The loop's flush event: write the queued connections' output (gw_loop.c arms it, gw_conn.c runs it). */
+void gw__conn_flush_queued(struct gw_loop *l);
 /** Bytes waiting in the connection's output buffer. */
 size_t gw_conn_output_len(const struct gw_conn *c);
 /** Accept callback glue: set up a connection on fd for this loop. */

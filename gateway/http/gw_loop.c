@@ -2,6 +2,8 @@
  * cached Date header, and the loop's share of the connection limit. */
 #include "gw_http_internal.h"
 
+#include "mm_arena.h"
+
 #include <event2/thread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,11 @@ static void defer_cb(evutil_socket_t fd, short what, void *arg)
     struct gw_task *t = l->d_head;
     l->d_head = l->d_tail = NULL;
     run_tasks(t);
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    gw__conn_flush_queued(arg);
 }
 
 /* ---- misc ---- */
@@ -90,9 +97,11 @@ int32_t gw__loop_init(struct gw_loop *l, struct gw_http *h, uint32_t index, stru
     if (!l->base) return mm_err_set(err, MM_NOMEM, "cannot create event base for loop %u", index);
     int q = gw_event_exec_init(&l->queue, l->base);
     l->defer_ev = event_new(l->base, -1, EV_PERSIST, defer_cb, l);
+    l->flush_ev = event_new(l->base, -1, 0, flush_cb, l);
     l->n_fields = 128;
     l->fields = calloc(l->n_fields, sizeof *l->fields);
-    if (q != 0 || !l->defer_ev || !l->fields) return mm_err_set(err, MM_NOMEM, "out of memory creating loop");
+    if (q != 0 || !l->defer_ev || !l->flush_ev || !l->fields)
+        return mm_err_set(err, MM_NOMEM, "out of memory creating loop");
     return MM_OK;
 }
 
@@ -109,6 +118,8 @@ void gw__loop_fini(struct gw_loop *l)
 {
     gw_event_exec_fini(&l->queue);
     if (l->defer_ev) event_free(l->defer_ev);
+    if (l->flush_ev) event_free(l->flush_ev);
+    while (l->n_arena_pool) mm_arena_destroy(l->arena_pool[--l->n_arena_pool]);
     if (l->stop_timer) event_free(l->stop_timer);
     if (l->base) event_base_free(l->base);
     free(l->fields);

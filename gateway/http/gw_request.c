@@ -22,6 +22,22 @@ static void init_salt(void)
         id_salt = (uint32_t)mm_now_ns() ^ (uint32_t)getpid();
 }
 
+/* "%08x%08llx" of (salt, id) without printf: it runs once per request. */
+static void format_id(char *out, uint32_t salt, uint64_t id)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 7; i >= 0; i--, salt >>= 4) out[i] = hex[salt & 15];
+    char tmp[16];
+    int n = 0;
+    do {
+        tmp[n++] = hex[id & 15];
+        id >>= 4;
+    } while (id);
+    while (n < 8) tmp[n++] = '0';
+    for (int i = 0; i < n; i++) out[8 + i] = tmp[n - 1 - i];
+    out[8 + n] = '\0';
+}
+
 static void body_free(void *arg)
 {
     struct gw__req *r = arg;
@@ -32,10 +48,11 @@ struct gw__req *gw__req_create(struct gw_loop *l, const struct gw_stream_ops *op
                                enum gw_http_version v, const char *remote)
 {
     pthread_once(&salt_once, init_salt);
-    struct mm_arena *a = mm_arena_create(8192);
+    struct mm_arena *a =
+        l->n_arena_pool ? l->arena_pool[--l->n_arena_pool] : mm_arena_create(GW_REQ_ARENA_BLOCK);
     if (!a) return NULL;
     struct gw__req *r = mm_arena_calloc(a, 1, sizeof *r);
-    char *id = mm_arena_alloc(a, 24);
+    char *id = mm_arena_alloc(a, 25);
     char *rem = mm_arena_strdup(a, remote ? remote : "");
     if (!r || !id || !rem || mm_arena_cleanup_add(a, body_free, r) != 0) {
         mm_arena_destroy(a);
@@ -60,7 +77,7 @@ struct gw__req *gw__req_create(struct gw_loop *l, const struct gw_stream_ops *op
     r->pub.body = "";
     r->pub.remote_addr = rem;
     r->pub.id = atomic_fetch_add(&req_counter, 1) + 1;
-    snprintf(id, 24, "%08x%08llx", id_salt, (unsigned long long)r->pub.id);
+    format_id(id, id_salt, r->pub.id);
     r->pub.id_str = id;
     r->pub.start_ns = mm_now_ns();
     l->n_requests++;
@@ -73,7 +90,15 @@ static void req_free(struct gw__req *r)
 {
     struct gw_loop *l = r->loop;
     struct gw_site *site = r->site;
-    mm_arena_destroy(r->pub.arena); /* r lives in it */
+    struct mm_arena *a = r->pub.arena; /* r lives in it */
+    /* a reset keeps one block, which after a large allocation is that allocation's own block: only arenas
+     * that stayed small are kept, so the pool never holds more than GW_LOOP_ARENA_POOL small blocks */
+    if (l->n_arena_pool < GW_LOOP_ARENA_POOL && mm_arena_used(a) <= GW_REQ_ARENA_REUSE_MAX) {
+        mm_arena_reset(a); /* runs the cleanups, frees all but one block */
+        l->arena_pool[l->n_arena_pool++] = a;
+    } else {
+        mm_arena_destroy(a);
+    }
     gw_site_unref(site);
     gw_loop_request_freed(l);
 }
