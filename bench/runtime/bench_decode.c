@@ -6,9 +6,10 @@
  * Prints wall-clock tokens/s of the forward calls (median of R repetitions) and the ratio of the largest
  * concurrency to the smallest. Unlike bench-runtime no prefill runs between the timed steps, so
  * MMGW_PROFILE=decode (per-operation wall time of decode steps, logged at exit) sees decode only. As in
- * bench-runtime, a warm-up (the largest concurrency's prefill and two decode steps) runs first: on a 2-vCPU
- * VM, two threads decoding one sequence right after start were measured 2.5x slower than after a larger
- * batch had run (cause not found; see docs/design/runtime.md). */
+ * bench-runtime, a warm-up (the largest concurrency's prefill and two decode steps) runs first. With two or
+ * more threads the backend times small decode steps both ways (pool or calling thread) and keeps the faster
+ * (docs/design/runtime.md, "Threads: measured choice"): its first ~100 steps of each size include probes, and
+ * MMGW_CPU_PAR=always|never pins one way; MMGW_PROFILE logs the choice at exit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -173,6 +173,11 @@ struct wk_backend_iface {
      * with the results of the separate ops (head_rmsnorm, rope, kv_write, idx_write, attn_dense/attn_msa),
      * bit for bit. Lets a backend run the per-token work in the same parallel step as the attention. */
     void (*attn_layer)(void *ctx, const struct wk_attn_layer *a);
+
+    /** Bytes one page of geometry g (g->n_pages ignored) takes in this backend's cache: K, V and index keys
+     * in the element types it stores (fp16/bf16/fp8 caches take less than fp32). The runtime sizes the pool
+     * and reports bytes_per_page with it. Optional: NULL means fp32 elements. */
+    int64_t (*cache_page_bytes)(void *ctx, const struct wk_cache_geom *g);
 };
 
 /** Most weights one linear_multi call takes. */

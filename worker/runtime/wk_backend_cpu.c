@@ -124,6 +124,7 @@ static int32_t cpu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_er
     struct cpu *c = ctx;
     c->b = b;
     c->failed = 0;
+    cpu_par_step_begin(c, b->n_tokens, b->n_seqs);
     return MM_OK;
 }
 
@@ -131,6 +132,8 @@ static int32_t cpu_batch_end(void *ctx, struct mm_err *err)
 {
     struct cpu *c = ctx;
     c->b = NULL;
+    cpu_par_step_end(c);
+    c->par_off = c->par_policy == CPU_PAR_NEVER; /* vision ops run outside steps: on the pool */
     if (c->failed) return mm_err_set(err, MM_NOMEM, "cpu backend: out of memory for scratch");
     return MM_OK;
 }
@@ -179,7 +182,7 @@ static void cpu_rope(void *ctx, float *x, int64_t n, int32_t n_heads, int32_t he
 void cpu_par(struct cpu *c, int64_t n_tasks, int64_t macs,
              void (*fn)(void *arg, int64_t task, int32_t thread), void *arg)
 {
-    if (c->threads < 2 || n_tasks < 2 || macs < CPU_PAR_MIN_MACS) {
+    if (c->threads < 2 || n_tasks < 2 || macs < CPU_PAR_MIN_MACS || c->par_off) {
         for (int64_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
@@ -328,6 +331,7 @@ static void cpu_destroy(void *ctx)
 {
     struct cpu *c = ctx;
     if (!c) return;
+    cpu_par_report(c);
     cpu_cache_free(c);
     cpu_moe_free(c);
     if (c->tscr)
@@ -373,6 +377,7 @@ static const struct wk_backend_iface cpu_iface = {
     .attn_full = cpu_attn_full,
     .linear_multi = cpu_linear_multi,
     .attn_layer = cpu_attn_layer,
+    .cache_page_bytes = cpu_cache_page_bytes,
 };
 
 int32_t wk_backend_cpu_create(int32_t threads, struct wk_be *out, struct mm_err *err)
@@ -385,6 +390,12 @@ int32_t wk_backend_cpu_create(int32_t threads, struct wk_be *out, struct mm_err 
         return mm_err_set(err, MM_NOMEM, "cpu backend: cannot start %d threads", threads);
     }
     c->threads = wk_pool_threads(c->pool);
+    int32_t rc = cpu_kv_dtype(c, err);
+    if (!rc) rc = cpu_par_mode_init(c, err);
+    if (rc) {
+        cpu_destroy(c);
+        return rc;
+    }
     c->tscr = calloc((size_t)c->threads, sizeof *c->tscr);
     if (!c->tscr) {
         cpu_destroy(c);

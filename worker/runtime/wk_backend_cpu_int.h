@@ -30,9 +30,38 @@ struct cpu_tscr {
     struct grow a, b; /* MoE gate/up rows; MSA block scores + selection */
 };
 
+/* Decode steps (one token per sequence) of up to this many tokens choose between the pool and the calling
+ * thread by measured time (wk_cpu_par.c); one state per power-of-two size class. */
+#define CPU_ADAPT_MAX_TOKENS 64
+#define CPU_ADAPT_BUCKETS 7
+/* Steps of a probe of the way not chosen (the first of them not counted: it wakes or parks workers). */
+#define CPU_ADAPT_PROBE_STEPS 8
+
+enum cpu_par_policy { CPU_PAR_AUTO, CPU_PAR_ALWAYS, CPU_PAR_NEVER };
+
+struct cpu_adapt {
+    int32_t mode;     /* the choice: 1 = pool, 0 = calling thread */
+    int32_t probing;  /* timing the other way for CPU_ADAPT_PROBE_STEPS steps */
+    int32_t probe;    /* steps of the probe so far */
+    int32_t since;    /* steps since the last probe */
+    int32_t interval; /* steps between probes */
+    int32_t have[2];  /* whether est[way] holds a measurement */
+    double probe_ns;  /* time and tokens of the probe so far (its first step not counted) */
+    int64_t probe_tokens;
+    double est[2];    /* running ns per token, [calling thread, pool] */
+    int64_t steps[2]; /* steps run each way */
+    int64_t switches; /* times the choice changed */
+};
+
 struct cpu {
     struct wk_pool *pool;
     int32_t threads;
+    /* measured choice of pool or calling thread for small steps (wk_cpu_par.c) */
+    int32_t par_policy; /* enum cpu_par_policy: MMGW_CPU_PAR */
+    int32_t par_off;    /* this step runs its loops on the calling thread */
+    int32_t step_bucket;
+    int64_t step_tokens, step_t0;
+    struct cpu_adapt adapt[CPU_ADAPT_BUCKETS];
     /* paged cache (wk_cpu_attn.c): key-transposed pages, kernels/cpu/kn_pattn.h */
     struct wk_cache_geom geom;
     void **k, **v, **idx;  /* per layer: float, or uint16_t fp16 bits when kv_f16 */
@@ -69,7 +98,21 @@ void cpu_linear_par(struct cpu *c, const struct wk_weight *w, const struct wk_we
 /* The same on the calling thread (inside a pool task). */
 void cpu_linear_1(const struct wk_weight *w, const float *x, int64_t n, float *y);
 
+/* wk_cpu_par.c: MMGW_CPU_PAR (auto, always, never) and the initial state; then, around every step, the
+ * choice for it (sets par_off) and its measurement. */
+int32_t cpu_par_mode_init(struct cpu *c, struct mm_err *err);
+void cpu_par_step_begin(struct cpu *c, int64_t n_tokens, int32_t n_seqs);
+void cpu_par_step_end(struct cpu *c);
+/* cpu_par_step_end with the step's time given (tests drive the choice with it). */
+void cpu_par_step_record(struct cpu *c, int64_t elapsed_ns);
+/* Log (info with MMGW_PROFILE set, else debug) each size class's steps per way and its estimates. */
+void cpu_par_report(const struct cpu *c);
+
 /* wk_cpu_attn.c */
+/* MMGW_CPU_KV (f32 or f16) into c->kv_f16; read once, when the backend is created, so that the page size
+ * the runtime is told and the cache that cache_init allocates agree. */
+int32_t cpu_kv_dtype(struct cpu *c, struct mm_err *err);
+int64_t cpu_cache_page_bytes(void *ctx, const struct wk_cache_geom *g);
 int32_t cpu_cache_init(void *ctx, const struct wk_cache_geom *g, struct mm_err *err);
 void cpu_cache_free(struct cpu *c);
 void cpu_cache_copy_page(void *ctx, int32_t dst, int32_t src, int32_t n_tokens);

@@ -69,7 +69,7 @@ void cpu_cache_free(struct cpu *c)
 /* MMGW_CPU_KV: the cache's element type. f32 (the default) keeps the numerics of the fp32 reference; f16
  * halves the bytes a long-context decode step reads (attention is bound by them) at the cost of fp16 rounding
  * of every key, value and index key (see docs/design/runtime.md, "Performance"). */
-static int32_t kv_dtype(struct cpu *c, struct mm_err *err)
+int32_t cpu_kv_dtype(struct cpu *c, struct mm_err *err)
 {
     const char *e = getenv("MMGW_CPU_KV");
     c->kv_f16 = 0;
@@ -81,14 +81,23 @@ static int32_t kv_dtype(struct cpu *c, struct mm_err *err)
     return mm_err_set(err, MM_INVALID, "MMGW_CPU_KV: '%.32s' is not a cache type (f32 or f16)", e);
 }
 
+int64_t cpu_cache_page_bytes(void *ctx, const struct wk_cache_geom *g)
+{
+    const struct cpu *c = ctx;
+    int64_t b = 0;
+    for (int32_t l = 0; l < g->n_layers; l++) {
+        b += 2LL * g->block * g->n_kv * g->head_dim * (int64_t)elem(c);
+        if (g->layer_sparse[l]) b += (int64_t)g->block * g->idx_dim * (int64_t)elem(c);
+    }
+    return b;
+}
+
 int32_t cpu_cache_init(void *ctx, const struct wk_cache_geom *g, struct mm_err *err)
 {
     struct cpu *c = ctx;
     cpu_cache_free(c);
     c->geom = *g;
     c->geom.n_layers = 0; /* nothing to unmap until the arrays exist */
-    int32_t rc = kv_dtype(c, err);
-    if (rc) return rc;
     c->k = calloc((size_t)g->n_layers, sizeof(void *));
     c->v = calloc((size_t)g->n_layers, sizeof(void *));
     c->idx = calloc((size_t)g->n_layers, sizeof(void *));

@@ -45,13 +45,15 @@ static void read_generation_eos(const char *dir, struct wk_text_config *t)
     json_decref(root);
 }
 
-static int64_t bytes_per_page(const struct wk_config *c)
+/* The backend knows its cache's element types (an fp16 or bf16 cache takes half of fp32); one that does not
+ * say stores fp32. */
+static int64_t bytes_per_page(const struct wk_be *be, const struct wk_cache_geom *g)
 {
-    const struct wk_text_config *t = &c->text;
+    if (be->iface->cache_page_bytes) return be->iface->cache_page_bytes(be->ctx, g);
     int64_t b = 0;
-    for (int32_t l = 0; l < t->n_layers; l++) {
-        b += 2LL * t->block * t->n_kv * t->head_dim * (int64_t)sizeof(float);
-        if (t->layer_sparse[l]) b += (int64_t)t->block * t->idx_dim * (int64_t)sizeof(float);
+    for (int32_t l = 0; l < g->n_layers; l++) {
+        b += 2LL * g->block * g->n_kv * g->head_dim * (int64_t)sizeof(float);
+        if (g->layer_sparse[l]) b += (int64_t)g->block * g->idx_dim * (int64_t)sizeof(float);
     }
     return b;
 }
@@ -101,7 +103,13 @@ int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts,
     ck = NULL;
 
     const struct wk_text_config *t = &e->cfg.text;
-    int64_t bpp = bytes_per_page(&e->cfg);
+    struct wk_cache_geom g = {0, t->block, t->n_layers, t->layer_sparse, t->n_kv, t->head_dim, t->idx_dim};
+    int64_t bpp = bytes_per_page(&e->be, &g);
+    if (bpp <= 0) {
+        rc = mm_err_set(err, MM_ERROR, "backend %s: %lld bytes per cache page", e->be.iface->name,
+                        (long long)bpp);
+        goto fail;
+    }
     int64_t pages = o.cache_pages > 0   ? o.cache_pages
                     : o.cache_bytes > 0 ? o.cache_bytes / bpp
                                         : auto_pages(&e->cfg, bpp);
@@ -111,8 +119,7 @@ int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts,
         rc = mm_err_set(err, MM_NOMEM, "out of memory for a pool of %lld pages", (long long)pages);
         goto fail;
     }
-    struct wk_cache_geom g = {pages,   t->block,    t->n_layers, t->layer_sparse,
-                              t->n_kv, t->head_dim, t->idx_dim};
+    g.n_pages = pages;
     if ((rc = e->be.iface->cache_init(e->be.ctx, &g, err))) goto fail;
     if ((rc = wk_forward_alloc(e, o.max_batch_tokens > 0 ? o.max_batch_tokens : 8192, err))) goto fail;
 

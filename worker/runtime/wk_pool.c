@@ -1,9 +1,11 @@
 #include "wk_pool.h"
 
 #include <pthread.h>
+#include <stdalign.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,8 +28,11 @@ struct wk_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int32_t sleepers; /* under mu */
-    atomic_uint_fast64_t gen;
+    /* gen and stop are what idle workers spin on: a line of their own, so that the caller's and the workers'
+     * writes to the ticket and the completion count during a run do not pull it away from the spinners */
+    alignas(64) atomic_uint_fast64_t gen;
     atomic_int stop;
+    atomic_int caller_cpu; /* the vCPU wk_pool_run last started on (-1: unknown) */
     /* Runs alternate between two slots; tasks are claimed from `ticket` = (run id << 32) | next task, so a
      * worker that wakes up late can never run a task of a newer run with an older run's function. */
     /* Atomic (relaxed; gen's release/acquire orders them) because a worker late from two runs ago may read a
@@ -38,7 +43,8 @@ struct wk_pool {
         _Atomic(void *) arg;
         atomic_int_fast64_t n_tasks;
     } slot[2];
-    atomic_uint_fast64_t ticket;
+    /* the ticket and the completion count change with every task: one line for both */
+    alignas(64) atomic_uint_fast64_t ticket;
     atomic_int_fast64_t completed; /* tasks finished, over all runs */
 };
 
@@ -69,6 +75,22 @@ static void drain(struct wk_pool *p, uint64_t run, int32_t id)
     }
 }
 
+/* Whether this worker runs on the vCPU the caller last started a run on. The scheduler sometimes stacks both
+ * threads on one vCPU (wake-affine placement while the other vCPU is busy with another process: observed on
+ * a 2-vCPU VM, /proc/PID/task/TID/stat, with two threads decoding one sequence 3x slower than one). A worker
+ * spinning there only takes time from the caller, so it sleeps instead; a later wake-up may place it better.
+ */
+static int on_callers_cpu(struct wk_pool *p)
+{
+#ifdef __linux__
+    int me = sched_getcpu();
+    return me >= 0 && me == atomic_load_explicit(&p->caller_cpu, memory_order_relaxed);
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
 static void *worker(void *a)
 {
     struct worker_arg *wa = a;
@@ -80,7 +102,7 @@ static void *worker(void *a)
         uint64_t g;
         int64_t spins = 0, t0 = mm_now_ns();
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
-            if ((++spins & 63) || mm_now_ns() - t0 < SPIN_NS) {
+            if ((++spins & 63) || (mm_now_ns() - t0 < SPIN_NS && !on_callers_cpu(p))) {
                 cpu_relax();
                 continue;
             }
@@ -105,13 +127,15 @@ struct wk_pool *wk_pool_create(int32_t n_threads)
         n_threads = c > 0 ? (int32_t)c : 1;
     }
     if (n_threads > 256) n_threads = 256;
-    struct wk_pool *p = calloc(1, sizeof *p);
+    struct wk_pool *p = aligned_alloc(64, (sizeof(struct wk_pool) + 63) / 64 * 64);
     if (!p) return NULL;
+    memset(p, 0, sizeof *p);
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     atomic_init(&p->gen, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->caller_cpu, -1);
     atomic_init(&p->ticket, 0);
     atomic_init(&p->completed, 0);
     if (n_threads > 1) {
@@ -172,6 +196,9 @@ void wk_pool_run(struct wk_pool *p, int64_t n_tasks, void (*fn)(void *arg, int64
     atomic_store_explicit(&p->slot[run & 1].arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->slot[run & 1].n_tasks, n_tasks, memory_order_relaxed);
     int64_t target = atomic_load(&p->completed) + n_tasks;
+#ifdef __linux__
+    atomic_store_explicit(&p->caller_cpu, sched_getcpu(), memory_order_relaxed);
+#endif
     atomic_store(&p->ticket, (run & 0xffffffffu) << 32);
     atomic_store_explicit(&p->gen, run, memory_order_release);
     pthread_mutex_lock(&p->mu);

@@ -289,6 +289,61 @@ static void test_media(void)
     free(px);
 }
 
+/* The pool's page size follows the cache's element type (MMGW_CPU_KV): fp32 pages hold 4 bytes an element,
+ * fp16 pages 2, so a byte budget buys twice the pages. Expected sizes from the checkpoint's shape. */
+static void test_page_bytes(const struct mk_demo_opts *d)
+{
+    int64_t elems = 0; /* K + V of every layer, index keys of the MSA layers, per page */
+    for (int32_t l = 0; l < d->layers; l++)
+        elems += 2LL * d->block * d->kv_heads * d->head_dim +
+                 (d->attn_pattern[l] == 's' ? d->block * d->idx_dim : 0);
+    const char *old = getenv("MMGW_CPU_KV");
+    char saved[16] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    static const char *const kinds[] = {"f32", "f16"};
+    for (int k = 0; k < 2; k++) {
+        setenv("MMGW_CPU_KV", kinds[k], 1);
+        const int64_t elem = k ? 2 : 4, budget = 10 * elems * 4 + 123;
+        struct wk_engine_opts o = {WK_BACKEND_CPU, 1, 0, budget, 64};
+        struct wk_engine *e = NULL;
+        struct mm_err err = {0};
+        CHECK_EQ_INT(wk_engine_open(dir, &o, &e, &err), MM_OK);
+        if (!e) continue;
+        CHECK_EQ_INT(wk_engine_info(e)->bytes_per_page, elems * elem);
+        CHECK_EQ_INT(wk_engine_info(e)->pages_total, k ? 20 : 10);
+        /* the pool really holds that many pages: fill all of them, one more is refused */
+        int32_t n = (int32_t)(wk_engine_info(e)->pages_total * d->block);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n + 1));
+        struct wk_seq *s = NULL;
+        if (ids && wk_seq_create(e, &s, &err) == MM_OK) {
+            prompt(ids, n + 1, 7);
+            for (int32_t o2 = 0; o2 < n; o2 += 64) {
+                struct wk_step_item it = {
+                    s, ids + o2, n - o2 < 64 ? n - o2 : 64, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0};
+                CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK);
+            }
+            CHECK_EQ_INT(wk_engine_free_pages(e), 0);
+            struct wk_step_item it = {s, ids + n, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0};
+            CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_EXHAUSTED);
+            wk_seq_free(e, s);
+        }
+        free(ids);
+        wk_engine_close(e);
+    }
+    /* a cache type the backend does not know is refused when the engine opens */
+    setenv("MMGW_CPU_KV", "bf8", 1);
+    struct wk_engine_opts o = {WK_BACKEND_CPU, 1, 4, 0, 64};
+    struct wk_engine *e = NULL;
+    struct mm_err err = {0};
+    CHECK_EQ_INT(wk_engine_open(dir, &o, &e, &err), MM_INVALID);
+    CHECK(strstr(err.msg, "MMGW_CPU_KV") != NULL);
+    wk_engine_close(e);
+    if (old)
+        setenv("MMGW_CPU_KV", saved, 1);
+    else
+        unsetenv("MMGW_CPU_KV");
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/mmgw_engine_XXXXXX");
@@ -313,6 +368,7 @@ int main(void)
     test_media();
     wk_engine_close(E);
     test_exhausted();
+    test_page_bytes(&o);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) fprintf(stderr, "cleanup failed\n");

@@ -267,6 +267,22 @@ static void free_cache(struct cuda_be *c)
     c->sparse = NULL;
 }
 
+/* Bytes of one page as cu_cache_init allocates it: bf16 K/V (f32 in the exact mode), index keys in their
+ * own type, plus one f32 scale per token for fp8 index keys. */
+static int64_t cu_cache_page_bytes(void *ctx, const struct wk_cache_geom *g)
+{
+    const struct cuda_be *c = ctx;
+    const int64_t kv_elem = c->kv_dtype == KN_KV_F32 ? 4 : 2;
+    int64_t b = 0;
+    for (int32_t l = 0; l < g->n_layers; l++) {
+        b += 2LL * g->block * g->n_kv * g->head_dim * kv_elem;
+        if (g->layer_sparse[l])
+            b += (int64_t)g->block *
+                 ((int64_t)g->idx_dim * (int64_t)idx_elem(c) + (c->idx_dtype == KN_IDX_FP8 ? 4 : 0));
+    }
+    return b;
+}
+
 static int32_t cu_cache_init(void *ctx, const struct wk_cache_geom *g, struct mm_err *err)
 {
     struct cuda_be *c = ctx;
@@ -794,6 +810,7 @@ static const struct wk_backend_iface cuda_iface = {
     .layernorm = cu_layernorm,
     .gelu = cu_gelu,
     .attn_full = cu_attn_full,
+    .cache_page_bytes = cu_cache_page_bytes,
 };
 
 int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
