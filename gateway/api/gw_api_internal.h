@@ -122,6 +122,8 @@ struct gw_api_model {
     uint32_t vocab;
     uint32_t stop_ids[8]; /* the plugin's stop tokens */
     size_t n_stop_ids;
+    uint32_t parser_ids[8]; /* the plugin's parser tokens: shown even when skip_special_tokens */
+    size_t n_parser_ids;
     const char *marker[2]; /* media markers by kind (image, video); NULL if the plugin has none */
     size_t marker_len[2];
     struct gw_router *router;
@@ -177,6 +179,7 @@ struct gw_api_params {
     int top_logprobs; /* chat: top_logprobs; completions: logprobs value */
     bool ignore_eos;
     bool tokens_as_ids; /* vLLM return_tokens_as_token_ids */
+    bool skip_special;  /* vLLM skip_special_tokens (default true) */
     const char *stop[GW_API_MAX_STOP_STRS];
     size_t stop_len[GW_API_MAX_STOP_STRS];
     size_t n_stop;

@@ -61,7 +61,10 @@ int gw_api_choices_init(struct gw_api_req *r, struct gw_api_error *e)
     for (uint32_t i = 0; i < r->n_choices; i++) {
         struct gw_api_choice *c = &r->choices[i];
         c->index = i;
-        gw_tok_stream_init(&c->dec, r->model->tok, 0);
+        /* skip_special_tokens drops special tokens from the text, except the markers the parser reads */
+        gw_tok_stream_init(&c->dec, r->model->tok, r->p.skip_special ? GW_TOK_SKIP_SPECIAL : 0);
+        if (r->kind == GW_API_CHAT && vt->parser_create)
+            gw_tok_stream_keep(&c->dec, r->model->parser_ids, r->model->n_parser_ids);
         gw_api_stop_init(&c->stop, &r->stops);
         mm_buf_init(&c->text, 0);
         mm_buf_init(&c->content, 0);

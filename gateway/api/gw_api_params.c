@@ -163,6 +163,7 @@ int gw_api_params_parse(json_t *body, enum gw_api_kind kind, uint32_t vocab, str
     p->min_tokens = -1;
     p->n = 1;
     p->add_generation_prompt = true;
+    p->skip_special = true;
     int64_t n = 1;
     if (get_bool(body, "stream", &p->stream, e)) return -1;
     json_t *so = json_object_get(body, "stream_options");
@@ -223,6 +224,12 @@ int gw_api_params_parse(json_t *body, enum gw_api_kind kind, uint32_t vocab, str
     }
     if (get_bool(body, "ignore_eos", &p->ignore_eos, e)) return -1;
     if (get_bool(body, "return_tokens_as_token_ids", &p->tokens_as_ids, e)) return -1;
+    /* vLLM's detokenization fields. spaces_between_special_tokens only changes slow (Python) tokenizers'
+     * output: a tokenizer.json decodes the same either way (HF fast decode, vLLM's fast detokenizer). */
+    bool spaces = true;
+    if (get_bool(body, "skip_special_tokens", &p->skip_special, e) ||
+        get_bool(body, "spaces_between_special_tokens", &spaces, e))
+        return -1;
     if (parse_stop(body, p, e) || parse_stop_ids(body, vocab, p, e)) return -1;
     json_t *user = json_object_get(body, "user");
     if (user && !json_is_null(user) && !json_is_string(user))

@@ -371,6 +371,14 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
                               AT(c, tokenizer), c->name, stops[i], c->tokenizer);
         if (m->n_stop_ids < sizeof m->stop_ids / sizeof m->stop_ids[0]) m->stop_ids[m->n_stop_ids++] = id;
     }
+    /* markers the output parser reads as text; one the tokenizer lacks arrives as plain text anyway */
+    const char *const *ptoks = m->vt->parser_tokens ? m->vt->parser_tokens(m->inst) : NULL;
+    for (size_t i = 0; ptoks && ptoks[i]; i++) {
+        uint32_t id;
+        if (gw_tokenizer_token_to_id(m->tok, ptoks[i], strlen(ptoks[i]), &id) == MM_OK &&
+            m->n_parser_ids < sizeof m->parser_ids / sizeof m->parser_ids[0])
+            m->parser_ids[m->n_parser_ids++] = id;
+    }
     probe_media(m);
     if (ctx->check_only) return MM_OK;
 

@@ -343,3 +343,8 @@ void gw_bmp_close(struct gw_bmp_src *s)
 {
     free(s);
 }
+
+size_t gw_bmp_pixel_offset(const struct gw_bmp_src *s)
+{
+    return s->offset;
+}

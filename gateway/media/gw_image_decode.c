@@ -20,6 +20,10 @@ struct gw_image_src {
     struct gw_png_src *png;
     struct gw_gif_src *gif;
     struct gw_bmp_src *bmp;
+    struct gw_pnm_src *pnm;
+    struct gw_ico_src *ico;
+    struct gw_tga_src *tga;
+    struct gw_pcx_src *pcx;
     struct gw_tiff_src *tiff;
     struct gw_vips_src *vips;
     uint32_t width, height;
@@ -88,11 +92,11 @@ int32_t gw_vips_open(const uint8_t *data, size_t len, const char *label, struct 
         if (n >= sizeof fmt) n = sizeof fmt - 1;
         for (size_t i = 0; i < n; i++) fmt[i] = (char)tolower((unsigned char)f[i]);
         fmt[n] = '\0';
-        if (strncmp(fmt, "magick", 6) == 0) snprintf(fmt, sizeof fmt, "%s", "ICO/PPM/TGA/... (ImageMagick)");
-        return mm_err_set(
-            err, MM_UNSUPPORTED,
-            "%s: image format '%s' is not accepted (JPEG, PNG, WebP, GIF, BMP, TIFF and HEIF are)", label,
-            fmt);
+        if (strncmp(fmt, "magick", 6) == 0) snprintf(fmt, sizeof fmt, "%s", "ImageMagick");
+        return mm_err_set(err, MM_UNSUPPORTED,
+                          "%s: image format '%s' is not accepted (JPEG, PNG, WebP, GIF, BMP, TIFF, HEIF, "
+                          "PNM, ICO, TGA and PCX are)",
+                          label, fmt);
     }
     /* Only the header is read here: libvips decodes lazily. */
     VipsImage *img = vips_image_new_from_buffer(data, len, "", "access", VIPS_ACCESS_SEQUENTIAL, "fail_on",
@@ -284,11 +288,48 @@ int32_t gw_image_open(const uint8_t *data, size_t len, const struct gw_media_lim
             return rc;
         }
     }
+    if (rc == MM_UNSUPPORTED && gw_pnm_sniff(data, len)) {
+        rc = gw_pnm_open(data, len, label, &s->pnm, &s->width, &s->height, err);
+        if (rc) {
+            free(s);
+            return rc;
+        }
+    }
+    if (rc == MM_UNSUPPORTED && gw_pcx_sniff(data, len)) {
+        rc = gw_pcx_open(data, len, label, &s->pcx, &s->width, &s->height, err);
+        if (rc == MM_NOT_FOUND) rc = MM_UNSUPPORTED; /* PIL then tries its other formats */
+        if (rc && rc != MM_UNSUPPORTED) {
+            free(s);
+            return rc;
+        }
+    }
+    if (rc == MM_UNSUPPORTED && gw_ico_sniff(data, len)) {
+        rc = gw_ico_open(data, len, lim, label, &s->ico, &s->width, &s->height, err);
+        /* a directory PIL cannot read makes it try its next formats (TGA: no signature) */
+        if (rc == MM_NOT_FOUND) rc = MM_UNSUPPORTED;
+        if (rc && rc != MM_UNSUPPORTED) {
+            free(s);
+            return rc;
+        }
+    }
     if (rc == MM_UNSUPPORTED && gw_tiff_sniff(data, len)) {
         rc = gw_tiff_open(data, len, label, &s->tiff, &s->width, &s->height, err);
         if (rc != MM_OK && rc != MM_UNSUPPORTED) {
             free(s);
             return rc;
+        }
+    }
+    if (rc == MM_UNSUPPORTED && gw_tga_sniff(data, len)) {
+        /* TGA has no signature: only bytes no accepted libvips loader claims (PIL's order: its TGA plugin
+         * comes after the formats with one) */
+        const char *nick = vips_foreign_find_load_buffer(data, len);
+        vips_error_clear();
+        if (!vips_loader_allowed(nick)) {
+            rc = gw_tga_open(data, len, label, &s->tga, &s->width, &s->height, err);
+            if (rc) {
+                free(s);
+                return rc;
+            }
         }
     }
     if (rc == MM_UNSUPPORTED) {
@@ -337,6 +378,10 @@ int32_t gw_image_decode(struct gw_image_src *s, int allow_reduce, uint32_t min_w
     if (s->png) return gw_png_decode(s->png, sink, err);
     if (s->gif) return gw_gif_decode(s->gif, sink, err);
     if (s->bmp) return gw_bmp_decode(s->bmp, sink, err);
+    if (s->pnm) return gw_pnm_decode(s->pnm, sink, err);
+    if (s->ico) return gw_ico_decode(s->ico, sink, err);
+    if (s->tga) return gw_tga_decode(s->tga, sink, err);
+    if (s->pcx) return gw_pcx_decode(s->pcx, sink, err);
     if (s->tiff) return gw_tiff_decode(s->tiff, sink, err);
     return gw_vips_decode(s->vips, sink, err);
 }
@@ -385,6 +430,10 @@ void gw_image_close(struct gw_image_src *s)
     gw_png_close(s->png);
     gw_gif_close(s->gif);
     gw_bmp_close(s->bmp);
+    gw_pnm_close(s->pnm);
+    gw_ico_close(s->ico);
+    gw_tga_close(s->tga);
+    gw_pcx_close(s->pcx);
     gw_tiff_close(s->tiff);
     gw_vips_close(s->vips);
     free(s);

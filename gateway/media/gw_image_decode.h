@@ -13,9 +13,9 @@
  * library settings PIL uses (ISLOW IDCT, fancy upsampling), so pixels are bit-identical to PIL's. Only when
  * the caller asks (allow_reduce) is a JPEG decoded with DCT-domain downscaling (1/2, 1/4 or 1/8), never
  * below gw_image_decode's min size; see docs/design/preprocess.md for the accuracy this costs.
- * GIF (first frame, PIL's canvas and palette rules) and BMP have decoders of their own; YCbCr TIFFs go
- * through libtiff's RGBA interface (as PIL reads them). Everything else (PNG variants, WebP, other TIFFs)
- * goes through libvips. */
+ * GIF (first frame, PIL's canvas and palette rules), BMP, PBM/PGM/PPM, ICO, TGA and PCX have decoders of
+ * their own; YCbCr TIFFs go through libtiff's RGBA interface (as PIL reads them). Everything else (PNG
+ * variants, WebP, other TIFFs) goes through libvips. */
 #ifndef GW_IMAGE_DECODE_H
 #define GW_IMAGE_DECODE_H
 
@@ -98,6 +98,41 @@ int32_t gw_bmp_open(const uint8_t *data, size_t len, const char *label, struct g
                     uint32_t *width, uint32_t *height, struct mm_err *err);
 int32_t gw_bmp_decode(struct gw_bmp_src *src, const struct gw_row_sink *sink, struct mm_err *err);
 void gw_bmp_close(struct gw_bmp_src *src);
+/** Where the pixel data starts in the buffer given to gw_bmp_open (after headers and palette). */
+size_t gw_bmp_pixel_offset(const struct gw_bmp_src *src);
+
+struct gw_ico_src;
+int gw_ico_sniff(const uint8_t *data, size_t len);
+/** Windows icons: the entry PIL picks (largest, then deepest, then last), a PNG or a DIB (decoded as BMP).
+ * The PNG of an entry is opened through gw_image_open's PNG path only: never another container. */
+int32_t gw_ico_open(const uint8_t *data, size_t len, const struct gw_media_limits *lim, const char *label,
+                    struct gw_ico_src **out, uint32_t *width, uint32_t *height, struct mm_err *err);
+int32_t gw_ico_decode(struct gw_ico_src *src, const struct gw_row_sink *sink, struct mm_err *err);
+void gw_ico_close(struct gw_ico_src *src);
+
+struct gw_pnm_src;
+int gw_pnm_sniff(const uint8_t *data, size_t len);
+/** PBM/PGM/PPM, binary and plain (P1-P6), with PIL's header, scaling and truncation rules. */
+int32_t gw_pnm_open(const uint8_t *data, size_t len, const char *label, struct gw_pnm_src **out,
+                    uint32_t *width, uint32_t *height, struct mm_err *err);
+int32_t gw_pnm_decode(struct gw_pnm_src *src, const struct gw_row_sink *sink, struct mm_err *err);
+void gw_pnm_close(struct gw_pnm_src *src);
+
+struct gw_tga_src;
+/** A header PIL's TGA plugin would accept (TGA has no signature: try it last). */
+int gw_tga_sniff(const uint8_t *data, size_t len);
+int32_t gw_tga_open(const uint8_t *data, size_t len, const char *label, struct gw_tga_src **out,
+                    uint32_t *width, uint32_t *height, struct mm_err *err);
+int32_t gw_tga_decode(struct gw_tga_src *src, const struct gw_row_sink *sink, struct mm_err *err);
+void gw_tga_close(struct gw_tga_src *src);
+
+struct gw_pcx_src;
+int gw_pcx_sniff(const uint8_t *data, size_t len);
+/** MM_NOT_FOUND when PIL would try its other formats (a bad bounding box), else MM_OK or an error. */
+int32_t gw_pcx_open(const uint8_t *data, size_t len, const char *label, struct gw_pcx_src **out,
+                    uint32_t *width, uint32_t *height, struct mm_err *err);
+int32_t gw_pcx_decode(struct gw_pcx_src *src, const struct gw_row_sink *sink, struct mm_err *err);
+void gw_pcx_close(struct gw_pcx_src *src);
 
 struct gw_tiff_src;
 int gw_tiff_sniff(const uint8_t *data, size_t len);

@@ -15,6 +15,7 @@
 #define END_OF(member) (offsetof(struct mmgw_plugin, member) + sizeof(((struct mmgw_plugin *)0)->member))
 static const size_t min_size_for_minor[] = {
     END_OF(parser_destroy), /* 1.0 */
+    END_OF(parser_tokens),  /* 1.1 */
 };
 #define N_MINORS (sizeof(min_size_for_minor) / sizeof(min_size_for_minor[0]))
 

@@ -13,6 +13,21 @@ void gw_tok_stream_init(struct gw_tok_stream *s, const struct gw_tokenizer *tok,
     s->tok = tok;
     s->flags = flags;
     s->npend = 0;
+    s->keep = NULL;
+    s->n_keep = 0;
+}
+
+void gw_tok_stream_keep(struct gw_tok_stream *s, const uint32_t *ids, size_t n)
+{
+    s->keep = ids;
+    s->n_keep = ids ? n : 0;
+}
+
+static int kept(const struct gw_tok_stream *s, uint32_t id)
+{
+    for (size_t i = 0; i < s->n_keep; i++)
+        if (s->keep[i] == id) return 1;
+    return 0;
 }
 
 size_t gw_tok_stream_pending(const struct gw_tok_stream *s)
@@ -76,7 +91,7 @@ int32_t gw_tok_stream_push(struct gw_tok_stream *s, uint32_t id, struct mm_buf *
     if (id >= tok->n_ids) return MM_OK; /* HF skips ids without a token */
     const struct gw_tok_idrec *r = &tok->ids[id];
     if (!(r->flags & GW_TOK_ID_PRESENT)) return MM_OK;
-    if ((s->flags & GW_TOK_SKIP_SPECIAL) && (r->flags & GW_TOK_ID_SPECIAL)) return MM_OK;
+    if ((s->flags & GW_TOK_SKIP_SPECIAL) && (r->flags & GW_TOK_ID_SPECIAL) && !kept(s, id)) return MM_OK;
     if (feed(s, tok->bytes + r->byte_off, r->byte_len, out))
         return mm_err_set(err, MM_NOMEM, "decode: out of memory (%zu bytes of text)", out->len);
     return MM_OK;

@@ -116,8 +116,14 @@ struct gw_tok_stream {
     uint32_t flags;
     uint8_t pend[4];
     uint8_t npend;
+    const uint32_t *keep; /* special ids shown despite GW_TOK_SKIP_SPECIAL (gw_tok_stream_keep) */
+    size_t n_keep;
 };
 void gw_tok_stream_init(struct gw_tok_stream *s, const struct gw_tokenizer *tok, uint32_t flags);
+/** Special ids that GW_TOK_SKIP_SPECIAL must still show (an output parser reads them as text, e.g. M3's
+ * reasoning and tool-call markers when a tokenizer marks them special). The array is the caller's and must
+ * outlive the stream; it is searched linearly, so keep it short (a handful of markers). */
+void gw_tok_stream_keep(struct gw_tok_stream *s, const uint32_t *ids, size_t n);
 /** Append the text that id completes (possibly nothing). MM_NOMEM when out cannot grow. */
 int32_t gw_tok_stream_push(struct gw_tok_stream *s, uint32_t id, struct mm_buf *out, struct mm_err *err);
 /** Same for several ids. */

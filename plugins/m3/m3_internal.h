@@ -44,5 +44,6 @@ int32_t m3_parser_feed(struct mmgw_output_parser *p, const char *text, uint64_t 
                        struct mmgw_out_sink *sink, struct mmgw_error *err);
 int32_t m3_parser_finish(struct mmgw_output_parser *p, struct mmgw_out_sink *sink, struct mmgw_error *err);
 void m3_parser_destroy(struct mmgw_output_parser *p);
+const char *const *m3_parser_tokens(const struct mmgw_plugin_instance *inst);
 
 #endif

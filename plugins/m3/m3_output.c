@@ -513,3 +513,12 @@ void m3_parser_destroy(struct mmgw_output_parser *p)
     json_decref(p->request);
     p->host->free(p);
 }
+
+/* Every token text the markers above are made of: M3's tokenizer has `<tool_call>` and `</tool_call>` as
+ * tokens of their own after the namespace token, so they must survive skip_special_tokens too. */
+const char *const *m3_parser_tokens(const struct mmgw_plugin_instance *inst)
+{
+    (void)inst;
+    static const char *const tokens[] = {THINK_BEGIN, THINK_END, NS, "<tool_call>", "</tool_call>", NULL};
+    return tokens;
+}

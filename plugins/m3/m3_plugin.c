@@ -23,6 +23,7 @@ static const struct mmgw_plugin m3_plugin = {
     .parser_feed = m3_parser_feed,
     .parser_finish = m3_parser_finish,
     .parser_destroy = m3_parser_destroy,
+    .parser_tokens = m3_parser_tokens,
 };
 
 MMGW_PLUGIN_EXPORT const struct mmgw_plugin *mmgw_plugin_entry(const struct mmgw_host_api *host)

@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 #define MMGW_PLUGIN_ABI_MAJOR 1
-#define MMGW_PLUGIN_ABI_MINOR 0
+#define MMGW_PLUGIN_ABI_MINOR 1
 #define MMGW_PLUGIN_ENTRY_SYMBOL "mmgw_plugin_entry"
 
 #if defined(__GNUC__)
@@ -228,6 +228,12 @@ struct mmgw_plugin {
                              struct mmgw_error *err);
     void (*parser_destroy)(struct mmgw_output_parser *p);
     /* ---- members appended in later minor versions go below this line ---- */
+
+    /* ---- 1.1 ---- */
+    /** Token texts the output parser reads as text (M3: "<mm:think>", "]<]minimax[>["...), NULL-terminated
+     * static array, or NULL member / NULL result for none. The host shows these tokens to the parser even
+     * when the tokenizer marks them special and the request skips special tokens (skip_special_tokens). */
+    const char *const *(*parser_tokens)(const struct mmgw_plugin_instance *inst);
 };
 
 /** The single exported symbol. host lives until the plugin is unloaded. */

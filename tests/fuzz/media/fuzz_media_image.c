@@ -1,4 +1,5 @@
-/* libFuzzer target: image decoding (JPEG, PNG, WebP, GIF, TIFF) through the whole pipeline. */
+/* libFuzzer target: image decoding (JPEG, PNG, WebP, GIF, BMP, PNM, ICO, TGA, PCX, TIFF) through the whole
+ * pipeline. */
 #include "fuzz_media.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -382,7 +382,8 @@ def case_toy():
              f"stop_token_ids: {str(r)[:300]}")
     # chat: the plugin's stop token [e~[ in the echo ends the answer and is not shown
     st, r = fx.post(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": "hi"}],
-                                                  "max_tokens": 500, "logprobs": True, "top_logprobs": 2})
+                                                  "max_tokens": 500, "logprobs": True, "top_logprobs": 2,
+                                                  "skip_special_tokens": False})  # show the echoed markers
     if fx.check(st == 200, f"chat: {st} {str(r)[:300]}"):
         c = r["choices"][0]
         fx.check(c["finish_reason"] == "stop" and "[e~[" not in c["message"]["content"],
@@ -422,7 +423,7 @@ def case_qwen2vl():
     toy = fx.ToyWorker("--vocab", "8199", "--image-token", "5", "--video-token", "6")
     gw = fx.Gateway(fx.model_block("qwen", "qwen2vl", M3_TOK, [toy.addr], "health_check_interval 200ms;"))
     st, r = fx.post(gw, "/v1/chat/completions", {"model": "qwen", "messages": [{"role": "user", "content": "hi"}],
-                                                  "max_tokens": 100})
+                                                  "max_tokens": 100, "skip_special_tokens": False})
     fx.check(st == 200 and r["choices"][0]["message"]["content"] == "<|im_start|>system\nYou are a helpful assistant."
              and r["choices"][0]["finish_reason"] == "stop", f"qwen2vl echo stops at <|im_end|>: {str(r)[:300]}")
     text = [{"type": "text", "text": "look"}]
