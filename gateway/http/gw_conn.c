@@ -212,6 +212,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        c->peer_error = (what & BEV_EVENT_ERROR) != 0;
         if (c->state == GW_CONN_PROTO && c->proto->on_eof)
             c->proto->on_eof(c);
         else

@@ -8,6 +8,11 @@
 
 #include "mm_log.h"
 
+/* The next pipelined request is parsed only while the output holds at most this much: a client that sends
+ * requests and reads no responses must not make the server buffer every response (nginx reads the next
+ * pipelined request only once the previous response is sent). Small responses still batch into one write. */
+#define H1_PIPELINE_OUT_MAX (64 * 1024)
+
 enum h1_state {
     H1_IDLE,   /* waiting for (the rest of) a request head */
     H1_BODY,   /* reading the request body */
@@ -32,7 +37,9 @@ struct h1 {
     bool keep_alive;      /* what the request allows */
     bool resp_keep_alive; /* what the response announced */
     bool resp_chunked;
-    bool failing; /* an error response: close with lingering afterwards */
+    bool failing;  /* an error response: close with lingering afterwards */
+    bool out_wait; /* pipelined input waits for the output to drain (H1_PIPELINE_OUT_MAX) */
+    bool peer_eof; /* the client half-closed while pipelined input was waiting */
 };
 
 static void h1_process(struct h1 *h);
@@ -269,6 +276,15 @@ static void h1_process(struct h1 *h)
     do {
         h->again = false;
         if (h->c->closing || h->c->close_after_flush) break;
+        if (h->state == H1_IDLE && gw_conn_output_len(h->c) > H1_PIPELINE_OUT_MAX &&
+            evbuffer_get_length(bufferevent_get_input(h->c->bev))) {
+            /* resumed from h1_on_write once the output is down to the limit; the input's high watermark
+             * stops reading meanwhile */
+            h->out_wait = true;
+            bufferevent_setwatermark(h->c->bev, EV_WRITE, H1_PIPELINE_OUT_MAX, 0);
+            break;
+        }
+        h->out_wait = false;
         enum h1_state before = h->state;
         if (h->state == H1_IDLE)
             h1_read_head(h);
@@ -277,6 +293,23 @@ static void h1_process(struct h1 *h)
         if (h->state != before && (h->state == H1_IDLE || h->state == H1_BODY)) h->again = true;
     } while (h->again);
     h->in_process = false;
+    if (h->peer_eof && !h->out_wait && !h->c->closing && !h->c->close_after_flush) {
+        if (h->state == H1_IDLE) {
+            /* the half-closed client's pipelined requests are all answered: deliver and close */
+            h->state = H1_DONE;
+            gw_conn_close_after_flush(h->c, false);
+            return;
+        }
+        if (h->state == H1_BODY) {
+            /* its body can never arrive: drop it, still deliver the answers before it */
+            struct gw__req *r = h->req;
+            h->req = NULL;
+            if (r) gw__req_abort(r);
+            h->state = H1_DONE;
+            if (!h->c->closing) gw_conn_close_after_flush(h->c, false);
+            return;
+        }
+    }
     h1_arm(h);
 }
 
@@ -444,14 +477,21 @@ static void h1_on_write(struct gw_conn *c)
 {
     struct h1 *h = c->proto_ctx;
     struct gw__req *r = h->req;
+    if (h->out_wait && h->state == H1_IDLE && gw_conn_output_len(c) <= H1_PIPELINE_OUT_MAX) {
+        h1_process(h);
+        return;
+    }
     if (r && r->drain_cb && gw_conn_output_len(c) <= r->drain_low) gw__req_drained(r);
 }
 
-static void h1_on_eof(struct gw_conn *c)
+/* The client went away, reset, or timed out. deliver: it half-closed cleanly, so what is queued still goes
+ * out (not after a reset or a failed write, where nothing can be delivered, nor after a send timeout, which
+ * would only wait for the same output again). */
+static void h1_gone(struct gw_conn *c, bool deliver)
 {
     struct h1 *h = c->proto_ctx;
-    if (h->state == H1_IDLE && !h->head_start_ns && gw_conn_output_len(c)) {
-        /* the client half-closed after its last request: still deliver what is queued */
+    if (deliver && h->state == H1_IDLE && !h->head_start_ns && gw_conn_output_len(c)) {
+        /* the client half-closed after its last request */
         h->state = H1_DONE;
         gw_conn_close_after_flush(c, false);
         return;
@@ -465,6 +505,16 @@ static void h1_on_eof(struct gw_conn *c)
     gw_conn_close(c);
 }
 
+static void h1_on_eof(struct gw_conn *c)
+{
+    struct h1 *h = c->proto_ctx;
+    if (h->state == H1_IDLE && h->out_wait && !c->peer_error && !h->peer_eof) {
+        h->peer_eof = true; /* a clean half-close: answer the pipelined requests still in the input first */
+        return;
+    }
+    h1_gone(c, !c->peer_error);
+}
+
 static void h1_on_timer(struct gw_conn *c)
 {
     struct h1 *h = c->proto_ctx;
@@ -472,7 +522,7 @@ static void h1_on_timer(struct gw_conn *c)
     int64_t now = mm_now_ns();
     if (gw_conn_output_len(c) && now - c->last_progress_ns >= hc->send_timeout_ms * 1000000) {
         mm_log_debug(GW_LOG_COMP, "%s: send timeout", c->remote);
-        h1_on_eof(c); /* same as a disconnect: abort and close */
+        h1_gone(c, false); /* same as a reset: abort and close */
         return;
     }
     if (h->state == H1_IDLE) {

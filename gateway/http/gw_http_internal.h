@@ -179,6 +179,7 @@ struct gw_conn {
     bool closing;      /* close requested: everything is freed from a deferred call */
     bool direct_write; /* output written by the loop's flush event, EV_WRITE only while the socket is full */
     bool flush_queued; /* on the loop's flush list */
+    bool peer_error;   /* the last end of input was an error (reset, failed write), not a clean EOF */
     struct gw_conn *flush_next;
     char remote[64];
 };

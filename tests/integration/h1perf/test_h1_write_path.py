@@ -112,6 +112,104 @@ def case_client_gone():
         r.close()
 
 
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def big(size, close=False):
+    return (b"GET /test/big?size=%d HTTP/1.1\r\nHost: x\r\n" % size +
+            (b"Connection: close\r\n" if close else b"") + b"\r\n")
+
+
+def case_pipeline_bounded():
+    """A client that pipelines many small requests for large responses and reads nothing: the server parses
+    the next request only once the output has drained (as nginx does), so its memory stays bounded instead
+    of holding every response; all responses then arrive in order, also after the client half-closed."""
+    n, size = 64, 1 << 20
+    th.small_asan_quarantine()
+    expect = bytes((ord("a") + i % 26) for i in range(size))
+    with th.Server(conf()) as srv:
+        r = th.Raw(srv.ports[0], rcvbuf=4096)
+        r.send(big(size))  # warm-up: the loop's buffers reach their steady size
+        code, _, got = r.response()
+        check(code == 200 and got == expect, "warm-up response")
+        base = rss_kib(srv.proc.pid)
+        r.send(b"".join(big(size) for _ in range(n)))  # 64 MB of responses for ~2 KB of requests
+        time.sleep(1.0)
+        grown = rss_kib(srv.proc.pid) - base
+        check(grown < 24 * 1024, f"server memory bounded while the client reads nothing: grew {grown} KiB")
+        for i in range(n):
+            code, _, got = r.response()
+            check(code == 200 and got == expect, f"pipelined response {i}: {code} {len(got)}")
+        r.close()
+        # pipelined requests followed by a half-close: every one is still answered, then EOF
+        r = th.Raw(srv.ports[0], rcvbuf=4096)
+        r.send(b"".join(big(size) for _ in range(8)))  # more than the socket buffers take
+        r.s.shutdown(socket.SHUT_WR)
+        for i in range(8):
+            code, _, got = r.response()
+            check(code == 200 and got == expect, f"response {i} after the half-close: {code}")
+        try:
+            r._fill()
+            eof = False
+        except EOFError:
+            eof = True
+        check(eof and not r.buf, "the server closes after the last pipelined response")
+        r.close()
+        # ... and when the last pipelined request is cut short by the half-close (its body never comes), the
+        # complete ones are answered and the connection closes at once, not after the body timeout
+        r = th.Raw(srv.ports[0], rcvbuf=4096)
+        r.send(b"".join(big(size) for _ in range(8)) + echo(b"x" * 100)[:-60])
+        r.s.shutdown(socket.SHUT_WR)
+        t0 = time.time()
+        for i in range(8):
+            code, _, got = r.response()
+            check(code == 200 and got == expect, f"response {i} before the cut request: {code}")
+        try:
+            r._fill()
+            eof = False
+        except (EOFError, ConnectionResetError):
+            eof = True
+        check(eof and time.time() - t0 < 3.0, f"closed after the cut request ({time.time() - t0:.1f} s)")
+        r.close()
+        # clients that reset while their pipelined responses wait: the server lets go of them at once
+        fds = lambda: len(os.listdir(f"/proc/{srv.proc.pid}/fd"))  # noqa: E731
+        base = fds()
+        for i in range(5):
+            s = socket.create_connection(("127.0.0.1", srv.ports[0]), timeout=5)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"".join(big(size) for _ in range(16)))
+            time.sleep(0.1)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.close()
+        check(th.wait_for(lambda: fds() <= base, timeout=3.0), f"reset connections closed: {fds()} fds, {base} before")
+        r = th.Raw(srv.ports[0])
+        r.send(big(10))
+        code, _, got = r.response()
+        check(code == 200 and got == expect[:10], "served after the resets")
+        r.close()
+
+
+
+def case_send_timeout():
+    """A client that reads nothing of a finished (non-streamed) response is cut one send_timeout after the
+    last progress, not two (the timeout must not turn into another wait for the same output to flush)."""
+    with th.Server(conf("send_timeout 1s;")) as srv:
+        fds = lambda: len(os.listdir(f"/proc/{srv.proc.pid}/fd"))  # noqa: E731
+        base = fds()
+        r = th.Raw(srv.ports[0], rcvbuf=4096)
+        r.send(big(8 << 20))  # far more than the socket buffers take
+        check(th.wait_for(lambda: fds() > base, timeout=2.0), "connection open")
+        t0 = time.time()
+        check(th.wait_for(lambda: fds() <= base, timeout=5.0), "stalled connection closed")
+        took = time.time() - t0
+        check(took < 1.7, f"closed {took:.2f} s after the response stalled (send_timeout 1s)")
+        r.close()
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

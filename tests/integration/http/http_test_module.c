@@ -3,6 +3,7 @@
  *
  *   GET  /test/json                fixed JSON naming the first configured model (shows reloads)
  *   POST /test/echo                the request body back (x-body-len header)
+ *   GET  /test/big?size=N          N bytes answered at once (a small request, a large response)
  *   GET  /test/sse?n=N&size=S      N SSE events of S bytes, honouring backpressure, then [DONE]
  *   GET  /test/hang                never answers; records the abort time
  *   GET  /test/slow?ms=N           answers after N ms (a timer on the request's loop)
@@ -68,6 +69,20 @@ static void r_echo(struct gw_request *req, void *ud)
     snprintf(n, sizeof n, "%zu", req->body_len);
     gw_http_add_header(req, "x-body-len", n);
     gw_http_respond(req, 200, "application/octet-stream", req->body, req->body_len);
+}
+
+static void r_big(struct gw_request *req, void *ud)
+{
+    long size = query_int(req, "size", 1 << 20);
+    if (size < 0 || size > (64L << 20)) size = 0;
+    char *body = malloc(size ? (size_t)size : 1);
+    if (!body) {
+        gw_http_respond(req, 503, "text/plain", "out of memory", 13);
+        return;
+    }
+    for (long i = 0; i < size; i++) body[i] = (char)('a' + i % 26);
+    gw_http_respond(req, 200, "application/octet-stream", body, (size_t)size);
+    free(body);
 }
 
 static void r_noreply(struct gw_request *req, void *ud)
@@ -280,7 +295,7 @@ static int32_t test_init(const struct gw_module_ctx *ctx, void *prev, void **sta
         {"GET", "/test/sse", r_sse},         {"GET", "/test/hang", r_hang},
         {"GET", "/test/slow", r_slow},       {"GET", "/test/executor", r_executor},
         {"GET", "/test/noreply", r_noreply}, {"GET", "/test/cut", r_cut},
-        {"GET", "/test/stats", r_stats},
+        {"GET", "/test/stats", r_stats},     {"GET", "/test/big", r_big},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         int32_t rc = gw_routes_add(ctx->routes, routes[i].method, routes[i].path, GW_ROUTE_EXACT,
