@@ -13,7 +13,6 @@ import io
 import os
 import random
 import struct
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -22,8 +21,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import media_ref as ref  # noqa: E402
-from test_pnm_formats import check, compare, failures, field, ours  # noqa: E402
+from test_pnm_formats import compare, field, finish, ours, pipeline_check, preprocess_cli  # noqa: E402
 
 
 def picture(w, h, mode, seed):
@@ -155,36 +153,13 @@ def main():
         muts = mutations(cases, 400, 7)
         n = compare(muts, ours(tool, tmp, muts), False)
         print(f"mutations: {n}/{len(muts)} agree with Pillow")
-        cli = ref.cli_path()
-        if not os.access(cli, os.X_OK):
-            print(f"SKIP (pipeline part): {cli} not built")
-        else:
+        cli = preprocess_cli()
+        if cli:
             for name, data in (("pipe_dib.ico", ico([dib(picture(56, 56, "RGB", 20))], [(56, 56)], [24])),
                                ("pipe_png.ico", ico([png(picture(200, 120, "RGB", 21))], [(200, 120)], [32]))):
-                p = os.path.join(tmp, name)
-                with open(p, "wb") as f:
-                    f.write(data)
                 for plugin in ("m3", "qwen2vl"):
-                    out = os.path.join(tmp, "out.st")
-                    q = subprocess.run([cli, "--plugin", plugin, "--out", out, "--quiet", "--image", p],
-                                       capture_output=True, text=True, timeout=120)
-                    if not check(q.returncode == 0, f"{plugin} {name}: {q.stderr.strip()}"):
-                        continue
-                    o = ref.load_st(out)
-                    with Image.open(io.BytesIO(data)) as im:
-                        rgb = np.asarray(im.convert("RGB"))
-                    rp, rgrid = ref.image_reference(rgb, plugin)
-                    grid = tuple(int(v) for v in o["image_grid_thw"][0])
-                    if check(grid == rgrid, f"{plugin} {name}: grid {grid} vs {rgrid}"):
-                        mean, p99, exact = ref.compare(o["pixel_values"], rp)
-                        print(f"  {plugin:8s} {name:14s} grid {grid} mean {mean:.5f} p99 {p99:.5f} "
-                              f"exact {100 * exact:.2f}%")
-                        check(mean <= 0.01 and p99 <= 0.05 and exact >= 0.99, f"{plugin} {name}: {mean} {p99} {exact}")
-    if failures:
-        print(f"FAILED: {len(failures)} checks")
-        return 1
-    print("ok")
-    return 0
+                    pipeline_check(cli, tmp, name, data, plugin)
+    return finish()
 
 
 if __name__ == "__main__":

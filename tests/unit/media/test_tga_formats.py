@@ -13,17 +13,14 @@ import io
 import os
 import random
 import struct
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
-from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import media_ref as ref  # noqa: E402
 from test_ico_formats import picture  # noqa: E402
-from test_pnm_formats import check, compare, failures, field, ours  # noqa: E402
+from test_pnm_formats import compare, field, finish, ours, pipeline_check, preprocess_cli  # noqa: E402
 
 
 def pil_tga(im, **kw):
@@ -133,29 +130,10 @@ def main():
         muts = mutations(cases, 500, 11)
         n = compare(muts, ours(tool, tmp, muts), False)
         print(f"mutations: {n}/{len(muts)} agree with Pillow")
-        cli = ref.cli_path()
-        if os.access(cli, os.X_OK):
-            data = pil_tga(picture(150, 90, "RGB", 30), compression="tga_rle")
-            p = os.path.join(tmp, "pipe.tga")
-            with open(p, "wb") as f:
-                f.write(data)
-            out = os.path.join(tmp, "out.st")
-            q = subprocess.run([cli, "--plugin", "m3", "--out", out, "--quiet", "--image", p], capture_output=True,
-                               text=True, timeout=120)
-            if check(q.returncode == 0, f"pipeline: {q.stderr.strip()}"):
-                o = ref.load_st(out)
-                with Image.open(io.BytesIO(data)) as im:
-                    rp, rgrid = ref.image_reference(np.asarray(im.convert("RGB")), "m3")
-                grid = tuple(int(v) for v in o["image_grid_thw"][0])
-                if check(grid == rgrid, f"pipeline grid {grid} vs {rgrid}"):
-                    mean, p99, exact = ref.compare(o["pixel_values"], rp)
-                    print(f"  m3 pipe.tga grid {grid} mean {mean:.5f} p99 {p99:.5f} exact {100 * exact:.2f}%")
-                    check(mean <= 0.01 and p99 <= 0.05 and exact >= 0.99, f"pipeline: {mean} {p99} {exact}")
-    if failures:
-        print(f"FAILED: {len(failures)} checks")
-        return 1
-    print("ok")
-    return 0
+        cli = preprocess_cli()
+        if cli:
+            pipeline_check(cli, tmp, "pipe.tga", pil_tga(picture(150, 90, "RGB", 30), compression="tga_rle"), "m3")
+    return finish()
 
 
 if __name__ == "__main__":
