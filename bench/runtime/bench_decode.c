@@ -13,10 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
-#include "mkdemo.h"
+#include "bench_model.h"
 #include "wk_engine.h"
 
 enum { MAX_CONC = 64, MAX_REPS = 50 };
@@ -135,20 +134,9 @@ int main(int argc, char **argv)
         p = *end == ',' ? end + 1 : end;
     }
     struct mm_err err = {0};
-    char tmpdir[64] = "";
-    static char gold[4096];
-    const char *td = getenv("MMGW_TESTDATA");
-    snprintf(gold, sizeof gold, "%s/m3-tiny-a", td ? td : "../shared/testdata");
-    struct stat st;
-    if (!model && stat(gold, &st) == 0) model = gold;
-    if (!model) {
-        snprintf(tmpdir, sizeof tmpdir, "/tmp/mmgw_bench_XXXXXX");
-        if (!mkdtemp(tmpdir)) return 1;
-        struct mk_demo_opts o;
-        mk_demo_defaults(&o);
-        if (mk_demo_write(tmpdir, &o, &err)) die("mkdemo", &err);
-        model = tmpdir;
-    }
+    static struct bench_model bm;
+    if (bench_model_pick(&bm, model, &err)) die("mkdemo", &err);
+    model = bm.dir;
     int64_t pages = 0, most = 0;
     for (int c = 0; c < nc; c++) {
         pages += (int64_t)concs[c] * ((plen + steps) / 16 + 4);
@@ -178,10 +166,6 @@ int main(int argc, char **argv)
     }
     if (nc > 1) printf("ratio %d vs %d sequences: %.2fx\n", concs[nc - 1], concs[0], last / first);
     wk_engine_close(e);
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd)) fprintf(stderr, "cleanup failed\n");
-    }
+    bench_model_release(&bm);
     return 0;
 }

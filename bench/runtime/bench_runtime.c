@@ -14,11 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "mkdemo.h"
+#include "bench_model.h"
 #include "wk_config.h"
 #include "wk_engine.h"
 
@@ -253,21 +252,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-runtime: --prompt 1..512, --steps >= 1, --reps 1..50\n");
         return 2;
     }
-    char tmpdir[64] = "";
     struct mm_err err = {0};
-    static char gold[4096];
-    const char *td = getenv("MMGW_TESTDATA");
-    snprintf(gold, sizeof gold, "%s/m3-tiny-a", td ? td : "../shared/testdata");
-    struct stat st;
-    if (!model && stat(gold, &st) == 0) model = gold;
-    if (!model) {
-        snprintf(tmpdir, sizeof tmpdir, "/tmp/mmgw_bench_XXXXXX");
-        if (!mkdtemp(tmpdir)) return 1;
-        struct mk_demo_opts o;
-        mk_demo_defaults(&o);
-        if (mk_demo_write(tmpdir, &o, &err)) die("mkdemo", &err);
-        model = tmpdir;
-    }
+    static struct bench_model bm;
+    if (bench_model_pick(&bm, model, &err)) die("mkdemo", &err);
+    model = bm.dir;
     struct wk_engine_opts eo = {WK_BACKEND_CPU, threads, 4096, 0, 8192};
     if (wk_engine_open(model, &eo, &E, &err)) die("open", &err);
     const struct wk_model_info *mi = wk_engine_info(E);
@@ -325,10 +313,6 @@ int main(int argc, char **argv)
     wk_engine_close(E);
     free(ids);
     free(logits);
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd)) fprintf(stderr, "cleanup failed\n");
-    }
+    bench_model_release(&bm);
     return 0;
 }
