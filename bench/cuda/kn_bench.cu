@@ -425,13 +425,50 @@ static void run_idx(void *p, int it)
 struct idx_variant {
     const char *name;
     int fp8, v0;
+    const char *idx_knob; /* KN_CUDA_IDX (NULL: unset; the library's default is "2" for bf16 at batch 1
+                           * from 512K on, "0" otherwise) */
 };
 static const struct idx_variant g_idx_variants[] = {
-    {"index bf16", 0, 0},
-    {"index bf16 v0", 0, 1},
-    {"index fp8", 1, 0},
-    {"index fp8 v0", 1, 1},
+    {"index bf16", 0, 0, "0"},       {"index bf16 v0", 0, 1, NULL},  {"index bf16 even", 0, 0, "1"},
+    {"index bf16 pages", 0, 0, "2"}, {"index fp8", 1, 0, "0"},       {"index fp8 v0", 1, 1, NULL},
+    {"index fp8 even", 1, 0, "1"},   {"index fp8 pages", 1, 0, "2"},
 };
+
+/* The read-only ceiling at a given size: a grid-stride stream of 16-byte loads over the same bytes as a
+ * scan (one wave of CTAs, 8 loads in flight per thread), so that small sizes, where launch and ramp weigh,
+ * get a ceiling measured the same way. */
+__global__ void __launch_bounds__(256) k_read(const uint4 *__restrict__ p, int64_t n16, unsigned *sink)
+{
+    uint32_t acc = 0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 7 * stride < n16; i += 8 * stride) {
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = __ldcs(p + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < 8; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n16; i += stride) {
+        const uint4 v = __ldcs(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc; /* keeps the loads; practically never stores */
+}
+
+struct read_arg {
+    const uint8_t *base;
+    int64_t set_bytes;
+    int32_t n_sets;
+    unsigned *sink;
+};
+
+static void run_read(void *p, int it)
+{
+    struct read_arg *r = (struct read_arg *)p;
+    const uint8_t *b = r->base + (int64_t)(it % r->n_sets) * r->set_bytes;
+    k_read<<<g_sm_count * 4, 256>>>((const uint4 *)b, r->set_bytes / 16, r->sink);
+}
 
 static void bench_index(int do_topk)
 {
@@ -497,6 +534,10 @@ static void bench_index(int do_topk)
                 const struct idx_variant *iv = &g_idx_variants[v];
                 a.cache = iv->fp8 ? c8 : cb;
                 a.v0 = iv->v0;
+                if (iv->idx_knob)
+                    setenv("KN_CUDA_IDX", iv->idx_knob, 1);
+                else
+                    unsetenv("KN_CUDA_IDX");
                 const double bytes = iv->fp8 ? bytes8 : set_bytes;
                 double ms = time_ms(run_idx, &a, 3, iters);
                 double tbs = bytes / (ms * 1e-3) / 1e12;
@@ -508,6 +549,22 @@ static void bench_index(int do_topk)
                 snprintf(name, sizeof name, "%s b2b", iv->name);
                 emit(name, cfg, "time", ms * 1e3, "us");
                 emit(name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+            }
+            unsetenv("KN_CUDA_IDX");
+            /* the same bytes read by a plain streaming kernel: the ceiling at this size */
+            for (int f8 = 0; f8 < 2; f8++) {
+                struct read_arg ra = {f8 ? idx8 : (const uint8_t *)idx,
+                                      (int64_t)(f8 ? set_pages * M3.block * M3.idx_dim : set_bytes), n_sets,
+                                      (unsigned *)sel};
+                const double bytes = (double)ra.set_bytes;
+                const char *rn = f8 ? "read, fp8 key bytes" : "read, bf16 key bytes";
+                double ms = time_ms(run_read, &ra, 3, iters);
+                emit(rn, cfg, "time", ms * 1e3, "us");
+                emit(rn, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
+                ms = time_b2b_ms(run_read, &ra, 3, g_quick ? 3 : 9, reps);
+                snprintf(name, sizeof name, "%s b2b", rn);
+                emit(name, cfg, "time", ms * 1e3, "us");
+                emit(name, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
             }
             a.cache = cb;
             a.v0 = 0;
@@ -834,26 +891,60 @@ static double union_stats(const int32_t *sel, int64_t L, int32_t min_eff, double
     return (double)rows_taken / ((double)G * L);
 }
 
-/* the attention routes compared in one run (KN_CUDA_* knobs of kn_msa_prefill.cu) */
+/* the attention routes compared in one run (KN_CUDA_* knobs of kn_msa_prefill.cu; kernel: the union
+ * kernel's variant, KN_PF_UK_*: 0 plain, 1 overlap, 2 pingpong, 3 pingpong + fast softmax, 4 fast softmax,
+ * 5 score-only pingpong + fast softmax, 6 fast softmax + value product in halves, 7 in quarters) */
 struct pf_route {
-    const char *name, *use_union, *min_eff, *overlap;
+    const char *name, *use_union, *min_eff, *kernel;
 };
 static const struct pf_route g_pf_routes[] = {
     {"pairs only (previous design)", "0", NULL, NULL},
     {"union + pairs (default)", NULL, NULL, NULL},
-    {"union everywhere", NULL, "0", "0"},
+    {"union everywhere", NULL, "0", NULL},
+    {"union + pairs, plain", NULL, NULL, "0"},
     {"union + pairs, overlap", NULL, NULL, "1"},
-    {"union everywhere, overlap", NULL, "0", "1"},
+    {"union + pairs, pingpong", NULL, NULL, "2"},
+    {"union + pairs, pingpong fast", NULL, NULL, "3"},
+    {"union + pairs, fast", NULL, NULL, "4"},
+    {"union + pairs, pingpong S fast", NULL, NULL, "5"},
+    {"union + pairs, split", NULL, NULL, "6"},
+    {"union + pairs, split4", NULL, NULL, "7"},
+    {"union everywhere, plain", NULL, "0", "0"},
+    {"union everywhere, pingpong", NULL, "0", "2"},
+    {"union everywhere, pingpong fast", NULL, "0", "3"},
+    {"union everywhere, fast", NULL, "0", "4"},
+    {"union everywhere, pingpong S fast", NULL, "0", "5"},
+    {"union everywhere, split", NULL, "0", "6"},
+    {"union everywhere, split4", NULL, "0", "7"},
+    {"union + pairs at 40%", NULL, "40", NULL},
 };
+enum {
+    PF_R_PAIRS = 0,
+    PF_R_PLAIN = 3,
+    PF_R_PP = 5,
+    PF_R_PP_FAST = 6,
+    PF_R_FAST = 7,
+    PF_R_PPS_FAST = 8,
+    PF_R_SPLIT = 9,
+    PF_R_SPLIT4 = 10
+};
+
+/* KN_BENCH_PF_KERNELS=<digits>: measure only routes whose union kernel variant is listed (or unset) */
+static int pf_route_on(const struct pf_route *r)
+{
+    const char *k = getenv("KN_BENCH_PF_KERNELS");
+    return !k || !r->kernel || strchr(k, r->kernel[0]) != NULL;
+}
 
 static void pf_set_route(const struct pf_route *r)
 {
     unsetenv("KN_CUDA_PREFILL_UNION");
     unsetenv("KN_CUDA_UNION_MIN");
     unsetenv("KN_CUDA_UNION_OVERLAP");
+    unsetenv("KN_CUDA_UNION_KERNEL");
     if (r && r->use_union) setenv("KN_CUDA_PREFILL_UNION", r->use_union, 1);
     if (r && r->min_eff) setenv("KN_CUDA_UNION_MIN", r->min_eff, 1);
-    if (r && r->overlap) setenv("KN_CUDA_UNION_OVERLAP", r->overlap, 1);
+    if (r && r->kernel) setenv("KN_CUDA_UNION_KERNEL", r->kernel, 1);
 }
 
 static void bench_prefill(void)
@@ -879,6 +970,7 @@ static void bench_prefill(void)
             emit("sparse prefill", cfg, "union efficiency", 100.0 * eff, "%");
             emit("sparse prefill", cfg, "rows by union at 50%", 100.0 * taken, "%");
             for (size_t r = 0; r < sizeof g_pf_routes / sizeof g_pf_routes[0]; r++) {
+                if (!pf_route_on(&g_pf_routes[r])) continue;
                 pf_set_route(&g_pf_routes[r]);
                 double ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
                 char name[128];
@@ -886,7 +978,7 @@ static void bench_prefill(void)
                 emit("sparse prefill", cfg, name, ms, "ms");
                 snprintf(name, sizeof name, "%s: effective", g_pf_routes[r].name);
                 emit("sparse prefill", cfg, name, flops / (ms * 1e-3) / 1e12, "TFLOP/s");
-                if (g_pf_routes[r].min_eff) {
+                if (g_pf_routes[r].min_eff && !strcmp(g_pf_routes[r].min_eff, "0")) {
                     snprintf(name, sizeof name, "%s: computed", g_pf_routes[r].name);
                     emit("sparse prefill", cfg, name, computed / (ms * 1e-3) / 1e12, "TFLOP/s");
                 }
@@ -940,12 +1032,18 @@ static const struct layer_route g_routes[] = {
     {"fused, no PDL", "KN_CUDA_PDL=0", 0},
     {"fused, dyn index", "KN_CUDA_STEAL=1", 0},
     {"fused packed", "KN_CUDA_FUSED_PACK=1", 0},
+    {"fused, idx even", "KN_CUDA_IDX=1", 1},     /* persistent scan, pages split evenly over 2 x SMs CTAs */
+    {"fused, idx pages", "KN_CUDA_IDX=2", 1},    /* one short CTA per page, hardware-scheduled */
+    {"fused, late", "KN_CUDA_IDX_TRIGGER=1", 1}, /* dependents launched when the scan's CTAs finish */
+    {"fused, topk branchy", "KN_CUDA_TOPK_BF=0", 1}, /* top-k's previous gather, a branch per value */
+    {"fused, idx chunk", "KN_CUDA_IDX=0", 1},        /* the persistent scan (bf16: the previous default) */
 };
 
 static void set_route(const struct layer_route *r)
 {
-    static const char *knobs[] = {"KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",      "KN_CUDA_PDL",
-                                  "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK", "KN_CUDA_MERGE_SERIAL"};
+    static const char *knobs[] = {"KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",       "KN_CUDA_PDL",
+                                  "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK",  "KN_CUDA_MERGE_SERIAL",
+                                  "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF"};
     for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", r ? r->env : "");
@@ -1000,6 +1098,10 @@ enum {
     PF_CYC_COMB,   /* pages -> combined */
     PF_CYC_MERGE,  /* combined -> merged (cluster barrier + remote loads) */
     PF_CYC_EXIT,   /* merged -> exit (last cluster barrier) */
+    PF_TK_LOAD,    /* top-k phases (globaltimer, median CTA): waited -> scores loaded */
+    PF_TK_BOUND,   /* -> bound T known (warp sorts + barrier) */
+    PF_TK_GATHER,  /* -> candidates gathered (prefix sum + barrier) */
+    PF_TK_RANK,    /* -> ranked (barrier) */
     PF_TIMER_STEP, /* smallest nonzero globaltimer difference seen (its resolution) */
     PF_N
 };
@@ -1013,6 +1115,8 @@ static const char *const g_pf_names[PF_N] = {"idx last warp entry",     "idx fir
                                              "tail distinct SMs",       "tail top-k (cycles->us)",
                                              "tail pages (cycles->us)", "tail combine (cycles->us)",
                                              "tail merge (cycles->us)", "tail exit (cycles->us)",
+                                             "tail top-k: loads",       "tail top-k: bound",
+                                             "tail top-k: gather",      "tail top-k: rank",
                                              "globaltimer step"};
 
 static void layer_profile(struct layer_dec_arg *a, const char *label, const char *cfg, double clk_ghz)
@@ -1020,11 +1124,11 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
     unsigned long long *di =
         (unsigned long long *)dmalloc(sizeof(unsigned long long) * PROF_IDX_WARPS_MAX * 4);
     unsigned long long *dd =
-        (unsigned long long *)dmalloc(sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * 16);
+        (unsigned long long *)dmalloc(sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * KN_PROF_CTA_SLOTS);
     unsigned long long *hi =
         (unsigned long long *)hmalloc(sizeof(unsigned long long) * PROF_IDX_WARPS_MAX * 4);
     unsigned long long *hd =
-        (unsigned long long *)hmalloc(sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * 16);
+        (unsigned long long *)hmalloc(sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * KN_PROF_CTA_SLOTS);
     double *acc = (double *)hmalloc(sizeof(double) * PF_N * PROF_ITERS);
     double *tmp = (double *)hmalloc(sizeof(double) * PROF_IDX_WARPS_MAX);
     KC(kn_cuda_index_prof_set(di));
@@ -1034,12 +1138,13 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
     int good = 0;
     for (int it = 0; it < PROF_ITERS; it++) {
         CK(cudaMemset(di, 0, sizeof(unsigned long long) * PROF_IDX_WARPS_MAX * 4));
-        CK(cudaMemset(dd, 0, sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * 16));
+        CK(cudaMemset(dd, 0, sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * KN_PROF_CTA_SLOTS));
         CK(cudaDeviceSynchronize());
         run_layer_dec(a, it);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(hi, di, sizeof(unsigned long long) * PROF_IDX_WARPS_MAX * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(hd, dd, sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * 16, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hd, dd, sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * KN_PROF_CTA_SLOTS,
+                      cudaMemcpyDeviceToHost));
         double *r = acc + (size_t)good * PF_N;
         unsigned long long t0 = ~0ull, ent_last = 0, ex_last = 0, step = ~0ull;
         int nw = 0, nf = 0;
@@ -1080,22 +1185,27 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
         static unsigned char sm_seen[1024];
         memset(sm_seen, 0, sizeof sm_seen);
         int sms = 0;
-        double *cyc[5];
-        for (int k = 0; k < 5; k++) cyc[k] = tmp + (size_t)k * PROF_DEC_CTAS_MAX;
+        double *cyc[9];
+        for (int k = 0; k < 9; k++) cyc[k] = tmp + (size_t)k * PROF_DEC_CTAS_MAX;
         for (int c = 0; c < PROF_DEC_CTAS_MAX; c++) {
-            const unsigned long long *x = hd + (size_t)c * 16;
+            const unsigned long long *x = hd + (size_t)c * KN_PROF_CTA_SLOTS;
             if (!x[0]) continue;
             if (x[0] < first_entry) first_entry = x[0];
             for (int ph = 0; ph < KN_PROF_PHASES; ph++)
                 if (x[ph] > last[ph]) last[ph] = x[ph];
             early += x[0] < ex_last;
-            const unsigned sm = (unsigned)(x[15] & 1023);
+            const unsigned sm = (unsigned)(x[KN_PROF_SMID] & 1023);
             if (!sm_seen[sm]) sm_seen[sm] = 1, sms++;
             cyc[0][nc] = (double)(x[8 + 2] - x[8 + 1]);
             cyc[1][nc] = (double)(x[8 + 3] - x[8 + 2]);
             cyc[2][nc] = x[8 + 4] ? (double)(x[8 + 4] - x[8 + 3]) : 0.0;
             cyc[3][nc] = x[8 + 5] ? (double)(x[8 + 5] - x[8 + 4]) : 0.0;
             cyc[4][nc] = x[8 + 5] ? (double)(x[8 + 6] - x[8 + 5]) : 0.0;
+            for (int k = 0; k < 4; k++) {
+                const unsigned long long prev = k ? x[KN_PROF_TOPK + k - 1] : x[KN_PROF_WAITED];
+                cyc[5 + k][nc] =
+                    x[KN_PROF_TOPK + k] && prev ? (double)(x[KN_PROF_TOPK + k] - prev) * 1e-3 : NAN;
+            }
             nc++;
         }
         if (!nc) continue;
@@ -1107,6 +1217,7 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
         r[PF_DEC_EARLY] = early;
         r[PF_DEC_SMS] = sms;
         for (int k = 0; k < 5; k++) r[PF_CYC_TOPK + k] = median_of(cyc[k], nc) / (clk_ghz * 1e3);
+        for (int k = 0; k < 4; k++) r[PF_TK_LOAD + k] = median_of(cyc[5 + k], nc);
         r[PF_TIMER_STEP] = step == ~0ull ? NAN : (double)step;
         good++;
         if (g_prof_raw && it == PROF_ITERS - 1) {
@@ -1119,12 +1230,15 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
                         (unsigned)(x[3] & 0xffffffffu), (unsigned)(x[3] >> 32));
             }
             for (int c = 0; c < PROF_DEC_CTAS_MAX; c++) {
-                const unsigned long long *x = hd + (size_t)c * 16;
+                const unsigned long long *x = hd + (size_t)c * KN_PROF_CTA_SLOTS;
                 if (!x[0]) continue;
                 fprintf(g_prof_raw, "%s\ttail\t%d", label, c);
                 for (int ph = 0; ph < KN_PROF_PHASES; ph++)
                     fprintf(g_prof_raw, "\t%lld", x[ph] ? (long long)x[ph] - (long long)t0 : -1);
-                fprintf(g_prof_raw, "\t%u\n", (unsigned)x[15]);
+                for (int k = 0; k < 4; k++)
+                    fprintf(g_prof_raw, "\t%lld",
+                            x[KN_PROF_TOPK + k] ? (long long)x[KN_PROF_TOPK + k] - (long long)t0 : -1);
+                fprintf(g_prof_raw, "\t%u\n", (unsigned)x[KN_PROF_SMID]);
             }
             fflush(g_prof_raw);
         }
@@ -1230,7 +1344,10 @@ static void bench_layer_decode(int prof_only)
     /* where the time goes, for the default route (up to 16 splits) and the 8-split one */
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int r = 0; r < n_routes; r++) {
-            if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused 8")) continue;
+            if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused, idx pages") &&
+                strcmp(g_routes[r].name, "fused, idx chunk") &&
+                strcmp(g_routes[r].name, "fused, topk branchy"))
+                continue;
             set_route(&g_routes[r]);
             a.c = fp8 ? c8 : cb;
             snprintf(name, sizeof name, "%s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
@@ -1324,10 +1441,18 @@ static void bench_layer(void)
             double sel_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
             a.what = 3;
             double msa_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
-            pf_set_route(&g_pf_routes[0]); /* the previous attention design, same run */
+            pf_set_route(&g_pf_routes[PF_R_PAIRS]); /* the previous attention design, same run */
             double msa_pairs_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
-            pf_set_route(&g_pf_routes[3]); /* the overlapped union kernel */
-            double msa_ovl_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            /* the union kernel's variants (default threshold) */
+            static const int kv_route[7] = {PF_R_PLAIN,    PF_R_PP,    PF_R_PP_FAST, PF_R_FAST,
+                                            PF_R_PPS_FAST, PF_R_SPLIT, PF_R_SPLIT4};
+            double msa_kv_ms[7];
+            for (int k = 0; k < 7; k++) {
+                msa_kv_ms[k] = NAN;
+                if (!pf_route_on(&g_pf_routes[kv_route[k]])) continue;
+                pf_set_route(&g_pf_routes[kv_route[k]]);
+                msa_kv_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            }
             pf_set_route(NULL);
             /* measured overlap of the selections the index produced, and their useful FLOPs */
             int32_t *sel = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)M3.n_kv * L * M3.topk);
@@ -1376,9 +1501,13 @@ static void bench_layer(void)
             emit("layer", cfg, "MSA total", msa_ms, "ms");
             emit("layer", cfg, "attention eff.", flops / ((msa_ms - sel_ms) * 1e-3) / 1e12, "TFLOP/s");
             emit("layer", cfg, "MSA total, pairs only (previous design)", msa_pairs_ms, "ms");
-            emit("layer", cfg, "MSA total, union overlap", msa_ovl_ms, "ms");
-            emit("layer", cfg, "attention eff., union overlap", flops / ((msa_ovl_ms - sel_ms) * 1e-3) / 1e12,
-                 "TFLOP/s");
+            for (int k = 0; k < 7; k++) {
+                char name[128];
+                snprintf(name, sizeof name, "MSA total, %s", g_pf_routes[kv_route[k]].name);
+                emit("layer", cfg, name, msa_kv_ms[k], "ms");
+                snprintf(name, sizeof name, "attention eff., %s", g_pf_routes[kv_route[k]].name);
+                emit("layer", cfg, name, flops / ((msa_kv_ms[k] - sel_ms) * 1e-3) / 1e12, "TFLOP/s");
+            }
         }
         char cfg[96];
         snprintf(cfg, sizeof cfg, "prefill L %lldK", (long long)(L / 1024));

@@ -113,3 +113,10 @@ int kn_cuda_knob(const char *name, int dflt)
     if (!e || !e[0]) return dflt;
     return e[0] != '0';
 }
+
+int kn_cuda_knob_int(const char *name, int dflt)
+{
+    const char *e = getenv(name);
+    if (!e || e[0] < '0' || e[0] > '9') return dflt;
+    return atoi(e);
+}

@@ -22,7 +22,8 @@ enum {
     KN_PROF_PHASES,
     KN_PROF_CLOCK = 8, /* clock64 at phase p: slot KN_PROF_CLOCK + p */
     KN_PROF_SMID = 15,
-    KN_PROF_CTA_SLOTS = 16
+    KN_PROF_TOPK = 16, /* globaltimer at the end of top-k's loads, bound, gather, ranks (kn_topk_row) */
+    KN_PROF_CTA_SLOTS = 24
 };
 
 /* Slots per warp of the index scan: entry, first tile landed, exit (globaltimer), SM id | pages << 32. */

@@ -72,6 +72,7 @@ struct dec_args {
     int32_t score_stride, n_local;
     int32_t *sel_out;         /* NULL or [n_kv][n][sel_stride]: the selections, written by split 0 */
     int32_t serial_merge;     /* benchmark knob: the previous merge, one split's remote loads at a time */
+    int32_t topk_bf;          /* benchmark knob: top-k's branch-free gather (kn_topk_row) */
     unsigned long long *prof; /* benchmark hook: KN_PROF_CTA_SLOTS per CTA, or NULL */
 };
 
@@ -125,9 +126,13 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
             int64_t lo = (int64_t)own - (a.n_local > 0 ? a.n_local : 1) + 1;
             if (lo < 0) lo = 0;
             /* scratch at the start of the stage area: no copy is in flight there yet */
+            unsigned long long *tts =
+                a.prof ? a.prof + ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS +
+                             KN_PROF_TOPK
+                       : nullptr;
             kn_topk_row<DEC_THREADS, DEC_TOPK_VPT>(a.scores + r * a.score_stride, own + 1, lo, a.sel_k,
                                                    *reinterpret_cast<kn_topk_smem<DEC_THREADS> *>(smem),
-                                                   blist);
+                                                   blist, tts, a.topk_bf);
             if (tid == 0) {
                 int c = 0;
                 while (c < a.sel_k && blist[c] >= 0) c++; /* best first, empty slots at the end */
@@ -614,6 +619,7 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
     a.sel_out = sel;
     a.serial_merge = kn_cuda_knob("KN_CUDA_MERGE_SERIAL", 0);
     a.prof = g_dec_prof;
+    a.topk_bf = kn_cuda_knob("KN_CUDA_TOPK_BF", 1);
 
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];

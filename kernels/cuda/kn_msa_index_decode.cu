@@ -27,6 +27,11 @@
 #define IDX_WARPS 8
 #define IDX_STAGES 3     /* bf16: 4 KB tiles, 2 in flight per warp */
 #define IDX_STAGES_FP8 5 /* e4m3: 2 KB tiles, 4 in flight per warp */
+/* How a query's pages are split over its CTAs (KN_CUDA_IDX): contiguous chunks of a multiple of 8 pages
+ * (0), or as even as they go over 2 x SMs CTAs (1). Pages strided over all the warps (every warp taking
+ * every (CTAs x 8)-th page, so that all sweep one window of the keys) measured no faster at 1M batch 1. */
+#define IDX_SPLIT_CHUNK 0
+#define IDX_SPLIT_EVEN 1
 
 /* Benchmark hook (kn_decode_prof.cuh): where the scan writes per-warp timestamps, NULL when off. */
 static unsigned long long *g_idx_prof;
@@ -100,10 +105,12 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
     k_index_decode(const float *__restrict__ q, const int32_t *__restrict__ qseq,
                    const int64_t *__restrict__ pos, const int32_t *__restrict__ bt, int32_t bt_stride,
                    const uint8_t *__restrict__ keys, const float *__restrict__ kscale, int32_t n, int32_t nh,
-                   int32_t block, int32_t chunk, float *__restrict__ scores, int32_t score_stride,
-                   int32_t *__restrict__ steal, unsigned long long *prof)
+                   int32_t block, int32_t chunk, int32_t split, int32_t late, float *__restrict__ scores,
+                   int32_t score_stride, int32_t *__restrict__ steal, unsigned long long *prof)
 {
-    kn_griddep_launch(); /* a dependent launch (the fused decode attention) may be scheduled as we drain */
+    /* a dependent launch (the fused decode attention) may be scheduled as we drain; late: only once a warp
+     * of every CTA is done, so that its CTAs start on SMs the scan has left */
+    if (!late) kn_griddep_launch();
     const uint64_t t_entry = prof ? kn_prof_ns() : 0;
     constexpr int KS = idx_cfg<DI, FP8>::KS;
     constexpr int ROWB = FP8 ? DI : 2 * DI;
@@ -126,6 +133,10 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
     if (STEAL) {
         ib = blockIdx.x * IDX_WARPS + w;
         lim = nb;
+    } else if (split == IDX_SPLIT_EVEN) { /* chunk = max_blocks, split as evenly as the CTAs allow */
+        const int32_t b_begin = (int32_t)((int64_t)blockIdx.x * chunk / gridDim.x);
+        ib = b_begin + w;
+        lim = min(nb, (int32_t)((int64_t)(blockIdx.x + 1) * chunk / gridDim.x));
     } else {
         const int32_t b_begin = blockIdx.x * chunk;
         ib = b_begin + w;
@@ -133,6 +144,7 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
     }
     if (ib >= lim) {
         if (prof && lane == 0) prof[KN_PROF_IDX_FIRST] = 0, prof[KN_PROF_IDX_INFO] = kn_prof_smid();
+        if (late) kn_griddep_launch();
         return;
     }
     const int32_t nstatic = gridDim.x * IDX_WARPS;
@@ -278,6 +290,7 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
         }
     }
     kn_cp_async_wait<0>();
+    if (late) kn_griddep_launch();
     if (prof && lane == 0) {
         prof[KN_PROF_IDX_EXIT] = kn_prof_ns();
         prof[KN_PROF_IDX_INFO] = kn_prof_smid() | (unsigned long long)pages_done << 32;
@@ -313,6 +326,16 @@ static void launch_index_decode(const struct kn_cuda_msa_shape *sh, const struct
     if (chunk > 32 * IDX_WARPS * (3 - MINB)) chunk = 32 * IDX_WARPS * (3 - MINB);
     /* STEAL: one wave of CTAs shared among the queries, each warp at least one page */
     int64_t gx = kn_cdiv(qb->max_blocks, chunk);
+    /* even: at least one wave of CTAs (each at least one page), pages split as evenly as they go: chunks of
+     * 8 pages leave slots empty when the work is small (1M batch 1: 256 of 264) */
+    const int knob = kn_cuda_knob_int("KN_CUDA_IDX", 0);
+    const int32_t split = !STEAL && knob == 1 ? IDX_SPLIT_EVEN : IDX_SPLIT_CHUNK;
+    if (split == IDX_SPLIT_EVEN) {
+        int64_t g1 = want / qb->n;
+        if (g1 > qb->max_blocks) g1 = qb->max_blocks;
+        if (g1 > gx) gx = g1;
+        chunk = qb->max_blocks;
+    }
     if (STEAL) {
         gx = want / qb->n;
         const int64_t most = kn_cdiv(qb->max_blocks, IDX_WARPS);
@@ -322,7 +345,8 @@ static void launch_index_decode(const struct kn_cuda_msa_shape *sh, const struct
     dim3 grid((unsigned)gx, (unsigned)qb->n);
     k_index_decode<DI, FP8, STEAL, ST, MINB><<<grid, IDX_WARPS * 32, smem, stream>>>(
         q, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, (const uint8_t *)c->idx, c->idx_scale, qb->n,
-        sh->n_idx_heads, sh->block, (int32_t)chunk, scores, score_stride, steal, g_idx_prof);
+        sh->n_idx_heads, sh->block, (int32_t)chunk, split, kn_cuda_knob("KN_CUDA_IDX_TRIGGER", 0), scores,
+        score_stride, steal, g_idx_prof);
 }
 
 template <int DI, bool FP8, int ST, int MINB>
@@ -345,6 +369,14 @@ int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct 
     const bool fp8 = c->idx_dtype == KN_IDX_FP8;
     if (fp8 && sh->idx_dim % 64)
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: fp8 keys need idx_dim %% 64 == 0");
+    /* one short CTA per page for a single long bf16 query: measured on H200s in four runs at batch 1, 1.3-5.4
+     * points of copy bandwidth above the persistent scan at 512K-1M (and the fused tail that follows starts
+     * on SMs the scan has left), but 3-6 points below it at 128K and at batch 8, and FP8 pages at ~60 %
+     * (bench/cuda/README.md, "decode runs 3-6") */
+    int idx_knob = kn_cuda_knob_int("KN_CUDA_IDX", -1);
+    if (idx_knob < 0) idx_knob = !fp8 && qb->n == 1 && qb->max_blocks >= 4096 ? 2 : 0;
+    if (!steal && idx_knob == 2 && kn_index_pages_supported(sh))
+        return kn_index_scores_decode_pages(sh, qb, c, q, scores, score_stride, stream, err);
     if (steal)
         KN_CU(cudaMemsetAsync(steal, 0, sizeof(int32_t) * (size_t)qb->n, stream), "index scores: counters");
     switch (sh->idx_dim * 2 + fp8) {
@@ -375,5 +407,6 @@ int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct 
 extern "C" int32_t kn_cuda_index_prof_set(unsigned long long *buf)
 {
     g_idx_prof = buf;
+    kn_index_pages_prof(buf);
     return MM_OK;
 }

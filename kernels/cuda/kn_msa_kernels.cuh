@@ -26,6 +26,14 @@ int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct 
                                const struct kn_cuda_cache *c, const float *q, float *scores,
                                int32_t score_stride, int32_t *steal, cudaStream_t stream, struct mm_err *err);
 
+/* kn_msa_index_decode_pages.cu: the same scores, one short CTA per page, scheduled by the hardware (block
+ * 128 only); kn_index_pages_prof sets its benchmark timestamp buffer */
+int kn_index_pages_supported(const struct kn_cuda_msa_shape *sh);
+int32_t kn_index_scores_decode_pages(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                     const struct kn_cuda_cache *c, const float *q, float *scores,
+                                     int32_t score_stride, cudaStream_t stream, struct mm_err *err);
+void kn_index_pages_prof(unsigned long long *buf);
+
 /* kn_msa_index_prefill.cu: fused tensor-core index scores + running top-k over query tiles */
 int kn_index_prefill_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c);
 int32_t kn_select_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -60,6 +68,13 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
  * benchmarks can compare settings in one run: KN_CUDA_FUSED_DECODE (default on), KN_CUDA_PDL (on),
  * KN_CUDA_STEAL (off: measured slower, see docs/design/cuda.md). */
 int kn_cuda_knob(const char *name, int dflt);
+/* The same for a small non-negative integer setting (unset or not a number: dflt). KN_CUDA_IDX picks the
+ * decode index scan: unset = automatic (see kn_index_scores_decode), 0 persistent with chunks of 8 pages per
+ * CTA, 1 persistent with an even split over 2 x SMs CTAs, 2 one short CTA per page
+ * (kn_msa_index_decode_pages.cu; FP8: two pages). KN_CUDA_IDX_TRIGGER=1: the persistent scan lets the fused
+ * decode tail launch only when its CTAs finish (default: at their entry). KN_CUDA_TOPK_BF=0: top-k gathers
+ * its candidates with a branch per value (the previous code) instead of a store per value. */
+int kn_cuda_knob_int(const char *name, int dflt);
 
 /* kn_msa_prefill.cu: KV-block-major sparse prefill with partial outputs and a merge */
 int kn_attn_prefill_supported(const struct kn_cuda_msa_shape *sh, int32_t sel_stride);

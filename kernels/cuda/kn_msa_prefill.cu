@@ -20,7 +20,8 @@
  * group and query tiles (qb->tiles); without them every row takes the pair path.
  * Knobs (read at each call, for benchmarks): KN_CUDA_PREFILL_UNION=0 turns the union route off;
  * KN_CUDA_UNION_MIN=<percent> sets its minimum efficiency (0: every tile whose union fits; 101: none);
- * KN_CUDA_UNION_OVERLAP=0/1 picks the union kernel's variant. */
+ * KN_CUDA_UNION_OVERLAP=0/1 picks the union kernel's variant, KN_CUDA_UNION_KERNEL=0..7 (KN_PF_UK_*, when
+ * set) any of them. */
 #include <stdlib.h>
 
 #include "kn_attn_warp.cuh"
@@ -329,6 +330,15 @@ static int pf_knob_int(const char *name, int dflt)
     return atoi(e);
 }
 
+/* The union kernel's variant: KN_CUDA_UNION_KERNEL when set, else KN_CUDA_UNION_OVERLAP=1 (the overlap
+ * variant), else the default. */
+static int pf_union_kernel(void)
+{
+    const int v = pf_knob_int("KN_CUDA_UNION_KERNEL", -1);
+    if (v >= 0) return v;
+    return kn_cuda_knob("KN_CUDA_UNION_OVERLAP", KN_PF_UNION_OVERLAP) ? KN_PF_UK_OVERLAP : KN_PF_UNION_KERNEL;
+}
+
 int kn_attn_prefill_supported(const struct kn_cuda_msa_shape *sh, int32_t sel_stride)
 {
     return sh->head_dim == AW_D && sh->block == PF_BLK && sh->n_heads / sh->n_kv <= 16 && sel_stride >= 1 &&
@@ -369,8 +379,7 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     if (kn_cuda_knob("KN_CUDA_PREFILL_UNION", 1) && kn_pf_union_supported(sh, qb, ks)) {
         const int32_t rc = kn_pf_union_launch(sh, qb, c, q, sel, sel_stride, ks,
                                               pf_knob_int("KN_CUDA_UNION_MIN", KN_PF_UNION_MIN_EFF),
-                                              kn_cuda_knob("KN_CUDA_UNION_OVERLAP", KN_PF_UNION_OVERLAP), out,
-                                              w.handled, w.union_ws, stream, err);
+                                              pf_union_kernel(), out, w.handled, w.union_ws, stream, err);
         if (rc) return rc;
     }
     const unsigned pb = (unsigned)kn_cdiv(pairs, 256);

@@ -22,7 +22,9 @@
  * SM sub-partition) and the consumers need ~190: setmaxnreg moves registers from the producers (48) to the
  * consumers (224). The consumer has an intra-warpgroup overlap variant (OVERLAP = 1,
  * KN_CUDA_UNION_OVERLAP=1): correct, measured 10-15 % slower on an H200, so off by default
- * (docs/design/cuda.md, "wgmma prefill").
+ * (docs/design/cuda.md, "wgmma prefill"); pingpong variants (PP: the warpgroups' products take turns on the
+ * tensor cores), shorter softmax chains (FAST = 1, the default) and value products in chunks (FAST = 2, 4)
+ * are picked by KN_CUDA_UNION_KERNEL (KN_PF_UK_*); only FAST = 1 measured faster than the plain consumer.
  *
  * An item pays for every union block with all 4 queries of a warpgroup, so it only wins when the queries
  * share their blocks. efficiency = selected pairs / (4 x (blocks of warpgroup 0 + blocks of warpgroup 1));
@@ -83,6 +85,29 @@ template <int N> __device__ __forceinline__ void pu_setmaxnreg_inc(void)
 template <int N> __device__ __forceinline__ void pu_setmaxnreg_dec(void)
 {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/* 2^x flushing subnormal results to zero: one MUFU.EX2, where exp2f (ex2.approx.f32 without ftz) adds a
+ * range test and two multiplies around it. Probabilities below 2^-126 do not matter after bf16 rounding. */
+__device__ __forceinline__ float pu_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Named barriers of the pingpong variants: warpgroup w waits on PU_BAR_TURN + w (its turn on the tensor
+ * cores, 128 waiting + 128 arriving threads), the other warpgroup arrives on it. Id 0 is __syncthreads. */
+#define PU_BAR_TURN 1
+
+__device__ __forceinline__ void pu_turn_wait(int id)
+{
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+
+__device__ __forceinline__ void pu_turn_pass(int id)
+{
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
 /* ---- plan: one CTA per item ---- */
@@ -230,40 +255,86 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
  * scaled is the max of the scaled scores): keys past column rel are masked (only the query's own block has
  * any: MASK = 0 skips the test when rel says the whole block is visible); sc becomes the probabilities, l the
  * running sums, corr the factor the output accumulated so far must be scaled by. The scaling and the max
- * subtraction are one FFMA per score. */
-template <int MASK>
-__device__ __forceinline__ void pu_softmax(float (&sc)[64], int rel, float scale_log2, int tig, float (&m)[2],
-                                           float (&l)[2], float (&corr)[2])
+ * subtraction are one FFMA per score. FAST: the row max and the row sum use 4 partial accumulators per row
+ * (dependency chains of 8 instead of 32 before the first exp2 can issue; the sum's order changes), and 2^x
+ * is pu_ex2. FAST = 2 or 4 (consumer): as 1, and the value product is issued in 2 or 4 chunks of the keys
+ * (see pu_pv_chunk). */
+template <int MASK, int FAST>
+__device__ __forceinline__ void pu_softmax_max(float (&sc)[64], int rel, float scale_log2, int tig,
+                                               float (&m)[2], float (&l)[2], float (&corr)[2],
+                                               float (&msafe)[2])
 {
     float mx[2] = {-INFINITY, -INFINITY};
+    float mp[2][4] = {{-INFINITY, -INFINITY, -INFINITY, -INFINITY},
+                      {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
     if (MASK || rel < PU_BLK - 1) {
 #pragma unroll
         for (int e = 0; e < 64; e++) {
             const int col = (e >> 2) * 8 + 2 * tig + (e & 1);
             sc[e] = col <= rel ? sc[e] : -INFINITY;
-            mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], sc[e]);
+            if (FAST)
+                mp[(e >> 1) & 1][(e >> 2) & 3] = fmaxf(mp[(e >> 1) & 1][(e >> 2) & 3], sc[e]);
+            else
+                mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], sc[e]);
         }
     } else {
 #pragma unroll
-        for (int e = 0; e < 64; e++) mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], sc[e]);
+        for (int e = 0; e < 64; e++) {
+            if (FAST)
+                mp[(e >> 1) & 1][(e >> 2) & 3] = fmaxf(mp[(e >> 1) & 1][(e >> 2) & 3], sc[e]);
+            else
+                mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], sc[e]);
+        }
     }
-    float msafe[2];
+    if (FAST) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+            mx[hh] = fmaxf(fmaxf(mp[hh][0], mp[hh][1]), fmaxf(mp[hh][2], mp[hh][3]));
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
         mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
         const float mnew = fmaxf(m[hh], mx[hh] * scale_log2);
         msafe[hh] = mnew == -INFINITY ? 0.0f : mnew;
-        corr[hh] = exp2f(m[hh] - msafe[hh]);
+        corr[hh] = FAST ? pu_ex2(m[hh] - msafe[hh]) : exp2f(m[hh] - msafe[hh]);
         m[hh] = mnew;
         l[hh] *= corr[hh];
     }
+}
+
+/* Probabilities of scores [E0, E1) (columns 2 * E0 .. 2 * E1 - 1 of the block), added to the running sums. */
+template <int E0, int E1, int FAST>
+__device__ __forceinline__ void pu_softmax_exp(float (&sc)[64], const float (&msafe)[2], float scale_log2,
+                                               float (&l)[2])
+{
+    if (FAST) {
+        float lp[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-    for (int e = 0; e < 64; e++) {
-        const float p = exp2f(fmaf(sc[e], scale_log2, -msafe[(e >> 1) & 1]));
-        sc[e] = p;
-        l[(e >> 1) & 1] += p;
+        for (int e = E0; e < E1; e++) {
+            const float p = pu_ex2(fmaf(sc[e], scale_log2, -msafe[(e >> 1) & 1]));
+            sc[e] = p;
+            lp[(e >> 1) & 1][(e >> 2) & 3] += p;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) l[hh] += (lp[hh][0] + lp[hh][1]) + (lp[hh][2] + lp[hh][3]);
+    } else {
+#pragma unroll
+        for (int e = E0; e < E1; e++) {
+            const float p = exp2f(fmaf(sc[e], scale_log2, -msafe[(e >> 1) & 1]));
+            sc[e] = p;
+            l[(e >> 1) & 1] += p;
+        }
     }
+}
+
+template <int MASK, int FAST>
+__device__ __forceinline__ void pu_softmax(float (&sc)[64], int rel, float scale_log2, int tig, float (&m)[2],
+                                           float (&l)[2], float (&corr)[2])
+{
+    float msafe[2];
+    pu_softmax_max<MASK, FAST>(sc, rel, scale_log2, tig, m, l, corr, msafe);
+    pu_softmax_exp<0, 64, FAST>(sc, msafe, scale_log2, l);
 }
 
 __device__ __forceinline__ void pu_rescale(float (&o)[64], const float (&corr)[2])
@@ -272,11 +343,13 @@ __device__ __forceinline__ void pu_rescale(float (&o)[64], const float (&corr)[2
     for (int e = 0; e < 64; e++) o[e] *= corr[(e >> 1) & 1];
 }
 
-/* Probabilities (score accumulator layout) -> the A fragments of P V: keys 16kk.. of rows gid, gid + 8. */
+/* Probabilities (score accumulator layout) -> the A fragments of P V: keys 16kk.. of rows gid, gid + 8, for
+ * k-steps K0 .. K1 - 1. */
+template <int K0 = 0, int K1 = 8>
 __device__ __forceinline__ void pu_pack_p(const float (&sc)[64], uint32_t (&pa)[8][4])
 {
 #pragma unroll
-    for (int kk = 0; kk < 8; kk++) {
+    for (int kk = K0; kk < K1; kk++) {
         pa[kk][0] = kn_pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
         pa[kk][1] = kn_pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
         pa[kk][2] = kn_pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
@@ -292,11 +365,33 @@ __device__ __forceinline__ void pu_issue_s(float (&sc)[64], uint32_t qw_s, uint3
     wg_commit();
 }
 
+template <int K0 = 0, int K1 = 8>
 __device__ __forceinline__ void pu_issue_pv(float (&o)[64], const uint32_t (&pa)[8][4], uint32_t v_s)
 {
 #pragma unroll
-    for (int kk = 0; kk < 8; kk++) wg_mma_rs_tb(o, pa[kk], wg_desc_mnmajor(v_s, PU_BLK, kk), 1);
+    for (int kk = K0; kk < K1; kk++) wg_mma_rs_tb(o, pa[kk], wg_desc_mnmajor(v_s, PU_BLK, kk), 1);
     wg_commit();
+}
+
+/* Chunk C of NC (NC = 2 or 4; C >= NC: nothing) of a block's value product: the probabilities of its keys
+ * (mine: this warp's query chose the block, else zeros), then its k-steps issued as one commit group. */
+template <int C, int NC>
+__device__ __forceinline__ void pu_pv_chunk(bool mine, float (&sc)[64], const float (&msafe)[2],
+                                            float scale_log2, float (&l)[2], float (&o)[64],
+                                            uint32_t (&pa)[8][4], uint32_t v_s)
+{
+    if (C >= NC) return;
+    constexpr int E0 = C < NC ? C * 64 / NC : 0, E1 = C < NC ? (C + 1) * 64 / NC : 0;
+    constexpr int K0 = E0 / 8, K1 = E1 / 8;
+    if (mine) {
+        pu_softmax_exp<E0, E1, 1>(sc, msafe, scale_log2, l);
+        pu_pack_p<K0, K1>(sc, pa);
+    } else {
+#pragma unroll
+        for (int kk = K0; kk < K1; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+    }
+    wg_fence();
+    pu_issue_pv<K0, K1>(o, pa, v_s);
 }
 
 /* A consumer warp (of 8): for each item, its warpgroup's share of the union blocks, then its query's output.
@@ -305,14 +400,24 @@ __device__ __forceinline__ void pu_issue_pv(float (&o)[64], const uint32_t (&pa)
  * issue S(u) and P V(previous), wait for S(u), softmax, wait for P V, rescale O, pack P(u). The previous
  * block's stage is released only after its value product, so a warpgroup holds two stages; when its next
  * block is PU_STAGES or more blocks ahead, the pending product is finished first (its stage is the one that
- * block needs, and the producer could not fill it). */
-template <int OVERLAP>
+ * block needs, and the producer could not fill it).
+ * PP (pingpong, with OVERLAP = 0): on a block both warpgroups use, their products take turns on the tensor
+ * cores, S(wg 0), S(wg 1), PV(wg 0), PV(wg 1), S(wg 0) of the next such block, ...: each issue waits for its
+ * turn on a named barrier and passes the turn after it (FA3's warp scheduler barriers). Without this both
+ * warpgroups issue at once, their products interleave and finish together, and both then run the softmax
+ * while the tensor cores idle; in turns, one warpgroup's softmax runs under the other's products. Blocks only
+ * one warpgroup uses are not ordered (both know which blocks those are from the stage's query mask, so they
+ * agree on every turn). Warpgroup 1 passes one turn first, warpgroup 0 takes it back at the end. PP = 2:
+ * only the score products take turns (S(wg 0), S(wg 1), S(wg 0), ...); the value products are not ordered. */
+template <int OVERLAP, int PP, int FAST>
 __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s,
                                            int warp, int lane)
 {
     const int wg = warp >> 2, qi = warp, gid = lane >> 2, tig = lane & 3; /* qi: this warp's query */
     const uint32_t qw_s = q_s + (uint32_t)wg * PU_QWG_BYTES, wmask = 0xFu << (4 * wg);
     const uint32_t bar_qe = s0 + PU_BAR_QEMPTY + 8 * wg;
+    const int turn_mine = PU_BAR_TURN + wg, turn_other = PU_BAR_TURN + 1 - wg;
+    if (PP && wg == 1) pu_turn_pass(PU_BAR_TURN); /* warpgroup 0 goes first */
     int s = 0;
     uint32_t ph = 0;
     int32_t items = 0;
@@ -353,6 +458,8 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
             asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
                          : "=r"(blk), "=r"(uin)
                          : "r"(s0 + PU_META + 8 * s));
+            /* PP: both warpgroups use this block, so their products take turns (a vote: warp-uniform) */
+            const bool turns = PP && __any_sync(0xffffffffu, (uin & 0x0Fu) != 0 && (uin & 0xF0u) != 0);
             /* warpgroup-uniform; a vote, so that the compiler knows the branch does not diverge */
             if (__any_sync(0xffffffffu, (uin & wmask) != 0)) {
                 wg_fence_proxy_async(); /* the producer's cp.async writes (generic proxy) before wgmma reads
@@ -368,7 +475,9 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
                 wg_touch(sc);
                 wg_touch(o);
                 wg_fence();
+                if (turns) pu_turn_wait(turn_mine);
                 pu_issue_s(sc, qw_s, k_s);
+                if (turns) pu_turn_pass(turn_other);
                 if (OVERLAP) { /* the previous block's value product, unconditional (zero P if none) */
                     pu_issue_pv(o, pa,
                                 kv_s + (pend >= 0 ? pend_s : (uint32_t)s) * PU_STAGE_BYTES + PU_KV_BYTES);
@@ -386,7 +495,7 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
                 if (OVERLAP) {
                     /* no divergent code while the value product runs (ptxas would serialize the wgmma):
                      * every warp runs the softmax, a warp whose query did not choose the block on -inf */
-                    pu_softmax<1>(sc, rel, a.scale_log2, tig, m, l, corr);
+                    pu_softmax<1, FAST>(sc, rel, a.scale_log2, tig, m, l, corr);
                     wg_wait<0>();
                     wg_touch(o);
                     __syncwarp();
@@ -404,22 +513,46 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
                         __syncwarp();
                         if (lane == 0) mb_arrive(bar_qe);
                     }
-                    if (mine) {
-                        pu_softmax<0>(sc, rel, a.scale_log2, tig, m, l, corr);
-                        /* the max rarely moves after the first blocks: skip the 64 multiplies then */
-                        if (!__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f)) pu_rescale(o, corr);
-                        pu_pack_p(sc, pa);
+                    if (FAST >= 2) {
+                        /* the value product in FAST chunks of the keys: each runs on the tensor cores while
+                         * the next chunk's probabilities are computed (a vote: the branch is warp-uniform) */
+                        const bool mine_w = __any_sync(0xffffffffu, mine);
+                        float msafe[2] = {0.0f, 0.0f};
+                        if (mine_w) {
+                            pu_softmax_max<0, 1>(sc, rel, a.scale_log2, tig, m, l, corr, msafe);
+                            if (!__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f))
+                                pu_rescale(o, corr);
+                        }
+                        wg_touch(o);
+                        pu_pv_chunk<0, FAST>(mine_w, sc, msafe, a.scale_log2, l, o, pa, v_s);
+                        pu_pv_chunk<1, FAST>(mine_w, sc, msafe, a.scale_log2, l, o, pa, v_s);
+                        pu_pv_chunk<2, FAST>(mine_w, sc, msafe, a.scale_log2, l, o, pa, v_s);
+                        pu_pv_chunk<3, FAST>(mine_w, sc, msafe, a.scale_log2, l, o, pa, v_s);
+                        wg_wait<0>();
+                        wg_touch(o);
+                        __syncwarp();
+                        if (lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * s);
                     } else {
+                        if (mine) {
+                            pu_softmax<0, FAST>(sc, rel, a.scale_log2, tig, m, l, corr);
+                            /* the max rarely moves after the first blocks: skip the 64 multiplies then */
+                            if (!__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f))
+                                pu_rescale(o, corr);
+                            pu_pack_p(sc, pa);
+                        } else {
 #pragma unroll
-                        for (int kk = 0; kk < 8; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+                            for (int kk = 0; kk < 8; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+                        }
+                        wg_touch(o);
+                        wg_fence();
+                        if (PP == 1 && turns) pu_turn_wait(turn_mine);
+                        pu_issue_pv(o, pa, v_s);
+                        if (PP == 1 && turns) pu_turn_pass(turn_other);
+                        wg_wait<0>();
+                        wg_touch(o);
+                        __syncwarp();
+                        if (lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * s);
                     }
-                    wg_touch(o);
-                    wg_fence();
-                    pu_issue_pv(o, pa, v_s);
-                    wg_wait<0>();
-                    wg_touch(o);
-                    __syncwarp();
-                    if (lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * s);
                 }
             } else {
                 __syncwarp();
@@ -458,9 +591,11 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
                     kn_pack_bf16(o[4 * nt + 2 * hh] * inv, o[4 * nt + 2 * hh + 1] * inv);
         }
     }
+    if (PP && wg == 0) pu_turn_wait(PU_BAR_TURN); /* the turn warpgroup 1 passed last */
 }
 
-template <int OVERLAP> __global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
+template <int OVERLAP, int PP, int FAST>
+__global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
 {
     extern __shared__ __align__(1024) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -487,7 +622,7 @@ template <int OVERLAP> __global__ void __launch_bounds__(PU_THREADS, 1) k_pf_uni
         pu_produce(a, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
     } else {
         pu_setmaxnreg_inc<224>();
-        pu_consume<OVERLAP>(a, s0, q_s, kv_s, warp, lane);
+        pu_consume<OVERLAP, PP, FAST>(a, s0, q_s, kv_s, warp, lane);
     }
 }
 
@@ -549,7 +684,15 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     a.uarr = a.hdr + a.n_items;
     k_pf_union_plan<<<dim3((unsigned)a.n_oct, (unsigned)sh->n_kv), PU_PLAN_THREADS, 0, stream>>>(a);
     KN_LAUNCHED("kn_cuda attention (prefill union plan)");
-    void (*kern)(pu_args) = overlap ? k_pf_union<1> : k_pf_union<0>;
+    const int v = overlap >= 0 && overlap < KN_PF_UK_COUNT ? overlap : KN_PF_UNION_KERNEL;
+    void (*kern)(pu_args) = v == KN_PF_UK_OVERLAP    ? k_pf_union<1, 0, 0>
+                            : v == KN_PF_UK_PINGPONG ? k_pf_union<0, 1, 0>
+                            : v == KN_PF_UK_PP_FAST  ? k_pf_union<0, 1, 1>
+                            : v == KN_PF_UK_FAST     ? k_pf_union<0, 0, 1>
+                            : v == KN_PF_UK_PPS_FAST ? k_pf_union<0, 2, 1>
+                            : v == KN_PF_UK_SPLIT    ? k_pf_union<0, 0, 2>
+                            : v == KN_PF_UK_SPLIT4   ? k_pf_union<0, 0, 4>
+                                                     : k_pf_union<0, 0, 0>;
     KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, PU_SMEM),
           "kn_cuda attention (prefill union): shared memory");
     const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;

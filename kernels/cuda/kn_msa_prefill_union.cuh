@@ -8,6 +8,23 @@
 /* Default of the intra-warpgroup overlap (KN_CUDA_UNION_OVERLAP). */
 #define KN_PF_UNION_OVERLAP 0
 
+/* Variants of the union kernel's consumer (KN_CUDA_UNION_KERNEL; unset: KN_CUDA_UNION_OVERLAP picks 1 or
+ * the default KN_PF_UNION_KERNEL). See kn_msa_prefill_union.cu and docs/design/cuda.md, "wgmma prefill". */
+enum {
+    KN_PF_UK_PLAIN = 0,    /* score product, softmax, value product in turn */
+    KN_PF_UK_OVERLAP = 1,  /* value product under the next block's softmax */
+    KN_PF_UK_PINGPONG = 2, /* plain, the two warpgroups' products ordered by named barriers */
+    KN_PF_UK_PP_FAST = 3,  /* pingpong with shorter softmax dependency chains */
+    KN_PF_UK_FAST = 4,     /* plain with shorter softmax dependency chains */
+    KN_PF_UK_PPS_FAST = 5, /* pingpong of the score products only, shorter softmax chains */
+    KN_PF_UK_SPLIT = 6,    /* fast, the value product in two halves, the first under the second's softmax */
+    KN_PF_UK_SPLIT4 = 7,   /* the same in four quarters */
+    KN_PF_UK_COUNT
+};
+/* The default variant: the only one faster than plain in both device runs that compared them (prefill runs
+ * 5 and 6, bench/cuda/README.md); pingpong and chunked value products measured equal or slower. */
+#define KN_PF_UNION_KERNEL KN_PF_UK_FAST
+
 /* Default minimum union efficiency, in percent: selected (query, block) pairs of an 8-query tile over the
  * pairs its two warpgroups compute (4 queries x the blocks any of their queries chose). Below it the tile
  * goes to the pair path. See docs/design/cuda.md, "wgmma prefill", for how it was chosen. */
@@ -24,8 +41,8 @@ size_t kn_pf_union_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_q
  * selected blocks and, when its efficiency is >= min_eff percent (and the union has <= 128 blocks), a
  * persistent kernel attends to it and writes the normalized output of those queries' heads straight into
  * out. handled[g * n + i] (one byte per (group, query)) says which (query, group) rows it did; the pair path
- * does the others. ws: kn_pf_union_ws bytes. overlap: run each block's value product under the next block's
- * softmax (see kn_msa_prefill_union.cu). */
+ * does the others. ws: kn_pf_union_ws bytes. overlap: the consumer variant, KN_PF_UK_* (historically 0/1:
+ * run each block's value product under the next block's softmax; out-of-range values mean the default). */
 int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                            const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
                            int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,

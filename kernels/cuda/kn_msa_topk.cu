@@ -9,7 +9,8 @@
 
 __global__ void __launch_bounds__(TOPK_NT)
     k_topk(const float *__restrict__ scores, int32_t score_stride, const int64_t *__restrict__ pos, int32_t n,
-           int32_t block, int32_t topk, int32_t n_local, int32_t *__restrict__ sel, int32_t sel_stride)
+           int32_t block, int32_t topk, int32_t n_local, int32_t *__restrict__ sel, int32_t sel_stride,
+           int32_t branchfree)
 {
     __shared__ kn_topk_smem<TOPK_NT> sm;
     __shared__ int32_t best[KN_CUDA_MAX_TOPK];
@@ -20,7 +21,8 @@ __global__ void __launch_bounds__(TOPK_NT)
     if (lo < 0) lo = 0;
     int kk = topk < sel_stride ? topk : sel_stride;
     if (kk > KN_CUDA_MAX_TOPK) kk = KN_CUDA_MAX_TOPK;
-    kn_topk_row<TOPK_NT, TOPK_VPT>(scores + r * score_stride, (int32_t)own + 1, lo, kk, sm, best);
+    kn_topk_row<TOPK_NT, TOPK_VPT>(scores + r * score_stride, (int32_t)own + 1, lo, kk, sm, best, nullptr,
+                                   branchfree != 0);
     int32_t *out = sel + r * sel_stride;
     for (int32_t j = threadIdx.x; j < sel_stride; j += TOPK_NT) out[j] = j < kk ? best[j] : -1;
 }
@@ -37,7 +39,7 @@ int32_t kn_topk_launch(const float *scores, int32_t score_stride, const int64_t 
     if (rows > INT32_MAX)
         return mm_err_set(err, MM_TOO_LARGE, "kn_cuda_msa_topk: %lld rows", (long long)rows);
     k_topk<<<(unsigned)rows, TOPK_NT, 0, stream>>>(scores, score_stride, pos, n, block, topk, n_local, sel,
-                                                   sel_stride);
+                                                   sel_stride, kn_cuda_knob("KN_CUDA_TOPK_BF", 1));
     KN_LAUNCHED("kn_cuda_msa_topk");
     return MM_OK;
 }

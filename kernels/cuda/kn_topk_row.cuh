@@ -12,12 +12,12 @@
  * warp arg-max. Too many candidates (massive ties) fall back to kk rounds of a CTA-wide "best below the
  * previous pick" scan: slow, but only for degenerate rows.
  * Loads are straight-line (the index is clamped into the row and the value replaced after, so no load sits
- * in a branch) and candidates get their slots from a CTA-wide prefix sum of per-thread counts (the previous
- * per-value shared atomic compiled to a vote/atomic/shuffle chain per value). Measured on an H200 this
- * changed nothing: inside the fused decode kernel the selection still takes ~6.5 us at 1M context, and the
- * top-k kernel costs the same for 1K or 8K scores per row (128K or 1M context), so the time is the latency of
- * the first reads after the index kernel, not this code (docs/design/cuda.md, "Decode speed"). Kept for
- * being simpler and no slower.
+ * in a branch) and candidates get their slots from a CTA-wide prefix sum of per-thread counts. In the fused
+ * decode tail this runs with one warp per scheduler, so every dependent step is paid in full: the candidate
+ * gather stores every value (candidates at their slot, the rest into a spare slot) instead of branching per
+ * value (measured on H200s: 1.9-3.3 us instead of 2.3-7 us for 8192 scores; KN_CUDA_TOPK_BF=0 keeps the
+ * branch for comparison), candidates are ranked as 64-bit keys (one compare each), the thread maximum is a
+ * balanced tree and the warp bound comes from 31 independent shuffles instead of a bitonic sort.
  */
 #ifndef KN_TOPK_ROW_CUH
 #define KN_TOPK_ROW_CUH
@@ -35,8 +35,7 @@ __device__ __forceinline__ bool kn_topk_better(float a, int32_t ia, float b, int
 }
 
 template <int NT> struct kn_topk_smem {
-    float cs[KN_TOPK_CAP];
-    int32_t ci[KN_TOPK_CAP];
+    unsigned long long ck[KN_TOPK_CAP + 1]; /* candidates as kn_topk_key, then a spare slot */
     float wt[NT / 32];
     float rs[NT / 32];
     int32_t ri[NT / 32];
@@ -54,42 +53,85 @@ __device__ __forceinline__ float kn_topk_load(const float *row, int32_t b, int32
     return b < nb ? (b >= lo ? INFINITY : x) : -INFINITY;
 }
 
+/* (score, block) as one 64-bit key whose unsigned order is the selection order (score descending, then
+ * block ascending), so a rank is one 64-bit compare per candidate; only for candidates (not NaN). */
+__device__ __forceinline__ unsigned long long kn_topk_key(float x, int32_t b)
+{
+    const uint32_t u = __float_as_uint(x == 0.0f ? 0.0f : x); /* -0 ties with +0, as in a float compare */
+    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return (unsigned long long)o << 32 | (uint32_t) ~(uint32_t)b;
+}
+
+/* max of v[0..N) as a balanced tree of fmaxf (log2 N dependent steps instead of N; NaN never wins); one
+ * template level per tree level, so that every index is a compile-time constant (registers, no stack) */
+template <int W> __device__ __forceinline__ void kn_topk_tree_step(float *t)
+{
+#pragma unroll
+    for (int u = 0; u < W; u++) t[u] = fmaxf(t[u], t[u + W]);
+    if constexpr (W > 1) kn_topk_tree_step<W / 2>(t);
+}
+
+template <int N> __device__ __forceinline__ float kn_topk_tree_max(const float *v)
+{
+    static_assert(N > 0 && (N & (N - 1)) == 0, "a power of two");
+    float t[N];
+#pragma unroll
+    for (int u = 0; u < N; u++) t[u] = v[u];
+    if constexpr (N > 1) kn_topk_tree_step<N / 2>(t);
+    return t[0];
+}
+
 __device__ __forceinline__ bool kn_topk_cand(float x, float T)
 {
     return x > -INFINITY && x >= T; /* NaN is never a candidate */
 }
 
+/* Benchmark timestamps (kn_decode_prof.cuh): thread 0 records the end of each phase when ts is not NULL. */
+#define KN_TOPK_TS(k)                                                                                        \
+    do {                                                                                                     \
+        if (ts && tid == 0) {                                                                                \
+            uint64_t t__;                                                                                    \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t__));                                          \
+            ts[k] = t__;                                                                                     \
+        }                                                                                                    \
+    } while (0)
+
 /* All NT threads of the CTA call this with the same arguments. Writes out[0..kk) (shared memory; kk <= 32),
- * best first, -1 past the selectable entries; returns after a barrier, so out and sm may be reused. */
+ * best first, -1 past the selectable entries; returns after a barrier, so out and sm may be reused. ts:
+ * NULL, or 4 slots for the times the loads, the bound, the gather and the ranks were done (benchmark).
+ * branchfree: gather candidates with a store per value instead of a branch per value (KN_CUDA_TOPK_BF). */
 template <int NT, int VPT>
 __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn_topk_smem<NT> &sm,
-                            int32_t *out)
+                            int32_t *out, unsigned long long *ts = nullptr, bool branchfree = false)
 {
     const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     float v[VPT];
+#pragma unroll
+    for (int u = 0; u < VPT; u++) v[u] = -INFINITY; /* threads past a short row never load */
     float tmax = -INFINITY;
     for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
 #pragma unroll
         for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
-#pragma unroll
-        for (int u = 0; u < VPT; u++) tmax = v[u] > tmax ? v[u] : tmax; /* NaN never wins */
+        tmax = fmaxf(tmax, kn_topk_tree_max<VPT>(v)); /* fmaxf: NaN never wins */
     }
-    /* bitonic sort of the warp's 32 maxima, descending by lane; lane kk-1 holds the warp's bound */
-    float x = tmax;
+    KN_TOPK_TS(0);
+    /* the warp's bound: the kk-th largest of its 32 thread maxima, found by each lane ranking its own max
+     * against the 31 others (independent shuffles; ties by lane), then the lane of rank kk - 1 */
+    const float x = tmax;
+    int rk = 0;
 #pragma unroll
-    for (int k = 2; k <= 32; k <<= 1)
-#pragma unroll
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            const float y = __shfl_xor_sync(0xffffffffu, x, j);
-            const bool keep_max = ((lane & j) == 0) == ((lane & k) == 0);
-            x = keep_max ? fmaxf(x, y) : fminf(x, y);
-        }
-    const float tw = __shfl_sync(0xffffffffu, x, kk - 1);
+    for (int j = 1; j < 32; j++) {
+        const float y = __shfl_xor_sync(0xffffffffu, x, j);
+        rk += y > x || (y == x && (lane ^ j) < lane);
+    }
+    const unsigned own_rank = __ballot_sync(0xffffffffu, rk == kk - 1);
+    const float tw = __shfl_sync(0xffffffffu, x, __ffs((int)own_rank) - 1);
     if (lane == 0) sm.wt[wp] = tw;
     __syncthreads();
     float T = -INFINITY;
 #pragma unroll
     for (int k = 0; k < NT / 32; k++) T = fmaxf(T, sm.wt[k]);
+    KN_TOPK_TS(1);
     const bool one_round = nb <= NT * VPT; /* the registers still hold the whole row */
     /* this thread's candidates, then their slots: an exclusive prefix sum over the CTA */
     int mine = 0;
@@ -121,24 +163,33 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
 #pragma unroll
                 for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
             }
+            if (branchfree) {
+                /* every value stores (non-candidates into a spare slot): no divergent branch per value */
 #pragma unroll
-            for (int u = 0; u < VPT; u++)
-                if (kn_topk_cand(v[u], T)) {
-                    sm.cs[at] = v[u], sm.ci[at] = b0 + u * NT;
-                    at++;
+                for (int u = 0; u < VPT; u++) {
+                    const bool c = kn_topk_cand(v[u], T);
+                    sm.ck[c ? at : KN_TOPK_CAP] = kn_topk_key(v[u], b0 + u * NT);
+                    at += c;
                 }
+            } else {
+#pragma unroll
+                for (int u = 0; u < VPT; u++)
+                    if (kn_topk_cand(v[u], T)) sm.ck[at++] = kn_topk_key(v[u], b0 + u * NT);
+            }
         }
     __syncthreads();
+    KN_TOPK_TS(2);
     if (cnt <= KN_TOPK_CAP) {
         for (int j = tid; j < cnt; j += NT) {
-            const float s = sm.cs[j];
-            const int32_t id = sm.ci[j];
+            const unsigned long long key = sm.ck[j];
             int r = 0;
-            for (int c = 0; c < cnt; c++) r += kn_topk_better(sm.cs[c], sm.ci[c], s, id);
-            if (r < kk) out[r] = id;
+#pragma unroll 8
+            for (int c = 0; c < cnt; c++) r += sm.ck[c] > key;
+            if (r < kk) out[r] = (int32_t) ~(uint32_t)key;
         }
         for (int k = cnt + tid; k < kk; k += NT) out[k] = -1;
         __syncthreads();
+        KN_TOPK_TS(3);
         return;
     }
     /* degenerate rows: kk rounds of "the best strictly below the previous pick" over the whole row */
@@ -168,6 +219,9 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
         __syncthreads();
         ps = sm.ps, pi = sm.pi;
     }
+    KN_TOPK_TS(3);
 }
+
+#undef KN_TOPK_TS
 
 #endif

@@ -356,20 +356,25 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     float *s_d = ct_dmalloc(sizeof(float) * (size_t)ns);
 
     /* index scores: every path, bf16 and fp8 keys */
-    /* dyn = 1: pages handed out by per-query counters (kn_cuda_msa_index_scores_dyn) */
+    /* DECODE variants: 1 pages handed out by per-query counters (kn_cuda_msa_index_scores_dyn), 2 the
+     * persistent scan with an even split (KN_CUDA_IDX=1), 3 one CTA per page (KN_CUDA_IDX=2) */
     int32_t *cnt_d = ct_dmalloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     CT_CU(cudaMemset(cnt_d, 0x5a, sizeof(int32_t) * (size_t)(n > 0 ? n : 1))); /* the call must zero them */
     for (int fp8 = 0; fp8 < 2; fp8++)
-        for (int32_t pv = 2 * KN_PATH_GENERIC; pv <= 2 * KN_PATH_DECODE + 1; pv++) {
-            const int32_t path = pv / 2, dyn = pv % 2;
+        for (int32_t pv = 4 * KN_PATH_GENERIC; pv <= 4 * KN_PATH_DECODE + 3; pv++) {
+            const int32_t path = pv / 4, var = pv % 4, dyn = var == 1;
+            static const char *const vname[] = {"", " dyn", " even", " pages"};
+            static const char *const vknob[] = {"0", NULL, "1", "2"};
             if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32))) continue;
-            if (dyn && path != KN_PATH_DECODE) continue;
+            if (var && path != KN_PATH_DECODE) continue;
             CT_CU(cudaMemset(s_d, 0xff, sizeof(float) * (size_t)ns));
+            if (vknob[var]) setenv("KN_CUDA_IDX", vknob[var], 1);
             rc = dyn ? kn_cuda_msa_index_scores_dyn(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride,
                                                     cnt_d, path, 0, &err)
                      : kn_cuda_msa_index_scores(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride, path, 0,
                                                 &err);
-            CHECK_MSG(rc == MM_OK, "index_scores %s%s: %s", path_name(path), dyn ? " dyn" : "", err.msg);
+            unsetenv("KN_CUDA_IDX");
+            CHECK_MSG(rc == MM_OK, "index_scores %s%s: %s", path_name(path), vname[var], err.msg);
             ct_download(got_s, s_d, sizeof(float) * (size_t)ns);
             const float *ref = fp8 ? ref_s8 : ref_s;
             int64_t bad = 0;
@@ -388,9 +393,9 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
                         if (ok && isfinite(ref[e]) && d > worst) worst = d;
                     }
                 }
-            CHECK_MSG(bad == 0, "[%s] index scores %s%s%s: %lld wrong", label, path_name(path),
-                      dyn ? " dyn" : "", fp8 ? " fp8" : "", (long long)bad);
-            printf("  index scores %-8s%s %s: max |diff| %.3g\n", path_name(path), dyn ? " dyn" : "",
+            CHECK_MSG(bad == 0, "[%s] index scores %s%s%s: %lld wrong", label, path_name(path), vname[var],
+                      fp8 ? " fp8" : "", (long long)bad);
+            printf("  index scores %-8s%s %s: max |diff| %.3g\n", path_name(path), vname[var],
                    fp8 ? "fp8 " : "bf16", worst);
         }
     cudaFree(cnt_d);
@@ -524,12 +529,17 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     /* selection and attention in one call (the fused decode route where it applies; otherwise select then
      * attention): its selections against the CPU's (near ties excepted), its output against the CPU's
      * attention over the selections it made. Also with each of the fused route's options (KN_CUDA_* knobs:
-     * no programmatic launch, dynamic pages, at most 8 splits (portable clusters, three stages) instead of up
-     * to 16, 16 splits packed instead of one CTA per SM, the serial merge). */
+     * no programmatic launch, dynamic pages, the even-split and per-page index scans, the late trigger,
+     * top-k's previous gather with a branch per value, at most 8 splits (portable clusters, three stages)
+     * instead of up to 16, 16 splits packed instead of one CTA per SM, the serial merge). */
     static const char *const knob_sets[] = {
         "",
         "KN_CUDA_PDL=0",
         "KN_CUDA_STEAL=1",
+        "KN_CUDA_IDX=1",
+        "KN_CUDA_IDX=2",
+        "KN_CUDA_IDX_TRIGGER=1",
+        "KN_CUDA_TOPK_BF=0",
         "KN_CUDA_FUSED_SPLIT=8",
         "KN_CUDA_FUSED_PACK=1",
         "KN_CUDA_MERGE_SERIAL=1",
@@ -540,8 +550,8 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             if (fp8 && (DI % 64 || w->f32)) continue;
             if (knob && (!fast_attn_ok || w->f32)) continue;
             /* the split and merge options change something only for decode batches of a few rows (wide
-             * splits); bigger batches and prefill keep the first three (their CPU references are slow) */
-            if (knob >= 3 && (qs.qb.n > 16 || qs.qb.max_q_per_seq > 4)) continue;
+             * splits); bigger batches and prefill keep the first eight (their CPU references are slow) */
+            if (knob >= 8 && (qs.qb.n > 16 || qs.qb.max_q_per_seq > 4)) continue;
             char env[128], *save = NULL;
             snprintf(env, sizeof env, "%s", knob_sets[knob]);
             for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
@@ -659,19 +669,25 @@ static void test_topk_long(void)
     float *sc_d = ct_upload(sc, sizeof(float) * (size_t)NH * n * stride);
     int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)NH * n * sel_stride);
     struct mm_err err = {0};
-    int32_t rc = kn_cuda_msa_topk(&sh, &qb, sc_d, stride, sel_d, sel_stride, 0, &err);
-    CHECK_MSG(rc == MM_OK, "topk long: %s", err.msg);
-    ct_download(got, sel_d, sizeof(int32_t) * (size_t)NH * n * sel_stride);
-    int64_t bad = 0;
-    for (int64_t e = 0; e < (int64_t)NH * n * sel_stride; e++) {
-        if (got[e] != ref[e] && bad < 5)
-            fprintf(stderr, "  topk long: row %lld slot %lld: %d vs %d\n", (long long)(e / sel_stride),
-                    (long long)(e % sel_stride), got[e], ref[e]);
-        bad += got[e] != ref[e];
+    for (int bf = 0; bf < 2; bf++) { /* KN_CUDA_TOPK_BF: the branch-free candidate gather */
+        setenv("KN_CUDA_TOPK_BF", bf ? "1" : "0", 1);
+        CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)NH * n * sel_stride));
+        int32_t rc = kn_cuda_msa_topk(&sh, &qb, sc_d, stride, sel_d, sel_stride, 0, &err);
+        unsetenv("KN_CUDA_TOPK_BF");
+        CHECK_MSG(rc == MM_OK, "topk long: %s", err.msg);
+        ct_download(got, sel_d, sizeof(int32_t) * (size_t)NH * n * sel_stride);
+        int64_t bad = 0;
+        for (int64_t e = 0; e < (int64_t)NH * n * sel_stride; e++) {
+            if (got[e] != ref[e] && bad < 5)
+                fprintf(stderr, "  topk long%s: row %lld slot %lld: %d vs %d\n", bf ? " bf" : "",
+                        (long long)(e / sel_stride), (long long)(e % sel_stride), got[e], ref[e]);
+            bad += got[e] != ref[e];
+        }
+        CHECK_MSG(bad == 0, "topk long rows%s: %lld entries differ from kn_msa_topk_local", bf ? " bf" : "",
+                  (long long)bad);
+        printf("[topk long rows%s] %d rows up to 8256 blocks, ties, -inf/NaN, all-equal: %lld differ\n",
+               bf ? " bf" : "", NH * n, (long long)bad);
     }
-    CHECK_MSG(bad == 0, "topk long rows: %lld entries differ from kn_msa_topk_local", (long long)bad);
-    printf("[topk long rows] %d rows up to 8256 blocks, ties, -inf/NaN, all-equal: %lld differ\n", NH * n,
-           (long long)bad);
     free(sc), free(ref), free(got);
     cudaFree(pos_d), cudaFree(sc_d), cudaFree(sel_d);
 }
@@ -817,20 +833,45 @@ static void test_prefill_union(void)
     printf("[prefill union] %d queries in %d sequences, %d tiles\n", n, w.n_seqs, qs.qb.n_tiles);
 
     /* routes: pair path only; union for every tile; union at 50 %; union kernel handing everything back;
-     * the default; the union kernel's overlapped variant everywhere and at 50 % */
-    enum { NR = 7 };
-    static const char *names[NR] = {"pairs only",           "union everywhere", "union >= 50%",
-                                    "union declines all",   "default",          "union everywhere, overlap",
-                                    "union >= 50%, overlap"};
-    static const char *k_union[NR] = {"0", NULL, NULL, NULL, NULL, NULL, NULL};
-    static const char *k_min[NR] = {NULL, "0", "50", "101", NULL, "0", "50"};
-    static const char *k_ovl[NR] = {NULL, "0", "0", "0", NULL, "1", "1"};
+     * the default; then each variant of the union kernel (KN_CUDA_UNION_KERNEL = KN_PF_UK_*: plain, overlap,
+     * pingpong, pingpong + fast softmax, fast softmax, score-only pingpong + fast softmax, fast softmax +
+     * value product in halves, in quarters) everywhere and at 50 %; and the old overlap knob */
+    enum { NV = 8, NR = 6 + 2 * NV };
+    static const char *names[NR] = {"pairs only",
+                                    "union everywhere",
+                                    "union >= 50%",
+                                    "union declines all",
+                                    "default",
+                                    "union everywhere, plain",
+                                    "union >= 50%, plain",
+                                    "union everywhere, overlap",
+                                    "union >= 50%, overlap",
+                                    "union everywhere, pingpong",
+                                    "union >= 50%, pingpong",
+                                    "union everywhere, pingpong fast",
+                                    "union >= 50%, pingpong fast",
+                                    "union everywhere, fast",
+                                    "union >= 50%, fast",
+                                    "union everywhere, pingpong S fast",
+                                    "union >= 50%, pingpong S fast",
+                                    "union everywhere, split",
+                                    "union >= 50%, split",
+                                    "union everywhere, split4",
+                                    "union >= 50%, split4",
+                                    "everywhere, OVERLAP=1 knob"};
+    static const char *k_union[NR] = {"0"};
+    static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50",
+                                    "0",  "50", "0",  "50",  "0",  "50", "0",  "50", "0",  "50", "0"};
+    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0", "0", "1", "1", "2", "2",
+                                     "3",  "3",  "4",  "4",  "5",  "5", "6", "6", "7", "7", NULL};
+    static const char *k_ovl[NR] = {[NR - 1] = "1"};
     uint16_t *got[NR];
     float *gotf = ct_hmalloc(sizeof(float) * (size_t)nout);
     for (int r = 0; r < NR; r++) {
         if (k_union[r]) setenv("KN_CUDA_PREFILL_UNION", k_union[r], 1);
         if (k_min[r]) setenv("KN_CUDA_UNION_MIN", k_min[r], 1);
         if (k_ovl[r]) setenv("KN_CUDA_UNION_OVERLAP", k_ovl[r], 1);
+        if (k_kern[r]) setenv("KN_CUDA_UNION_KERNEL", k_kern[r], 1);
         CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
         CT_CU(cudaMemset(ws, 0x5a, wsb)); /* stale flags must not matter */
         struct mm_err err = {0};
@@ -839,6 +880,7 @@ static void test_prefill_union(void)
         unsetenv("KN_CUDA_PREFILL_UNION");
         unsetenv("KN_CUDA_UNION_MIN");
         unsetenv("KN_CUDA_UNION_OVERLAP");
+        unsetenv("KN_CUDA_UNION_KERNEL");
         CHECK_MSG(rc == MM_OK, "prefill attention (%s): %s", names[r], err.msg);
         got[r] = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
         ct_download(got[r], o_d, sizeof(uint16_t) * (size_t)nout);
@@ -852,16 +894,29 @@ static void test_prefill_union(void)
      * or the pairs-only one (both deterministic), and the two differ somewhere (else this proves nothing) */
     uint8_t *route = ct_hmalloc((size_t)G * n);
     const int64_t taken = expected_union_rows(&w, &qs, sel, sel_stride, 50, route);
-    int64_t wrong = 0, wrong_declined = 0, rows_differ = 0;
+    int64_t wrong = 0, wrong_declined = 0, rows_differ = 0, wrong_v[NV] = {0}, wrong_knob = 0;
     for (int32_t i = 0; i < n; i++)
         for (int32_t g = 0; g < G; g++) {
             const size_t at = ((size_t)i * H + (size_t)g * (H / G)) * D,
                          len_b = sizeof(uint16_t) * (size_t)(H / G) * D;
-            const uint16_t *want = route[(int64_t)g * n + i] ? got[1] + at : got[0] + at;
+            const int by_union = route[(int64_t)g * n + i];
+            const uint16_t *want = by_union ? got[1] + at : got[0] + at;
             wrong += memcmp(got[2] + at, want, len_b) != 0;
             wrong_declined += memcmp(got[3] + at, got[0] + at, len_b) != 0;
             rows_differ += memcmp(got[1] + at, got[0] + at, len_b) != 0;
+            /* the same route check for each variant (its own union output, deterministic too) */
+            for (int v = 0; v < NV; v++)
+                wrong_v[v] +=
+                    memcmp(got[6 + 2 * v] + at, by_union ? got[5 + 2 * v] + at : got[0] + at, len_b) != 0;
+            wrong_knob += memcmp(got[NR - 1] + at, got[7] + at, len_b) != 0;
         }
+    for (int v = 0; v < NV; v++)
+        CHECK_MSG(wrong_v[v] == 0,
+                  "[prefill union] %s: %lld (query, group) rows did not take their tile's route",
+                  names[6 + 2 * v], (long long)wrong_v[v]);
+    CHECK_MSG(wrong_knob == 0,
+              "[prefill union] KN_CUDA_UNION_OVERLAP=1 differs from the overlap variant in %lld rows",
+              (long long)wrong_knob);
     CHECK_MSG(taken > 0 && taken < (int64_t)G * n,
               "[prefill union] the batch should mix routes: %lld of %lld rows union", (long long)taken,
               (long long)G * n);
