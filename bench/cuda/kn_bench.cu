@@ -431,7 +431,8 @@ struct idx_variant {
 static const struct idx_variant g_idx_variants[] = {
     {"index bf16", 0, 0, "0"},       {"index bf16 v0", 0, 1, NULL},  {"index bf16 even", 0, 0, "1"},
     {"index bf16 pages", 0, 0, "2"}, {"index fp8", 1, 0, "0"},       {"index fp8 v0", 1, 1, NULL},
-    {"index fp8 even", 1, 0, "1"},   {"index fp8 pages", 1, 0, "2"},
+    {"index fp8 even", 1, 0, "1"},   {"index fp8 pages", 1, 0, "2"}, {"index bf16 stream", 0, 0, "3"},
+    {"index fp8 stream", 1, 0, "3"},
 };
 
 /* The read-only ceiling at a given size: a grid-stride stream of 16-byte loads over the same bytes as a
@@ -1037,6 +1038,7 @@ static const struct layer_route g_routes[] = {
     {"fused, late", "KN_CUDA_IDX_TRIGGER=1", 1}, /* dependents launched when the scan's CTAs finish */
     {"fused, topk branchy", "KN_CUDA_TOPK_BF=0", 1}, /* top-k's previous gather, a branch per value */
     {"fused, idx chunk", "KN_CUDA_IDX=0", 1},        /* the persistent scan (bf16: the previous default) */
+    {"fused, idx stream", "KN_CUDA_IDX=3", 1},       /* a persistent grid-stride stream over (query, page) */
 };
 
 static void set_route(const struct layer_route *r)
@@ -1345,8 +1347,7 @@ static void bench_layer_decode(int prof_only)
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int r = 0; r < n_routes; r++) {
             if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused, idx pages") &&
-                strcmp(g_routes[r].name, "fused, idx chunk") &&
-                strcmp(g_routes[r].name, "fused, topk branchy"))
+                strcmp(g_routes[r].name, "fused, idx chunk") && strcmp(g_routes[r].name, "fused, idx stream"))
                 continue;
             set_route(&g_routes[r]);
             a.c = fp8 ? c8 : cb;

@@ -369,14 +369,25 @@ int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct 
     const bool fp8 = c->idx_dtype == KN_IDX_FP8;
     if (fp8 && sh->idx_dim % 64)
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: fp8 keys need idx_dim %% 64 == 0");
-    /* one short CTA per page for a single long bf16 query: measured on H200s in four runs at batch 1, 1.3-5.4
-     * points of copy bandwidth above the persistent scan at 512K-1M (and the fused tail that follows starts
-     * on SMs the scan has left), but 3-6 points below it at 128K and at batch 8, and FP8 pages at ~60 %
-     * (bench/cuda/README.md, "decode runs 3-6") */
+    /* Measured on H200s (bench/cuda/README.md "final run 2", "decode runs 8-10"): bf16 from 512K on, one
+     * short CTA per page for a single query (+1.3 to +5.4 points of copy over the persistent scan in five
+     * runs, and the fused tail after it starts on SMs the scan has left) and the grid-stride stream from 8
+     * queries on (92-99 % against 87-95 %); FP8 at 1M and more for a single query, the stream (scan level
+     * with the persistent one, decode layer 1-3 us faster); the persistent scan everywhere else (128K: 3-30
+     * points ahead of both register-fed kernels). */
     int idx_knob = kn_cuda_knob_int("KN_CUDA_IDX", -1);
-    if (idx_knob < 0) idx_knob = !fp8 && qb->n == 1 && qb->max_blocks >= 4096 ? 2 : 0;
+    if (idx_knob < 0) {
+        if (qb->max_blocks < 4096)
+            idx_knob = 0;
+        else if (!fp8)
+            idx_knob = qb->n == 1 ? 2 : qb->n >= 8 ? 3 : 0;
+        else
+            idx_knob = qb->n == 1 && qb->max_blocks >= 8192 ? 3 : 0;
+    }
     if (!steal && idx_knob == 2 && kn_index_pages_supported(sh))
         return kn_index_scores_decode_pages(sh, qb, c, q, scores, score_stride, stream, err);
+    if (!steal && idx_knob == 3 && kn_index_stream_supported(sh))
+        return kn_index_scores_decode_stream(sh, qb, c, q, scores, score_stride, stream, err);
     if (steal)
         KN_CU(cudaMemsetAsync(steal, 0, sizeof(int32_t) * (size_t)qb->n, stream), "index scores: counters");
     switch (sh->idx_dim * 2 + fp8) {
@@ -408,5 +419,6 @@ extern "C" int32_t kn_cuda_index_prof_set(unsigned long long *buf)
 {
     g_idx_prof = buf;
     kn_index_pages_prof(buf);
+    kn_index_stream_prof(buf);
     return MM_OK;
 }

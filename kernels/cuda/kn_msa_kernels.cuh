@@ -33,6 +33,13 @@ int32_t kn_index_scores_decode_pages(const struct kn_cuda_msa_shape *sh, const s
                                      const struct kn_cuda_cache *c, const float *q, float *scores,
                                      int32_t score_stride, cudaStream_t stream, struct mm_err *err);
 void kn_index_pages_prof(unsigned long long *buf);
+/* kn_msa_index_decode_stream.cu: the same scores from a persistent grid-stride stream over (query, page)
+ * items (block 128, idx_dim 128) */
+int kn_index_stream_supported(const struct kn_cuda_msa_shape *sh);
+int32_t kn_index_scores_decode_stream(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                      const struct kn_cuda_cache *c, const float *q, float *scores,
+                                      int32_t score_stride, cudaStream_t stream, struct mm_err *err);
+void kn_index_stream_prof(unsigned long long *buf);
 
 /* kn_msa_index_prefill.cu: fused tensor-core index scores + running top-k over query tiles */
 int kn_index_prefill_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c);
@@ -71,9 +78,10 @@ int kn_cuda_knob(const char *name, int dflt);
 /* The same for a small non-negative integer setting (unset or not a number: dflt). KN_CUDA_IDX picks the
  * decode index scan: unset = automatic (see kn_index_scores_decode), 0 persistent with chunks of 8 pages per
  * CTA, 1 persistent with an even split over 2 x SMs CTAs, 2 one short CTA per page
- * (kn_msa_index_decode_pages.cu; FP8: two pages). KN_CUDA_IDX_TRIGGER=1: the persistent scan lets the fused
- * decode tail launch only when its CTAs finish (default: at their entry). KN_CUDA_TOPK_BF=0: top-k gathers
- * its candidates with a branch per value (the previous code) instead of a store per value. */
+ * (kn_msa_index_decode_pages.cu; FP8: two pages), 3 a persistent grid-stride stream over (query, page) items
+ * (kn_msa_index_decode_stream.cu). KN_CUDA_IDX_TRIGGER=1: the persistent scan lets the fused decode tail
+ * launch only when its CTAs finish (default: at their entry). KN_CUDA_TOPK_BF=0: top-k gathers its candidates
+ * with a branch per value (the previous code) instead of a store per value. */
 int kn_cuda_knob_int(const char *name, int dflt);
 
 /* kn_msa_prefill.cu: KV-block-major sparse prefill with partial outputs and a merge */

@@ -357,14 +357,15 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
 
     /* index scores: every path, bf16 and fp8 keys */
     /* DECODE variants: 1 pages handed out by per-query counters (kn_cuda_msa_index_scores_dyn), 2 the
-     * persistent scan with an even split (KN_CUDA_IDX=1), 3 one CTA per page (KN_CUDA_IDX=2) */
+     * persistent scan with an even split (KN_CUDA_IDX=1), 3 one CTA per page (2), 4 the grid-stride stream
+     * (3) */
     int32_t *cnt_d = ct_dmalloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     CT_CU(cudaMemset(cnt_d, 0x5a, sizeof(int32_t) * (size_t)(n > 0 ? n : 1))); /* the call must zero them */
     for (int fp8 = 0; fp8 < 2; fp8++)
-        for (int32_t pv = 4 * KN_PATH_GENERIC; pv <= 4 * KN_PATH_DECODE + 3; pv++) {
-            const int32_t path = pv / 4, var = pv % 4, dyn = var == 1;
-            static const char *const vname[] = {"", " dyn", " even", " pages"};
-            static const char *const vknob[] = {"0", NULL, "1", "2"};
+        for (int32_t pv = 5 * KN_PATH_GENERIC; pv <= 5 * KN_PATH_DECODE + 4; pv++) {
+            const int32_t path = pv / 5, var = pv % 5, dyn = var == 1;
+            static const char *const vname[] = {"", " dyn", " even", " pages", " stream"};
+            static const char *const vknob[] = {"0", NULL, "1", "2", "3"};
             if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32))) continue;
             if (var && path != KN_PATH_DECODE) continue;
             CT_CU(cudaMemset(s_d, 0xff, sizeof(float) * (size_t)ns));
@@ -529,15 +530,16 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     /* selection and attention in one call (the fused decode route where it applies; otherwise select then
      * attention): its selections against the CPU's (near ties excepted), its output against the CPU's
      * attention over the selections it made. Also with each of the fused route's options (KN_CUDA_* knobs:
-     * no programmatic launch, dynamic pages, the even-split and per-page index scans, the late trigger,
-     * top-k's previous gather with a branch per value, at most 8 splits (portable clusters, three stages)
-     * instead of up to 16, 16 splits packed instead of one CTA per SM, the serial merge). */
+     * no programmatic launch, dynamic pages, the even-split, per-page and stream index scans, the late
+     * trigger, top-k's previous gather with a branch per value, at most 8 splits (portable clusters, three
+     * stages) instead of up to 16, 16 splits packed instead of one CTA per SM, the serial merge). */
     static const char *const knob_sets[] = {
         "",
         "KN_CUDA_PDL=0",
         "KN_CUDA_STEAL=1",
         "KN_CUDA_IDX=1",
         "KN_CUDA_IDX=2",
+        "KN_CUDA_IDX=3",
         "KN_CUDA_IDX_TRIGGER=1",
         "KN_CUDA_TOPK_BF=0",
         "KN_CUDA_FUSED_SPLIT=8",
