@@ -1318,16 +1318,21 @@ static void bench_layer_decode(int prof_only)
         emit("layer", cfg, "dense (ours)", dense_ms * 1e3, "us");
         emit("layer", cfg, "dense bandwidth", (double)kv * 2 / (dense_ms * 1e-3) / 1e12, "TB/s");
         a.dense = 0;
-        for (int fp8 = 0; fp8 < 2; fp8++)
-            for (int r = 0; r < n_routes; r++) {
-                set_route(&g_routes[r]);
-                a.c = fp8 ? c8 : cb;
-                double ms = time_ms(run_layer_dec, &a, 3, iters);
-                snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
-                emit("layer", cfg, name, ms * 1e3, "us");
-                snprintf(name, sizeof name, "speedup %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
-                emit("layer", cfg, name, dense_ms / ms, "x vs ours");
-            }
+        /* two passes over the routes, the second reported: in four of five H200 runs the first routes timed
+         * after the dense kernel read 4-5 us slower than the same route later in the process; the first
+         * pass is kept as "layer pass 1" rows so that the effect stays visible */
+        for (int pass = 0; pass < 2; pass++)
+            for (int fp8 = 0; fp8 < 2; fp8++)
+                for (int r = 0; r < n_routes; r++) {
+                    set_route(&g_routes[r]);
+                    a.c = fp8 ? c8 : cb;
+                    double ms = time_ms(run_layer_dec, &a, 3, iters);
+                    snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+                    emit(pass ? "layer" : "layer pass 1", cfg, name, ms * 1e3, "us");
+                    if (!pass) continue;
+                    snprintf(name, sizeof name, "speedup %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
+                    emit("layer", cfg, name, dense_ms / ms, "x vs ours");
+                }
         /* back to back (20 layers between two events), as consecutive layers of a decode step run */
         a.dense = 1;
         double dense_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
