@@ -117,6 +117,5 @@ int kn_cuda_knob(const char *name, int dflt)
 int kn_cuda_knob_int(const char *name, int dflt)
 {
     const char *e = getenv(name);
-    if (!e || e[0] < '0' || e[0] > '9') return dflt;
-    return atoi(e);
+    return e && e[0] ? atoi(e) : dflt;
 }

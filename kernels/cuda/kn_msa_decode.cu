@@ -504,13 +504,6 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
 
 /* ---- the fused decode tail ---- */
 
-/* An integer knob from the environment (benchmarks compare settings in one process), dflt when unset. */
-static int knob_int(const char *name, int dflt)
-{
-    const char *e = getenv(name);
-    return e && e[0] ? atoi(e) : dflt;
-}
-
 /* Launch shape of the fused kernel: splits per row (the cluster size), stages of the page ring, dynamic
  * shared memory. More than 8 splits (up to KN_CUDA_FUSED_SPLIT, default 16; when the device can hold one
  * cluster per row at once): non-portable clusters, one page per CTA at top-16, one stage, padded to one CTA
@@ -558,7 +551,7 @@ static struct fused_cfg fused_config(const struct kn_cuda_msa_shape *sh, const s
     const int32_t ns0 = dec_splits(sh, qb, 0);
     const int64_t rows = (int64_t)qb->n * sh->n_kv;
     struct fused_cfg f;
-    const int want = knob_int("KN_CUDA_FUSED_SPLIT", DEC_FUSED_MAX_SPLIT);
+    const int want = kn_cuda_knob_int("KN_CUDA_FUSED_SPLIT", DEC_FUSED_MAX_SPLIT);
     if (want > DEC_PORTABLE_SPLIT && ns0 > DEC_PORTABLE_SPLIT) {
         f.ns = ns0 < want ? ns0 : want;
         if (f.ns > DEC_FUSED_MAX_SPLIT) f.ns = DEC_FUSED_MAX_SPLIT;

@@ -4,17 +4,13 @@
  *  - One warp owns a whole page at a time and walks it 16 tokens (one m16n8k16 tile) at a time; the next
  *    tiles stream into a per-warp cp.async ring in shared memory (2-4 tiles ahead, across page ends), which
  *    keeps bytes in flight without holding them in registers.
- *  - "AB-swapped" tensor-core layout: keys are the M dimension (16 tokens), the query heads the N dimension
- *    (8 columns: the bf16 high part of each of up to 4 heads, then the low part q - hi, so the products carry
- *    ~16 mantissa bits of the fp32 query at no extra cost: the columns were padding anyway).
- *  - Each lane loads whole 16-byte chunks of a key row straight into A fragments: a dot product does not
- *    care about the order of its terms, so the k index of the MMA is a permutation of the key dims, and the
- *    query fragment is built with the same permutation. Each lane copies its own chunks into the ring and
- *    reads back only those (consecutive lanes, consecutive 16 bytes: no bank conflicts, no barriers).
+ *  - The tile layout and product (AB-swapped, hi/lo query columns, permuted k index, FP8 converted in
+ *    registers) are kn_index_tile.cuh's, shared with the other two decode scans. Each lane copies its own
+ *    chunks into the ring and reads back only those (consecutive lanes, consecutive 16 bytes: no bank
+ *    conflicts, no barriers).
  *  - The block max is kept in registers per lane and reduced across the warp once per page.
- * FP8 keys (e4m3 + per-token f32 scale) are converted to f16 in registers (exact) and multiplied with an
- * f16 hi/lo query; the scale is applied per row after the product. FP8 tiles are half the bytes, so their
- * ring is deeper (4 tiles ahead instead of 2) for the same bytes in flight.
+ * FP8 tiles are half the bytes, so their ring is deeper (4 tiles ahead instead of 2) for the same bytes in
+ * flight.
  * The grid is sized to one wave of resident CTAs when the work allows: a second, partial wave would leave
  * most of the GPU idle for its duration.
  * Ring depth (ST) and CTAs per SM (MINB) are template parameters. Measured on an H200 in one run
@@ -22,6 +18,7 @@
  * 11 FP8 tiles per warp) were no faster at batch 1 and up to 10 points slower at batch 8, so the launches
  * use 2 CTAs per SM with 2 (bf16) or 4 (FP8) tiles in flight per warp. */
 #include "kn_decode_prof.cuh"
+#include "kn_index_tile.cuh"
 #include "kn_msa_kernels.cuh"
 
 #define IDX_WARPS 8
@@ -36,13 +33,6 @@
 /* Benchmark hook (kn_decode_prof.cuh): where the scan writes per-warp timestamps, NULL when off. */
 static unsigned long long *g_idx_prof;
 
-template <int DI, bool FP8> struct idx_cfg {
-    /* 16-byte chunks per key row per lane, uint4 loads per lane per 16-token tile */
-    static constexpr int CH = FP8 ? DI / 64 : DI / 32;
-    static constexpr int LOADS = 2 * CH;
-    static constexpr int KS = DI / 16; /* k-steps */
-};
-
 /* uint4 per ring slot: the tile's chunks for 32 lanes, then (FP8) 64 scales */
 template <int DI, bool FP8> __host__ __device__ constexpr int idx_slot_u4()
 {
@@ -52,47 +42,6 @@ template <int DI, bool FP8> __host__ __device__ constexpr int idx_slot_u4()
 template <int DI, bool FP8> __host__ __device__ constexpr int idx_smem_bytes(int st)
 {
     return IDX_WARPS * st * idx_slot_u4<DI, FP8>() * 16;
-}
-
-template <int DI, bool FP8> struct idx_tile {
-    uint4 r[idx_cfg<DI, FP8>::LOADS]; /* [row half][chunk] */
-    float sc[2];                      /* FP8: scales of rows gid and gid+8 */
-};
-
-/* The A fragment of k-step ks from the loaded chunks (see the file comment for the permutation). */
-template <int DI, bool FP8>
-__device__ __forceinline__ void idx_afrag(const idx_tile<DI, FP8> &t, int ks, uint32_t a[4])
-{
-    constexpr int CH = idx_cfg<DI, FP8>::CH;
-    if (!FP8) {
-        const int c = ks >> 1, hh = ks & 1;
-        const uint4 r0 = t.r[c], r1 = t.r[CH + c];
-        a[0] = hh ? r0.z : r0.x;
-        a[1] = hh ? r1.z : r1.x;
-        a[2] = hh ? r0.w : r0.y;
-        a[3] = hh ? r1.w : r1.y;
-    } else {
-        const int c = ks >> 2, hh = ks & 3;
-        const uint4 r0 = t.r[c], r1 = t.r[CH + c];
-        /* 32-bit word hh of the chunk holds dims 4hh..4hh+3 of the chunk: two f16x2 words */
-        uint32_t w0 = hh == 0 ? r0.x : hh == 1 ? r0.y : hh == 2 ? r0.z : r0.w;
-        uint32_t w1 = hh == 0 ? r1.x : hh == 1 ? r1.y : hh == 2 ? r1.z : r1.w;
-        a[0] = kn_e4m3x2_to_f16x2((uint16_t)(w0 & 0xffff));
-        a[1] = kn_e4m3x2_to_f16x2((uint16_t)(w1 & 0xffff));
-        a[2] = kn_e4m3x2_to_f16x2((uint16_t)(w0 >> 16));
-        a[3] = kn_e4m3x2_to_f16x2((uint16_t)(w1 >> 16));
-    }
-}
-
-/* True key dim of k-slot pair (2*tig + 8*half) in k-step ks for this lane (first of the pair). */
-template <int DI, bool FP8> __device__ __forceinline__ int idx_dim_of(int ks, int tig, int half)
-{
-    if (!FP8) {
-        const int c = tig + 4 * (ks >> 1);
-        return 8 * c + 4 * (ks & 1) + 2 * half;
-    }
-    const int c = tig + 4 * (ks >> 2);
-    return 16 * c + 4 * (ks & 3) + 2 * half;
 }
 
 /* STEAL: the first page of each warp is static (global warp id), the others are handed out one at a time by
@@ -113,7 +62,7 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
     if (!late) kn_griddep_launch();
     const uint64_t t_entry = prof ? kn_prof_ns() : 0;
     constexpr int KS = idx_cfg<DI, FP8>::KS;
-    constexpr int ROWB = FP8 ? DI : 2 * DI;
+    constexpr int ROWB = idx_cfg<DI, FP8>::ROWB;
     constexpr int CH = idx_cfg<DI, FP8>::CH, LOADS = idx_cfg<DI, FP8>::LOADS;
     constexpr int SLOT = idx_slot_u4<DI, FP8>();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
@@ -202,33 +151,7 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
     /* query fragments (after the first copies are in flight): column gid = hi part (gid < 4) or lo part
      * (gid >= 4) of head gid & 3 */
     uint32_t bq[KS][2];
-    {
-        const int head = gid & 3;
-        const bool lo = gid >= 4;
-        const float *qh = q + ((int64_t)i * nh + head) * DI;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                float x0 = 0.0f, x1 = 0.0f;
-                if (head < nh) {
-                    int d = idx_dim_of<DI, FP8>(ks, tig, half);
-                    x0 = qh[d];
-                    x1 = qh[d + 1];
-                }
-                uint32_t v;
-                if (!FP8) {
-                    float h0 = __bfloat162float(__float2bfloat16_rn(x0));
-                    float h1 = __bfloat162float(__float2bfloat16_rn(x1));
-                    v = lo ? kn_pack_bf16(x0 - h0, x1 - h1) : kn_pack_bf16(h0, h1);
-                } else {
-                    float h0 = __half2float(__float2half_rn(x0));
-                    float h1 = __half2float(__float2half_rn(x1));
-                    v = lo ? kn_pack_f16(x0 - h0, x1 - h1) : kn_pack_f16(h0, h1);
-                }
-                bq[ks][half] = v;
-            }
-    }
+    idx_query_frags<DI, FP8>(q, i, nh, gid, tig, bq);
 
     int slot_con = 0;
     float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -252,34 +175,11 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
         }
         slot_con = slot_con + 1 == ST ? 0 : slot_con + 1;
         IDX_ISSUE(); /* into the slot the previous unit used: this lane read it last iteration */
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            uint32_t a[4];
-            idx_afrag<DI, FP8>(cur, ks, a);
-            if (FP8)
-                kn_mma_f16(c, a, bq[ks]);
-            else
-                kn_mma_bf16(c, a, bq[ks]);
-        }
-        /* hi + lo columns: lane tig pairs with tig ^ 2 */
-#pragma unroll
-        for (int e = 0; e < 4; e++) c[e] += __shfl_xor_sync(0xffffffffu, c[e], 2);
-        if (FP8) {
-            c[0] *= cur.sc[0], c[1] *= cur.sc[0];
-            c[2] *= cur.sc[1], c[3] *= cur.sc[1];
-        }
-        const int64_t t0 = (int64_t)b * block + tile * 16;
-        const bool v0 = t0 + gid <= p, v1 = t0 + gid + 8 <= p;
-        mx0 = fmaxf(mx0, fmaxf(v0 ? c[0] : -INFINITY, v1 ? c[2] : -INFINITY));
-        mx1 = fmaxf(mx1, fmaxf(v0 ? c[1] : -INFINITY, v1 ? c[3] : -INFINITY));
+        float c[4];
+        idx_tile_scores<DI, FP8>(cur, bq, c);
+        idx_tile_max(c, (int64_t)b * block + tile * 16, gid, p, mx0, mx1);
         if (tile == tiles - 1) {
-            /* page done: max over the 8 row groups, lanes 0 and 1 hold heads (0,1) and (2,3) */
-#pragma unroll
-            for (int o = 4; o < 32; o <<= 1) {
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-            }
+            idx_rows_max(mx0, mx1); /* page done: lanes 0 and 1 hold heads (0,1) and (2,3) */
             if (lane < 2) {
                 const int g0 = 2 * lane;
                 if (g0 < nh) scores[((int64_t)g0 * n + i) * score_stride + b] = mx0;

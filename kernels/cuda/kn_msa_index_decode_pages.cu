@@ -12,23 +12,16 @@
  * CTA = PPC pages of one query (bf16: 1 page, FP8: 2 pages, both 32 KB of keys). Warp w owns tile w (16
  * tokens) of each page, so a 128-token block needs exactly 8 warps. The tiles go straight into registers
  * (streaming loads, issued before anything else), the query fragments are built while they are in flight,
- * and the tensor-core product is the same AB-swapped hi/lo split as the persistent scan (see its file
- * comment for the fragment permutation); the 8 warps' block maxima meet in shared memory.
+ * and the tile product is kn_index_tile.cuh's; the 8 warps' block maxima meet in shared memory.
  * Block size 128 only (kn_index_pages_supported); other shapes take the persistent scan. */
 #include "kn_decode_prof.cuh"
+#include "kn_index_tile.cuh"
 #include "kn_msa_kernels.cuh"
 
 #define IPG_WARPS 8
 
 /* Benchmark hook (kn_decode_prof.cuh), set through kn_cuda_index_prof_set: NULL when off. */
 static unsigned long long *g_ipg_prof;
-
-template <int DI, bool FP8> struct ipg_cfg {
-    static constexpr int CH = FP8 ? DI / 64 : DI / 32; /* 16-byte chunks per key row per lane */
-    static constexpr int LOADS = 2 * CH;               /* uint4 per lane per tile (rows gid, gid + 8) */
-    static constexpr int KS = DI / 16;                 /* k-steps */
-    static constexpr int ROWB = FP8 ? DI : 2 * DI;     /* bytes per key row */
-};
 
 template <int DI, bool FP8, int PPC>
 __global__ void __launch_bounds__(IPG_WARPS * 32, 3)
@@ -40,7 +33,6 @@ __global__ void __launch_bounds__(IPG_WARPS * 32, 3)
 {
     kn_griddep_launch(); /* the fused decode tail may be scheduled as the last CTAs drain */
     const uint64_t t_entry = prof ? kn_prof_ns() : 0;
-    using C = ipg_cfg<DI, FP8>;
     constexpr int BLOCK = 16 * IPG_WARPS;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     const int32_t i = blockIdx.y;
@@ -56,96 +48,25 @@ __global__ void __launch_bounds__(IPG_WARPS * 32, 3)
     const int32_t *btr = bt + (int64_t)qseq[i] * bt_stride;
 
     /* every tile of this warp in flight first: rows gid and gid + 8 of tile w of each page */
-    uint4 r[PPC][C::LOADS];
-    float sc[PPC][2];
+    idx_tile<DI, FP8> t[PPC];
 #pragma unroll
     for (int k = 0; k < PPC; k++) {
         const int32_t b = b0 + k < nb ? b0 + k : nb - 1; /* a missing last page reloads one: no branch */
-        const int64_t row = (int64_t)btr[b] * BLOCK + w * 16 + gid;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *rp = keys + (row + 8 * h) * C::ROWB;
-#pragma unroll
-            for (int c = 0; c < C::CH; c++) r[k][h * C::CH + c] = kn_ldg_stream(rp + 16 * (tig + 4 * c));
-            if (FP8) sc[k][h] = __ldcs(kscale + row + 8 * h);
-        }
+        idx_tile_load(t[k], keys, kscale, (int64_t)btr[b] * BLOCK + w * 16 + gid, tig);
     }
 
-    /* query fragments while the keys are in flight: column gid = hi (gid < 4) or lo (gid >= 4) part of head
-     * gid & 3, k index permuted as the chunks were loaded */
-    uint32_t bq[C::KS][2];
-    {
-        const int head = gid & 3;
-        const bool lo = gid >= 4;
-        const float *qh = q + ((int64_t)i * nh + head) * DI;
-#pragma unroll
-        for (int ks = 0; ks < C::KS; ks++)
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                int d;
-                if (!FP8)
-                    d = 8 * (tig + 4 * (ks >> 1)) + 4 * (ks & 1) + 2 * half;
-                else
-                    d = 16 * (tig + 4 * (ks >> 2)) + 4 * (ks & 3) + 2 * half;
-                const float x0 = head < nh ? qh[d] : 0.0f, x1 = head < nh ? qh[d + 1] : 0.0f;
-                uint32_t v;
-                if (!FP8) {
-                    const float h0 = __bfloat162float(__float2bfloat16_rn(x0));
-                    const float h1 = __bfloat162float(__float2bfloat16_rn(x1));
-                    v = lo ? kn_pack_bf16(x0 - h0, x1 - h1) : kn_pack_bf16(h0, h1);
-                } else {
-                    const float h0 = __half2float(__float2half_rn(x0));
-                    const float h1 = __half2float(__float2half_rn(x1));
-                    v = lo ? kn_pack_f16(x0 - h0, x1 - h1) : kn_pack_f16(h0, h1);
-                }
-                bq[ks][half] = v;
-            }
-    }
+    /* query fragments while the keys are in flight */
+    uint32_t bq[idx_cfg<DI, FP8>::KS][2];
+    idx_query_frags<DI, FP8>(q, i, nh, gid, tig, bq);
     const uint64_t t_first = prof ? kn_prof_ns() : 0;
 
     __shared__ float red[PPC][IPG_WARPS][4];
 #pragma unroll
     for (int k = 0; k < PPC; k++) {
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int ks = 0; ks < C::KS; ks++) {
-            uint32_t a[4];
-            if (!FP8) {
-                const int cc = ks >> 1, hh = ks & 1;
-                const uint4 r0 = r[k][cc], r1 = r[k][C::CH + cc];
-                a[0] = hh ? r0.z : r0.x;
-                a[1] = hh ? r1.z : r1.x;
-                a[2] = hh ? r0.w : r0.y;
-                a[3] = hh ? r1.w : r1.y;
-                kn_mma_bf16(c, a, bq[ks]);
-            } else {
-                const int cc = ks >> 2, hh = ks & 3;
-                const uint4 r0 = r[k][cc], r1 = r[k][C::CH + cc];
-                const uint32_t w0 = hh == 0 ? r0.x : hh == 1 ? r0.y : hh == 2 ? r0.z : r0.w;
-                const uint32_t w1 = hh == 0 ? r1.x : hh == 1 ? r1.y : hh == 2 ? r1.z : r1.w;
-                a[0] = kn_e4m3x2_to_f16x2((uint16_t)(w0 & 0xffff));
-                a[1] = kn_e4m3x2_to_f16x2((uint16_t)(w1 & 0xffff));
-                a[2] = kn_e4m3x2_to_f16x2((uint16_t)(w0 >> 16));
-                a[3] = kn_e4m3x2_to_f16x2((uint16_t)(w1 >> 16));
-                kn_mma_f16(c, a, bq[ks]);
-            }
-        }
-        /* hi + lo columns: lane tig pairs with tig ^ 2 */
-#pragma unroll
-        for (int e = 0; e < 4; e++) c[e] += __shfl_xor_sync(0xffffffffu, c[e], 2);
-        if (FP8) {
-            c[0] *= sc[k][0], c[1] *= sc[k][0];
-            c[2] *= sc[k][1], c[3] *= sc[k][1];
-        }
-        const int64_t t0 = (int64_t)(b0 + k) * BLOCK + w * 16;
-        const bool v0 = t0 + gid <= p, v1 = t0 + gid + 8 <= p;
-        float mx0 = fmaxf(v0 ? c[0] : -INFINITY, v1 ? c[2] : -INFINITY);
-        float mx1 = fmaxf(v0 ? c[1] : -INFINITY, v1 ? c[3] : -INFINITY);
-#pragma unroll
-        for (int o = 4; o < 32; o <<= 1) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-        }
+        float c[4], mx0 = -INFINITY, mx1 = -INFINITY;
+        idx_tile_scores<DI, FP8>(t[k], bq, c);
+        idx_tile_max(c, (int64_t)(b0 + k) * BLOCK + w * 16, gid, p, mx0, mx1);
+        idx_rows_max(mx0, mx1);
         if (lane < 2) red[k][w][2 * lane] = mx0, red[k][w][2 * lane + 1] = mx1; /* heads (0,1) / (2,3) */
     }
     __syncthreads();

@@ -7,22 +7,15 @@
  * the persistent scan (kn_msa_index_decode.cu: a cp.async ring per warp over a contiguous chunk of pages)
  * reaches 75 % (FP8) / 81 % (bf16) and the per-page scan (kn_msa_index_decode_pages.cu: one short CTA per
  * page) 57 % / 85 %. This kernel keeps the read kernel's shape and adds only what scoring needs: warp w takes
- * tile w (16 tokens) of each item (so a 128-token block is exactly 8 warps), the product is the same
- * AB-swapped hi/lo tensor-core split as the other scans (see kn_msa_index_decode.cu for the fragment
- * permutation), the 8 warps' block maxima meet in shared memory, and the block-table entries of the next U
- * items are loaded while the current ones are computed. Block size 128 only; kn_index_stream_supported says
- * which shapes. */
+ * tile w (16 tokens) of each item (so a 128-token block is exactly 8 warps), the tile product is
+ * kn_index_tile.cuh's as in the other scans, the 8 warps' block maxima meet in shared memory, and the
+ * block-table entries of the next U items are loaded while the current ones are computed. Block size 128
+ * only; kn_index_stream_supported says which shapes. */
 #include "kn_decode_prof.cuh"
+#include "kn_index_tile.cuh"
 #include "kn_msa_kernels.cuh"
 
 #define IST_WARPS 8
-
-template <int DI, bool FP8> struct ist_cfg {
-    static constexpr int CH = FP8 ? DI / 64 : DI / 32; /* 16-byte chunks per key row per lane */
-    static constexpr int LOADS = 2 * CH;               /* uint4 per lane per tile (rows gid, gid + 8) */
-    static constexpr int KS = DI / 16;                 /* k-steps */
-    static constexpr int ROWB = FP8 ? DI : 2 * DI;     /* bytes per key row */
-};
 
 /* items in flight per CTA (U) and CTAs per SM (MINB): bf16 2 x 2 (32 KB of keys per CTA, 128 registers);
  * FP8 2 x 3 (16 KB per CTA, 80 registers). Measured on an H200: FP8 at 4 items x 2 CTAs (32 KB per CTA)
@@ -32,36 +25,6 @@ template <bool FP8> struct ist_shape {
     static constexpr int U = 2;
     static constexpr int MINB = FP8 ? 3 : 2;
 };
-
-/* The query fragments of query i for this lane (column gid: hi part of head gid & 3 for gid < 4, lo part
- * otherwise; k index permuted as the chunks are loaded). */
-template <int DI, bool FP8>
-__device__ __forceinline__ void ist_query(const float *q, int32_t i, int32_t nh, int gid, int tig,
-                                          uint32_t bq[ist_cfg<DI, FP8>::KS][2])
-{
-    const int head = gid & 3;
-    const bool lo = gid >= 4;
-    const float *qh = q + ((int64_t)i * nh + head) * DI;
-#pragma unroll
-    for (int ks = 0; ks < ist_cfg<DI, FP8>::KS; ks++)
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int d = FP8 ? 16 * (tig + 4 * (ks >> 2)) + 4 * (ks & 3) + 2 * half
-                              : 8 * (tig + 4 * (ks >> 1)) + 4 * (ks & 1) + 2 * half;
-            const float x0 = head < nh ? qh[d] : 0.0f, x1 = head < nh ? qh[d + 1] : 0.0f;
-            uint32_t v;
-            if (!FP8) {
-                const float h0 = __bfloat162float(__float2bfloat16_rn(x0));
-                const float h1 = __bfloat162float(__float2bfloat16_rn(x1));
-                v = lo ? kn_pack_bf16(x0 - h0, x1 - h1) : kn_pack_bf16(h0, h1);
-            } else {
-                const float h0 = __half2float(__float2half_rn(x0));
-                const float h1 = __half2float(__float2half_rn(x1));
-                v = lo ? kn_pack_f16(x0 - h0, x1 - h1) : kn_pack_f16(h0, h1);
-            }
-            bq[ks][half] = v;
-        }
-}
 
 /* item k = (query k / max_blocks, block k % max_blocks) and its page; pg < 0: nothing to read (past the end,
  * or past the query's last block) */
@@ -93,7 +56,6 @@ __global__ void __launch_bounds__(IST_WARPS * 32, (ist_shape<FP8>::MINB))
                           unsigned long long *prof)
 {
     kn_griddep_launch(); /* the fused decode tail may be scheduled as this grid drains */
-    using C = ist_cfg<DI, FP8>;
     constexpr int U = ist_shape<FP8>::U, BLOCK = 16 * IST_WARPS;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     const int64_t items = (int64_t)n * max_blocks, stride = gridDim.x;
@@ -109,25 +71,15 @@ __global__ void __launch_bounds__(IST_WARPS * 32, (ist_shape<FP8>::MINB))
         qi[u] = it.qi, bb[u] = it.b, pg[u] = it.pg;
     }
     int32_t cur_q = -1;
-    uint32_t bq[C::KS][2];
+    uint32_t bq[idx_cfg<DI, FP8>::KS][2];
     int64_t p_cur = 0;
     int32_t done = 0;
     for (int64_t k0 = blockIdx.x; k0 < items; k0 += (int64_t)U * stride) {
         /* every tile of the U items in flight */
-        uint4 r[U][C::LOADS];
-        float sc[U][2];
+        idx_tile<DI, FP8> t[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (pg[u] < 0) continue; /* uniform over the CTA: no reads for items past the end */
-            const int64_t row = pg[u] * BLOCK + w * 16 + gid;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *rp = keys + (row + 8 * h) * C::ROWB;
-#pragma unroll
-                for (int c = 0; c < C::CH; c++) r[u][h * C::CH + c] = kn_ldg_stream(rp + 16 * (tig + 4 * c));
-                if (FP8) sc[u][h] = __ldcs(kscale + row + 8 * h);
-            }
-        }
+        for (int u = 0; u < U; u++) /* uniform over the CTA: no reads for items past the end */
+            if (pg[u] >= 0) idx_tile_load(t[u], keys, kscale, pg[u] * BLOCK + w * 16 + gid, tig);
         /* the next U items' block-table entries while these keys are in flight */
         ist_item nx[U];
 #pragma unroll
@@ -140,47 +92,12 @@ __global__ void __launch_bounds__(IST_WARPS * 32, (ist_shape<FP8>::MINB))
                 if (qi[u] != cur_q) {
                     cur_q = qi[u];
                     p_cur = pos[cur_q];
-                    ist_query<DI, FP8>(q, cur_q, nh, gid, tig, bq);
+                    idx_query_frags<DI, FP8>(q, cur_q, nh, gid, tig, bq);
                 }
-                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int ks = 0; ks < C::KS; ks++) {
-                    uint32_t a[4];
-                    if (!FP8) {
-                        const int cc = ks >> 1, hh = ks & 1;
-                        const uint4 r0 = r[u][cc], r1 = r[u][C::CH + cc];
-                        a[0] = hh ? r0.z : r0.x;
-                        a[1] = hh ? r1.z : r1.x;
-                        a[2] = hh ? r0.w : r0.y;
-                        a[3] = hh ? r1.w : r1.y;
-                        kn_mma_bf16(c, a, bq[ks]);
-                    } else {
-                        const int cc = ks >> 2, hh = ks & 3;
-                        const uint4 r0 = r[u][cc], r1 = r[u][C::CH + cc];
-                        const uint32_t w0 = hh == 0 ? r0.x : hh == 1 ? r0.y : hh == 2 ? r0.z : r0.w;
-                        const uint32_t w1 = hh == 0 ? r1.x : hh == 1 ? r1.y : hh == 2 ? r1.z : r1.w;
-                        a[0] = kn_e4m3x2_to_f16x2((uint16_t)(w0 & 0xffff));
-                        a[1] = kn_e4m3x2_to_f16x2((uint16_t)(w1 & 0xffff));
-                        a[2] = kn_e4m3x2_to_f16x2((uint16_t)(w0 >> 16));
-                        a[3] = kn_e4m3x2_to_f16x2((uint16_t)(w1 >> 16));
-                        kn_mma_f16(c, a, bq[ks]);
-                    }
-                }
-#pragma unroll
-                for (int e = 0; e < 4; e++) c[e] += __shfl_xor_sync(0xffffffffu, c[e], 2); /* hi + lo */
-                if (FP8) {
-                    c[0] *= sc[u][0], c[1] *= sc[u][0];
-                    c[2] *= sc[u][1], c[3] *= sc[u][1];
-                }
-                const int64_t t0 = (int64_t)bb[u] * BLOCK + w * 16;
-                const bool v0 = t0 + gid <= p_cur, v1 = t0 + gid + 8 <= p_cur;
-                mx0 = fmaxf(v0 ? c[0] : -INFINITY, v1 ? c[2] : -INFINITY);
-                mx1 = fmaxf(v0 ? c[1] : -INFINITY, v1 ? c[3] : -INFINITY);
-#pragma unroll
-                for (int o = 4; o < 32; o <<= 1) {
-                    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-                    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-                }
+                float c[4];
+                idx_tile_scores<DI, FP8>(t[u], bq, c);
+                idx_tile_max(c, (int64_t)bb[u] * BLOCK + w * 16, gid, p_cur, mx0, mx1);
+                idx_rows_max(mx0, mx1);
             }
             if (lane < 2) red[u][w][2 * lane] = mx0, red[u][w][2 * lane + 1] = mx1; /* heads (0,1) / (2,3) */
         }

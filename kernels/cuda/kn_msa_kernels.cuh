@@ -75,7 +75,7 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
  * benchmarks can compare settings in one run: KN_CUDA_FUSED_DECODE (default on), KN_CUDA_PDL (on),
  * KN_CUDA_STEAL (off: measured slower, see docs/design/cuda.md). */
 int kn_cuda_knob(const char *name, int dflt);
-/* The same for a small non-negative integer setting (unset or not a number: dflt). KN_CUDA_IDX picks the
+/* The same for an integer setting (unset or empty: dflt, else atoi). KN_CUDA_IDX picks the
  * decode index scan: unset = automatic (see kn_index_scores_decode), 0 persistent with chunks of 8 pages per
  * CTA, 1 persistent with an even split over 2 x SMs CTAs, 2 one short CTA per page
  * (kn_msa_index_decode_pages.cu; FP8: two pages), 3 a persistent grid-stride stream over (query, page) items

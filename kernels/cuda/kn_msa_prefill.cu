@@ -322,19 +322,11 @@ __global__ void k_pf_merge(const uint16_t *__restrict__ part_o, const float *__r
     *(uint2 *)dst = make_uint2(kn_pack_bf16(o[0] * inv, o[1] * inv), kn_pack_bf16(o[2] * inv, o[3] * inv));
 }
 
-/* An integer knob from the environment (unset or empty: dflt); read at each call like kn_cuda_knob. */
-static int pf_knob_int(const char *name, int dflt)
-{
-    const char *e = getenv(name);
-    if (!e || !e[0]) return dflt;
-    return atoi(e);
-}
-
 /* The union kernel's variant: KN_CUDA_UNION_KERNEL when set, else KN_CUDA_UNION_OVERLAP=1 (the overlap
  * variant), else the default. */
 static int pf_union_kernel(void)
 {
-    const int v = pf_knob_int("KN_CUDA_UNION_KERNEL", -1);
+    const int v = kn_cuda_knob_int("KN_CUDA_UNION_KERNEL", -1);
     if (v >= 0) return v;
     return kn_cuda_knob("KN_CUDA_UNION_OVERLAP", KN_PF_UNION_OVERLAP) ? KN_PF_UK_OVERLAP : KN_PF_UNION_KERNEL;
 }
@@ -378,7 +370,7 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
           "kn_cuda attention (prefill): memset");
     if (kn_cuda_knob("KN_CUDA_PREFILL_UNION", 1) && kn_pf_union_supported(sh, qb, ks)) {
         const int32_t rc = kn_pf_union_launch(sh, qb, c, q, sel, sel_stride, ks,
-                                              pf_knob_int("KN_CUDA_UNION_MIN", KN_PF_UNION_MIN_EFF),
+                                              kn_cuda_knob_int("KN_CUDA_UNION_MIN", KN_PF_UNION_MIN_EFF),
                                               pf_union_kernel(), out, w.handled, w.union_ws, stream, err);
         if (rc) return rc;
     }
