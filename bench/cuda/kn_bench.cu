@@ -892,32 +892,82 @@ static double union_stats(const int32_t *sel, int64_t L, int32_t min_eff, double
     return (double)rows_taken / ((double)G * L);
 }
 
+/* The hybrid route's view (KN_CUDA_UNION_RARE, every tile taking it): a warpgroup drops a block only one of
+ * its 4 queries chose, that pair going to the pair path. *eff: the pairs left to the union over what it
+ * computes; returns the fraction of selected pairs that are rare. */
+static double rare_stats(const int32_t *sel, int64_t L, double *eff, double *computed)
+{
+    const int32_t G = M3.n_kv, K = M3.topk;
+    int64_t pairs_all = 0, rare_all = 0, comp_all = 0;
+    for (int32_t g = 0; g < G; g++)
+        for (int64_t i0 = 0; i0 < L; i0 += 8) {
+            int32_t blk[8 * 32], nb = 0;
+            uint32_t mask[8 * 32];
+            const int32_t cnt = L - i0 < 8 ? (int32_t)(L - i0) : 8;
+            for (int32_t q = 0; q < cnt; q++)
+                for (int32_t j = 0; j < K; j++) {
+                    const int32_t b = sel[((int64_t)g * L + i0 + q) * K + j];
+                    if (b < 0) continue;
+                    pairs_all++;
+                    int32_t m = 0;
+                    while (m < nb && blk[m] != b) m++;
+                    if (m == nb) blk[nb] = b, mask[nb++] = 0;
+                    mask[m] |= 1u << q;
+                }
+            for (int32_t m = 0; m < nb; m++)
+                for (int h = 0; h < 2; h++) {
+                    const int c = __builtin_popcount(mask[m] & (0xFu << (4 * h)));
+                    if (c == 1) rare_all++;
+                    if (c >= 2) comp_all += 4;
+                }
+        }
+    *eff = comp_all ? (double)(pairs_all - rare_all) / comp_all : 0;
+    *computed = (double)comp_all * (M3.n_heads / M3.n_kv) * M3.block * 4.0 * M3.head_dim;
+    return pairs_all ? (double)rare_all / pairs_all : 0;
+}
+
 /* the attention routes compared in one run (KN_CUDA_* knobs of kn_msa_prefill.cu; kernel: the union
  * kernel's variant, KN_PF_UK_*: 0 plain, 1 overlap, 2 pingpong, 3 pingpong + fast softmax, 4 fast softmax,
- * 5 score-only pingpong + fast softmax, 6 fast softmax + value product in halves, 7 in quarters) */
+ * 5 score-only pingpong + fast softmax, 6 fast softmax + value product in halves, 7 in quarters, 8 fast
+ * softmax with the next block's score product issued behind the value product (lookahead); rare:
+ * KN_CUDA_UNION_RARE, the hybrid route; merge: KN_CUDA_PF_MERGE, 1 = one warp per (query, group) row; plan:
+ * KN_CUDA_UNION_PLAN, 0 = the plan kernel's first version; dyn: KN_CUDA_UNION_DYN, 1 = items from a counter)
+ */
 struct pf_route {
-    const char *name, *use_union, *min_eff, *kernel;
+    const char *name, *use_union, *min_eff, *kernel, *rare, *merge, *plan, *dyn;
 };
 static const struct pf_route g_pf_routes[] = {
-    {"pairs only (previous design)", "0", NULL, NULL},
-    {"union + pairs (default)", NULL, NULL, NULL},
-    {"union everywhere", NULL, "0", NULL},
-    {"union + pairs, plain", NULL, NULL, "0"},
-    {"union + pairs, overlap", NULL, NULL, "1"},
-    {"union + pairs, pingpong", NULL, NULL, "2"},
-    {"union + pairs, pingpong fast", NULL, NULL, "3"},
-    {"union + pairs, fast", NULL, NULL, "4"},
-    {"union + pairs, pingpong S fast", NULL, NULL, "5"},
-    {"union + pairs, split", NULL, NULL, "6"},
-    {"union + pairs, split4", NULL, NULL, "7"},
-    {"union everywhere, plain", NULL, "0", "0"},
-    {"union everywhere, pingpong", NULL, "0", "2"},
-    {"union everywhere, pingpong fast", NULL, "0", "3"},
-    {"union everywhere, fast", NULL, "0", "4"},
-    {"union everywhere, pingpong S fast", NULL, "0", "5"},
-    {"union everywhere, split", NULL, "0", "6"},
-    {"union everywhere, split4", NULL, "0", "7"},
-    {"union + pairs at 40%", NULL, "40", NULL},
+    {"pairs only (previous design)", "0", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs (default)", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere", NULL, "0", NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, plain", NULL, NULL, "0", NULL, NULL, NULL, NULL},
+    {"union + pairs, overlap", NULL, NULL, "1", NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong", NULL, NULL, "2", NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong fast", NULL, NULL, "3", NULL, NULL, NULL, NULL},
+    {"union + pairs, fast", NULL, NULL, "4", NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong S fast", NULL, NULL, "5", NULL, NULL, NULL, NULL},
+    {"union + pairs, split", NULL, NULL, "6", NULL, NULL, NULL, NULL},
+    {"union + pairs, split4", NULL, NULL, "7", NULL, NULL, NULL, NULL},
+    {"union + pairs, previous default", NULL, NULL, NULL, "0", "0", "0", NULL},
+    {"union + pairs, rare", NULL, NULL, NULL, "1", "0", NULL, NULL},
+    {"union + pairs, row merge", NULL, NULL, NULL, "0", "1", NULL, NULL},
+    {"union + pairs, rare + row merge", NULL, NULL, NULL, "1", "1", NULL, NULL},
+    {"pairs only, row merge", "0", NULL, NULL, NULL, "1", NULL, NULL},
+    {"union everywhere, plain", NULL, "0", "0", NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong", NULL, "0", "2", NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong fast", NULL, "0", "3", NULL, NULL, NULL, NULL},
+    {"union everywhere, fast", NULL, "0", "4", NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong S fast", NULL, "0", "5", NULL, NULL, NULL, NULL},
+    {"union everywhere, split", NULL, "0", "6", NULL, NULL, NULL, NULL},
+    {"union everywhere, split4", NULL, "0", "7", NULL, NULL, NULL, NULL},
+    {"union everywhere, rare", NULL, "0", NULL, "1", NULL, NULL, NULL},
+    {"union + pairs at 40%", NULL, "40", NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, lookahead", NULL, NULL, "8", NULL, NULL, NULL, NULL},
+    {"union everywhere, lookahead", NULL, "0", "8", NULL, NULL, NULL, NULL},
+    {"union + pairs, lookahead, no rare", NULL, NULL, "8", "0", NULL, NULL, NULL},
+    {"union + pairs, plan v0", NULL, NULL, NULL, NULL, NULL, "0", NULL},
+    {"union + pairs, dynamic order", NULL, NULL, NULL, NULL, NULL, NULL, "1"},
+    {"union + pairs, lookahead + dynamic order", NULL, NULL, "8", NULL, NULL, NULL, "1"},
 };
 enum {
     PF_R_PAIRS = 0,
@@ -927,13 +977,33 @@ enum {
     PF_R_FAST = 7,
     PF_R_PPS_FAST = 8,
     PF_R_SPLIT = 9,
-    PF_R_SPLIT4 = 10
+    PF_R_SPLIT4 = 10,
+    PF_R_OLD = 11,
+    PF_R_RARE = 12,
+    PF_R_ROWM = 13,
+    PF_R_RARE_ROWM = 14,
+    PF_R_PAIRS_ROWM = 15,
+    PF_R_OVL = 4,
+    PF_R_LA = 25,
+    PF_R_LA_NORARE = 27,
+    PF_R_PLAN0 = 28,
+    PF_R_DYN = 29,
+    PF_R_LA_DYN = 30
 };
 
-/* KN_BENCH_PF_KERNELS=<digits>: measure only routes whose union kernel variant is listed (or unset) */
+/* KN_BENCH_PF_KERNELS=<digits>: measure only routes whose union kernel variant is listed (or unset);
+ * KN_BENCH_PF_NODYN=1: none with the dynamic item order; KN_BENCH_PF_ONLY=<i,j,...>: only these routes
+ * (indices into g_pf_routes) */
 static int pf_route_on(const struct pf_route *r)
 {
-    const char *k = getenv("KN_BENCH_PF_KERNELS");
+    const char *k = getenv("KN_BENCH_PF_KERNELS"), *only = getenv("KN_BENCH_PF_ONLY");
+    if (r->dyn && getenv("KN_BENCH_PF_NODYN")) return 0;
+    if (only) {
+        char list[256], key[16];
+        snprintf(list, sizeof list, ",%s,", only);
+        snprintf(key, sizeof key, ",%d,", (int)(r - g_pf_routes));
+        if (!strstr(list, key)) return 0;
+    }
     return !k || !r->kernel || strchr(k, r->kernel[0]) != NULL;
 }
 
@@ -943,9 +1013,43 @@ static void pf_set_route(const struct pf_route *r)
     unsetenv("KN_CUDA_UNION_MIN");
     unsetenv("KN_CUDA_UNION_OVERLAP");
     unsetenv("KN_CUDA_UNION_KERNEL");
+    unsetenv("KN_CUDA_UNION_RARE");
+    unsetenv("KN_CUDA_PF_MERGE");
+    unsetenv("KN_CUDA_UNION_PLAN");
+    unsetenv("KN_CUDA_UNION_DYN");
     if (r && r->use_union) setenv("KN_CUDA_PREFILL_UNION", r->use_union, 1);
     if (r && r->min_eff) setenv("KN_CUDA_UNION_MIN", r->min_eff, 1);
     if (r && r->kernel) setenv("KN_CUDA_UNION_KERNEL", r->kernel, 1);
+    if (r && r->rare) setenv("KN_CUDA_UNION_RARE", r->rare, 1);
+    if (r && r->merge) setenv("KN_CUDA_PF_MERGE", r->merge, 1);
+    if (r && r->plan) setenv("KN_CUDA_UNION_PLAN", r->plan, 1);
+    if (r && r->dyn) setenv("KN_CUDA_UNION_DYN", r->dyn, 1);
+}
+
+/* KN_BENCH_PF_REPEAT=n (1-9, default 1): every route of a configuration timed in n interleaved rounds, the
+ * median reported (with the lowest and highest when n > 1), so drifts of the machine during the process hit
+ * every route alike */
+static int pf_repeats(void)
+{
+    const char *e = getenv("KN_BENCH_PF_REPEAT");
+    const int n = e ? atoi(e) : 1;
+    return n < 1 ? 1 : n > 9 ? 9 : n;
+}
+
+static double pf_median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            const double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* whether a route takes the hybrid route (KN_CUDA_UNION_RARE unset means the library default: on) */
+static int pf_route_hybrid(const struct pf_route *r)
+{
+    return !(r->use_union && !strcmp(r->use_union, "0")) && !(r->rare && !strcmp(r->rare, "0"));
 }
 
 static void bench_prefill(void)
@@ -953,6 +1057,8 @@ static void bench_prefill(void)
     printf(
         "== sparse prefill attention (given selections): tile-union wgmma route and KV-block-major pairs\n");
     static const int64_t Ls[] = {65536, 131072, 262144};
+    enum { NRT = sizeof g_pf_routes / sizeof g_pf_routes[0] };
+    const int reps = pf_repeats();
     for (int li = 0; li < 3; li++) {
         const int64_t L = g_quick ? Ls[li] / 16 : Ls[li];
         struct pf_arg a;
@@ -970,18 +1076,38 @@ static void bench_prefill(void)
             if (structured) emit("sparse prefill", cfg, "shared w/ tile", 100.0 * overlap, "%");
             emit("sparse prefill", cfg, "union efficiency", 100.0 * eff, "%");
             emit("sparse prefill", cfg, "rows by union at 50%", 100.0 * taken, "%");
-            for (size_t r = 0; r < sizeof g_pf_routes / sizeof g_pf_routes[0]; r++) {
+            double eff_h = 0, computed_h = 0;
+            const double rare_frac = rare_stats(sel, L, &eff_h, &computed_h);
+            emit("sparse prefill", cfg, "hybrid: rare pairs", 100.0 * rare_frac, "%");
+            emit("sparse prefill", cfg, "hybrid: union efficiency", 100.0 * eff_h, "%");
+            static double ms_r[NRT][9];
+            for (int rep = 0; rep < reps; rep++)
+                for (size_t r = 0; r < NRT; r++) {
+                    if (!pf_route_on(&g_pf_routes[r])) continue;
+                    pf_set_route(&g_pf_routes[r]);
+                    ms_r[r][rep] = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
+                }
+            for (size_t r = 0; r < NRT; r++) {
                 if (!pf_route_on(&g_pf_routes[r])) continue;
-                pf_set_route(&g_pf_routes[r]);
-                double ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
+                const double ms = pf_median(ms_r[r], reps); /* sorts: [0] fastest */
                 char name[128];
                 snprintf(name, sizeof name, "%s: time", g_pf_routes[r].name);
                 emit("sparse prefill", cfg, name, ms, "ms");
                 snprintf(name, sizeof name, "%s: effective", g_pf_routes[r].name);
                 emit("sparse prefill", cfg, name, flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+                if (reps > 1) {
+                    snprintf(name, sizeof name, "%s: effective, slowest round", g_pf_routes[r].name);
+                    emit("sparse prefill", cfg, name, flops / (ms_r[r][reps - 1] * 1e-3) / 1e12, "TFLOP/s");
+                    snprintf(name, sizeof name, "%s: effective, fastest round", g_pf_routes[r].name);
+                    emit("sparse prefill", cfg, name, flops / (ms_r[r][0] * 1e-3) / 1e12, "TFLOP/s");
+                }
                 if (g_pf_routes[r].min_eff && !strcmp(g_pf_routes[r].min_eff, "0")) {
+                    /* the union route's dense-equivalent FLOPs over the whole time (the hybrid's pairs
+                     * included in the time, not in the FLOPs) */
                     snprintf(name, sizeof name, "%s: computed", g_pf_routes[r].name);
-                    emit("sparse prefill", cfg, name, computed / (ms * 1e-3) / 1e12, "TFLOP/s");
+                    emit("sparse prefill", cfg, name,
+                         (pf_route_hybrid(&g_pf_routes[r]) ? computed_h : computed) / (ms * 1e-3) / 1e12,
+                         "TFLOP/s");
                 }
             }
             pf_set_route(NULL);
@@ -1443,23 +1569,36 @@ static void bench_layer(void)
             sel_flops *= 2.0 * M3.n_idx_heads * M3.idx_dim;
             /* the default kernel (knob unset): its select time gives the attention rate below, and its
              * selections stay in a.sel for the overlap measurement */
-            a.what = 2;
-            double sel_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
-            a.what = 3;
-            double msa_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
-            pf_set_route(&g_pf_routes[PF_R_PAIRS]); /* the previous attention design, same run */
-            double msa_pairs_ms = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
             /* the union kernel's variants (default threshold) */
-            static const int kv_route[7] = {PF_R_PLAIN,    PF_R_PP,    PF_R_PP_FAST, PF_R_FAST,
-                                            PF_R_PPS_FAST, PF_R_SPLIT, PF_R_SPLIT4};
-            double msa_kv_ms[7];
-            for (int k = 0; k < 7; k++) {
-                msa_kv_ms[k] = NAN;
-                if (!pf_route_on(&g_pf_routes[kv_route[k]])) continue;
-                pf_set_route(&g_pf_routes[kv_route[k]]);
-                msa_kv_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+            static const int kv_route[] = {
+                PF_R_PLAIN,  PF_R_PP,  PF_R_PP_FAST,   PF_R_FAST,  PF_R_PPS_FAST,  PF_R_SPLIT,
+                PF_R_SPLIT4, PF_R_OLD, PF_R_RARE,      PF_R_ROWM,  PF_R_RARE_ROWM, PF_R_PAIRS_ROWM,
+                PF_R_OVL,    PF_R_LA,  PF_R_LA_NORARE, PF_R_PLAN0, PF_R_DYN,       PF_R_LA_DYN};
+            enum { NKV = sizeof kv_route / sizeof kv_route[0] };
+            /* select alone, the default route, the pair path alone (the previous design) and the variants,
+             * in KN_BENCH_PF_REPEAT interleaved rounds (medians) */
+            const int reps = pf_repeats();
+            double sel_r[9], msa_r[9], pairs_r[9], msa_kv_ms[NKV];
+            static double kv_r[NKV][9];
+            for (int rep = 0; rep < reps; rep++) {
+                pf_set_route(NULL);
+                a.what = 2;
+                sel_r[rep] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+                a.what = 3;
+                msa_r[rep] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+                pf_set_route(&g_pf_routes[PF_R_PAIRS]);
+                pairs_r[rep] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+                for (int k = 0; k < NKV; k++) {
+                    if (!pf_route_on(&g_pf_routes[kv_route[k]])) continue;
+                    pf_set_route(&g_pf_routes[kv_route[k]]);
+                    kv_r[k][rep] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
+                }
             }
             pf_set_route(NULL);
+            const double sel_ms = pf_median(sel_r, reps), msa_ms = pf_median(msa_r, reps),
+                         msa_pairs_ms = pf_median(pairs_r, reps);
+            for (int k = 0; k < NKV; k++)
+                msa_kv_ms[k] = pf_route_on(&g_pf_routes[kv_route[k]]) ? pf_median(kv_r[k], reps) : NAN;
             /* measured overlap of the selections the index produced, and their useful FLOPs */
             int32_t *sel = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)M3.n_kv * L * M3.topk);
             int32_t *tmp =
@@ -1487,7 +1626,13 @@ static void bench_layer(void)
                         pairs++;
                     }
                 }
-            double flops = sparse_flops(sel, L);
+            double flops = sparse_flops(sel, L), ueff = 0, ucomp = 0, heff = 0;
+            union_stats(sel, L, 50, &ueff, &ucomp);
+            double hcomp = 0;
+            const double rare_frac = rare_stats(sel, L, &heff, &hcomp);
+            emit("layer", cfg, "union efficiency", 100.0 * ueff, "%");
+            emit("layer", cfg, "hybrid: rare pairs", 100.0 * rare_frac, "%");
+            emit("layer", cfg, "hybrid: union efficiency", 100.0 * heff, "%");
             free(sel), free(tmp);
             emit("layer", cfg, "neighbour overlap", pairs ? 100.0 * pair / pairs : 0, "%");
             emit("layer", cfg, "select (fused)", sel_ms, "ms");
@@ -1507,7 +1652,7 @@ static void bench_layer(void)
             emit("layer", cfg, "MSA total", msa_ms, "ms");
             emit("layer", cfg, "attention eff.", flops / ((msa_ms - sel_ms) * 1e-3) / 1e12, "TFLOP/s");
             emit("layer", cfg, "MSA total, pairs only (previous design)", msa_pairs_ms, "ms");
-            for (int k = 0; k < 7; k++) {
+            for (int k = 0; k < NKV; k++) {
                 char name[128];
                 snprintf(name, sizeof name, "MSA total, %s", g_pf_routes[kv_route[k]].name);
                 emit("layer", cfg, name, msa_kv_ms[k], "ms");

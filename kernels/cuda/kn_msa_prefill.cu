@@ -21,7 +21,9 @@
  * Knobs (read at each call, for benchmarks): KN_CUDA_PREFILL_UNION=0 turns the union route off;
  * KN_CUDA_UNION_MIN=<percent> sets its minimum efficiency (0: every tile whose union fits; 101: none);
  * KN_CUDA_UNION_OVERLAP=0/1 picks the union kernel's variant, KN_CUDA_UNION_KERNEL=0..7 (KN_PF_UK_*, when
- * set) any of them. */
+ * set) any of them; KN_CUDA_UNION_RARE=1 the hybrid route (blocks only one query of a union warpgroup chose
+ * go through the pairs, merged by the union kernel: kn_msa_prefill_union.cuh); KN_CUDA_PF_MERGE=1 the merge
+ * with one warp per (query, group) row. */
 #include <stdlib.h>
 
 #include "kn_attn_warp.cuh"
@@ -36,6 +38,9 @@
 #define PF_Q_BYTES (16 * AW_ROW_BYTES)
 #define PF_SMEM (PF_Q_OFF + PF_WARPS * 2 * PF_Q_BYTES)
 #define PF_SCAN_THREADS 1024
+/* Default of KN_CUDA_PF_MERGE: 0 one warp per (query, head), 1 one warp per (query, group) row (the default
+ * since pf run 1: +1 to +3 % where the union route takes most rows, level in the random regime) */
+#define KN_PF_MERGE_ROWS 1
 
 struct pf_ws {
     int32_t *counts, *fill, *offsets, *tile_off, *list;
@@ -86,20 +91,22 @@ __device__ __forceinline__ int64_t pf_bucket(int32_t b, int32_t g, int32_t i, co
     return (int64_t)g * total_blocks + seq_blk_off[qseq[i]] + b;
 }
 
-/* 1 and 3: one thread per (group, query, slot) of the rows not handled; scatter = 0 counts, 1 places the
- * pair */
+/* 1 and 3: one thread per (group, query, slot) of the rows not handled (and the rare slots of hybrid rows);
+ * scatter = 0 counts, 1 places the pair */
 __global__ void k_pf_bucket(const int32_t *__restrict__ sel, int32_t sel_stride, int32_t ks, int32_t n,
                             int32_t n_kv, const int32_t *__restrict__ qseq, const int64_t *__restrict__ pos,
                             const int32_t *__restrict__ seq_blk_off, int32_t total_blocks, int32_t block,
-                            const uint8_t *__restrict__ handled, int32_t *__restrict__ counts,
-                            const int32_t *__restrict__ offsets, int32_t *__restrict__ fill,
-                            int32_t *__restrict__ list, int scatter)
+                            const uint8_t *__restrict__ handled, const uint32_t *__restrict__ rare,
+                            int32_t *__restrict__ counts, const int32_t *__restrict__ offsets,
+                            int32_t *__restrict__ fill, int32_t *__restrict__ list, int scatter)
 {
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (int64_t)n_kv * n * ks) return;
     const int32_t slot = (int32_t)(t % ks);
     const int64_t gi = t / ks;
-    if (handled[gi]) return;
+    const uint8_t hd = handled[gi];
+    /* 1: the union route did the row; 2: the hybrid route did all but its rare slots */
+    if (hd == 1 || (hd == 2 && !((rare[gi] >> slot) & 1u))) return;
     const int32_t i = (int32_t)(gi % n), g = (int32_t)(gi / n);
     const int32_t b = sel[gi * sel_stride + slot];
     const int64_t bucket = pf_bucket(b, g, i, qseq, pos, seq_blk_off, total_blocks, block);
@@ -273,25 +280,14 @@ __global__ void __launch_bounds__(PF_THREADS, 2) k_pf_attn(const pf_args a)
     kn_cp_async_wait<0>();
 }
 
-/* 5: one warp per (query, head) of the rows not handled: combine the valid slots of its selection row */
-__global__ void k_pf_merge(const uint16_t *__restrict__ part_o, const float *__restrict__ part_l,
-                           const int32_t *__restrict__ sel, int32_t sel_stride, int32_t ks,
-                           const int64_t *__restrict__ pos, int32_t block, int32_t n, int32_t n_heads,
-                           int32_t n_kv, int32_t hpg, const uint8_t *__restrict__ handled,
-                           uint16_t *__restrict__ out)
+/* 5: merge of one (query i, head row of group g): combine the valid slots of its selection row */
+__device__ __forceinline__ void pf_merge_one(const uint16_t *__restrict__ part_o,
+                                             const float *__restrict__ part_l, bool ok, int32_t ks, int32_t i,
+                                             int32_t g, int32_t row, int32_t n_heads, int32_t n_kv,
+                                             int32_t hpg, int lane, uint16_t *__restrict__ out)
 {
-    const int lane = threadIdx.x & 31;
-    const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (item >= (int64_t)n * n_heads) return;
-    const int32_t i = (int32_t)(item / n_heads), h = (int32_t)(item % n_heads);
-    const int32_t g = h / hpg, row = h % hpg;
-    if (handled[(int64_t)g * n + i]) return;
-    const int32_t *sr = sel + ((int64_t)g * n + i) * sel_stride;
-    const int64_t own = pos[i] / block;
     const int64_t pr0 = ((int64_t)i * n_kv + g) * ks;
     /* lane j holds slot j's weight (ks <= 32): one round of loads, then the rows 4 at a time */
-    const int32_t b = lane < ks ? sr[lane] : -1;
-    const bool ok = b >= 0 && b <= own;
     const float lj = ok ? part_l[(pr0 + lane) * 16 + row] : -INFINITY;
     const float mm = kn_warp_max(lj);
     const float msafe = mm == -INFINITY ? 0.0f : mm;
@@ -318,8 +314,48 @@ __global__ void k_pf_merge(const uint16_t *__restrict__ part_o, const float *__r
         }
     }
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    uint16_t *dst = out + ((int64_t)i * n_heads + h) * AW_D + 4 * lane;
+    uint16_t *dst = out + ((int64_t)i * n_heads + (int64_t)g * hpg + row) * AW_D + 4 * lane;
     *(uint2 *)dst = make_uint2(kn_pack_bf16(o[0] * inv, o[1] * inv), kn_pack_bf16(o[2] * inv, o[3] * inv));
+}
+
+/* 5: one warp per (query, head) of the rows not handled */
+__global__ void k_pf_merge(const uint16_t *__restrict__ part_o, const float *__restrict__ part_l,
+                           const int32_t *__restrict__ sel, int32_t sel_stride, int32_t ks,
+                           const int64_t *__restrict__ pos, int32_t block, int32_t n, int32_t n_heads,
+                           int32_t n_kv, int32_t hpg, const uint8_t *__restrict__ handled,
+                           uint16_t *__restrict__ out)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (item >= (int64_t)n * n_heads) return;
+    const int32_t i = (int32_t)(item / n_heads), h = (int32_t)(item % n_heads);
+    const int32_t g = h / hpg, row = h % hpg;
+    if (handled[(int64_t)g * n + i]) return;
+    const int32_t *sr = sel + ((int64_t)g * n + i) * sel_stride;
+    const int32_t b = lane < ks ? sr[lane] : -1;
+    const bool ok = b >= 0 && b <= pos[i] / block;
+    pf_merge_one(part_o, part_l, ok, ks, i, g, row, n_heads, n_kv, hpg, lane, out);
+}
+
+/* 5, KN_CUDA_PF_MERGE=1: one warp per (query, group) row, its heads in turn: 1/hpg of the CTAs, so rows the
+ * union route handled cost one flag load per row instead of a CTA launch per 8 heads. */
+__global__ void k_pf_merge_rows(const uint16_t *__restrict__ part_o, const float *__restrict__ part_l,
+                                const int32_t *__restrict__ sel, int32_t sel_stride, int32_t ks,
+                                const int64_t *__restrict__ pos, int32_t block, int32_t n, int32_t n_heads,
+                                int32_t n_kv, int32_t hpg, const uint8_t *__restrict__ handled,
+                                uint16_t *__restrict__ out)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= (int64_t)n * n_kv) return;
+    const int32_t i = (int32_t)(r / n_kv), g = (int32_t)(r % n_kv);
+    if (handled[(int64_t)g * n + i]) return;
+    const int32_t *sr = sel + ((int64_t)g * n + i) * sel_stride;
+    const int32_t b = lane < ks ? sr[lane] : -1;
+    const bool ok = b >= 0 && b <= pos[i] / block;
+#pragma unroll 2
+    for (int32_t row = 0; row < hpg; row++)
+        pf_merge_one(part_o, part_l, ok, ks, i, g, row, n_heads, n_kv, hpg, lane, out);
 }
 
 /* The union kernel's variant: KN_CUDA_UNION_KERNEL when set, else KN_CUDA_UNION_OVERLAP=1 (the overlap
@@ -368,22 +404,30 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     /* rows no union tile covers (all, without the route) stay with the pair path */
     KN_CU(cudaMemsetAsync(w.handled, 0, (size_t)sh->n_kv * qb->n, stream),
           "kn_cuda attention (prefill): memset");
-    if (kn_cuda_knob("KN_CUDA_PREFILL_UNION", 1) && kn_pf_union_supported(sh, qb, ks)) {
-        const int32_t rc = kn_pf_union_launch(sh, qb, c, q, sel, sel_stride, ks,
-                                              kn_cuda_knob_int("KN_CUDA_UNION_MIN", KN_PF_UNION_MIN_EFF),
-                                              pf_union_kernel(), out, w.handled, w.union_ws, stream, err);
+    /* the union route: plan, then (without the hybrid route) its kernel; with the hybrid route the pair path
+     * runs first, since the union kernel merges the rare pairs' partials into its output */
+    const int use_union = kn_cuda_knob("KN_CUDA_PREFILL_UNION", 1) && kn_pf_union_supported(sh, qb, ks);
+    const int hybrid = use_union && kn_cuda_knob("KN_CUDA_UNION_RARE", KN_PF_UNION_RARE);
+    const struct kn_pf_union_rare rare = {w.part_o, w.part_l};
+    const int32_t min_eff = kn_cuda_knob_int("KN_CUDA_UNION_MIN", KN_PF_UNION_MIN_EFF);
+    if (use_union) {
+        const int32_t rc = kn_pf_union_launch(
+            sh, qb, c, q, sel, sel_stride, ks, min_eff, pf_union_kernel(), out, w.handled, w.union_ws,
+            hybrid ? &rare : NULL, hybrid ? KN_PF_UNION_PLAN : KN_PF_UNION_PLAN | KN_PF_UNION_ATTEND, stream,
+            err);
         if (rc) return rc;
     }
+    const uint32_t *rare_masks = hybrid ? kn_pf_union_rare_masks(sh, qb, w.union_ws) : NULL;
     const unsigned pb = (unsigned)kn_cdiv(pairs, 256);
     k_pf_bucket<<<pb, 256, 0, stream>>>(sel, sel_stride, ks, qb->n, sh->n_kv, qb->qseq, qb->pos,
-                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.handled, w.counts,
-                                        w.offsets, w.fill, w.list, 0);
+                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.handled, rare_masks,
+                                        w.counts, w.offsets, w.fill, w.list, 0);
     KN_LAUNCHED("kn_cuda attention (prefill count)");
     k_pf_scan<<<1, PF_SCAN_THREADS, 0, stream>>>(w.counts, nb, w.offsets, w.tile_off);
     KN_LAUNCHED("kn_cuda attention (prefill scan)");
     k_pf_bucket<<<pb, 256, 0, stream>>>(sel, sel_stride, ks, qb->n, sh->n_kv, qb->qseq, qb->pos,
-                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.handled, w.counts,
-                                        w.offsets, w.fill, w.list, 1);
+                                        qb->seq_blk_off, qb->total_blocks, sh->block, w.handled, rare_masks,
+                                        w.counts, w.offsets, w.fill, w.list, 1);
     KN_LAUNCHED("kn_cuda attention (prefill scatter)");
     k_pf_tiles<<<(unsigned)kn_cdiv(nb, 256), 256, 0, stream>>>(w.counts, w.offsets, w.tile_off, nb, w.tiles);
     KN_LAUNCHED("kn_cuda attention (prefill tiles)");
@@ -418,10 +462,23 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     if (grid > max_tiles) grid = max_tiles;
     k_pf_attn<<<(unsigned)grid, PF_THREADS, PF_SMEM, stream>>>(a);
     KN_LAUNCHED("kn_cuda attention (prefill)");
-    const int64_t items = (int64_t)qb->n * sh->n_heads;
-    k_pf_merge<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(w.part_o, w.part_l, sel, sel_stride, ks,
-                                                                qb->pos, sh->block, qb->n, sh->n_heads,
-                                                                sh->n_kv, a.hpg, w.handled, (uint16_t *)out);
+    if (hybrid) {
+        const int32_t rc =
+            kn_pf_union_launch(sh, qb, c, q, sel, sel_stride, ks, min_eff, pf_union_kernel(), out, w.handled,
+                               w.union_ws, &rare, KN_PF_UNION_ATTEND, stream, err);
+        if (rc) return rc;
+    }
+    if (kn_cuda_knob("KN_CUDA_PF_MERGE", KN_PF_MERGE_ROWS)) {
+        const int64_t rows = (int64_t)qb->n * sh->n_kv;
+        k_pf_merge_rows<<<(unsigned)kn_cdiv(rows, 8), 256, 0, stream>>>(
+            w.part_o, w.part_l, sel, sel_stride, ks, qb->pos, sh->block, qb->n, sh->n_heads, sh->n_kv, a.hpg,
+            w.handled, (uint16_t *)out);
+    } else {
+        const int64_t items = (int64_t)qb->n * sh->n_heads;
+        k_pf_merge<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(
+            w.part_o, w.part_l, sel, sel_stride, ks, qb->pos, sh->block, qb->n, sh->n_heads, sh->n_kv, a.hpg,
+            w.handled, (uint16_t *)out);
+    }
     KN_LAUNCHED("kn_cuda attention (prefill merge)");
     return MM_OK;
 }

@@ -30,6 +30,7 @@
  * share their blocks. efficiency = selected pairs / (4 x (blocks of warpgroup 0 + blocks of warpgroup 1));
  * an item below the threshold (or with more than 128 union blocks) is left to the KV-block-major pair path
  * (kn_msa_prefill.cu). Shapes: head_dim 128, block 128, 16 heads per group, ks <= 32. */
+#include "kn_msa_kernels.cuh"
 #include "kn_msa_prefill_union.cuh"
 #include "kn_wgmma.cuh"
 
@@ -43,13 +44,21 @@
 #define PU_STAGE_BYTES (2 * PU_KV_BYTES) /* K then V */
 #define PU_QWG_BYTES (64 * 256)          /* one warpgroup's Q: 64 rows */
 #define PU_PLAN_THREADS 256              /* >= PU_Q * ks */
+/* Hybrid route: what one pair costs on the pair path, in union (query, block) products (the union kernel
+ * computes ~400 dense-equivalent TFLOP/s, the pair path with its partials ~165 effective: 2.4, rounded up) */
+#define PU_RARE_COST 3
 /* shared memory: mbarriers and the per-stage (block, mask) words, then (1024-aligned) Q and the stages */
 #define PU_BAR_FULL 0
 #define PU_BAR_EMPTY (8 * PU_STAGES)
 #define PU_BAR_QFULL (16 * PU_STAGES)
 #define PU_BAR_QEMPTY (16 * PU_STAGES + 16)
 #define PU_META (16 * PU_STAGES + 32)
-#define PU_HEAD_BYTES (PU_META + 8 * PU_STAGES)
+/* dynamic item order (DYN): per consumer warpgroup its next item's header (16 bytes) and index (4), written
+ * by producer thread 0 before its extra arrival on the warpgroup's qfull; then the producers' fetched item */
+#define PU_ITEM_W ((PU_META + 8 * PU_STAGES + 15) & ~15)
+#define PU_PROD_W (PU_ITEM_W + 64)
+#define PU_HEAD_BYTES (PU_PROD_W + 16)
+#define PU_BAR_PROD 3 /* named barrier of the producer warpgroup (DYN) */
 #define PU_SMEM (PU_HEAD_BYTES + 1024 + 2 * PU_QWG_BYTES + PU_STAGES * PU_STAGE_BYTES)
 
 /* Workspace: item headers int4 [n_items] (x first query, y queries (<= 8), z union blocks (-1: not this
@@ -70,6 +79,12 @@ struct pu_args {
     uint16_t *out;
     uint8_t *handled;
     int4 *hdr, *uarr;
+    /* hybrid route (NULL: off): rare[g * n + i] = the slots of row (i, g) the pair path attends to; their
+     * partials (part_o, part_l: the pair path's, [i][g][slot][16 rows]) are merged into the output here */
+    uint32_t *rare;
+    const uint16_t *part_o;
+    const float *part_l;
+    int32_t *counter; /* dynamic item order: the next item to hand out (zeroed by the plan kernel) */
 };
 
 __device__ __forceinline__ void pu_cp_async_wait_all(void)
@@ -112,13 +127,28 @@ __device__ __forceinline__ void pu_turn_pass(int id)
 
 /* ---- plan: one CTA per item ---- */
 
-__global__ void __launch_bounds__(PU_PLAN_THREADS) k_pf_union_plan(const pu_args a)
+/* A warpgroup's bits of a block's query mask, dropped (hybrid route) when only one of its 4 queries chose
+ * the block: that warpgroup would compute 4 queries x 128 keys for one query's 128. */
+__device__ __forceinline__ uint32_t pu_keep_mask(uint32_t mask)
 {
-    __shared__ int32_t cand[PU_PLAN_THREADS];
-    __shared__ uint32_t cinfo[PU_PLAN_THREADS];
+    uint32_t k = mask;
+    if (__popc(mask & 0x0Fu) == 1) k &= 0xF0u;
+    if (__popc(mask & 0xF0u) == 1) k &= 0x0Fu;
+    return k;
+}
+
+/* V = 1 (the default): thread tid holds slot tid % 32 of query tid / 32 (rows padded to 32 slots, so no
+ * division by ks and 16-byte loads of 4 candidates), and a block's query mask is 8 row scans; V = 0, the
+ * first version: candidates packed (tid = query * ks + slot), every candidate compared one by one. */
+template <int V> __global__ void __launch_bounds__(PU_PLAN_THREADS) k_pf_union_plan(const pu_args a)
+{
+    __shared__ __align__(16) int32_t cand[PU_PLAN_THREADS];
+    __shared__ __align__(16) uint32_t cinfo[PU_PLAN_THREADS];
     __shared__ int32_t last[2];
+    __shared__ uint32_t rare_q[PU_Q];
     const int tid = threadIdx.x;
     const int32_t oct = (int32_t)blockIdx.x, g = (int32_t)blockIdx.y, item = g * a.n_oct + oct;
+    if (item == 0 && tid == 0) *a.counter = 0; /* the union kernel runs after this one, in stream order */
     const int32_t tile = oct >> 3, sub = oct & 7;
     const int32_t tcnt = a.tiles[2 * tile + 1];
     const int32_t i0 = a.tiles[2 * tile] + sub * PU_Q, cnt = min(PU_Q, tcnt - sub * PU_Q);
@@ -126,13 +156,15 @@ __global__ void __launch_bounds__(PU_PLAN_THREADS) k_pf_union_plan(const pu_args
         if (tid == 0) a.hdr[item] = make_int4(0, 0, -1, 0);
         return;
     }
-    const int32_t ks = a.ks, nc = PU_Q * ks, seq = a.qseq[i0];
+    const int32_t ks = a.ks, nc = V ? PU_PLAN_THREADS : PU_Q * ks, seq = a.qseq[i0];
     if (tid < 2) last[tid] = -1;
+    if (tid < PU_Q) rare_q[tid] = 0u;
     /* 1. candidates: every valid selected block of the 8 queries (-1 otherwise) */
-    int32_t b = -1;
+    int32_t b = -1, jq = 0, slot = 0;
     if (tid < nc) {
-        const int32_t jq = tid / ks, slot = tid - jq * ks;
-        if (jq < cnt) {
+        jq = V ? tid >> 5 : tid / ks;
+        slot = V ? tid & 31 : tid - jq * ks;
+        if (jq < cnt && slot < ks) {
             const int32_t i = i0 + jq;
             const int32_t x = a.sel[((int64_t)g * a.n + i) * a.sel_stride + slot];
             if (x >= 0 && (int64_t)x <= a.pos[i] / PU_BLK) b = x;
@@ -140,43 +172,102 @@ __global__ void __launch_bounds__(PU_PLAN_THREADS) k_pf_union_plan(const pu_args
         cand[tid] = b;
     }
     __syncthreads();
-    /* 2. first occurrence of each block and the mask of the queries that chose it */
-    uint32_t info = 0;
+    /* 2. first occurrence of each block and the mask of the queries that chose it; with the hybrid route
+     * (a.rare) also the mask without the warpgroups that only one query of theirs chose it for (bit 30: the
+     * block keeps some query) and whether this candidate's pair is such a rare one */
+    uint32_t info = 0, kmask = 0;
     if (tid < nc) {
         if (b >= 0) {
             uint32_t mask = 0, first = 1;
-            for (int32_t k = 0; k < nc; k++)
-                if (cand[k] == b) {
-                    mask |= 1u << (k / ks);
-                    if (k < tid) first = 0;
+            if (V) {
+                const int4 *c4 = (const int4 *)cand;
+                for (int q2 = 0; q2 < PU_Q; q2++) {
+                    bool hit = false;
+                    for (int32_t j4 = 0; j4 < ks; j4 += 4) {
+                        const int4 c = c4[q2 * 8 + (j4 >> 2)];
+                        hit |= (c.x == b) | (c.y == b) | (c.z == b) | (c.w == b);
+                    }
+                    mask |= (uint32_t)hit << q2;
                 }
-            info = mask | (first << 31);
+                /* the first occurrence: no earlier query chose it, nor an earlier slot of this row (a row
+                 * with duplicate blocks must still give each block one union entry) */
+                bool dup = false;
+                for (int32_t j4 = 0; j4 < ks; j4 += 4) {
+                    const int4 c = c4[jq * 8 + (j4 >> 2)];
+                    dup |= (c.x == b && j4 < slot) | (c.y == b && j4 + 1 < slot) |
+                           (c.z == b && j4 + 2 < slot) | (c.w == b && j4 + 3 < slot);
+                }
+                first = !(mask & ((1u << jq) - 1u)) && !dup;
+            } else {
+                for (int32_t k = 0; k < nc; k++)
+                    if (cand[k] == b) {
+                        mask |= 1u << (k / ks);
+                        if (k < tid) first = 0;
+                    }
+            }
+            kmask = a.rare ? pu_keep_mask(mask) : mask;
+            info = mask | (first << 31) | ((kmask != 0u) << 30);
         }
         cinfo[tid] = info;
     }
-    __syncthreads();
-    /* 3. each first occurrence's rank among the distinct blocks = its place in the ascending union */
+    const uint32_t mask = info & 0xFFu;
     const int first = (int)(info >> 31);
-    int32_t rank = 0;
-    if (first) {
-        for (int32_t k = 0; k < nc; k++) rank += (cinfo[k] >> 31) && cand[k] < b;
-        if (info & 0x0Fu) atomicMax(&last[0], rank);
-        if (info & 0xF0u) atomicMax(&last[1], rank);
-    }
+    const bool rare = b >= 0 && !((kmask >> jq) & 1u);
     const int nu = __syncthreads_count(first);
     const int pairs = __syncthreads_count(b >= 0);
-    const int u0 = __syncthreads_count(first && (info & 0x0Fu)),
-              u1 = __syncthreads_count(first && (info & 0xF0u));
-    const int take = nu <= PU_UMAX && (u0 + u1 == 0 || pairs * 100 >= a.min_eff * 4 * (u0 + u1));
-    if (tid < cnt) a.handled[(int64_t)g * a.n + i0 + tid] = (uint8_t)take;
-    if (take && first) {
+    const int u0 = __syncthreads_count(first && (mask & 0x0Fu)),
+              u1 = __syncthreads_count(first && (mask & 0xF0u));
+    /* the hybrid route when it computes less: the rare pairs go to the pair path (priced at PU_RARE_COST
+     * union (query, block) products each) and are merged into this item's output by its consumers */
+    int hyb = 0, nk = 0;
+    if (a.rare) { /* uniform: the counts below are barriers every thread reaches */
+        const int rp = __syncthreads_count(rare);
+        const int k0 = __syncthreads_count(first && (kmask & 0x0Fu)),
+                  k1 = __syncthreads_count(first && (kmask & 0xF0u));
+        nk = __syncthreads_count(first && kmask != 0u);
+        hyb = rp > 0 && 4 * rp <= pairs && nk <= PU_UMAX && k0 + k1 > 0 &&
+              4 * (k0 + k1) + PU_RARE_COST * rp < 4 * (u0 + u1) &&
+              (pairs - rp) * 100 >= a.min_eff * 4 * (k0 + k1);
+    }
+    const int take = hyb || (nu <= PU_UMAX && (u0 + u1 == 0 || pairs * 100 >= a.min_eff * 4 * (u0 + u1)));
+    /* 3. each used first occurrence's rank among the used distinct blocks = its place in the ascending union
+     */
+    const uint32_t umask = hyb ? kmask : mask;
+    const bool used = first && umask != 0u;
+    int32_t rank = 0;
+    if (take && used) {
+        const uint32_t need = hyb ? 0xC0000000u : 0x80000000u;
+        if (V) {
+            const int4 *c4 = (const int4 *)cand;
+            const uint4 *f4 = (const uint4 *)cinfo;
+            for (int q2 = 0; q2 < PU_Q; q2++)
+                for (int32_t j4 = 0; j4 < ks; j4 += 4) {
+                    const int4 c = c4[q2 * 8 + (j4 >> 2)];
+                    const uint4 f = f4[q2 * 8 + (j4 >> 2)];
+                    rank += ((f.x & need) == need && c.x < b) + ((f.y & need) == need && c.y < b) +
+                            ((f.z & need) == need && c.z < b) + ((f.w & need) == need && c.w < b);
+                }
+        } else {
+            for (int32_t k = 0; k < nc; k++) rank += (cinfo[k] & need) == need && cand[k] < b;
+        }
+        if (umask & 0x0Fu) atomicMax(&last[0], rank);
+        if (umask & 0xF0u) atomicMax(&last[1], rank);
+    }
+    if (hyb && rare) atomicOr(&rare_q[jq], 1u << slot);
+    __syncthreads();
+    if (tid < cnt) {
+        a.handled[(int64_t)g * a.n + i0 + tid] = (uint8_t)(take ? (rare_q[tid] ? 2 : 1) : 0);
+        if (a.rare) a.rare[(int64_t)g * a.n + i0 + tid] = rare_q[tid];
+    }
+    if (take && used) {
         const int32_t page = a.bt[(int64_t)seq * a.bt_stride + b];
         int64_t valid = a.seq_last[seq] - (int64_t)b * PU_BLK + 1;
         valid = page < 0 ? 0 : valid < PU_BLK ? valid : PU_BLK;
         a.uarr[(int64_t)item * PU_UMAX + rank] =
-            make_int4(b, page < 0 ? 0 : page, (int32_t)((info & 0xFFu) | ((uint32_t)valid << 8)), 0);
+            make_int4(b, page < 0 ? 0 : page, (int32_t)((umask & 0xFFu) | ((uint32_t)valid << 8)), 0);
     }
-    if (tid == 0) a.hdr[item] = make_int4(i0, cnt, take ? nu : -1, (last[0] + 1) | ((last[1] + 1) << 16));
+    if (tid == 0)
+        a.hdr[item] = make_int4(i0, cnt, take ? (hyb ? nk : nu) : -1, (last[0] + 1) | ((last[1] + 1) << 16));
 }
 
 /* ---- the persistent union kernel ---- */
@@ -197,10 +288,38 @@ __device__ __forceinline__ void pu_load_q(const pu_args &a, int32_t g, int32_t i
     mb_arrive_cp_async(bar);
 }
 
+/* The next item this CTA works on (its header in h; false: none left). Static order (DYN = 0): items
+ * blockIdx.x, + gridDim.x, ... (item starts at blockIdx.x - gridDim.x); dynamic (DYN = 1, producer warpgroup
+ * only): thread 0 takes the next item from a global counter and shares it on a named barrier, so a CTA that
+ * got short items takes more (a static order ends when the CTA with the most work does). Items the plan
+ * declined are skipped. */
+template <int DYN>
+__device__ __forceinline__ bool pu_fetch(const pu_args &a, uint32_t s0, int pt, int32_t &item, int4 &h)
+{
+    for (;;) {
+        if (DYN) {
+            if (pt == 0) {
+                const int32_t x = atomicAdd(a.counter, 1);
+                asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(s0 + PU_PROD_W), "r"(x) : "memory");
+            }
+            wg_bar_sync(PU_BAR_PROD, 128);
+            asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(item) : "r"(s0 + PU_PROD_W) : "memory");
+            wg_bar_sync(PU_BAR_PROD, 128); /* every thread has read it before thread 0 writes the next */
+        } else {
+            item += gridDim.x;
+        }
+        if (item >= a.n_items) return false;
+        h = a.hdr[item];
+        if (h.z >= 0) return true;
+    }
+}
+
 /* The producer warpgroup (thread pt of 128): for each item, its first two union blocks, both Q tiles (once
  * the consumers are done with the previous ones), the other blocks. Thread pt copies 16-byte chunk
  * c = pt % 16 of rows r0 + 8j (r0 = pt / 16): the same swizzled column for all its rows, so each copy is a
- * constant offset from the last. Thread 0 also copies the block id and query mask into the stage's words. */
+ * constant offset from the last. Thread 0 also copies the block id and query mask into the stage's words,
+ * and (DYN) the item and its header into each consumer warpgroup's words, then an item -1 at the end. */
+template <int DYN>
 __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s, int pt)
 {
     const int c = pt & 15, r0 = pt >> 4;
@@ -208,10 +327,9 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
     const uint32_t dst0 = wg_sw128_off(r0, c, PU_BLK);
     int s = 0;
     uint32_t ph = 0;
-    int32_t blocks = 0, items = 0;
-    for (int32_t item = blockIdx.x; item < a.n_items; item += gridDim.x) {
-        const int4 h = a.hdr[item];
-        if (h.z < 0) continue;
+    int32_t blocks = 0, items = 0, item = DYN ? -1 : (int32_t)blockIdx.x - (int32_t)gridDim.x;
+    int4 h;
+    while (pu_fetch<DYN>(a, s0, pt, item, h)) {
         const int32_t g = item / a.n_oct, nu = h.z, pre = nu < 2 ? nu : 2;
         const int64_t off0 = ((int64_t)r0 * a.n_kv + g) * 256 + c * 16; /* in a page, from its base */
         const int4 *ua = a.uarr + (int64_t)item * PU_UMAX;
@@ -219,8 +337,16 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
             if (u == pre) { /* Q after the first blocks: they go into stages freed during the last item */
                 for (int w = 0; w < 2; w++) {
                     if (items > 0) mb_wait(s0 + PU_BAR_QEMPTY + 8 * w, (uint32_t)(items - 1) & 1u);
+                    if (DYN && pt == 0) {
+                        const uint32_t wd = s0 + PU_ITEM_W + 32 * w;
+                        asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(wd), "r"(h.x),
+                                     "r"(h.y), "r"(h.z), "r"(h.w)
+                                     : "memory");
+                        asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(wd + 16), "r"(item) : "memory");
+                    }
                     pu_load_q(a, g, h.x, h.y, w, q_s + (uint32_t)w * PU_QWG_BYTES, s0 + PU_BAR_QFULL + 8 * w,
                               pt);
+                    if (DYN && pt == 0) mb_arrive(s0 + PU_BAR_QFULL + 8 * w); /* releases the words */
                 }
             }
             if (u == nu) break;
@@ -247,7 +373,41 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
         }
         items++;
     }
+    if (DYN) /* no more items: item -1 to each consumer warpgroup, once it is done with the last Q */
+        for (int w = 0; w < 2; w++) {
+            if (items > 0) mb_wait(s0 + PU_BAR_QEMPTY + 8 * w, (uint32_t)(items - 1) & 1u);
+            if (pt == 0)
+                asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(s0 + PU_ITEM_W + 32 * w + 16), "r"(-1)
+                             : "memory");
+            mb_arrive(s0 + PU_BAR_QFULL + 8 * w);
+            if (pt == 0) mb_arrive(s0 + PU_BAR_QFULL + 8 * w);
+        }
     pu_cp_async_wait_all();
+}
+
+/* Consumer side of the item order: the next item and its header (false: none left). Static: the next item of
+ * this CTA's sequence the plan took (the caller then waits for its Q); DYN: waits for the warpgroup's Q
+ * (its qfull phase also publishes the item's words) and reads the item from shared memory. */
+template <int DYN>
+__device__ __forceinline__ bool pu_item_next(const pu_args &a, uint32_t s0, int wg, int32_t items,
+                                             int32_t &item, int4 &h)
+{
+    if (DYN) {
+        const uint32_t wd = s0 + PU_ITEM_W + 32 * wg;
+        mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
+        asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(item) : "r"(wd + 16) : "memory");
+        asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(h.x), "=r"(h.y), "=r"(h.z), "=r"(h.w)
+                     : "r"(wd)
+                     : "memory");
+        return item >= 0;
+    } else {
+        for (item += gridDim.x; item < a.n_items; item += gridDim.x) {
+            h = a.hdr[item];
+            if (h.z >= 0) return true;
+        }
+        return false;
+    }
 }
 
 /* Online softmax of one warp's 16 x 128 raw scores (its query's 16 heads; rows gid and gid + 8 per lane), the
@@ -394,6 +554,43 @@ __device__ __forceinline__ void pu_pv_chunk(bool mine, float (&sc)[64], const fl
     pu_issue_pv<K0, K1>(o, pa, v_s);
 }
 
+/* Hybrid route: folds the pair path's partials of the rare slots of query i (normalized bf16 rows with their
+ * log2-sum-exp) into this warp's unnormalized output rows of head row `row` (o, l over the union's blocks,
+ * running max m in the log2 domain): both sides are rescaled to the joint max, so o / l afterwards is the
+ * attention over all of the query's blocks. */
+__device__ __forceinline__ void pu_merge_rare(const pu_args &a, float (&o)[64], float (&l)[2],
+                                              const float (&m)[2], int hh, uint32_t rmask, int32_t i,
+                                              int32_t g, int row, int tig)
+{
+    const int64_t pr0 = ((int64_t)i * a.n_kv + g) * a.ks;
+    float mx = l[hh] > 0.0f ? m[hh] : -INFINITY;
+    for (uint32_t r = rmask; r; r &= r - 1u) mx = fmaxf(mx, a.part_l[(pr0 + __ffs(r) - 1) * 16 + row]);
+    const float ms = mx == -INFINITY ? 0.0f : mx;
+    const float fu = l[hh] > 0.0f ? pu_ex2(m[hh] - ms) : 0.0f;
+    float den = l[hh] * fu;
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++) {
+        o[4 * nt + 2 * hh] *= fu;
+        o[4 * nt + 2 * hh + 1] *= fu;
+    }
+    for (uint32_t r = rmask; r; r &= r - 1u) {
+        const int64_t pr = pr0 + __ffs(r) - 1;
+        const float lj = a.part_l[pr * 16 + row];
+        const float fj = lj == -INFINITY ? 0.0f : pu_ex2(lj - ms);
+        den += fj;
+        const uint32_t *src = (const uint32_t *)(a.part_o + (pr * 16 + row) * 128 + 2 * tig);
+        uint32_t v[16];
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++) v[nt] = src[4 * nt];
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++) {
+            o[4 * nt + 2 * hh] += fj * kn_bf16_lo(v[nt]);
+            o[4 * nt + 2 * hh + 1] += fj * kn_bf16_hi(v[nt]);
+        }
+    }
+    l[hh] = den;
+}
+
 /* A consumer warp (of 8): for each item, its warpgroup's share of the union blocks, then its query's output.
  * OVERLAP = 0: each block's score product, softmax and value product in turn. OVERLAP = 1: the value product
  * of a block runs on the tensor cores while the next block's softmax runs (FA3's intra-warpgroup overlap):
@@ -409,7 +606,7 @@ __device__ __forceinline__ void pu_pv_chunk(bool mine, float (&sc)[64], const fl
  * one warpgroup uses are not ordered (both know which blocks those are from the stage's query mask, so they
  * agree on every turn). Warpgroup 1 passes one turn first, warpgroup 0 takes it back at the end. PP = 2:
  * only the score products take turns (S(wg 0), S(wg 1), S(wg 0), ...); the value products are not ordered. */
-template <int OVERLAP, int PP, int FAST>
+template <int OVERLAP, int PP, int FAST, int DYN>
 __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s,
                                            int warp, int lane)
 {
@@ -420,15 +617,14 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
     if (PP && wg == 1) pu_turn_pass(PU_BAR_TURN); /* warpgroup 0 goes first */
     int s = 0;
     uint32_t ph = 0;
-    int32_t items = 0;
-    for (int32_t item = blockIdx.x; item < a.n_items; item += gridDim.x) {
-        const int4 h = a.hdr[item];
-        if (h.z < 0) continue;
+    int32_t items = 0, item = DYN ? 0 : (int32_t)blockIdx.x - (int32_t)gridDim.x;
+    int4 h;
+    while (pu_item_next<DYN>(a, s0, wg, items, item, h)) {
         const int32_t g = item / a.n_oct, i0 = h.x, nu = h.z;
         const int32_t last_w = ((h.w >> (16 * wg)) & 0xFFFF) - 1; /* this warpgroup's last block (-1: none) */
         const bool qvalid = qi < h.y;
         const int64_t qpos = qvalid ? a.pos[i0 + qi] : -1;
-        mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
+        if (!DYN) mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
         wg_fence_proxy_async();
         if (last_w < 0) { /* nothing to do with this Q */
             __syncwarp();
@@ -578,10 +774,13 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
         }
         items++;
         if (!qvalid) continue;
+        /* hybrid route: the slots of this query the pair path attended to (warp-uniform) */
+        const uint32_t rmask = a.rare ? a.rare[(int64_t)g * a.n + i0 + qi] : 0u;
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
             l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+            if (rmask) pu_merge_rare(a, o, l, m, hh, rmask, i0 + qi, g, gid + 8 * hh, tig);
             const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
             uint16_t *dst =
                 a.out + ((int64_t)(i0 + qi) * a.n_heads + (int64_t)g * 16 + gid + 8 * hh) * 128 + 2 * tig;
@@ -594,7 +793,164 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
     if (PP && wg == 0) pu_turn_wait(PU_BAR_TURN); /* the turn warpgroup 1 passed last */
 }
 
-template <int OVERLAP, int PP, int FAST>
+/* Lookahead consumer (KN_PF_UK_LOOKAHEAD): the fast consumer (FAST = 1), except that the score product of the
+ * warpgroup's next block is issued right behind the value product of the current one, so the tensor cores get
+ * both back to back instead of idling through the stage wait, mask load, votes and fences between them. The
+ * next block is found (its stage waited for, unused blocks on the way released) before the value product is
+ * issued, so no divergent code runs while a product is in flight (ptxas serializes wgmma otherwise), and the
+ * stage release between the two waits is a predicated arrive, not a branch. Only blocks less than PU_STAGES
+ * ahead are looked for: the current block's stage is still held, and the producer cannot fill a block
+ * PU_STAGES ahead before it is released. */
+
+/* mbarrier arrive by lane 0 only, as a predicated instruction (no branch while a wgmma is in flight) */
+__device__ __forceinline__ void pu_arrive_lane0(uint32_t bar, int lane)
+{
+    asm volatile("{\n.reg .pred p;\n.reg .b64 st;\nsetp.eq.u32 p, %1, 0;\n"
+                 "@p mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar),
+                 "r"(lane)
+                 : "memory");
+}
+
+__device__ __forceinline__ void pu_step(int32_t &u, int &s, uint32_t &ph)
+{
+    u++;
+    if (++s == PU_STAGES) s = 0, ph ^= 1u;
+}
+
+/* From block u on (cursor u, stage s, phase ph), up to block lim - 1: the first block this warpgroup uses
+ * (true: the cursor stays on it, its stage full, its (block, mask) words in blk, uin); the others are waited
+ * for and released. false: the cursor is at lim. */
+__device__ __forceinline__ bool pu_next_used(uint32_t s0, uint32_t wmask, int lane, int32_t lim, int32_t &u,
+                                             int &s, uint32_t &ph, uint32_t &blk, uint32_t &uin)
+{
+    while (u < lim) {
+        mb_wait(s0 + PU_BAR_FULL + 8 * s, ph);
+        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(blk), "=r"(uin) : "r"(s0 + PU_META + 8 * s));
+        if (__any_sync(0xffffffffu, (uin & wmask) != 0)) {
+            wg_fence_proxy_async(); /* the producer's cp.async writes (generic proxy) before wgmma reads */
+            return true;
+        }
+        __syncwarp();
+        if (lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * s);
+        pu_step(u, s, ph);
+    }
+    return false;
+}
+
+template <int DYN>
+__device__ __forceinline__ void pu_consume_la(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s,
+                                              int warp, int lane)
+{
+    const int wg = warp >> 2, qi = warp, gid = lane >> 2, tig = lane & 3;
+    const uint32_t qw_s = q_s + (uint32_t)wg * PU_QWG_BYTES, wmask = 0xFu << (4 * wg);
+    const uint32_t bar_qe = s0 + PU_BAR_QEMPTY + 8 * wg;
+    int s = 0;
+    uint32_t ph = 0;
+    int32_t items = 0, item = DYN ? 0 : (int32_t)blockIdx.x - (int32_t)gridDim.x;
+    int4 h;
+    while (pu_item_next<DYN>(a, s0, wg, items, item, h)) {
+        const int32_t g = item / a.n_oct, i0 = h.x, nu = h.z;
+        const int32_t last_w = ((h.w >> (16 * wg)) & 0xFFFF) - 1;
+        const bool qvalid = qi < h.y;
+        const int64_t qpos = qvalid ? a.pos[i0 + qi] : -1;
+        if (!DYN) mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
+        wg_fence_proxy_async();
+        if (last_w < 0) {
+            __syncwarp();
+            if (lane == 0) mb_arrive(bar_qe);
+        }
+        float o[64], sc[64];
+#pragma unroll
+        for (int e = 0; e < 64; e++) o[e] = 0.0f;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        uint32_t pa[8][4];
+        int32_t u = 0;
+        uint32_t blk = 0, uin = 0;
+        bool have = pu_next_used(s0, wmask, lane, nu, u, s, ph, blk, uin);
+        if (__any_sync(0xffffffffu, have)) {
+            wg_touch(sc);
+            wg_touch(o);
+            wg_fence();
+            pu_issue_s(sc, qw_s, kv_s + (uint32_t)s * PU_STAGE_BYTES);
+            wg_wait<0>();
+            wg_touch(sc);
+        }
+        while (__any_sync(0xffffffffu, have)) {
+            const int32_t cu = u;
+            const int cs = s;
+            const bool mine = qvalid && ((uin >> qi) & 1u);
+            const int64_t rel64 = mine ? qpos - (int64_t)blk * PU_BLK : -1;
+            const int rel = rel64 < PU_BLK ? (int)rel64 : PU_BLK;
+            if (cu == last_w) { /* the warpgroup's last score product of the item is done: Q is free */
+                __syncwarp();
+                if (lane == 0) mb_arrive(bar_qe);
+            }
+            if (mine) {
+                float corr[2] = {1.0f, 1.0f};
+                pu_softmax<0, 1>(sc, rel, a.scale_log2, tig, m, l, corr);
+                if (!__all_sync(0xffffffffu, corr[0] == 1.0f && corr[1] == 1.0f)) pu_rescale(o, corr);
+                pu_pack_p(sc, pa);
+            } else {
+#pragma unroll
+                for (int kk = 0; kk < 8; kk++) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+            }
+            pu_step(u, s, ph);
+            /* the next block this warpgroup uses, if it is less than PU_STAGES ahead */
+            const int32_t lim = cu + PU_STAGES < nu ? cu + PU_STAGES : nu;
+            uint32_t nblk = 0, nuin = 0;
+            const bool near = pu_next_used(s0, wmask, lane, lim, u, s, ph, nblk, nuin);
+            const uint32_t v_s = kv_s + (uint32_t)cs * PU_STAGE_BYTES + PU_KV_BYTES;
+            wg_touch(o);
+            wg_fence();
+            pu_issue_pv(o, pa, v_s);
+            if (__any_sync(0xffffffffu, near)) {
+                wg_touch(sc);
+                wg_fence(); /* orders the score registers' last reads (the packing) before the product */
+                pu_issue_s(sc, qw_s, kv_s + (uint32_t)s * PU_STAGE_BYTES);
+                wg_wait<1>();
+                wg_touch(o);
+                pu_arrive_lane0(s0 + PU_BAR_EMPTY + 8 * cs, lane);
+                wg_wait<0>();
+                wg_touch(sc);
+                blk = nblk;
+                uin = nuin;
+                have = true;
+            } else {
+                wg_wait<0>();
+                wg_touch(o);
+                __syncwarp();
+                if (lane == 0) mb_arrive(s0 + PU_BAR_EMPTY + 8 * cs);
+                /* nothing held now: the next used block may be any distance ahead */
+                have = pu_next_used(s0, wmask, lane, nu, u, s, ph, blk, uin);
+                if (__any_sync(0xffffffffu, have)) {
+                    wg_touch(sc);
+                    wg_fence();
+                    pu_issue_s(sc, qw_s, kv_s + (uint32_t)s * PU_STAGE_BYTES);
+                    wg_wait<0>();
+                    wg_touch(sc);
+                }
+            }
+        }
+        items++;
+        if (!qvalid) continue;
+        const uint32_t rmask = a.rare ? a.rare[(int64_t)g * a.n + i0 + qi] : 0u;
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+            if (rmask) pu_merge_rare(a, o, l, m, hh, rmask, i0 + qi, g, gid + 8 * hh, tig);
+            const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
+            uint16_t *dst =
+                a.out + ((int64_t)(i0 + qi) * a.n_heads + (int64_t)g * 16 + gid + 8 * hh) * 128 + 2 * tig;
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++)
+                *(uint32_t *)(dst + nt * 8) =
+                    kn_pack_bf16(o[4 * nt + 2 * hh] * inv, o[4 * nt + 2 * hh + 1] * inv);
+        }
+    }
+}
+
+template <int OVERLAP, int PP, int FAST, int LA = 0, int DYN = 0>
 __global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
 {
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -612,17 +968,21 @@ __global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
             mb_init(s0 + PU_BAR_EMPTY + 8 * s, 8);  /* one arrival per consumer warp */
         }
         for (int w = 0; w < 2; w++) {
-            mb_init(s0 + PU_BAR_QFULL + 8 * w, 128); /* every producer thread, through cp.async */
-            mb_init(s0 + PU_BAR_QEMPTY + 8 * w, 4);  /* the warpgroup's warps */
+            /* every producer thread, through cp.async; DYN: thread 0 once more, for the item words */
+            mb_init(s0 + PU_BAR_QFULL + 8 * w, 128 + DYN);
+            mb_init(s0 + PU_BAR_QEMPTY + 8 * w, 4); /* the warpgroup's warps */
         }
     }
     __syncthreads();
     if (warp >= PU_PRODUCER) {
         pu_setmaxnreg_dec<48>();
-        pu_produce(a, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
+        pu_produce<DYN>(a, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
     } else {
         pu_setmaxnreg_inc<224>();
-        pu_consume<OVERLAP, PP, FAST>(a, s0, q_s, kv_s, warp, lane);
+        if (LA)
+            pu_consume_la<DYN>(a, s0, q_s, kv_s, warp, lane);
+        else
+            pu_consume<OVERLAP, PP, FAST, DYN>(a, s0, q_s, kv_s, warp, lane);
     }
 }
 
@@ -647,16 +1007,25 @@ int kn_pf_union_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cu
            (int64_t)qb->n_tiles * (KN_CUDA_QTILE / PU_Q) * sh->n_kv < INT32_MAX / PU_UMAX;
 }
 
+const uint32_t *kn_pf_union_rare_masks(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                       const void *ws)
+{
+    return (const uint32_t *)((const int4 *)ws + (size_t)pu_items(sh, qb) * (1 + PU_UMAX));
+}
+
 size_t kn_pf_union_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
 {
     if (!qb->n_tiles) return 0;
-    return (size_t)pu_items(sh, qb) * sizeof(int4) * (1 + PU_UMAX);
+    /* headers, union lists, the hybrid route's rare-slot masks (one word per (group, query)), a counter */
+    return (size_t)pu_items(sh, qb) * sizeof(int4) * (1 + PU_UMAX) +
+           sizeof(uint32_t) * (size_t)sh->n_kv * qb->n + 16; /* + the dynamic order's item counter */
 }
 
 int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                            const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
                            int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,
-                           uint8_t *handled, void *ws, cudaStream_t stream, struct mm_err *err)
+                           uint8_t *handled, void *ws, const struct kn_pf_union_rare *rare, int phases,
+                           cudaStream_t stream, struct mm_err *err)
 {
     pu_args a;
     a.q = (const uint16_t *)q;
@@ -682,17 +1051,32 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     a.handled = handled;
     a.hdr = (int4 *)ws;
     a.uarr = a.hdr + a.n_items;
-    k_pf_union_plan<<<dim3((unsigned)a.n_oct, (unsigned)sh->n_kv), PU_PLAN_THREADS, 0, stream>>>(a);
-    KN_LAUNCHED("kn_cuda attention (prefill union plan)");
+    a.rare = rare ? (uint32_t *)(a.uarr + (int64_t)a.n_items * PU_UMAX) : NULL;
+    a.part_o = rare ? (const uint16_t *)rare->part_o : NULL;
+    a.part_l = rare ? rare->part_l : NULL;
+    a.counter = (int32_t *)(a.uarr + (int64_t)a.n_items * PU_UMAX) + (int64_t)sh->n_kv * qb->n;
+    if (phases & KN_PF_UNION_PLAN) {
+        const dim3 pg((unsigned)a.n_oct, (unsigned)sh->n_kv);
+        if (kn_cuda_knob("KN_CUDA_UNION_PLAN", KN_PF_UNION_PLAN_V))
+            k_pf_union_plan<1><<<pg, PU_PLAN_THREADS, 0, stream>>>(a);
+        else
+            k_pf_union_plan<0><<<pg, PU_PLAN_THREADS, 0, stream>>>(a);
+        KN_LAUNCHED("kn_cuda attention (prefill union plan)");
+    }
+    if (!(phases & KN_PF_UNION_ATTEND)) return MM_OK;
     const int v = overlap >= 0 && overlap < KN_PF_UK_COUNT ? overlap : KN_PF_UNION_KERNEL;
+    /* dynamic item order, for the fast and lookahead consumers */
+    const int dyn = kn_cuda_knob("KN_CUDA_UNION_DYN", KN_PF_UNION_DYN);
     void (*kern)(pu_args) = v == KN_PF_UK_OVERLAP    ? k_pf_union<1, 0, 0>
                             : v == KN_PF_UK_PINGPONG ? k_pf_union<0, 1, 0>
                             : v == KN_PF_UK_PP_FAST  ? k_pf_union<0, 1, 1>
-                            : v == KN_PF_UK_FAST     ? k_pf_union<0, 0, 1>
+                            : v == KN_PF_UK_FAST     ? (dyn ? k_pf_union<0, 0, 1, 0, 1> : k_pf_union<0, 0, 1>)
                             : v == KN_PF_UK_PPS_FAST ? k_pf_union<0, 2, 1>
                             : v == KN_PF_UK_SPLIT    ? k_pf_union<0, 0, 2>
                             : v == KN_PF_UK_SPLIT4   ? k_pf_union<0, 0, 4>
-                                                     : k_pf_union<0, 0, 0>;
+                            : v == KN_PF_UK_LOOKAHEAD
+                                ? (dyn ? k_pf_union<0, 0, 1, 1, 1> : k_pf_union<0, 0, 1, 1>)
+                                : k_pf_union<0, 0, 0>;
     KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, PU_SMEM),
           "kn_cuda attention (prefill union): shared memory");
     const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;

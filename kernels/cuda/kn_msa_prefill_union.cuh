@@ -11,14 +11,15 @@
 /* Variants of the union kernel's consumer (KN_CUDA_UNION_KERNEL; unset: KN_CUDA_UNION_OVERLAP picks 1 or
  * the default KN_PF_UNION_KERNEL). See kn_msa_prefill_union.cu and docs/design/cuda.md, "wgmma prefill". */
 enum {
-    KN_PF_UK_PLAIN = 0,    /* score product, softmax, value product in turn */
-    KN_PF_UK_OVERLAP = 1,  /* value product under the next block's softmax */
-    KN_PF_UK_PINGPONG = 2, /* plain, the two warpgroups' products ordered by named barriers */
-    KN_PF_UK_PP_FAST = 3,  /* pingpong with shorter softmax dependency chains */
-    KN_PF_UK_FAST = 4,     /* plain with shorter softmax dependency chains */
-    KN_PF_UK_PPS_FAST = 5, /* pingpong of the score products only, shorter softmax chains */
-    KN_PF_UK_SPLIT = 6,    /* fast, the value product in two halves, the first under the second's softmax */
-    KN_PF_UK_SPLIT4 = 7,   /* the same in four quarters */
+    KN_PF_UK_PLAIN = 0,     /* score product, softmax, value product in turn */
+    KN_PF_UK_OVERLAP = 1,   /* value product under the next block's softmax */
+    KN_PF_UK_PINGPONG = 2,  /* plain, the two warpgroups' products ordered by named barriers */
+    KN_PF_UK_PP_FAST = 3,   /* pingpong with shorter softmax dependency chains */
+    KN_PF_UK_FAST = 4,      /* plain with shorter softmax dependency chains */
+    KN_PF_UK_PPS_FAST = 5,  /* pingpong of the score products only, shorter softmax chains */
+    KN_PF_UK_SPLIT = 6,     /* fast, the value product in two halves, the first under the second's softmax */
+    KN_PF_UK_SPLIT4 = 7,    /* the same in four quarters */
+    KN_PF_UK_LOOKAHEAD = 8, /* fast, the next block's score product issued behind the value product */
     KN_PF_UK_COUNT
 };
 /* The default variant: the only one faster than plain in both device runs that compared them (prefill runs
@@ -40,12 +41,38 @@ size_t kn_pf_union_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_q
 /* The items are 8 consecutive queries of a tile x one KV group. A plan kernel builds each item's union of
  * selected blocks and, when its efficiency is >= min_eff percent (and the union has <= 128 blocks), a
  * persistent kernel attends to it and writes the normalized output of those queries' heads straight into
- * out. handled[g * n + i] (one byte per (group, query)) says which (query, group) rows it did; the pair path
- * does the others. ws: kn_pf_union_ws bytes. overlap: the consumer variant, KN_PF_UK_* (historically 0/1:
- * run each block's value product under the next block's softmax; out-of-range values mean the default). */
+ * out. handled[g * n + i] (one byte per (group, query)) says which (query, group) rows it did (1; 2: the
+ * hybrid route, all but its rare slots); the pair path does the others. ws: kn_pf_union_ws bytes. overlap:
+ * the consumer variant, KN_PF_UK_* (historically 0/1: run each block's value product under the next block's
+ * softmax; out-of-range values mean the default). rare: NULL, or the hybrid route's partials. phases:
+ * KN_PF_UNION_PLAN and/or KN_PF_UNION_ATTEND. */
+/* Hybrid route (KN_CUDA_UNION_RARE): a block only one query of a warpgroup chose is left to the pair path
+ * for that query (handled = 2, its slots in the workspace's rare masks), and the union kernel merges those
+ * pairs' partials into the output. The pair path must run between the plan and the union kernel. */
+struct kn_pf_union_rare {
+    const void *part_o;  /* the pair path's partials: bf16 [n][n_kv][ks][16][128] */
+    const float *part_l; /* their log2-sum-exp: [n][n_kv][ks][16] */
+};
+/* Default of KN_CUDA_UNION_RARE: on since pf run 1 (structured bench +5 to +9 %, random and layer level). */
+#define KN_PF_UNION_RARE 1
+/* Default of KN_CUDA_UNION_PLAN: the plan kernel's version (1: rows padded to 32 slots, vector scans; 0: the
+ * first version, one candidate at a time with a division by ks each). Same results. */
+#define KN_PF_UNION_PLAN_V 1
+/* Default of KN_CUDA_UNION_DYN: items handed out from a global counter instead of round-robin (fast and
+ * lookahead consumers). */
+#define KN_PF_UNION_DYN 0
+/* phases of kn_pf_union_launch */
+#define KN_PF_UNION_PLAN 1
+#define KN_PF_UNION_ATTEND 2
+/* The rare-slot masks in a workspace of kn_pf_union_ws bytes: uint32 [n_kv][n], slot bits of the pairs the
+ * pair path takes for a row of handled = 2. */
+const uint32_t *kn_pf_union_rare_masks(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                       const void *ws);
+
 int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                            const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
                            int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,
-                           uint8_t *handled, void *ws, cudaStream_t stream, struct mm_err *err);
+                           uint8_t *handled, void *ws, const struct kn_pf_union_rare *rare, int phases,
+                           cudaStream_t stream, struct mm_err *err);
 
 #endif

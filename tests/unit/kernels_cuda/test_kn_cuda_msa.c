@@ -838,7 +838,7 @@ static void test_prefill_union(void)
      * the default; then each variant of the union kernel (KN_CUDA_UNION_KERNEL = KN_PF_UK_*: plain, overlap,
      * pingpong, pingpong + fast softmax, fast softmax, score-only pingpong + fast softmax, fast softmax +
      * value product in halves, in quarters) everywhere and at 50 %; and the old overlap knob */
-    enum { NV = 8, NR = 6 + 2 * NV };
+    enum { NV = 8, NR = 6 + 2 * NV + 11 };
     static const char *names[NR] = {"pairs only",
                                     "union everywhere",
                                     "union >= 50%",
@@ -860,13 +860,51 @@ static void test_prefill_union(void)
                                     "union >= 50%, split",
                                     "union everywhere, split4",
                                     "union >= 50%, split4",
-                                    "everywhere, OVERLAP=1 knob"};
-    static const char *k_union[NR] = {"0"};
+                                    "everywhere, OVERLAP=1 knob",
+                                    "union everywhere, rare",
+                                    "union >= 50%, rare",
+                                    "union >= 50%, rare, row merge",
+                                    "pairs only, row merge",
+                                    "union everywhere, lookahead",
+                                    "union >= 50%, lookahead",
+                                    "union >= 50%, rare, lookahead",
+                                    "union >= 50%, plan v0",
+                                    "union >= 50%, rare, plan v0",
+                                    "union >= 50%, rare, dynamic order",
+                                    "union everywhere, lookahead, dynamic order"};
+    /* the rows before the hybrid ones pin KN_CUDA_UNION_RARE=0 (their route checks assume whole rows), except
+     * "default"; KN_CUDA_PF_MERGE=1: the merge with one warp per (query, group) row, 0 (pairs only, the
+     * hybrid one) the per-head merge; the lookahead consumer (8) must equal the fast one (4) bit for bit */
+    enum {
+        R_KNOB = 5 + 2 * NV,
+        R_RARE_ALL,
+        R_RARE,
+        R_RARE_ROWM,
+        R_PAIRS_ROWM,
+        R_LA_ALL,
+        R_LA,
+        R_LA_RARE,
+        R_PLAN0,
+        R_PLAN0_RARE,
+        R_DYN_RARE,
+        R_DYN_LA
+    };
+    static const char *k_union[NR] = {"0", [R_PAIRS_ROWM] = "0"};
     static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50",
-                                    "0",  "50", "0",  "50",  "0",  "50", "0",  "50", "0",  "50", "0"};
-    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0", "0", "1", "1", "2", "2",
-                                     "3",  "3",  "4",  "4",  "5",  "5", "6", "6", "7", "7", NULL};
-    static const char *k_ovl[NR] = {[NR - 1] = "1"};
+                                    "0",  "50", "0",  "50",  "0",  "50", "0",  "50", "0",  "50", "0",
+                                    "0",  "50", "50", NULL,  "0",  "50", "50", "50", "50", "50", "0"};
+    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0", "0", "1",  "1", "2", "2",
+                                     "3",  "3",  "4",  "4",  "5",  "5", "6", "6",  "7", "7", NULL,
+                                     NULL, "4",  "4",  NULL, "8",  "8", "8", NULL, "4", "4", "8"};
+    static const char *k_ovl[NR] = {[R_KNOB] = "1"};
+    static const char *k_rare[NR] = {"0", "0", "0", "0",  NULL, "0", "0", "0", "0", "0", "0",
+                                     "0", "0", "0", "0",  "0",  "0", "0", "0", "0", "0", "0",
+                                     "1", "1", "1", NULL, "0",  "0", "1", "0", "1", "1", "0"};
+    static const char *k_merge[NR] = {[0] = "0", [R_RARE] = "0", [R_RARE_ROWM] = "1", [R_PAIRS_ROWM] = "1"};
+    /* KN_CUDA_UNION_PLAN=0: the plan kernel's first version, same routes and union lists */
+    static const char *k_plan[NR] = {[R_PLAN0] = "0", [R_PLAN0_RARE] = "0"};
+    /* KN_CUDA_UNION_DYN=1: items from a global counter; the same outputs as the static order */
+    static const char *k_dyn[NR] = {[R_DYN_RARE] = "1", [R_DYN_LA] = "1"};
     uint16_t *got[NR];
     float *gotf = ct_hmalloc(sizeof(float) * (size_t)nout);
     for (int r = 0; r < NR; r++) {
@@ -874,6 +912,10 @@ static void test_prefill_union(void)
         if (k_min[r]) setenv("KN_CUDA_UNION_MIN", k_min[r], 1);
         if (k_ovl[r]) setenv("KN_CUDA_UNION_OVERLAP", k_ovl[r], 1);
         if (k_kern[r]) setenv("KN_CUDA_UNION_KERNEL", k_kern[r], 1);
+        if (k_rare[r]) setenv("KN_CUDA_UNION_RARE", k_rare[r], 1);
+        if (k_merge[r]) setenv("KN_CUDA_PF_MERGE", k_merge[r], 1);
+        if (k_plan[r]) setenv("KN_CUDA_UNION_PLAN", k_plan[r], 1);
+        if (k_dyn[r]) setenv("KN_CUDA_UNION_DYN", k_dyn[r], 1);
         CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
         CT_CU(cudaMemset(ws, 0x5a, wsb)); /* stale flags must not matter */
         struct mm_err err = {0};
@@ -883,6 +925,10 @@ static void test_prefill_union(void)
         unsetenv("KN_CUDA_UNION_MIN");
         unsetenv("KN_CUDA_UNION_OVERLAP");
         unsetenv("KN_CUDA_UNION_KERNEL");
+        unsetenv("KN_CUDA_UNION_RARE");
+        unsetenv("KN_CUDA_PF_MERGE");
+        unsetenv("KN_CUDA_UNION_PLAN");
+        unsetenv("KN_CUDA_UNION_DYN");
         CHECK_MSG(rc == MM_OK, "prefill attention (%s): %s", names[r], err.msg);
         got[r] = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
         ct_download(got[r], o_d, sizeof(uint16_t) * (size_t)nout);
@@ -897,6 +943,8 @@ static void test_prefill_union(void)
     uint8_t *route = ct_hmalloc((size_t)G * n);
     const int64_t taken = expected_union_rows(&w, &qs, sel, sel_stride, 50, route);
     int64_t wrong = 0, wrong_declined = 0, rows_differ = 0, wrong_v[NV] = {0}, wrong_knob = 0;
+    int64_t hybrid_rows = 0, rare_all_rows = 0, wrong_rowm = 0, wrong_pairs_rowm = 0, wrong_la = 0,
+            wrong_plan = 0, wrong_dyn = 0;
     for (int32_t i = 0; i < n; i++)
         for (int32_t g = 0; g < G; g++) {
             const size_t at = ((size_t)i * H + (size_t)g * (H / G)) * D,
@@ -910,8 +958,41 @@ static void test_prefill_union(void)
             for (int v = 0; v < NV; v++)
                 wrong_v[v] +=
                     memcmp(got[6 + 2 * v] + at, by_union ? got[5 + 2 * v] + at : got[0] + at, len_b) != 0;
-            wrong_knob += memcmp(got[NR - 1] + at, got[7] + at, len_b) != 0;
+            wrong_knob += memcmp(got[R_KNOB] + at, got[7] + at, len_b) != 0;
+            /* hybrid rows: neither the whole-row union output nor the pairs' (rare pairs merged in) */
+            hybrid_rows += memcmp(got[R_RARE] + at, got[1] + at, len_b) != 0 &&
+                           memcmp(got[R_RARE] + at, got[0] + at, len_b) != 0;
+            rare_all_rows += memcmp(got[R_RARE_ALL] + at, got[1] + at, len_b) != 0 &&
+                             memcmp(got[R_RARE_ALL] + at, got[0] + at, len_b) != 0;
+            /* the row merge computes each head as the per-head merge does: bitwise the same */
+            wrong_rowm += memcmp(got[R_RARE_ROWM] + at, got[R_RARE] + at, len_b) != 0;
+            wrong_pairs_rowm += memcmp(got[R_PAIRS_ROWM] + at, got[0] + at, len_b) != 0;
+            /* the lookahead consumer does the fast one's arithmetic in the same order */
+            wrong_la += (memcmp(got[R_LA_ALL] + at, got[13] + at, len_b) != 0) +
+                        (memcmp(got[R_LA] + at, got[14] + at, len_b) != 0) +
+                        (memcmp(got[R_LA_RARE] + at, got[R_RARE] + at, len_b) != 0);
+            wrong_plan += (memcmp(got[R_PLAN0] + at, got[2] + at, len_b) != 0) +
+                          (memcmp(got[R_PLAN0_RARE] + at, got[R_RARE] + at, len_b) != 0);
+            wrong_dyn += (memcmp(got[R_DYN_RARE] + at, got[R_RARE] + at, len_b) != 0) +
+                         (memcmp(got[R_DYN_LA] + at, got[R_LA_ALL] + at, len_b) != 0);
         }
+    CHECK_MSG(wrong_dyn == 0, "[prefill union] the dynamic item order gives other outputs in %lld rows",
+              (long long)wrong_dyn);
+    CHECK_MSG(wrong_plan == 0, "[prefill union] the first plan kernel gives other outputs in %lld rows",
+              (long long)wrong_plan);
+    CHECK_MSG(wrong_la == 0, "[prefill union] the lookahead consumer differs from the fast one in %lld rows",
+              (long long)wrong_la);
+    CHECK_MSG(
+        hybrid_rows > 0 && rare_all_rows > 0,
+        "[prefill union] the hybrid route merged rare pairs into no row (%lld at 50%%, %lld everywhere): "
+        "the check is void",
+        (long long)hybrid_rows, (long long)rare_all_rows);
+    CHECK_MSG(
+        wrong_rowm == 0 && wrong_pairs_rowm == 0,
+        "[prefill union] the row merge differs from the per-head merge in %lld (hybrid) / %lld (pairs) rows",
+        (long long)wrong_rowm, (long long)wrong_pairs_rowm);
+    printf("  hybrid route: %lld (query, group) rows with rare pairs merged at 50%%, %lld everywhere\n",
+           (long long)hybrid_rows, (long long)rare_all_rows);
     for (int v = 0; v < NV; v++)
         CHECK_MSG(wrong_v[v] == 0,
                   "[prefill union] %s: %lld (query, group) rows did not take their tile's route",
