@@ -931,43 +931,48 @@ static double rare_stats(const int32_t *sel, int64_t L, double *eff, double *com
  * 5 score-only pingpong + fast softmax, 6 fast softmax + value product in halves, 7 in quarters, 8 fast
  * softmax with the next block's score product issued behind the value product (lookahead); rare:
  * KN_CUDA_UNION_RARE, the hybrid route; merge: KN_CUDA_PF_MERGE, 1 = one warp per (query, group) row; plan:
- * KN_CUDA_UNION_PLAN, 0 = the plan kernel's first version; dyn: KN_CUDA_UNION_DYN, 1 = items from a counter)
+ * KN_CUDA_UNION_PLAN, 0 = the plan kernel's first version; dyn: KN_CUDA_UNION_DYN, 1 = items from a counter;
+ * pfx: KN_CUDA_PF_PREFETCH, the pair path's next bucket into L2; qpf: KN_CUDA_UNION_QPF, the next item's Q)
  */
 struct pf_route {
-    const char *name, *use_union, *min_eff, *kernel, *rare, *merge, *plan, *dyn;
+    const char *name, *use_union, *min_eff, *kernel, *rare, *merge, *plan, *dyn, *pfx, *qpf;
 };
 static const struct pf_route g_pf_routes[] = {
-    {"pairs only (previous design)", "0", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs (default)", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere", NULL, "0", NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, plain", NULL, NULL, "0", NULL, NULL, NULL, NULL},
-    {"union + pairs, overlap", NULL, NULL, "1", NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong", NULL, NULL, "2", NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong fast", NULL, NULL, "3", NULL, NULL, NULL, NULL},
-    {"union + pairs, fast", NULL, NULL, "4", NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong S fast", NULL, NULL, "5", NULL, NULL, NULL, NULL},
-    {"union + pairs, split", NULL, NULL, "6", NULL, NULL, NULL, NULL},
-    {"union + pairs, split4", NULL, NULL, "7", NULL, NULL, NULL, NULL},
-    {"union + pairs, previous default", NULL, NULL, NULL, "0", "0", "0", NULL},
-    {"union + pairs, rare", NULL, NULL, NULL, "1", "0", NULL, NULL},
-    {"union + pairs, row merge", NULL, NULL, NULL, "0", "1", NULL, NULL},
-    {"union + pairs, rare + row merge", NULL, NULL, NULL, "1", "1", NULL, NULL},
-    {"pairs only, row merge", "0", NULL, NULL, NULL, "1", NULL, NULL},
-    {"union everywhere, plain", NULL, "0", "0", NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong", NULL, "0", "2", NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong fast", NULL, "0", "3", NULL, NULL, NULL, NULL},
-    {"union everywhere, fast", NULL, "0", "4", NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong S fast", NULL, "0", "5", NULL, NULL, NULL, NULL},
-    {"union everywhere, split", NULL, "0", "6", NULL, NULL, NULL, NULL},
-    {"union everywhere, split4", NULL, "0", "7", NULL, NULL, NULL, NULL},
-    {"union everywhere, rare", NULL, "0", NULL, "1", NULL, NULL, NULL},
-    {"union + pairs at 40%", NULL, "40", NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, lookahead", NULL, NULL, "8", NULL, NULL, NULL, NULL},
-    {"union everywhere, lookahead", NULL, "0", "8", NULL, NULL, NULL, NULL},
-    {"union + pairs, lookahead, no rare", NULL, NULL, "8", "0", NULL, NULL, NULL},
-    {"union + pairs, plan v0", NULL, NULL, NULL, NULL, NULL, "0", NULL},
-    {"union + pairs, dynamic order", NULL, NULL, NULL, NULL, NULL, NULL, "1"},
-    {"union + pairs, lookahead + dynamic order", NULL, NULL, "8", NULL, NULL, NULL, "1"},
+    {"pairs only (previous design)", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs (default)", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere", NULL, "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, plain", NULL, NULL, "0", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, overlap", NULL, NULL, "1", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong", NULL, NULL, "2", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong fast", NULL, NULL, "3", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, fast", NULL, NULL, "4", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong S fast", NULL, NULL, "5", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, split", NULL, NULL, "6", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, split4", NULL, NULL, "7", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, previous default", NULL, NULL, NULL, "0", "0", "0", NULL, NULL, NULL},
+    {"union + pairs, rare", NULL, NULL, NULL, "1", "0", NULL, NULL, NULL, NULL},
+    {"union + pairs, row merge", NULL, NULL, NULL, "0", "1", NULL, NULL, NULL, NULL},
+    {"union + pairs, rare + row merge", NULL, NULL, NULL, "1", "1", NULL, NULL, NULL, NULL},
+    {"pairs only, row merge", "0", NULL, NULL, NULL, "1", NULL, NULL, NULL, NULL},
+    {"union everywhere, plain", NULL, "0", "0", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong", NULL, "0", "2", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong fast", NULL, "0", "3", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, fast", NULL, "0", "4", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong S fast", NULL, "0", "5", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, split", NULL, "0", "6", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, split4", NULL, "0", "7", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, rare", NULL, "0", NULL, "1", NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs at 40%", NULL, "40", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, lookahead", NULL, NULL, "8", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, lookahead", NULL, "0", "8", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, lookahead, no rare", NULL, NULL, "8", "0", NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, plan v0", NULL, NULL, NULL, NULL, NULL, "0", NULL, NULL, NULL},
+    {"union + pairs, dynamic order", NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, NULL},
+    {"union + pairs, lookahead + dynamic order", NULL, NULL, "8", NULL, NULL, NULL, "1", NULL, NULL},
+    {"union + pairs, pair-path prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL},
+    {"union + pairs, Q prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1"},
+    {"union + pairs, both prefetches", NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", "1"},
+    {"pairs only, pair-path prefetch", "0", NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL},
 };
 enum {
     PF_R_PAIRS = 0,
@@ -988,7 +993,11 @@ enum {
     PF_R_LA_NORARE = 27,
     PF_R_PLAN0 = 28,
     PF_R_DYN = 29,
-    PF_R_LA_DYN = 30
+    PF_R_LA_DYN = 30,
+    PF_R_PFX = 31,
+    PF_R_QPF = 32,
+    PF_R_PFX_QPF = 33,
+    PF_R_PAIRS_PFX = 34
 };
 
 /* KN_BENCH_PF_KERNELS=<digits>: measure only routes whose union kernel variant is listed (or unset);
@@ -1017,6 +1026,8 @@ static void pf_set_route(const struct pf_route *r)
     unsetenv("KN_CUDA_PF_MERGE");
     unsetenv("KN_CUDA_UNION_PLAN");
     unsetenv("KN_CUDA_UNION_DYN");
+    unsetenv("KN_CUDA_PF_PREFETCH");
+    unsetenv("KN_CUDA_UNION_QPF");
     if (r && r->use_union) setenv("KN_CUDA_PREFILL_UNION", r->use_union, 1);
     if (r && r->min_eff) setenv("KN_CUDA_UNION_MIN", r->min_eff, 1);
     if (r && r->kernel) setenv("KN_CUDA_UNION_KERNEL", r->kernel, 1);
@@ -1024,6 +1035,8 @@ static void pf_set_route(const struct pf_route *r)
     if (r && r->merge) setenv("KN_CUDA_PF_MERGE", r->merge, 1);
     if (r && r->plan) setenv("KN_CUDA_UNION_PLAN", r->plan, 1);
     if (r && r->dyn) setenv("KN_CUDA_UNION_DYN", r->dyn, 1);
+    if (r && r->pfx) setenv("KN_CUDA_PF_PREFETCH", r->pfx, 1);
+    if (r && r->qpf) setenv("KN_CUDA_UNION_QPF", r->qpf, 1);
 }
 
 /* KN_BENCH_PF_REPEAT=n (1-9, default 1): every route of a configuration timed in n interleaved rounds, the
@@ -1571,9 +1584,10 @@ static void bench_layer(void)
              * selections stay in a.sel for the overlap measurement */
             /* the union kernel's variants (default threshold) */
             static const int kv_route[] = {
-                PF_R_PLAIN,  PF_R_PP,  PF_R_PP_FAST,   PF_R_FAST,  PF_R_PPS_FAST,  PF_R_SPLIT,
-                PF_R_SPLIT4, PF_R_OLD, PF_R_RARE,      PF_R_ROWM,  PF_R_RARE_ROWM, PF_R_PAIRS_ROWM,
-                PF_R_OVL,    PF_R_LA,  PF_R_LA_NORARE, PF_R_PLAN0, PF_R_DYN,       PF_R_LA_DYN};
+                PF_R_PLAIN,  PF_R_PP,  PF_R_PP_FAST,   PF_R_FAST,     PF_R_PPS_FAST,  PF_R_SPLIT,
+                PF_R_SPLIT4, PF_R_OLD, PF_R_RARE,      PF_R_ROWM,     PF_R_RARE_ROWM, PF_R_PAIRS_ROWM,
+                PF_R_OVL,    PF_R_LA,  PF_R_LA_NORARE, PF_R_PLAN0,    PF_R_DYN,       PF_R_LA_DYN,
+                PF_R_PFX,    PF_R_QPF, PF_R_PFX_QPF,   PF_R_PAIRS_PFX};
             enum { NKV = sizeof kv_route / sizeof kv_route[0] };
             /* select alone, the default route, the pair path alone (the previous design) and the variants,
              * in KN_BENCH_PF_REPEAT interleaved rounds (medians) */

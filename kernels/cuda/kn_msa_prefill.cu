@@ -9,21 +9,25 @@
  * merge kernel then combines the <= topk partials of every (query, head).
  *
  * Steps (all on the device, no host round trip):
- *   0. tile-union kernel: marks handled (query, group) rows  handled[g][i]
- *   1. count pairs per bucket (group, sequence, block)      atomics into counts; handled rows skipped
+ *   0. tile-union plan (+ its kernel, without the hybrid route): marks handled (query, group) rows,
+ *      handled[g][i] = 1 (union) or 2 (hybrid: all but the rare slots, rare[g][i])
+ *   1. count pairs per bucket (group, sequence, block)      atomics into counts; handled slots skipped
  *   2. exclusive scan of counts and of tiles per bucket      one CTA
  *   3. scatter pairs into bucket order; write tile list      atomics into fill
  *   4. attention: a persistent grid, each CTA a contiguous range of tiles (so consecutive tiles reuse the
  *      K/V in shared memory); a tile = 4 pairs of one bucket, one per warp (16 heads of one query)
- *   5. merge partials per (query, head) of the rows not handled
+ *   4b. hybrid route (default): the union kernel, which merges the rare slots' partials into its rows
+ *   5. merge partials per (query, head) of the rows not handled (default: one warp per (query, group) row)
  * Shapes: head_dim 128, block 128, n_heads / n_kv <= 16, topk <= 32. The union route needs 16 heads per
  * group and query tiles (qb->tiles); without them every row takes the pair path.
  * Knobs (read at each call, for benchmarks): KN_CUDA_PREFILL_UNION=0 turns the union route off;
  * KN_CUDA_UNION_MIN=<percent> sets its minimum efficiency (0: every tile whose union fits; 101: none);
- * KN_CUDA_UNION_OVERLAP=0/1 picks the union kernel's variant, KN_CUDA_UNION_KERNEL=0..7 (KN_PF_UK_*, when
- * set) any of them; KN_CUDA_UNION_RARE=1 the hybrid route (blocks only one query of a union warpgroup chose
- * go through the pairs, merged by the union kernel: kn_msa_prefill_union.cuh); KN_CUDA_PF_MERGE=1 the merge
- * with one warp per (query, group) row. */
+ * KN_CUDA_UNION_OVERLAP=0/1 picks the union kernel's variant, KN_CUDA_UNION_KERNEL=0..8 (KN_PF_UK_*, when
+ * set) any of them; KN_CUDA_UNION_RARE=0/1 the hybrid route (blocks only one query of a union warpgroup chose
+ * go through the pairs, merged by the union kernel: kn_msa_prefill_union.cuh; default 1);
+ * KN_CUDA_PF_MERGE=0/1 the merge per (query, head) or per (query, group) row (default 1); KN_CUDA_UNION_PLAN,
+ * KN_CUDA_UNION_DYN, KN_CUDA_UNION_QPF (kn_msa_prefill_union.cuh) and KN_CUDA_PF_PREFETCH (the next bucket's
+ * K/V into L2, default 0: measured level) are the other measured options. */
 #include <stdlib.h>
 
 #include "kn_attn_warp.cuh"
@@ -41,6 +45,8 @@
 /* Default of KN_CUDA_PF_MERGE: 0 one warp per (query, head), 1 one warp per (query, group) row (the default
  * since pf run 1: +1 to +3 % where the union route takes most rows, level in the random regime) */
 #define KN_PF_MERGE_ROWS 1
+/* Default of KN_CUDA_PF_PREFETCH: the pair path's next bucket's K/V prefetched into L2 (0: off) */
+#define KN_PF_PREFETCH 0
 
 struct pf_ws {
     int32_t *counts, *fill, *offsets, *tile_off, *list;
@@ -185,7 +191,29 @@ struct pf_args {
     const int32_t *n_tiles; /* device: tile_off[nb] */
     uint16_t *part_o;
     float *part_l;
+    const int32_t *tile_off; /* first tile of each bucket (KN_CUDA_PF_PREFETCH) */
+    int prefetch;            /* KN_CUDA_PF_PREFETCH: the next bucket's K/V into L2 while this one computes */
 };
+
+/* Bucket -> its K and V rows (this group's slice of the page) and the rows written so far. */
+__device__ __forceinline__ void pf_bucket_kv(const pf_args &a, int32_t bucket, const uint8_t *&kb,
+                                             const uint8_t *&vb, int &valid, int32_t &b)
+{
+    const int32_t g = bucket / a.total_blocks, rem = bucket - g * a.total_blocks;
+    int32_t lo = 0, hi = a.n_seqs - 1; /* last sequence whose first block is <= rem */
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) >> 1;
+        if (a.seq_blk_off[mid] <= rem)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    b = rem - a.seq_blk_off[lo];
+    const int64_t page = a.bt[(int64_t)lo * a.bt_stride + b];
+    valid = (int)min((int64_t)PF_BLK, a.seq_last[lo] - (int64_t)b * PF_BLK + 1);
+    kb = (const uint8_t *)a.kc + (page * PF_BLK * a.n_kv + g) * AW_D * 2;
+    vb = (const uint8_t *)a.vc + (page * PF_BLK * a.n_kv + g) * AW_D * 2;
+}
 
 __device__ __forceinline__ void pf_load_q(const pf_args &a, int32_t entry, int32_t g, uint32_t dst, int lane)
 {
@@ -221,22 +249,27 @@ __global__ void __launch_bounds__(PF_THREADS, 2) k_pf_attn(const pf_args a)
             __syncthreads(); /* every warp is done with the previous block */
             cur_bucket = tl.x;
             g = cur_bucket / a.total_blocks;
-            const int32_t rem = cur_bucket - g * a.total_blocks;
-            int32_t lo = 0, hi = a.n_seqs - 1; /* last sequence whose first block is <= rem */
-            while (lo < hi) {
-                const int32_t mid = (lo + hi + 1) >> 1;
-                if (a.seq_blk_off[mid] <= rem)
-                    lo = mid;
-                else
-                    hi = mid - 1;
-            }
-            b = rem - a.seq_blk_off[lo];
-            const int64_t page = a.bt[(int64_t)lo * a.bt_stride + b];
-            const int valid = (int)min((int64_t)PF_BLK, a.seq_last[lo] - (int64_t)b * PF_BLK + 1);
-            const uint8_t *kb = (const uint8_t *)a.kc + (page * PF_BLK * a.n_kv + g) * AW_D * 2;
-            const uint8_t *vb = (const uint8_t *)a.vc + (page * PF_BLK * a.n_kv + g) * AW_D * 2;
+            const uint8_t *kb, *vb;
+            int valid;
+            pf_bucket_kv(a, cur_bucket, kb, vb, valid, b);
             aw_tile_load(k_s, kb, tok_bytes, PF_BLK, valid, tid, PF_THREADS);
             aw_tile_load(v_s, vb, tok_bytes, PF_BLK, valid, tid, PF_THREADS);
+            /* the hybrid route leaves few pairs per bucket, so each bucket's K/V load stalls the CTA: start
+             * the next bucket's into L2 now (thread tid: K and V row tid, 2 lines each) */
+            const int32_t tn = a.prefetch ? a.tile_off[cur_bucket + 1] : t1;
+            if (tn < t1) {
+                const uint8_t *kn, *vn;
+                int vn_rows;
+                int32_t bn;
+                pf_bucket_kv(a, a.tiles[tn].x, kn, vn, vn_rows, bn);
+                if (tid < vn_rows) {
+                    const uint8_t *kr = kn + tid * tok_bytes, *vr = vn + tid * tok_bytes;
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kr));
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kr + 128));
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vr));
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vr + 128));
+                }
+            }
         }
         kn_cp_async_commit();
         /* prefetch the Q of this warp's pair in the next tile */
@@ -455,6 +488,8 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     a.n_tiles = w.tile_off + nb;
     a.part_o = w.part_o;
     a.part_l = w.part_l;
+    a.tile_off = w.tile_off;
+    a.prefetch = kn_cuda_knob("KN_CUDA_PF_PREFETCH", KN_PF_PREFETCH);
     KN_CU(cudaFuncSetAttribute(k_pf_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, PF_SMEM),
           "kn_cuda attention (prefill): shared memory");
     const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;

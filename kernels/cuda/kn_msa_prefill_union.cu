@@ -29,7 +29,12 @@
  * An item pays for every union block with all 4 queries of a warpgroup, so it only wins when the queries
  * share their blocks. efficiency = selected pairs / (4 x (blocks of warpgroup 0 + blocks of warpgroup 1));
  * an item below the threshold (or with more than 128 union blocks) is left to the KV-block-major pair path
- * (kn_msa_prefill.cu). Shapes: head_dim 128, block 128, 16 heads per group, ks <= 32. */
+ * (kn_msa_prefill.cu). Hybrid route (a.rare, the default): a block only one query of a warpgroup chose would
+ * cost that warpgroup 4 (query, block) products for 1, so the plan drops it from that warpgroup when that
+ * is cheaper (PU_RARE_COST), the pair path attends to those pairs first, and the consumer's epilogue merges
+ * their partials (pu_merge_rare). Also measured, off by default: a lookahead consumer (the next block's score
+ * product issued behind the value product: slower) and a dynamic item order (items from a global counter:
+ * level); see docs/progress/cuda-pf.md. Shapes: head_dim 128, block 128, 16 heads per group, ks <= 32. */
 #include "kn_msa_kernels.cuh"
 #include "kn_msa_prefill_union.cuh"
 #include "kn_wgmma.cuh"
@@ -85,6 +90,7 @@ struct pu_args {
     const uint16_t *part_o;
     const float *part_l;
     int32_t *counter; /* dynamic item order: the next item to hand out (zeroed by the plan kernel) */
+    int q_prefetch;   /* KN_CUDA_UNION_QPF: the producer prefetches the next item's Q into L2 */
 };
 
 __device__ __forceinline__ void pu_cp_async_wait_all(void)
@@ -331,6 +337,21 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
     int4 h;
     while (pu_fetch<DYN>(a, s0, pt, item, h)) {
         const int32_t g = item / a.n_oct, nu = h.z, pre = nu < 2 ? nu : 2;
+        if (!DYN && a.q_prefetch && item + (int32_t)gridDim.x < a.n_items) {
+            /* the next item's Q (loaded only once the consumers release this one's) into L2 now: thread pt,
+             * 2 of the 32 lines of query pt / 16 (its 16 heads are 4 contiguous KB) */
+            const int32_t nx = item + (int32_t)gridDim.x;
+            const int4 hn = a.hdr[nx];
+            const int qq = pt >> 4;
+            if (hn.z >= 0 && qq < hn.y) {
+                const uint8_t *qr = (const uint8_t *)(a.q + ((int64_t)(hn.x + qq) * a.n_heads +
+                                                             (int64_t)(nx / a.n_oct) * 16) *
+                                                                128) +
+                                    (pt & 15) * 256;
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(qr));
+                asm volatile("prefetch.global.L2 [%0];\n" ::"l"(qr + 128));
+            }
+        }
         const int64_t off0 = ((int64_t)r0 * a.n_kv + g) * 256 + c * 16; /* in a page, from its base */
         const int4 *ua = a.uarr + (int64_t)item * PU_UMAX;
         for (int32_t u = 0; u <= nu; u++) {
@@ -1055,6 +1076,7 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     a.part_o = rare ? (const uint16_t *)rare->part_o : NULL;
     a.part_l = rare ? rare->part_l : NULL;
     a.counter = (int32_t *)(a.uarr + (int64_t)a.n_items * PU_UMAX) + (int64_t)sh->n_kv * qb->n;
+    a.q_prefetch = kn_cuda_knob("KN_CUDA_UNION_QPF", KN_PF_UNION_QPF);
     if (phases & KN_PF_UNION_PLAN) {
         const dim3 pg((unsigned)a.n_oct, (unsigned)sh->n_kv);
         if (kn_cuda_knob("KN_CUDA_UNION_PLAN", KN_PF_UNION_PLAN_V))

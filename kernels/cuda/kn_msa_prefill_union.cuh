@@ -61,6 +61,8 @@ struct kn_pf_union_rare {
 /* Default of KN_CUDA_UNION_DYN: items handed out from a global counter instead of round-robin (fast and
  * lookahead consumers). */
 #define KN_PF_UNION_DYN 0
+/* Default of KN_CUDA_UNION_QPF: the union producer prefetches the next item's Q into L2 (static order) */
+#define KN_PF_UNION_QPF 0
 /* phases of kn_pf_union_launch */
 #define KN_PF_UNION_PLAN 1
 #define KN_PF_UNION_ATTEND 2

@@ -838,7 +838,7 @@ static void test_prefill_union(void)
      * the default; then each variant of the union kernel (KN_CUDA_UNION_KERNEL = KN_PF_UK_*: plain, overlap,
      * pingpong, pingpong + fast softmax, fast softmax, score-only pingpong + fast softmax, fast softmax +
      * value product in halves, in quarters) everywhere and at 50 %; and the old overlap knob */
-    enum { NV = 8, NR = 6 + 2 * NV + 11 };
+    enum { NV = 8, NR = 6 + 2 * NV + 13 };
     static const char *names[NR] = {"pairs only",
                                     "union everywhere",
                                     "union >= 50%",
@@ -871,7 +871,9 @@ static void test_prefill_union(void)
                                     "union >= 50%, plan v0",
                                     "union >= 50%, rare, plan v0",
                                     "union >= 50%, rare, dynamic order",
-                                    "union everywhere, lookahead, dynamic order"};
+                                    "union everywhere, lookahead, dynamic order",
+                                    "union >= 50%, rare, pair-path prefetch",
+                                    "union >= 50%, rare, Q prefetch"};
     /* the rows before the hybrid ones pin KN_CUDA_UNION_RARE=0 (their route checks assume whole rows), except
      * "default"; KN_CUDA_PF_MERGE=1: the merge with one warp per (query, group) row, 0 (pairs only, the
      * hybrid one) the per-head merge; the lookahead consumer (8) must equal the fast one (4) bit for bit */
@@ -887,24 +889,29 @@ static void test_prefill_union(void)
         R_PLAN0,
         R_PLAN0_RARE,
         R_DYN_RARE,
-        R_DYN_LA
+        R_DYN_LA,
+        R_PFX_RARE,
+        R_QPF_RARE
     };
     static const char *k_union[NR] = {"0", [R_PAIRS_ROWM] = "0"};
-    static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50",
-                                    "0",  "50", "0",  "50",  "0",  "50", "0",  "50", "0",  "50", "0",
-                                    "0",  "50", "50", NULL,  "0",  "50", "50", "50", "50", "50", "0"};
-    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0", "0", "1",  "1", "2", "2",
-                                     "3",  "3",  "4",  "4",  "5",  "5", "6", "6",  "7", "7", NULL,
-                                     NULL, "4",  "4",  NULL, "8",  "8", "8", NULL, "4", "4", "8"};
+    static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50", "0",
+                                    "50", "0",  "50", "0",   "50", "0",  "50", "0",  "50", "0",  "0",  "50",
+                                    "50", NULL, "0",  "50",  "50", "50", "50", "50", "0",  "50", "50"};
+    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0",  "0", "1", "1", "2",  "2",  "3",
+                                     "3",  "4",  "4",  "5",  "5",  "6",  "6", "7", "7", NULL, NULL, "4",
+                                     "4",  NULL, "8",  "8",  "8",  NULL, "4", "4", "8", "4",  "4"};
     static const char *k_ovl[NR] = {[R_KNOB] = "1"};
-    static const char *k_rare[NR] = {"0", "0", "0", "0",  NULL, "0", "0", "0", "0", "0", "0",
-                                     "0", "0", "0", "0",  "0",  "0", "0", "0", "0", "0", "0",
-                                     "1", "1", "1", NULL, "0",  "0", "1", "0", "1", "1", "0"};
+    static const char *k_rare[NR] = {"0", "0",  "0", "0", NULL, "0", "0", "0", "0", "0", "0", "0",
+                                     "0", "0",  "0", "0", "0",  "0", "0", "0", "0", "0", "1", "1",
+                                     "1", NULL, "0", "0", "1",  "0", "1", "1", "0", "1", "1"};
     static const char *k_merge[NR] = {[0] = "0", [R_RARE] = "0", [R_RARE_ROWM] = "1", [R_PAIRS_ROWM] = "1"};
     /* KN_CUDA_UNION_PLAN=0: the plan kernel's first version, same routes and union lists */
     static const char *k_plan[NR] = {[R_PLAN0] = "0", [R_PLAN0_RARE] = "0"};
     /* KN_CUDA_UNION_DYN=1: items from a global counter; the same outputs as the static order */
     static const char *k_dyn[NR] = {[R_DYN_RARE] = "1", [R_DYN_LA] = "1"};
+    /* KN_CUDA_PF_PREFETCH=1, KN_CUDA_UNION_QPF=1: L2 prefetches only, the same outputs */
+    static const char *k_pfx[NR] = {[R_PFX_RARE] = "1"};
+    static const char *k_qpf[NR] = {[R_QPF_RARE] = "1"};
     uint16_t *got[NR];
     float *gotf = ct_hmalloc(sizeof(float) * (size_t)nout);
     for (int r = 0; r < NR; r++) {
@@ -916,6 +923,8 @@ static void test_prefill_union(void)
         if (k_merge[r]) setenv("KN_CUDA_PF_MERGE", k_merge[r], 1);
         if (k_plan[r]) setenv("KN_CUDA_UNION_PLAN", k_plan[r], 1);
         if (k_dyn[r]) setenv("KN_CUDA_UNION_DYN", k_dyn[r], 1);
+        if (k_pfx[r]) setenv("KN_CUDA_PF_PREFETCH", k_pfx[r], 1);
+        if (k_qpf[r]) setenv("KN_CUDA_UNION_QPF", k_qpf[r], 1);
         CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
         CT_CU(cudaMemset(ws, 0x5a, wsb)); /* stale flags must not matter */
         struct mm_err err = {0};
@@ -929,6 +938,8 @@ static void test_prefill_union(void)
         unsetenv("KN_CUDA_PF_MERGE");
         unsetenv("KN_CUDA_UNION_PLAN");
         unsetenv("KN_CUDA_UNION_DYN");
+        unsetenv("KN_CUDA_PF_PREFETCH");
+        unsetenv("KN_CUDA_UNION_QPF");
         CHECK_MSG(rc == MM_OK, "prefill attention (%s): %s", names[r], err.msg);
         got[r] = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
         ct_download(got[r], o_d, sizeof(uint16_t) * (size_t)nout);
@@ -974,9 +985,12 @@ static void test_prefill_union(void)
             wrong_plan += (memcmp(got[R_PLAN0] + at, got[2] + at, len_b) != 0) +
                           (memcmp(got[R_PLAN0_RARE] + at, got[R_RARE] + at, len_b) != 0);
             wrong_dyn += (memcmp(got[R_DYN_RARE] + at, got[R_RARE] + at, len_b) != 0) +
-                         (memcmp(got[R_DYN_LA] + at, got[R_LA_ALL] + at, len_b) != 0);
+                         (memcmp(got[R_DYN_LA] + at, got[R_LA_ALL] + at, len_b) != 0) +
+                         (memcmp(got[R_PFX_RARE] + at, got[R_RARE] + at, len_b) != 0) +
+                         (memcmp(got[R_QPF_RARE] + at, got[R_RARE] + at, len_b) != 0);
         }
-    CHECK_MSG(wrong_dyn == 0, "[prefill union] the dynamic item order gives other outputs in %lld rows",
+    CHECK_MSG(wrong_dyn == 0,
+              "[prefill union] the dynamic item order or a prefetch gives other outputs in %lld rows",
               (long long)wrong_dyn);
     CHECK_MSG(wrong_plan == 0, "[prefill union] the first plan kernel gives other outputs in %lld rows",
               (long long)wrong_plan);
