@@ -1165,10 +1165,12 @@ struct layer_route {
 };
 static const struct layer_route g_routes[] = {
     {"unfused", "KN_CUDA_FUSED_DECODE=0", 1},
-    {"fused", "", 1}, /* the default: up to 16 splits, one CTA per SM */
+    {"fused", "", 1}, /* the default: up to 16 splits, one CTA per SM, partials pushed to the head owner */
     {"fused 8", "KN_CUDA_FUSED_SPLIT=8", 1},
-    {"fused, serial merge", "KN_CUDA_MERGE_SERIAL=1", 0},
-    {"fused 8, serial merge", "KN_CUDA_FUSED_SPLIT=8 KN_CUDA_MERGE_SERIAL=1", 0},
+    {"fused, pull merge", "KN_CUDA_MERGE_PUSH=0",
+     1}, /* the previous merge: two cluster barriers, peers read */
+    {"fused, serial merge", "KN_CUDA_MERGE_PUSH=0 KN_CUDA_MERGE_SERIAL=1", 0},
+    {"fused 8, serial merge", "KN_CUDA_FUSED_SPLIT=8 KN_CUDA_MERGE_PUSH=0 KN_CUDA_MERGE_SERIAL=1", 0},
     {"fused, no PDL", "KN_CUDA_PDL=0", 0},
     {"fused, dyn index", "KN_CUDA_STEAL=1", 0},
     {"fused packed", "KN_CUDA_FUSED_PACK=1", 0},
@@ -1178,13 +1180,18 @@ static const struct layer_route g_routes[] = {
     {"fused, topk branchy", "KN_CUDA_TOPK_BF=0", 1}, /* top-k's previous gather, a branch per value */
     {"fused, idx chunk", "KN_CUDA_IDX=0", 1},        /* the persistent scan (bf16: the previous default) */
     {"fused, idx stream", "KN_CUDA_IDX=3", 1},       /* a persistent grid-stride stream over (query, page) */
+    /* selection split over the cluster's CTAs (kn_msa_decode.cu), the lists merged by rank (1) or by one warp
+     * (2) */
+    {"fused, topk split", "KN_CUDA_TOPK_SPLIT=1", 1},
+    {"fused, topk split2", "KN_CUDA_TOPK_SPLIT=2", 1},
 };
 
 static void set_route(const struct layer_route *r)
 {
     static const char *knobs[] = {"KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",       "KN_CUDA_PDL",
                                   "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK",  "KN_CUDA_MERGE_SERIAL",
-                                  "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF"};
+                                  "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF",
+                                  "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH"};
     for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", r ? r->env : "");
@@ -1243,6 +1250,15 @@ enum {
     PF_TK_BOUND,   /* -> bound T known (warp sorts + barrier) */
     PF_TK_GATHER,  /* -> candidates gathered (prefix sum + barrier) */
     PF_TK_RANK,    /* -> ranked (barrier) */
+    PF_TK_XCHG,    /* split selection: ranked -> every slice's list received */
+    PF_TK_MERGE,   /* split selection: lists received -> selected (merged) */
+    PF_MG_RECV,    /* pushed merge: combined -> owned partials received */
+    PF_TK_CAND,    /* top-k candidates (local slice or whole row) */
+    PF_LM_COUNT,   /* split selection, merging the lists: received -> counted */
+    PF_LM_COMPACT, /* -> compacted */
+    PF_LM_RANK,    /* received -> ranked (the whole merge) */
+    PF_LM_SURV,    /* survivors of the lists' bound */
+    PF_LM_DONE,    /* ranked -> selected (count, sel_out, barrier) */
     PF_TIMER_STEP, /* smallest nonzero globaltimer difference seen (its resolution) */
     PF_N
 };
@@ -1258,7 +1274,11 @@ static const char *const g_pf_names[PF_N] = {"idx last warp entry",     "idx fir
                                              "tail merge (cycles->us)", "tail exit (cycles->us)",
                                              "tail top-k: loads",       "tail top-k: bound",
                                              "tail top-k: gather",      "tail top-k: rank",
-                                             "globaltimer step"};
+                                             "tail top-k: lists in",    "tail top-k: lists merged",
+                                             "tail merge: partials in", "tail top-k: candidates",
+                                             "tail lists: counted",     "tail lists: compacted",
+                                             "tail lists: ranked",      "tail lists: survivors",
+                                             "tail lists: to selected", "globaltimer step"};
 
 static void layer_profile(struct layer_dec_arg *a, const char *label, const char *cfg, double clk_ghz)
 {
@@ -1271,7 +1291,10 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
     unsigned long long *hd =
         (unsigned long long *)hmalloc(sizeof(unsigned long long) * PROF_DEC_CTAS_MAX * KN_PROF_CTA_SLOTS);
     double *acc = (double *)hmalloc(sizeof(double) * PF_N * PROF_ITERS);
-    double *tmp = (double *)hmalloc(sizeof(double) * PROF_IDX_WARPS_MAX);
+    /* scratch for the index warps' times and for 18 per-CTA series of the tail */
+    const size_t ntmp =
+        PROF_IDX_WARPS_MAX > 18 * PROF_DEC_CTAS_MAX ? PROF_IDX_WARPS_MAX : 18 * PROF_DEC_CTAS_MAX;
+    double *tmp = (double *)hmalloc(sizeof(double) * ntmp);
     KC(kn_cuda_index_prof_set(di));
     KC(kn_cuda_decode_prof_set(dd));
     for (int w = 0; w < 3; w++) run_layer_dec(a, w);
@@ -1326,8 +1349,8 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
         static unsigned char sm_seen[1024];
         memset(sm_seen, 0, sizeof sm_seen);
         int sms = 0;
-        double *cyc[9];
-        for (int k = 0; k < 9; k++) cyc[k] = tmp + (size_t)k * PROF_DEC_CTAS_MAX;
+        double *cyc[18];
+        for (int k = 0; k < 18; k++) cyc[k] = tmp + (size_t)k * PROF_DEC_CTAS_MAX;
         for (int c = 0; c < PROF_DEC_CTAS_MAX; c++) {
             const unsigned long long *x = hd + (size_t)c * KN_PROF_CTA_SLOTS;
             if (!x[0]) continue;
@@ -1347,6 +1370,19 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
                 cyc[5 + k][nc] =
                     x[KN_PROF_TOPK + k] && prev ? (double)(x[KN_PROF_TOPK + k] - prev) * 1e-3 : NAN;
             }
+            const unsigned long long xc = x[KN_PROF_XCHG], rv = x[KN_PROF_RECV];
+            cyc[9][nc] = xc && x[KN_PROF_TOPK + 3] ? (double)(xc - x[KN_PROF_TOPK + 3]) * 1e-3 : NAN;
+            cyc[10][nc] = xc && x[KN_PROF_SELECTED] ? (double)(x[KN_PROF_SELECTED] - xc) * 1e-3 : NAN;
+            cyc[11][nc] = rv && x[KN_PROF_COMBINED] ? (double)(rv - x[KN_PROF_COMBINED]) * 1e-3 : NAN;
+            cyc[12][nc] = x[KN_PROF_TOPK] ? (double)x[KN_PROF_TOPK_CAND] : NAN;
+            for (int k = 0; k < 3; k++) {
+                const unsigned long long t = x[KN_PROF_MERGE + k];
+                cyc[13 + k][nc] = t && xc ? (double)(t - (k == 1 ? x[KN_PROF_MERGE] : xc)) * 1e-3 : NAN;
+            }
+            cyc[16][nc] = x[KN_PROF_MERGE] ? (double)x[KN_PROF_MERGE + 3] : NAN;
+            cyc[17][nc] = x[KN_PROF_MERGE + 2] && x[KN_PROF_SELECTED]
+                              ? (double)(x[KN_PROF_SELECTED] - x[KN_PROF_MERGE + 2]) * 1e-3
+                              : NAN;
             nc++;
         }
         if (!nc) continue;
@@ -1359,6 +1395,8 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
         r[PF_DEC_SMS] = sms;
         for (int k = 0; k < 5; k++) r[PF_CYC_TOPK + k] = median_of(cyc[k], nc) / (clk_ghz * 1e3);
         for (int k = 0; k < 4; k++) r[PF_TK_LOAD + k] = median_of(cyc[5 + k], nc);
+        for (int k = 0; k < 3; k++) r[PF_TK_XCHG + k] = median_of(cyc[9 + k], nc);
+        for (int k = 0; k < 6; k++) r[PF_TK_CAND + k] = median_of(cyc[12 + k], nc);
         r[PF_TIMER_STEP] = step == ~0ull ? NAN : (double)step;
         good++;
         if (g_prof_raw && it == PROF_ITERS - 1) {
@@ -1391,9 +1429,9 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
         for (int it = 0; it < good; it++) tmp[it] = acc[(size_t)it * PF_N + k];
         snprintf(name, sizeof name, "%s: %s", label, g_pf_names[k]);
         emit("layer prof", cfg, name, median_of(tmp, good),
-             k == PF_DEC_EARLY || k == PF_DEC_SMS ? ""
-             : k == PF_TIMER_STEP                 ? "ns"
-                                                  : "us");
+             k == PF_DEC_EARLY || k == PF_DEC_SMS || k == PF_TK_CAND || k == PF_LM_SURV ? ""
+             : k == PF_TIMER_STEP                                                       ? "ns"
+                                                                                        : "us");
     }
     cudaFree(di), cudaFree(dd);
     free(hi), free(hd), free(acc), free(tmp);
@@ -1490,8 +1528,9 @@ static void bench_layer_decode(int prof_only)
     /* where the time goes, for the default route (up to 16 splits) and the 8-split one */
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int r = 0; r < n_routes; r++) {
-            if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused, idx pages") &&
-                strcmp(g_routes[r].name, "fused, idx chunk") && strcmp(g_routes[r].name, "fused, idx stream"))
+            if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused, pull merge") &&
+                strcmp(g_routes[r].name, "fused, topk split") &&
+                strcmp(g_routes[r].name, "fused, topk split2"))
                 continue;
             set_route(&g_routes[r]);
             a.c = fp8 ? c8 : cb;

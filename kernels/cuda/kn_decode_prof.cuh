@@ -22,8 +22,12 @@ enum {
     KN_PROF_PHASES,
     KN_PROF_CLOCK = 8, /* clock64 at phase p: slot KN_PROF_CLOCK + p */
     KN_PROF_SMID = 15,
-    KN_PROF_TOPK = 16, /* globaltimer at the end of top-k's loads, bound, gather, ranks (kn_topk_row) */
-    KN_PROF_CTA_SLOTS = 24
+    KN_PROF_TOPK = 16,  /* globaltimer at the end of top-k's loads, bound, gather, ranks (kn_topk_row) */
+    KN_PROF_XCHG = 20,  /* split selection (KN_CUDA_TOPK_SPLIT): every slice's list received */
+    KN_PROF_RECV = 21,  /* pushed merge (KN_CUDA_MERGE_PUSH): the owned heads' partials received */
+    KN_PROF_MERGE = 24, /* split selection, merging the lists: counted, compacted, ranked; survivors (27) */
+    KN_PROF_TOPK_CAND = 28, /* top-k's candidates (kn_topk_row ts[4]) */
+    KN_PROF_CTA_SLOTS = 32
 };
 
 /* Slots per warp of the index scan: entry, first tile landed, exit (globaltimer), SM id | pages << 32. */

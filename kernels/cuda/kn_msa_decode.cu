@@ -12,14 +12,25 @@
  * Fused variant (FUSED, kn_attn_decode_fused): the decode tail of an MSA layer in one launch. Each CTA
  * selects its row's blocks from the index scores itself (kn_topk_row; every split of a row does the same
  * selection from L2-resident scores, which costs less than a separate top-k launch and its gap), and the
- * splits of a row (<= 8, or <= 16 with non-portable clusters) form a thread-block cluster: each writes its
- * normalized partial and log-sum-exp to its own shared memory, and after a cluster barrier each CTA merges
- * some heads by reading its peers' partials through distributed shared memory, so there are no partials in
- * global memory and no merge launch. A CTA issues every remote load of its heads before using any: one
- * round trip to the peers instead of one per split. It is launched with programmatic dependent launch: Q is
- * loaded before waiting on the index kernel. With 16 splits a CTA holds one page, so one stage of shared
- * memory is enough (68 KB instead of 196 KB), which also lets it start on an SM the index scan is still
- * leaving; the launch pads it to one CTA per SM so that the page reads are spread over 16 SMs. */
+ * splits of a row (<= 8, or <= 16 with non-portable clusters) form a thread-block cluster. CTA c of the
+ * cluster owns heads c, c + n_split, ...: every CTA stores its normalized partial of each head and its
+ * log-sum-exp straight into the owner's shared memory (st.async, counted on the owner's mbarrier), and the
+ * owner merges once its bytes are in (KN_CUDA_MERGE_PUSH, default on; measured 1-4 us faster than the pulled
+ * merge on H200s, which needs two cluster barriers: each compiles to a GPU-scope fence). So there are no
+ * partials in global memory and no merge launch. KN_CUDA_MERGE_PUSH=0: the previous merge, each CTA writes
+ * its partial to its own shared memory and after a cluster barrier reads its peers' through distributed
+ * shared memory (all remote loads of its heads issued before any is used; KN_CUDA_MERGE_SERIAL=1: one at a
+ * time). KN_CUDA_TOPK_SPLIT=1/2: each CTA selects only from its 1/n_split slice of the row and the lists are
+ * pushed to every peer, then merged by rank (1) or by one warp's k-way merge (2); exact, but not faster than
+ * every CTA selecting from the whole row (docs/progress/cuda-tail.md), so off. It is launched with
+ * programmatic dependent launch: Q is loaded before waiting on the index kernel. With 16 splits a CTA holds
+ * one page, so one stage of shared memory is enough (68 KB instead of 196 KB), which also lets it start on an
+ * SM the index scan is still leaving; the launch pads it to one CTA per SM so that the page reads are spread
+ * over 16 SMs.
+ * What the tail's time is made of (timestamps and SASS, docs/progress/cuda-tail.md): each phase takes about
+ * 0.1-0.15 us per KB of code it executes, whatever its memory traffic (one warp per scheduler running
+ * dependent chains, or cold instruction fetch after the index scan): fewer instructions per warp is the
+ * lever. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +60,87 @@
  * index-scan CTA (<= 110 KB) can still share it. */
 #define DEC_SMEM_ONE_PER_SM (114 * 1024)
 
+/* Split selection (KN_CUDA_TOPK_SPLIT): scores per thread of a CTA's slice of the row (512 = 1/16 of a 1M
+ * row in one round; longer slices take more rounds) */
+#define DEC_TOPK_SPLIT_VPT 4
+/* Pushed merge (KN_CUDA_MERGE_PUSH): the partials a CTA receives for the heads it owns, [slot][AW_D] f32
+ * then [slot] log2-sum-exp, slot = split * heads_per_owner + j; past the stage ring and Q, so peers may write
+ * it at any time. ns * ceil(hpg / ns) <= hpg + ns - 1 < 32 slots. */
+#define DEC_RECV_SLOTS 32
+#define DEC_RECV_BYTES (DEC_RECV_SLOTS * (AW_D + 1) * 4)
+/* then the split selection's lists (u64 keys): every slice's [DEC_FUSED_MAX_SPLIT][KN_CUDA_MAX_TOPK], then
+ * this slice's own. Dynamic, so that the default route's static shared memory stays small: a padded 16-split
+ * CTA (DEC_SMEM_ONE_PER_SM) must still fit beside an index-scan CTA. */
+#define DEC_XK_BYTES (DEC_FUSED_MAX_SPLIT * KN_CUDA_MAX_TOPK * 8)
+#define DEC_XCHG_BYTES (DEC_RECV_BYTES + DEC_XK_BYTES + KN_CUDA_MAX_TOPK * 8)
+
+/* ---- mbarriers and asynchronous stores into a peer's shared memory (sm_90) ----
+ * Used by the split selection and the pushed merge: each CTA pushes its data into the owner's shared memory
+ * with st.async, which counts the bytes on the owner's mbarrier, and the owner waits for the expected byte
+ * count: one one-way trip, no cluster barrier (which compiles to a GPU-scope fence, ~1-2 us measured). */
+__device__ __forceinline__ void dec_mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void dec_mbar_expect(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void dec_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "DEC_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra DEC_WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* the peers' mbarrier inits visible before any st.async reaches them: arrive at entry, wait before the first
+ * push (the CTAs of a cluster start together, long before the index scan ends) */
+__device__ __forceinline__ void dec_cluster_arrive_init(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n\tbarrier.cluster.arrive.relaxed.aligned;\n" ::
+                     : "memory");
+}
+
+__device__ __forceinline__ void dec_cluster_wait(void)
+{
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void dec_st_async_u64(uint32_t addr, unsigned long long v, uint32_t bar)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(addr),
+                 "l"(v), "r"(bar)
+                 : "memory");
+}
+
+__device__ __forceinline__ void dec_st_async_f32(uint32_t addr, float v, uint32_t bar)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\n" ::"r"(addr),
+                 "f"(v), "r"(bar)
+                 : "memory");
+}
+
+__device__ __forceinline__ void dec_st_async_f32x4(uint32_t addr, float4 v, uint32_t bar)
+{
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+            addr),
+        "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
+        : "memory");
+}
+
+/* heads of the row that CTA c of a cluster of ns merges (h = c, c + ns, ...) */
+__device__ __forceinline__ int dec_owned_heads(int c, int ns, int hpg)
+{
+    return c < hpg ? (hpg - c + ns - 1) / ns : 0;
+}
+
 /* Benchmark hook (kn_decode_prof.cuh): where the fused kernel writes per-CTA timestamps, NULL when off. */
 static unsigned long long *g_dec_prof;
 
@@ -73,6 +165,9 @@ struct dec_args {
     int32_t *sel_out;         /* NULL or [n_kv][n][sel_stride]: the selections, written by split 0 */
     int32_t serial_merge;     /* benchmark knob: the previous merge, one split's remote loads at a time */
     int32_t topk_bf;          /* benchmark knob: top-k's branch-free gather (kn_topk_row) */
+    int32_t topk_split;       /* CLUSTER: each CTA selects from 1/n_split of the row, lists exchanged and
+                                 merged by rank (1) or by one warp's k-way merge (2) */
+    int32_t merge_push;       /* CLUSTER: partials pushed to the head owner (st.async), no cluster barrier */
     unsigned long long *prof; /* benchmark hook: KN_PROF_CTA_SLOTS per CTA, or NULL */
 };
 
@@ -109,6 +204,24 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     const int32_t *btr = a.bt + (int64_t)a.qseq[i] * a.bt_stride;
     const uint32_t s_base = kn_smem_addr(smem);
     if (FUSED) DEC_PROF(KN_PROF_ENTRY);
+    /* split selection / pushed merge: [0] counts the peers' lists, [1] the partials of the heads owned here
+     */
+    __shared__ __align__(8) unsigned long long xbar[2];
+    const bool xchg = CLUSTER && FUSED && (a.topk_split || a.merge_push);
+    const uint32_t bar_s = kn_smem_addr(xbar), recv_s = s_base + DEC_SMEM_ST(ROWS, STAGES);
+    unsigned long long *xkeys = (unsigned long long *)(smem + DEC_SMEM_ST(ROWS, STAGES) + DEC_RECV_BYTES);
+    unsigned long long *lkeys = xkeys + DEC_FUSED_MAX_SPLIT * KN_CUDA_MAX_TOPK;
+    if (xchg) {
+        if (tid == 0) {
+            const uint32_t rank = kn_cluster_rank();
+            dec_mbar_init(bar_s, 1);
+            dec_mbar_init(bar_s + 8, 1);
+            if (a.topk_split) dec_mbar_expect(bar_s, (uint32_t)(a.n_split * a.sel_k * 8));
+            const int oh = dec_owned_heads((int)rank, a.n_split, a.hpg);
+            if (a.merge_push && oh) dec_mbar_expect(bar_s + 8, (uint32_t)(a.n_split * oh * (AW_D + 1) * 4));
+        }
+        dec_cluster_arrive_init();
+    }
 
     /* Q rows: the hpg heads of group g (rows past hpg zero). Written before the previous kernel started, so
      * this may run before the dependency wait of a programmatic launch. */
@@ -121,8 +234,6 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     int32_t first, count;
     if (FUSED || a.sel) {
         if (FUSED) {
-            kn_griddep_wait(); /* the index scores */
-            DEC_PROF(KN_PROF_WAITED);
             int64_t lo = (int64_t)own - (a.n_local > 0 ? a.n_local : 1) + 1;
             if (lo < 0) lo = 0;
             /* scratch at the start of the stage area: no copy is in flight there yet */
@@ -130,15 +241,50 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
                 a.prof ? a.prof + ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS +
                              KN_PROF_TOPK
                        : nullptr;
-            kn_topk_row<DEC_THREADS, DEC_TOPK_VPT>(a.scores + r * a.score_stride, own + 1, lo, a.sel_k,
-                                                   *reinterpret_cast<kn_topk_smem<DEC_THREADS> *>(smem),
-                                                   blist, tts, a.topk_bf);
-            if (tid == 0) {
-                int c = 0;
-                while (c < a.sel_k && blist[c] >= 0) c++; /* best first, empty slots at the end */
-                bcount = c;
+            kn_topk_smem<DEC_THREADS> &tsm = *reinterpret_cast<kn_topk_smem<DEC_THREADS> *>(smem);
+            static_assert(sizeof(kn_topk_smem<DEC_THREADS>) <= STAGES * DEC_STAGE_BYTES(ROWS),
+                          "top-k scratch fits the stage area");
+            const int32_t nb = own + 1, ns = a.n_split, kk = a.sel_k;
+            kn_griddep_wait(); /* the index scores */
+            DEC_PROF(KN_PROF_WAITED);
+            if (CLUSTER && a.topk_split) {
+                /* CTA z selects the best of its slice of the row (1/n_split: 16x fewer loads and candidates
+                 * than the whole row), pushes its list (keys, best first) into every peer, and each CTA
+                 * merges the n_split lists the same way, so all agree on the row's selection */
+                const int32_t S = ((nb + ns - 1) / ns + 31) & ~31;
+                const int32_t b0 = min(z * S, nb), len = min(nb - b0, S);
+                kn_topk_row<DEC_THREADS, DEC_TOPK_SPLIT_VPT>(a.scores + r * a.score_stride + b0, len, lo - b0,
+                                                             kk, tsm, blist, tts, a.topk_bf, b0, lkeys);
+                dec_cluster_wait(); /* the peers' mbarriers are initialized */
+                const uint32_t rank = kn_cluster_rank(), xk_s = kn_smem_addr(xkeys);
+#pragma unroll 1
+                for (int e = tid; e < ns * kk; e += DEC_THREADS) {
+                    const uint32_t c = (uint32_t)(e / kk), j = (uint32_t)(e % kk);
+                    dec_st_async_u64(kn_cluster_map(xk_s + (rank * kk + j) * 8, c), lkeys[j],
+                                     kn_cluster_map(bar_s, c));
+                }
+                dec_mbar_wait(bar_s, 0);
+                if (a.prof && tid == 0)
+                    a.prof[((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS +
+                           KN_PROF_XCHG] = kn_prof_ns();
+                unsigned long long *mts =
+                    a.prof ? a.prof + ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS +
+                                 KN_PROF_MERGE
+                           : nullptr;
+                if (a.topk_split == 2)
+                    kn_topk_merge_lists_warp<DEC_THREADS>(xkeys, ns, kk, blist, mts);
+                else
+                    kn_topk_merge_lists<DEC_THREADS>(xkeys, ns, kk, tsm, blist, mts);
+            } else {
+                kn_topk_row<DEC_THREADS, DEC_TOPK_VPT>(a.scores + r * a.score_stride, nb, lo, kk, tsm, blist,
+                                                       tts, a.topk_bf);
+            }
+            if (w == 0) { /* best first, empty slots at the end: count the filled ones at once */
+                const uint32_t m = __ballot_sync(0xffffffffu, lane < a.sel_k && blist[lane] >= 0);
+                if (lane == 0) bcount = __popc(m);
             }
             if (z == 0 && a.sel_out)
+#pragma unroll 1
                 for (int32_t j = tid; j < a.sel_stride; j += DEC_THREADS)
                     a.sel_out[r * a.sel_stride + j] = j < a.sel_k ? blist[j] : -1;
         } else if (w == 0) {
@@ -263,7 +409,22 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
             }
             o[k] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
         }
-        if (CLUSTER) {
+        if (CLUSTER && a.merge_push) {
+            /* this split's normalized partial of head `row` straight into its owner's receive area */
+            const int ns = a.n_split, nh = (a.hpg + ns - 1) / ns;
+            const uint32_t rank = kn_cluster_rank();
+            if (!a.topk_split) dec_cluster_wait(); /* the peers' mbarriers are initialized */
+            if (row < a.hpg) {
+                const uint32_t owner = (uint32_t)(row % ns), slot = rank * nh + (uint32_t)(row / ns);
+                const uint32_t bar = kn_cluster_map(bar_s + 8, owner);
+                const uint32_t dst = kn_cluster_map(recv_s + (slot * AW_D + q4) * 4, owner);
+#pragma unroll
+                for (int k = 0; k < 4; k++) dec_st_async_f32x4(dst + 128 * k, o[k], bar);
+                if ((tid & 7) == 0)
+                    dec_st_async_f32(kn_cluster_map(recv_s + (DEC_RECV_SLOTS * AW_D + slot) * 4, owner),
+                                     L > 0.0f ? msafe + log2f(L) : -INFINITY, bar);
+            }
+        } else if (CLUSTER) {
             /* this split's normalized partial, for the peers to read after the cluster barrier */
             float *xo = (float *)(smem + DEC_X_OFF) + row * AW_D + q4;
 #pragma unroll
@@ -290,6 +451,42 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
         /* merge the row's splits: CTA `rank` of the cluster takes heads rank, rank + n_split, ...; thread tid
          * owns dim tid of the head and reads the peers' partials through distributed shared memory */
         if (FUSED) DEC_PROF(KN_PROF_COMBINED);
+        if (a.merge_push) {
+            /* the owned heads' partials have been pushed here: wait for their bytes, merge, done (nothing of
+             * ours is read by a peer, and no peer writes here after our wait: no exit barrier) */
+            const int ns = a.n_split, nh = (a.hpg + ns - 1) / ns;
+            const int rank = (int)kn_cluster_rank(), oh = dec_owned_heads(rank, ns, a.hpg);
+            if (oh) {
+                dec_mbar_wait(bar_s + 8, 0);
+                if (a.prof && tid == 0)
+                    a.prof[((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS +
+                           KN_PROF_RECV] = kn_prof_ns();
+            }
+            const float *ro = (const float *)(smem + DEC_SMEM_ST(ROWS, STAGES));
+            const float *rl = ro + DEC_RECV_SLOTS * AW_D;
+            /* rolled loops: this code runs once per CTA, so its size (instruction fetch), not its latency,
+             * is what it costs (docs/progress/cuda-tail.md) */
+#pragma unroll 1
+            for (int jh = 0; jh < oh; jh++) {
+                float mm = -INFINITY;
+#pragma unroll 1
+                for (int zz = 0; zz < ns; zz++) mm = fmaxf(mm, rl[zz * nh + jh]);
+                const float msafe = mm == -INFINITY ? 0.0f : mm;
+                float L = 0.0f, acc = 0.0f;
+#pragma unroll 4
+                for (int zz = 0; zz < ns; zz++) {
+                    const float f = exp2f(rl[zz * nh + jh] - msafe); /* 0 for empty splits */
+                    L += f;
+                    acc += f * ro[(zz * nh + jh) * AW_D + tid];
+                }
+                const int h = rank + jh * ns;
+                a.out[((int64_t)i * a.n_heads + (int64_t)g * a.hpg + h) * AW_D + tid] =
+                    kn_f32_to_bf16(L > 0.0f ? acc / L : 0.0f);
+            }
+            if (FUSED) DEC_PROF(KN_PROF_MERGED);
+            if (FUSED) DEC_PROF(KN_PROF_EXIT);
+            return;
+        }
         kn_cluster_sync();
         const uint32_t rank = kn_cluster_rank();
         const uint32_t xo_s = s_base + DEC_X_OFF, xl_off = 16 * AW_D * 4;
@@ -445,6 +642,7 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
     if (rows == 0) return MM_OK;
     const int dense = sel == NULL;
     dec_args a;
+    memset(&a, 0, sizeof(a));
     a.q = (const uint16_t *)q;
     a.qseq = qb->qseq;
     a.pos = qb->pos;
@@ -518,54 +716,71 @@ struct fused_cfg {
 
 /* Clusters of ns CTAs of kern with smem bytes each that the device can run at once (asked once per shape);
  * 0 when it cannot launch them. */
-static int cluster_capacity(int32_t ns, int big, void (*kern)(const dec_args), int32_t smem)
+static int cluster_capacity(int32_t ns, void (*kern)(const dec_args), int32_t smem)
 {
-    static int cap[2][DEC_FUSED_MAX_SPLIT + 1][2];
-    const int pad = smem > DEC_SMEM_ST(128, 1);
-    int *c = &cap[big][ns][pad];
-    if (*c == 0) {
-        int n = 0;
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = 1;
-        at[0].val.clusterDim.y = (unsigned)ns;
-        at[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(1, (unsigned)ns, 1);
-        cfg.blockDim = dim3(DEC_THREADS, 1, 1);
-        cfg.dynamicSmemBytes = (size_t)smem;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e == cudaSuccess && ns > DEC_PORTABLE_SPLIT)
-            e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, kern, &cfg);
-        if (e != cudaSuccess) (void)cudaGetLastError();
-        *c = e == cudaSuccess && n > 0 ? n : -1;
+    static struct {
+        void (*kern)(const dec_args);
+        int32_t ns, smem;
+        int cap;
+    } memo[32];
+    static int n_memo;
+    for (int k = 0; k < n_memo; k++)
+        if (memo[k].kern == kern && memo[k].ns == ns && memo[k].smem == smem) return memo[k].cap;
+    int n = 0;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = (unsigned)ns;
+    at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(1, (unsigned)ns, 1);
+    cfg.blockDim = dim3(DEC_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess && ns > DEC_PORTABLE_SPLIT)
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, kern, &cfg);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    const int cap = e == cudaSuccess && n > 0 ? n : 0;
+    if (n_memo < 32) {
+        memo[n_memo].kern = kern, memo[n_memo].ns = ns, memo[n_memo].smem = smem, memo[n_memo].cap = cap;
+        n_memo++;
     }
-    return *c > 0 ? *c : 0;
+    return cap;
+}
+
+/* The pushed merge (KN_CUDA_MERGE_PUSH) and the split selection (KN_CUDA_TOPK_SPLIT) receive into shared
+ * memory past the stage ring and Q. */
+static int32_t fused_smem(int32_t smem, int32_t stages, int xchg)
+{
+    const int32_t need = DEC_SMEM_ST(128, stages) + (xchg ? DEC_XCHG_BYTES : 0);
+    return smem > need ? smem : need;
 }
 
 static struct fused_cfg fused_config(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
 {
     const int32_t ns0 = dec_splits(sh, qb, 0);
     const int64_t rows = (int64_t)qb->n * sh->n_kv;
+    const int xchg = kn_cuda_knob("KN_CUDA_MERGE_PUSH", 1) || kn_cuda_knob("KN_CUDA_TOPK_SPLIT", 0);
     struct fused_cfg f;
     const int want = kn_cuda_knob_int("KN_CUDA_FUSED_SPLIT", DEC_FUSED_MAX_SPLIT);
     if (want > DEC_PORTABLE_SPLIT && ns0 > DEC_PORTABLE_SPLIT) {
         f.ns = ns0 < want ? ns0 : want;
         if (f.ns > DEC_FUSED_MAX_SPLIT) f.ns = DEC_FUSED_MAX_SPLIT;
         f.stages = 1;
-        f.smem = kn_cuda_knob("KN_CUDA_FUSED_PACK", 0) ? DEC_SMEM_ST(128, 1) : DEC_SMEM_ONE_PER_SM;
+        f.smem = fused_smem(kn_cuda_knob("KN_CUDA_FUSED_PACK", 0) ? DEC_SMEM_ST(128, 1) : DEC_SMEM_ONE_PER_SM,
+                            1, xchg);
         f.kern = k_attn_decode<128, true, true, 1>;
-        if (cluster_capacity(f.ns, 1, f.kern, f.smem) >= rows) return f;
+        if (cluster_capacity(f.ns, f.kern, f.smem) >= rows) return f;
     }
     f.ns = ns0 > DEC_PORTABLE_SPLIT ? DEC_PORTABLE_SPLIT : ns0;
     f.stages = DEC_STAGES;
-    f.smem = DEC_SMEM(128);
+    f.smem = fused_smem(DEC_SMEM(128), DEC_STAGES, xchg && f.ns > 1);
     f.kern =
         f.ns > 1 ? k_attn_decode<128, true, true, DEC_STAGES> : k_attn_decode<128, true, false, DEC_STAGES>;
-    if (f.ns > 1 && !cluster_capacity(f.ns, 0, f.kern, f.smem)) f.ns = 0; /* cannot launch: unfused route */
+    if (f.ns > 1 && !cluster_capacity(f.ns, f.kern, f.smem)) f.ns = 0; /* cannot launch: unfused route */
     return f;
 }
 
@@ -613,6 +828,8 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
     a.serial_merge = kn_cuda_knob("KN_CUDA_MERGE_SERIAL", 0);
     a.prof = g_dec_prof;
     a.topk_bf = kn_cuda_knob("KN_CUDA_TOPK_BF", 1);
+    a.topk_split = f.ns > 1 ? kn_cuda_knob_int("KN_CUDA_TOPK_SPLIT", 0) : 0;
+    a.merge_push = f.ns > 1 && kn_cuda_knob("KN_CUDA_MERGE_PUSH", 1);
 
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
@@ -659,4 +876,18 @@ extern "C" int32_t kn_cuda_decode_prof_set(unsigned long long *buf)
 {
     g_dec_prof = buf;
     return MM_OK;
+}
+
+/* Test hook: the fused decode tail alone on given index scores (rows with ties, -inf and NaN, longer than a
+ * CTA's registers hold), so that its selection can be checked against kn_msa_topk_local exactly. Not part of
+ * kn_cuda.h: only tests/unit/kernels_cuda/test_kn_cuda_msa.c declares and calls it. */
+extern "C" int32_t kn_cuda_decode_fused_scores(const struct kn_cuda_msa_shape *sh,
+                                               const struct kn_cuda_qbatch *qb, const struct kn_cuda_cache *c,
+                                               const void *q, const float *scores, int32_t score_stride,
+                                               int32_t *sel, int32_t sel_stride, void *out,
+                                               struct mm_err *err)
+{
+    if (!kn_attn_decode_fused_ok(sh, qb, sel_stride))
+        return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda fused decode: shapes or device not supported");
+    return kn_attn_decode_fused(sh, qb, c, q, scores, score_stride, sel, sel_stride, out, 0, err);
 }

@@ -18,6 +18,9 @@
  * value (measured on H200s: 1.9-3.3 us instead of 2.3-7 us for 8192 scores; KN_CUDA_TOPK_BF=0 keeps the
  * branch for comparison), candidates are ranked as 64-bit keys (one compare each), the thread maximum is a
  * balanced tree and the warp bound comes from 31 independent shuffles instead of a bitonic sort.
+ * Loops with a run-time trip count stay rolled (#pragma unroll 1): in the fused decode tail this code runs
+ * once per CTA and its time follows its executed code size (docs/progress/cuda-tail.md), so unrolled copies
+ * and remainder loops only add cost.
  */
 #ifndef KN_TOPK_ROW_CUH
 #define KN_TOPK_ROW_CUH
@@ -25,6 +28,7 @@
 #include <limits.h>
 
 #include "kn_cuda_internal.cuh"
+#include "kn_decode_prof.cuh"
 
 /* candidates ranked in shared memory; more than this takes the slow path */
 #define KN_TOPK_CAP 1024
@@ -98,17 +102,23 @@ __device__ __forceinline__ bool kn_topk_cand(float x, float T)
 
 /* All NT threads of the CTA call this with the same arguments. Writes out[0..kk) (shared memory; kk <= 32),
  * best first, -1 past the selectable entries; returns after a barrier, so out and sm may be reused. ts:
- * NULL, or 4 slots for the times the loads, the bound, the gather and the ranks were done (benchmark).
- * branchfree: gather candidates with a store per value instead of a branch per value (KN_CUDA_TOPK_BF). */
+ * NULL, or the KN_PROF_TOPK slots of kn_decode_prof.cuh: the times the loads, the bound, the gather and the
+ * ranks were done, and the number of candidates (benchmark).
+ * branchfree: gather candidates with a store per value instead of a branch per value (KN_CUDA_TOPK_BF).
+ * A slice of a longer row: row points at block `base`, nb and lo count from there, and the ids written are
+ * absolute (base + b). out_key (NULL or shared memory, kk slots): the same list as kn_topk_key, 0 for an
+ * empty slot (every real key is > 0), for merging the lists of several slices (kn_topk_merge_lists). */
 template <int NT, int VPT>
 __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn_topk_smem<NT> &sm,
-                            int32_t *out, unsigned long long *ts = nullptr, bool branchfree = false)
+                            int32_t *out, unsigned long long *ts = nullptr, bool branchfree = false,
+                            int32_t base = 0, unsigned long long *out_key = nullptr)
 {
     const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     float v[VPT];
 #pragma unroll
     for (int u = 0; u < VPT; u++) v[u] = -INFINITY; /* threads past a short row never load */
     float tmax = -INFINITY;
+#pragma unroll 1
     for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
 #pragma unroll
         for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
@@ -135,6 +145,7 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
     const bool one_round = nb <= NT * VPT; /* the registers still hold the whole row */
     /* this thread's candidates, then their slots: an exclusive prefix sum over the CTA */
     int mine = 0;
+#pragma unroll 1
     for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
         if (!one_round) {
 #pragma unroll
@@ -157,7 +168,9 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
         at += k < wp ? sm.wc[k] : 0;
         cnt += sm.wc[k];
     }
+    if (ts && tid == 0) ts[KN_PROF_TOPK_CAND - KN_PROF_TOPK] = (unsigned long long)cnt; /* benchmark */
     if (mine && cnt <= KN_TOPK_CAP)
+#pragma unroll 1
         for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
             if (!one_round) {
 #pragma unroll
@@ -168,26 +181,34 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
 #pragma unroll
                 for (int u = 0; u < VPT; u++) {
                     const bool c = kn_topk_cand(v[u], T);
-                    sm.ck[c ? at : KN_TOPK_CAP] = kn_topk_key(v[u], b0 + u * NT);
+                    sm.ck[c ? at : KN_TOPK_CAP] = kn_topk_key(v[u], base + b0 + u * NT);
                     at += c;
                 }
             } else {
 #pragma unroll
                 for (int u = 0; u < VPT; u++)
-                    if (kn_topk_cand(v[u], T)) sm.ck[at++] = kn_topk_key(v[u], b0 + u * NT);
+                    if (kn_topk_cand(v[u], T)) sm.ck[at++] = kn_topk_key(v[u], base + b0 + u * NT);
             }
         }
     __syncthreads();
     KN_TOPK_TS(2);
     if (cnt <= KN_TOPK_CAP) {
+#pragma unroll 1
         for (int j = tid; j < cnt; j += NT) {
             const unsigned long long key = sm.ck[j];
             int r = 0;
-#pragma unroll 8
+#pragma unroll 4
             for (int c = 0; c < cnt; c++) r += sm.ck[c] > key;
-            if (r < kk) out[r] = (int32_t) ~(uint32_t)key;
+            if (r < kk) {
+                out[r] = (int32_t) ~(uint32_t)key;
+                if (out_key) out_key[r] = key;
+            }
         }
-        for (int k = cnt + tid; k < kk; k += NT) out[k] = -1;
+#pragma unroll 1
+        for (int k = cnt + tid; k < kk; k += NT) {
+            out[k] = -1;
+            if (out_key) out_key[k] = 0;
+        }
         __syncthreads();
         KN_TOPK_TS(3);
         return;
@@ -195,9 +216,11 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
     /* degenerate rows: kk rounds of "the best strictly below the previous pick" over the whole row */
     float ps = INFINITY;
     int32_t pi = -1; /* (+inf, -1) is better than every entry, the local +inf blocks included */
+#pragma unroll 1
     for (int k = 0; k < kk; k++) {
         float bs = -INFINITY;
         int32_t bi = INT_MAX;
+#pragma unroll 1
         for (int32_t b = tid; b < nb; b += NT) {
             const float s = kn_topk_load(row, b, nb, lo);
             if (s > -INFINITY && kn_topk_better(ps, pi, s, b) && kn_topk_better(s, b, bs, bi)) bs = s, bi = b;
@@ -211,15 +234,106 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
         if (lane == 0) sm.rs[wp] = bs, sm.ri[wp] = bi;
         __syncthreads();
         if (tid == 0) {
+#pragma unroll 1
             for (int w = 1; w < NT / 32; w++)
                 if (kn_topk_better(sm.rs[w], sm.ri[w], bs, bi)) bs = sm.rs[w], bi = sm.ri[w];
-            out[k] = bi == INT_MAX ? -1 : bi;
+            out[k] = bi == INT_MAX ? -1 : base + bi;
+            if (out_key) out_key[k] = bi == INT_MAX ? 0ull : kn_topk_key(bs, base + bi);
             sm.ps = bs, sm.pi = bi;
         }
         __syncthreads();
         ps = sm.ps, pi = sm.pi;
     }
     KN_TOPK_TS(3);
+}
+
+/* The best kk of m keys in shared memory (kn_topk_key order; 0 = an empty slot), the concatenated lists of
+ * the slices of one row, each list best first with kk slots: writes out[0..kk) like kn_topk_row. Every list
+ * that is full holds kk keys >= its last one, so the row's kk-th best is >= T = the largest last key, and
+ * only keys >= T can be selected. That bound is weak for slices (the k-th best of a 512-score slice is only a
+ * top-3 % score of a 1M row: ~170 of 256 keys survive, docs/progress/cuda-tail.md), which is why the warp
+ * merge below is the faster one. Survivors are compacted into sm and each finds its rank
+ * by counting the better ones, as in kn_topk_row. Keys are distinct (block ids are), so ranks are too. All
+ * NT threads call it; m <= KN_TOPK_CAP; returns after a barrier. */
+template <int NT>
+__device__ void kn_topk_merge_lists(const unsigned long long *keys, int n_lists, int kk, kn_topk_smem<NT> &sm,
+                                    int32_t *out, unsigned long long *ts = nullptr)
+{
+    const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5, m = n_lists * kk;
+    unsigned long long T = 0;
+#pragma unroll 1
+    for (int c = 0; c < n_lists; c++) {
+        const unsigned long long x = keys[c * kk + kk - 1];
+        T = x > T ? x : T;
+    }
+    int mine = 0;
+#pragma unroll 1
+    for (int e = tid; e < m; e += NT) mine += keys[e] != 0 && keys[e] >= T;
+    int incl = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    if (lane == 31) sm.wc[wp] = incl;
+    __syncthreads();
+    KN_TOPK_TS(0);
+    int at = incl - mine, cnt = 0;
+#pragma unroll
+    for (int k = 0; k < NT / 32; k++) {
+        at += k < wp ? sm.wc[k] : 0;
+        cnt += sm.wc[k];
+    }
+#pragma unroll 1
+    for (int e = tid; e < m; e += NT) {
+        const unsigned long long x = keys[e];
+        if (x != 0 && x >= T) sm.ck[at++] = x;
+    }
+    __syncthreads();
+    KN_TOPK_TS(1);
+    if (ts && tid == 0) ts[3] = (unsigned long long)cnt;
+#pragma unroll 1
+    for (int j = tid; j < cnt; j += NT) {
+        const unsigned long long key = sm.ck[j];
+        int r = 0;
+#pragma unroll 4
+        for (int c = 0; c < cnt; c++) r += sm.ck[c] > key;
+        if (r < kk) out[r] = (int32_t) ~(uint32_t)key;
+    }
+#pragma unroll 1
+    for (int k = cnt + tid; k < kk; k += NT) out[k] = -1;
+    __syncthreads();
+    KN_TOPK_TS(2);
+}
+
+/* The same result by one warp, as a k-way merge of the sorted lists: lane c holds the head of list c; each of
+ * kk rounds takes the best head (two warp max-reductions: score bits, then block id among equal scores) and
+ * the lane that held it moves to its next entry. kk dependent rounds of a few instructions, no compaction and
+ * one barrier: little code (the fused decode tail pays for code size, see kn_msa_decode.cu). n_lists <= 32,
+ * keys distinct (block ids are). */
+template <int NT>
+__device__ void kn_topk_merge_lists_warp(const unsigned long long *keys, int n_lists, int kk, int32_t *out,
+                                         unsigned long long *ts = nullptr)
+{
+    const int tid = threadIdx.x;
+    if (tid < 32) {
+        int pos = 0;
+        unsigned long long head = tid < n_lists ? keys[tid * kk] : 0ull;
+#pragma unroll 1
+        for (int k = 0; k < kk; k++) {
+            const uint32_t hi = (uint32_t)(head >> 32), lo = (uint32_t)head;
+            const uint32_t mh = __reduce_max_sync(0xffffffffu, hi);
+            const uint32_t ml = __reduce_max_sync(0xffffffffu, hi == mh ? lo : 0u);
+            const unsigned long long best = (unsigned long long)mh << 32 | ml;
+            if (best != 0 && head == best) {
+                pos++;
+                head = pos < kk ? keys[tid * kk + pos] : 0ull;
+            }
+            if (tid == 0) out[k] = best != 0 ? (int32_t) ~(uint32_t)best : -1;
+        }
+    }
+    __syncthreads();
+    KN_TOPK_TS(2);
 }
 
 #undef KN_TOPK_TS

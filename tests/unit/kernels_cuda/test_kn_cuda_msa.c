@@ -532,7 +532,10 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
      * attention over the selections it made. Also with each of the fused route's options (KN_CUDA_* knobs:
      * no programmatic launch, dynamic pages, the even-split, per-page and stream index scans, the late
      * trigger, top-k's previous gather with a branch per value, at most 8 splits (portable clusters, three
-     * stages) instead of up to 16, 16 splits packed instead of one CTA per SM, the serial merge). */
+     * stages) instead of up to 16, 16 splits packed instead of one CTA per SM, the pulled merge (peers read
+     * each other's partials between two cluster barriers: the previous default) and its serial form, the
+     * split selection (each CTA of a cluster selects from its slice of the row, lists exchanged, merged by
+     * rank or by one warp: KN_CUDA_TOPK_SPLIT=1, 2)). */
     static const char *const knob_sets[] = {
         "",
         "KN_CUDA_PDL=0",
@@ -544,8 +547,14 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
         "KN_CUDA_TOPK_BF=0",
         "KN_CUDA_FUSED_SPLIT=8",
         "KN_CUDA_FUSED_PACK=1",
-        "KN_CUDA_MERGE_SERIAL=1",
-        "KN_CUDA_FUSED_SPLIT=8 KN_CUDA_MERGE_SERIAL=1",
+        "KN_CUDA_MERGE_PUSH=0",
+        "KN_CUDA_MERGE_PUSH=0 KN_CUDA_MERGE_SERIAL=1",
+        "KN_CUDA_FUSED_SPLIT=8 KN_CUDA_MERGE_PUSH=0 KN_CUDA_MERGE_SERIAL=1",
+        "KN_CUDA_FUSED_SPLIT=8 KN_CUDA_MERGE_PUSH=0",
+        "KN_CUDA_TOPK_SPLIT=1",
+        "KN_CUDA_TOPK_SPLIT=2",
+        "KN_CUDA_TOPK_SPLIT=1 KN_CUDA_MERGE_PUSH=0",
+        "KN_CUDA_TOPK_SPLIT=2 KN_CUDA_FUSED_SPLIT=8",
     };
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (size_t knob = 0; knob < sizeof knob_sets / sizeof knob_sets[0]; knob++) {
@@ -692,6 +701,195 @@ static void test_topk_long(void)
     }
     free(sc), free(ref), free(got);
     cudaFree(pos_d), cudaFree(sc_d), cudaFree(sel_d);
+}
+
+/* The fused decode tail on given scores (kn_msa_decode.cu test hook, not in kn_cuda.h). */
+int32_t kn_cuda_decode_fused_scores(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                    const struct kn_cuda_cache *c, const void *q, const float *scores,
+                                    int32_t score_stride, int32_t *sel, int32_t sel_stride, void *out,
+                                    struct mm_err *err);
+
+/* The fused decode tail (top-k + pages + merge in one cluster launch) on hand-made index scores, with each of
+ * its selection and merge variants: rows up to 1M context and past it (8256 blocks: longer than 16 slices of
+ * 512, not a multiple), one token, fewer blocks than k, ties (scores on a coarse grid), -inf and NaN, a row
+ * of all-equal scores, a row with fewer finite scores than k, entries past the row that must never be read
+ * (huge values), n_local 1 and 2; batches of 1, 2, 7 and 12 queries, so 16, 10 and 6 splits per row. The
+ * selections must equal kn_msa_topk_local's exactly; the output the CPU attention over them. K/V pages are
+ * shared by many blocks (the block table wraps around a few pages) to keep the cache small. */
+static void test_fused_decode_scores(void)
+{
+    const int32_t NP = 48, B = 128, G = 4, D = 128, max_nb = 8256, stride = max_nb + 3;
+    const int64_t kv_elems = (int64_t)NP * B * G * D;
+    float *kf = ct_hmalloc(sizeof(float) * (size_t)kv_elems),
+          *vf = ct_hmalloc(sizeof(float) * (size_t)kv_elems);
+    uint16_t *kb = ct_hmalloc(sizeof(uint16_t) * (size_t)kv_elems),
+             *vb = ct_hmalloc(sizeof(uint16_t) * (size_t)kv_elems);
+    ct_fill_normal(kf, kv_elems, 1.0f);
+    ct_fill_normal(vf, kv_elems, 1.0f);
+    ct_to_bf16(kf, kb, kv_elems), ct_to_bf16(vf, vb, kv_elems);
+    ct_from_bf16(kb, kf, kv_elems), ct_from_bf16(vb, vf, kv_elems);
+    struct kn_cuda_cache c;
+    memset(&c, 0, sizeof c);
+    c.k = ct_upload(kb, sizeof(uint16_t) * (size_t)kv_elems);
+    c.v = ct_upload(vb, sizeof(uint16_t) * (size_t)kv_elems);
+    c.n_pages = NP;
+    static const int64_t pos1[] = {1048575}, pos2[] = {8256 * 128 - 1, 5000},
+                         pos7[] = {0, 127, 1000, 40 * 128 + 5, 300000, 1048575, 2047},
+                         pos12[] = {1048575, 3,   900,     4095,   4096,     77777,
+                                    20000,   128, 1048000, 600000, 16 * 128, 9999};
+    static const int64_t *const sets[] = {pos1, pos2, pos7, pos12};
+    static const int32_t set_n[] = {1, 2, 7, 12};
+    static const char *const knob_sets[] = {
+        "",
+        "KN_CUDA_MERGE_PUSH=0",
+        "KN_CUDA_TOPK_SPLIT=1",
+        "KN_CUDA_TOPK_SPLIT=2",
+        "KN_CUDA_TOPK_SPLIT=1 KN_CUDA_MERGE_PUSH=0",
+        "KN_CUDA_TOPK_SPLIT=2 KN_CUDA_MERGE_PUSH=0",
+        "KN_CUDA_TOPK_SPLIT=1 KN_CUDA_TOPK_BF=0",
+        "KN_CUDA_TOPK_SPLIT=1 KN_CUDA_FUSED_SPLIT=8",
+        "KN_CUDA_TOPK_SPLIT=2 KN_CUDA_FUSED_SPLIT=8",
+        "KN_CUDA_FUSED_PACK=1",
+        "KN_CUDA_TOPK_SPLIT=1 KN_CUDA_MERGE_PUSH=0 KN_CUDA_MERGE_SERIAL=1",
+    };
+    /* shapes: M3 (top-16, n_local 1), top-12 with n_local 2, and 8 heads per group (fewer heads than the 16
+     * splits of a row: some CTAs merge no head) */
+    for (int shape = 0; shape < 3; shape++)
+        for (int set = 0; set < 4; set++) {
+            const int32_t H = shape == 2 ? 32 : 64;
+            struct kn_cuda_msa_shape sh = {
+                H, G, D, G, 128, B, shape == 1 ? 12 : 16, shape == 1 ? 2 : 1, 0.08838834764831845f};
+            const int32_t n = set_n[set], sel_stride = sh.topk + 3;
+            const int64_t *pos = sets[set];
+            /* one sequence per query; block b of sequence s on page (7 b + s) mod NP */
+            int32_t *bt = ct_hmalloc(sizeof(int32_t) * (size_t)n * max_nb);
+            int32_t *qseq = ct_hmalloc(sizeof(int32_t) * (size_t)n);
+            int32_t max_blocks = 0;
+            for (int32_t s = 0; s < n; s++) {
+                qseq[s] = s;
+                for (int32_t b = 0; b < max_nb; b++) bt[(int64_t)s * max_nb + b] = (7 * b + s) % NP;
+                if ((int32_t)(pos[s] / B) + 1 > max_blocks) max_blocks = (int32_t)(pos[s] / B) + 1;
+            }
+            /* scores: ties on a 1/8 grid, some -inf and NaN; (g 2, query 0) all equal; (g 3, last query) only
+             * 5 finite scores; past each row's end huge values that a read out of the row would select */
+            float *sc = ct_hmalloc(sizeof(float) * (size_t)G * n * stride);
+            for (int32_t g = 0; g < G; g++)
+                for (int32_t i = 0; i < n; i++) {
+                    const int32_t nb = (int32_t)(pos[i] / B) + 1;
+                    float *row = sc + ((int64_t)g * n + i) * stride;
+                    for (int32_t b = 0; b < stride; b++) {
+                        float v = roundf(ct_normal() * 8.0f) / 8.0f;
+                        const uint64_t rr = ct_next() % 1000;
+                        if (rr == 0) v = -INFINITY;
+                        if (rr == 1) v = NAN;
+                        if (g == 2 && i == 0) v = 0.5f;
+                        if (g == 3 && i == n - 1) v = b % 97 == 3 && b < 5 * 97 ? v : -INFINITY;
+                        row[b] = b < nb ? v : 1e30f;
+                    }
+                }
+            int32_t *ref = ct_hmalloc(sizeof(int32_t) * (size_t)G * n * sel_stride);
+            for (int32_t i = 0; i < n; i++) {
+                const int32_t nb = (int32_t)(pos[i] / B) + 1;
+                float *tmp = ct_hmalloc(sizeof(float) * (size_t)G * nb);
+                int32_t *st = ct_hmalloc(sizeof(int32_t) * (size_t)G * sel_stride);
+                for (int32_t g = 0; g < G; g++)
+                    memcpy(tmp + (int64_t)g * nb, sc + ((int64_t)g * n + i) * stride,
+                           sizeof(float) * (size_t)nb);
+                kn_msa_topk_local(tmp, G, 1, &pos[i], nb, B, sh.topk, sh.n_local, st, sel_stride);
+                for (int32_t g = 0; g < G; g++)
+                    memcpy(ref + ((int64_t)g * n + i) * sel_stride, st + (int64_t)g * sel_stride,
+                           sizeof(int32_t) * (size_t)sel_stride);
+                free(tmp), free(st);
+            }
+            /* queries (bf16) and the CPU attention over the reference selections */
+            const int64_t nout = (int64_t)n * H * D;
+            float *q = ct_hmalloc(sizeof(float) * (size_t)nout),
+                  *ref_o = ct_hmalloc(sizeof(float) * (size_t)nout),
+                  *got_o = ct_hmalloc(sizeof(float) * (size_t)nout);
+            uint16_t *qb16 = ct_hmalloc(sizeof(uint16_t) * (size_t)nout),
+                     *got_b = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
+            ct_fill_normal(q, nout, 1.0f);
+            ct_to_bf16(q, qb16, nout);
+            ct_from_bf16(qb16, q, nout);
+            int32_t *row = ct_hmalloc(sizeof(int32_t) * (size_t)G * sel_stride);
+            for (int32_t i = 0; i < n; i++) {
+                struct kn_paged_seq seq = {bt + (int64_t)i * max_nb, pos[i] + 1};
+                for (int32_t g = 0; g < G; g++)
+                    memcpy(row + (int64_t)g * sel_stride, ref + ((int64_t)g * n + i) * sel_stride,
+                           sizeof(int32_t) * (size_t)sel_stride);
+                kn_msa_sparse_attention(q + (int64_t)i * H * D, 1, &pos[i], H, G, D, sh.scale, kf, vf, B,
+                                        &seq, row, sh.topk, sel_stride, ref_o + (int64_t)i * H * D);
+            }
+            struct kn_cuda_qbatch qb;
+            memset(&qb, 0, sizeof qb);
+            qb.n = n;
+            qb.n_seqs = n;
+            qb.qseq = ct_upload(qseq, sizeof(int32_t) * (size_t)n);
+            qb.pos = ct_upload(pos, sizeof(int64_t) * (size_t)n);
+            qb.block_table = ct_upload(bt, sizeof(int32_t) * (size_t)n * max_nb);
+            qb.bt_stride = max_nb;
+            qb.max_blocks = max_blocks;
+            qb.max_q_per_seq = 1;
+            float *sc_d = ct_upload(sc, sizeof(float) * (size_t)G * n * stride);
+            void *q_d = ct_upload(qb16, sizeof(uint16_t) * (size_t)nout);
+            void *o_d = ct_dmalloc(sizeof(uint16_t) * (size_t)nout);
+            int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)G * n * sel_stride);
+            int32_t *got = ct_hmalloc(sizeof(int32_t) * (size_t)G * n * sel_stride);
+            for (size_t ks = 0; ks < sizeof knob_sets / sizeof knob_sets[0]; ks++) {
+                char env[160], *save = NULL;
+                snprintf(env, sizeof env, "%s", knob_sets[ks]);
+                for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                    *strchr(t, '=') = 0;
+                    setenv(t, t + strlen(t) + 1, 1);
+                }
+                CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)G * n * sel_stride));
+                CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
+                struct mm_err err = {0};
+                int32_t rc = kn_cuda_decode_fused_scores(&sh, &qb, &c, q_d, sc_d, stride, sel_d, sel_stride,
+                                                         o_d, &err);
+                snprintf(env, sizeof env, "%s", knob_sets[ks]);
+                for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                    *strchr(t, '=') = 0;
+                    unsetenv(t);
+                }
+                CHECK_MSG(rc == MM_OK, "fused decode on given scores [%s]: %s", knob_sets[ks], err.msg);
+                CT_CU(cudaDeviceSynchronize());
+                ct_download(got, sel_d, sizeof(int32_t) * (size_t)G * n * sel_stride);
+                int64_t bad = 0;
+                for (int64_t e = 0; e < (int64_t)G * n * sel_stride; e++) {
+                    if (got[e] != ref[e] && bad < 4)
+                        fprintf(stderr,
+                                "  fused scores n=%d local%d H%d [%s]: row %lld slot %lld: %d vs %d\n", n,
+                                sh.n_local, H, knob_sets[ks], (long long)(e / sel_stride),
+                                (long long)(e % sel_stride), got[e], ref[e]);
+                    bad += got[e] != ref[e];
+                }
+                ct_download(got_b, o_d, sizeof(uint16_t) * (size_t)nout);
+                ct_from_bf16(got_b, got_o, nout);
+                double mx = 0, rel = ct_rel_err(got_o, ref_o, nout, &mx);
+                CHECK_MSG(
+                    bad == 0,
+                    "fused decode on given scores, %d queries, %d heads, n_local %d [%s]: %lld selection "
+                    "entries differ from kn_msa_topk_local",
+                    n, H, sh.n_local, knob_sets[ks], (long long)bad);
+                CHECK_MSG(
+                    rel <= 1e-2 && mx <= 0.08,
+                    "fused decode on given scores, %d queries, %d heads, n_local %d [%s]: rel err %.3g, "
+                    "max abs %.3g",
+                    n, H, sh.n_local, knob_sets[ks], rel, mx);
+                printf(
+                    "[fused decode, given scores] %2d queries, %d heads, n_local %d %-56s: selections equal, "
+                    "rel err %.3g\n",
+                    n, H, sh.n_local, knob_sets[ks], rel);
+            }
+            cudaFree((void *)qb.qseq), cudaFree((void *)qb.pos), cudaFree((void *)qb.block_table);
+            cudaFree(sc_d), cudaFree(q_d), cudaFree(o_d), cudaFree(sel_d);
+            free(bt), free(qseq), free(sc), free(ref), free(q), free(ref_o), free(got_o), free(qb16),
+                free(got_b);
+            free(row), free(got);
+        }
+    cudaFree(c.k), cudaFree(c.v);
+    free(kf), free(vf), free(kb), free(vb);
 }
 
 /* ---- sparse prefill: the tile-union route (kn_msa_prefill_union.cu) and the pair path it falls back to ----
@@ -1103,6 +1301,7 @@ int main(void)
     ct_require_gpu();
     ct_seed(20261130);
     test_topk_long();
+    test_fused_decode_scores();
     test_select_prefill_long();
     test_prefill_union();
     {
