@@ -425,15 +425,37 @@ static void run_idx(void *p, int it)
 struct idx_variant {
     const char *name;
     int fp8, v0;
-    const char *idx_knob; /* KN_CUDA_IDX (NULL: unset; the library's default is "2" for bf16 at batch 1
-                           * from 512K on, "0" otherwise) */
+    const char *idx_knob; /* KN_CUDA_IDX (NULL: unset: the library's automatic choice) */
+    const char *tile;     /* KN_CUDA_IDX_TILE (FP8 ring scan: tiles of 16 tokens per step) */
+    const char *lines;    /* KN_CUDA_IDX_LINES (ring scan: "1" = whole-line copies) */
 };
 static const struct idx_variant g_idx_variants[] = {
-    {"index bf16", 0, 0, "0"},       {"index bf16 v0", 0, 1, NULL},  {"index bf16 even", 0, 0, "1"},
-    {"index bf16 pages", 0, 0, "2"}, {"index fp8", 1, 0, "0"},       {"index fp8 v0", 1, 1, NULL},
-    {"index fp8 even", 1, 0, "1"},   {"index fp8 pages", 1, 0, "2"}, {"index bf16 stream", 0, 0, "3"},
-    {"index fp8 stream", 1, 0, "3"},
+    {"index bf16", 0, 0, "0", NULL},
+    {"index bf16 v0", 0, 1, NULL, NULL},
+    {"index bf16 even", 0, 0, "1", NULL},
+    {"index bf16 pages", 0, 0, "2", NULL},
+    {"index fp8", 1, 0, "0", NULL},
+    {"index fp8 v0", 1, 1, NULL, NULL},
+    {"index fp8 even", 1, 0, "1", NULL},
+    {"index fp8 pages", 1, 0, "2", NULL},
+    {"index bf16 stream", 0, 0, "3", NULL},
+    {"index fp8 stream", 1, 0, "3", NULL},
+    {"index bf16 ring", 0, 0, "4", NULL},
+    {"index fp8 ring", 1, 0, "4", NULL},
+    {"index fp8 ring tile16", 1, 0, "4", "1"},
+    {"index bf16 ring lanes", 0, 0, "4", NULL, "0"},
+    {"index fp8 ring lanes", 1, 0, "4", NULL, "0"},
+    {"index bf16 default", 0, 0, NULL, NULL},
+    {"index fp8 default", 1, 0, NULL, NULL},
 };
+
+static void idx_set_knob(const char *name, const char *v)
+{
+    if (v)
+        setenv(name, v, 1);
+    else
+        unsetenv(name);
+}
 
 /* The read-only ceiling at a given size: a grid-stride stream of 16-byte loads over the same bytes as a
  * scan (one wave of CTAs, 8 loads in flight per thread), so that small sizes, where launch and ramp weigh,
@@ -535,10 +557,9 @@ static void bench_index(int do_topk)
                 const struct idx_variant *iv = &g_idx_variants[v];
                 a.cache = iv->fp8 ? c8 : cb;
                 a.v0 = iv->v0;
-                if (iv->idx_knob)
-                    setenv("KN_CUDA_IDX", iv->idx_knob, 1);
-                else
-                    unsetenv("KN_CUDA_IDX");
+                idx_set_knob("KN_CUDA_IDX", iv->idx_knob);
+                idx_set_knob("KN_CUDA_IDX_TILE", iv->tile);
+                idx_set_knob("KN_CUDA_IDX_LINES", iv->lines);
                 const double bytes = iv->fp8 ? bytes8 : set_bytes;
                 double ms = time_ms(run_idx, &a, 3, iters);
                 double tbs = bytes / (ms * 1e-3) / 1e12;
@@ -552,6 +573,8 @@ static void bench_index(int do_topk)
                 emit(name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
             }
             unsetenv("KN_CUDA_IDX");
+            unsetenv("KN_CUDA_IDX_TILE");
+            unsetenv("KN_CUDA_IDX_LINES");
             /* the same bytes read by a plain streaming kernel: the ceiling at this size */
             for (int f8 = 0; f8 < 2; f8++) {
                 struct read_arg ra = {f8 ? idx8 : (const uint8_t *)idx,
@@ -1184,6 +1207,9 @@ static const struct layer_route g_routes[] = {
      * (2) */
     {"fused, topk split", "KN_CUDA_TOPK_SPLIT=1", 1},
     {"fused, topk split2", "KN_CUDA_TOPK_SPLIT=2", 1},
+    /* the ring scan (the default) with per-lane copies, and with 16-token FP8 steps (bf16: as the default) */
+    {"fused, idx ring lanes", "KN_CUDA_IDX=4 KN_CUDA_IDX_LINES=0", 1},
+    {"fused, idx ring tile16", "KN_CUDA_IDX=4 KN_CUDA_IDX_TILE=1", 1},
 };
 
 static void set_route(const struct layer_route *r)
@@ -1191,7 +1217,8 @@ static void set_route(const struct layer_route *r)
     static const char *knobs[] = {"KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",       "KN_CUDA_PDL",
                                   "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK",  "KN_CUDA_MERGE_SERIAL",
                                   "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF",
-                                  "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH"};
+                                  "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH",  "KN_CUDA_IDX_TILE",
+                                  "KN_CUDA_IDX_LINES"};
     for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", r ? r->env : "");
@@ -1529,8 +1556,8 @@ static void bench_layer_decode(int prof_only)
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int r = 0; r < n_routes; r++) {
             if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused, pull merge") &&
-                strcmp(g_routes[r].name, "fused, topk split") &&
-                strcmp(g_routes[r].name, "fused, topk split2"))
+                strcmp(g_routes[r].name, "fused, topk split2") &&
+                strcmp(g_routes[r].name, "fused, idx pages") && strcmp(g_routes[r].name, "fused, idx stream"))
                 continue;
             set_route(&g_routes[r]);
             a.c = fp8 ? c8 : cb;

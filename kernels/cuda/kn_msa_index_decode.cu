@@ -269,15 +269,18 @@ int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct 
     const bool fp8 = c->idx_dtype == KN_IDX_FP8;
     if (fp8 && sh->idx_dim % 64)
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_msa_index_scores: fp8 keys need idx_dim %% 64 == 0");
-    /* Measured on H200s (bench/cuda/README.md "final run 2", "decode runs 8-10"): bf16 from 512K on, one
-     * short CTA per page for a single query (+1.3 to +5.4 points of copy over the persistent scan in five
-     * runs, and the fused tail after it starts on SMs the scan has left) and the grid-stride stream from 8
-     * queries on (92-99 % against 87-95 %); FP8 at 1M and more for a single query, the stream (scan level
-     * with the persistent one, decode layer 1-3 us faster); the persistent scan everywhere else (128K: 3-30
-     * points ahead of both register-fed kernels). */
+    /* Measured on H200s (docs/progress/cuda-fp8.md, "fp8 runs 2 and 3"): the ring with whole-line copies
+     * (kn_msa_index_decode_ring.cu, KN_CUDA_IDX=4) leads every other scan in every cell measured (128K-1M,
+     * batch 1-64, bf16 and FP8; 1M batch 1 b2b: bf16 96-98 % of copy against 84-85 % (per-page), FP8 82-83 %
+     * against 74 % (stream)). Where it does not apply (idx_dim != 128, FP8 blocks not a multiple of 32), the
+     * previous choice ("final run 2", "decode runs 8-10"): bf16 from 512K, one short CTA per page for a
+     * single query and the grid-stride stream from 8 queries; FP8 at 1M for one query, the stream; the
+     * persistent scan elsewhere. */
     int idx_knob = kn_cuda_knob_int("KN_CUDA_IDX", -1);
     if (idx_knob < 0) {
-        if (qb->max_blocks < 4096)
+        if (kn_index_ring_supported(sh, fp8))
+            idx_knob = 4;
+        else if (qb->max_blocks < 4096)
             idx_knob = 0;
         else if (!fp8)
             idx_knob = qb->n == 1 ? 2 : qb->n >= 8 ? 3 : 0;
@@ -288,6 +291,8 @@ int32_t kn_index_scores_decode(const struct kn_cuda_msa_shape *sh, const struct 
         return kn_index_scores_decode_pages(sh, qb, c, q, scores, score_stride, stream, err);
     if (!steal && idx_knob == 3 && kn_index_stream_supported(sh))
         return kn_index_scores_decode_stream(sh, qb, c, q, scores, score_stride, stream, err);
+    if (!steal && idx_knob == 4 && kn_index_ring_supported(sh, fp8))
+        return kn_index_scores_decode_ring(sh, qb, c, q, scores, score_stride, stream, err);
     if (steal)
         KN_CU(cudaMemsetAsync(steal, 0, sizeof(int32_t) * (size_t)qb->n, stream), "index scores: counters");
     switch (sh->idx_dim * 2 + fp8) {
@@ -320,5 +325,6 @@ extern "C" int32_t kn_cuda_index_prof_set(unsigned long long *buf)
     g_idx_prof = buf;
     kn_index_pages_prof(buf);
     kn_index_stream_prof(buf);
+    kn_index_ring_prof(buf);
     return MM_OK;
 }

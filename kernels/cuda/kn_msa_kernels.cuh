@@ -40,6 +40,13 @@ int32_t kn_index_scores_decode_stream(const struct kn_cuda_msa_shape *sh, const 
                                       const struct kn_cuda_cache *c, const float *q, float *scores,
                                       int32_t score_stride, cudaStream_t stream, struct mm_err *err);
 void kn_index_stream_prof(unsigned long long *buf);
+/* kn_msa_index_decode_ring.cu: the persistent scan's cp.async ring with lean per-tile bookkeeping and
+ * 32-token FP8 ring slots (idx_dim 128; fp8: block a multiple of 32) */
+int kn_index_ring_supported(const struct kn_cuda_msa_shape *sh, int fp8);
+int32_t kn_index_scores_decode_ring(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                    const struct kn_cuda_cache *c, const float *q, float *scores,
+                                    int32_t score_stride, cudaStream_t stream, struct mm_err *err);
+void kn_index_ring_prof(unsigned long long *buf);
 
 /* kn_msa_index_prefill.cu: fused tensor-core index scores + running top-k over query tiles */
 int kn_index_prefill_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c);
@@ -79,7 +86,10 @@ int kn_cuda_knob(const char *name, int dflt);
  * decode index scan: unset = automatic (see kn_index_scores_decode), 0 persistent with chunks of 8 pages per
  * CTA, 1 persistent with an even split over 2 x SMs CTAs, 2 one short CTA per page
  * (kn_msa_index_decode_pages.cu; FP8: two pages), 3 a persistent grid-stride stream over (query, page) items
- * (kn_msa_index_decode_stream.cu). KN_CUDA_IDX_TRIGGER=1: the persistent scan lets the fused decode tail
+ * (kn_msa_index_decode_stream.cu), 4 the per-warp cp.async ring with whole-line copies
+ * (kn_msa_index_decode_ring.cu; the default where it applies). KN_CUDA_IDX_LINES=0: that ring with per-lane
+ * copies; KN_CUDA_IDX_TILE=1: that ring with one 16-token FP8 tile per step (default 2 tiles, 32 tokens).
+ * KN_CUDA_IDX_TRIGGER=1: the persistent scan lets the fused decode tail
  * launch only when its CTAs finish (default: at their entry). KN_CUDA_TOPK_BF=0: top-k gathers its candidates
  * with a branch per value (the previous code) instead of a store per value. */
 int kn_cuda_knob_int(const char *name, int dflt);

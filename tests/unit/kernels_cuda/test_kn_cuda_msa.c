@@ -358,23 +358,33 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     /* index scores: every path, bf16 and fp8 keys */
     /* DECODE variants: 1 pages handed out by per-query counters (kn_cuda_msa_index_scores_dyn), 2 the
      * persistent scan with an even split (KN_CUDA_IDX=1), 3 one CTA per page (2), 4 the grid-stride stream
-     * (3) */
+     * (3), 5 the ring with whole-line copies (4, the default where it applies), 6 the same with per-lane
+     * copies (KN_CUDA_IDX_LINES=0); FP8 only: 7 the ring with 16-token steps (4, KN_CUDA_IDX_TILE=1) */
+    enum { NVAR = 8 };
     int32_t *cnt_d = ct_dmalloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     CT_CU(cudaMemset(cnt_d, 0x5a, sizeof(int32_t) * (size_t)(n > 0 ? n : 1))); /* the call must zero them */
     for (int fp8 = 0; fp8 < 2; fp8++)
-        for (int32_t pv = 5 * KN_PATH_GENERIC; pv <= 5 * KN_PATH_DECODE + 4; pv++) {
-            const int32_t path = pv / 5, var = pv % 5, dyn = var == 1;
-            static const char *const vname[] = {"", " dyn", " even", " pages", " stream"};
-            static const char *const vknob[] = {"0", NULL, "1", "2", "3"};
+        for (int32_t pv = NVAR * KN_PATH_GENERIC; pv <= NVAR * KN_PATH_DECODE + NVAR - 1; pv++) {
+            const int32_t path = pv / NVAR, var = pv % NVAR, dyn = var == 1;
+            static const char *const vname[NVAR] = {"",        " dyn",  " even",       " pages",
+                                                    " stream", " ring", " ring lanes", " ring tile16"};
+            static const char *const vknob[NVAR] = {"0", NULL, "1", "2", "3", "4", "4", "4"};
+            static const char *const vtile[NVAR] = {[7] = "1"};
+            static const char *const vlines[NVAR] = {[6] = "0"};
             if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32))) continue;
             if (var && path != KN_PATH_DECODE) continue;
+            if (var >= 7 && !fp8) continue;
             CT_CU(cudaMemset(s_d, 0xff, sizeof(float) * (size_t)ns));
             if (vknob[var]) setenv("KN_CUDA_IDX", vknob[var], 1);
+            if (vtile[var]) setenv("KN_CUDA_IDX_TILE", vtile[var], 1);
+            if (vlines[var]) setenv("KN_CUDA_IDX_LINES", vlines[var], 1);
             rc = dyn ? kn_cuda_msa_index_scores_dyn(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride,
                                                     cnt_d, path, 0, &err)
                      : kn_cuda_msa_index_scores(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride, path, 0,
                                                 &err);
             unsetenv("KN_CUDA_IDX");
+            unsetenv("KN_CUDA_IDX_TILE");
+            unsetenv("KN_CUDA_IDX_LINES");
             CHECK_MSG(rc == MM_OK, "index_scores %s%s: %s", path_name(path), vname[var], err.msg);
             ct_download(got_s, s_d, sizeof(float) * (size_t)ns);
             const float *ref = fp8 ? ref_s8 : ref_s;
@@ -530,7 +540,8 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     /* selection and attention in one call (the fused decode route where it applies; otherwise select then
      * attention): its selections against the CPU's (near ties excepted), its output against the CPU's
      * attention over the selections it made. Also with each of the fused route's options (KN_CUDA_* knobs:
-     * no programmatic launch, dynamic pages, the even-split, per-page and stream index scans, the late
+     * no programmatic launch, dynamic pages, the even-split, per-page and stream index scans, the previous
+     * default (persistent) scan, the ring scan with per-lane copies, the late
      * trigger, top-k's previous gather with a branch per value, at most 8 splits (portable clusters, three
      * stages) instead of up to 16, 16 splits packed instead of one CTA per SM, the pulled merge (peers read
      * each other's partials between two cluster barriers: the previous default) and its serial form, the
@@ -543,6 +554,8 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
         "KN_CUDA_IDX=1",
         "KN_CUDA_IDX=2",
         "KN_CUDA_IDX=3",
+        "KN_CUDA_IDX=0",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_LINES=0",
         "KN_CUDA_IDX_TRIGGER=1",
         "KN_CUDA_TOPK_BF=0",
         "KN_CUDA_FUSED_SPLIT=8",
@@ -561,8 +574,8 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             if (fp8 && (DI % 64 || w->f32)) continue;
             if (knob && (!fast_attn_ok || w->f32)) continue;
             /* the split and merge options change something only for decode batches of a few rows (wide
-             * splits); bigger batches and prefill keep the first eight (their CPU references are slow) */
-            if (knob >= 8 && (qs.qb.n > 16 || qs.qb.max_q_per_seq > 4)) continue;
+             * splits); bigger batches and prefill keep the first ten (their CPU references are slow) */
+            if (knob >= 10 && (qs.qb.n > 16 || qs.qb.max_q_per_seq > 4)) continue;
             char env[128], *save = NULL;
             snprintf(env, sizeof env, "%s", knob_sets[knob]);
             for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
