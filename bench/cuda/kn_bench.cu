@@ -428,6 +428,7 @@ struct idx_variant {
     const char *idx_knob; /* KN_CUDA_IDX (NULL: unset: the library's automatic choice) */
     const char *tile;     /* KN_CUDA_IDX_TILE (FP8 ring scan: tiles of 16 tokens per step) */
     const char *lines;    /* KN_CUDA_IDX_LINES (ring scan: "1" = whole-line copies) */
+    const char *evict;    /* KN_CUDA_IDX_EVICT (ring scan: "1" = keys copied with an L2 evict-first policy) */
 };
 static const struct idx_variant g_idx_variants[] = {
     {"index bf16", 0, 0, "0", NULL},
@@ -440,11 +441,13 @@ static const struct idx_variant g_idx_variants[] = {
     {"index fp8 pages", 1, 0, "2", NULL},
     {"index bf16 stream", 0, 0, "3", NULL},
     {"index fp8 stream", 1, 0, "3", NULL},
-    {"index bf16 ring", 0, 0, "4", NULL},
-    {"index fp8 ring", 1, 0, "4", NULL},
+    {"index bf16 ring", 0, 0, "4", NULL, NULL, "0"}, /* the ring with the keys under the normal L2 policy */
+    {"index fp8 ring", 1, 0, "4", NULL, NULL, "0"},
     {"index fp8 ring tile16", 1, 0, "4", "1"},
     {"index bf16 ring lanes", 0, 0, "4", NULL, "0"},
     {"index fp8 ring lanes", 1, 0, "4", NULL, "0"},
+    {"index bf16 ring evict", 0, 0, "4", NULL, NULL, "1"}, /* evict-first (the default) */
+    {"index fp8 ring evict", 1, 0, "4", NULL, NULL, "1"},
     {"index bf16 default", 0, 0, NULL, NULL},
     {"index fp8 default", 1, 0, NULL, NULL},
 };
@@ -560,6 +563,7 @@ static void bench_index(int do_topk)
                 idx_set_knob("KN_CUDA_IDX", iv->idx_knob);
                 idx_set_knob("KN_CUDA_IDX_TILE", iv->tile);
                 idx_set_knob("KN_CUDA_IDX_LINES", iv->lines);
+                idx_set_knob("KN_CUDA_IDX_EVICT", iv->evict);
                 const double bytes = iv->fp8 ? bytes8 : set_bytes;
                 double ms = time_ms(run_idx, &a, 3, iters);
                 double tbs = bytes / (ms * 1e-3) / 1e12;
@@ -575,6 +579,7 @@ static void bench_index(int do_topk)
             unsetenv("KN_CUDA_IDX");
             unsetenv("KN_CUDA_IDX_TILE");
             unsetenv("KN_CUDA_IDX_LINES");
+            unsetenv("KN_CUDA_IDX_EVICT");
             /* the same bytes read by a plain streaming kernel: the ceiling at this size */
             for (int f8 = 0; f8 < 2; f8++) {
                 struct read_arg ra = {f8 ? idx8 : (const uint8_t *)idx,
@@ -1210,6 +1215,9 @@ static const struct layer_route g_routes[] = {
     /* the ring scan (the default) with per-lane copies, and with 16-token FP8 steps (bf16: as the default) */
     {"fused, idx ring lanes", "KN_CUDA_IDX=4 KN_CUDA_IDX_LINES=0", 1},
     {"fused, idx ring tile16", "KN_CUDA_IDX=4 KN_CUDA_IDX_TILE=1", 1},
+    /* the index keys copied under the normal L2 policy (the previous default; now evict-first,
+     * kn_msa_index_decode_ring.cu) */
+    {"fused, idx normal L2", "KN_CUDA_IDX_EVICT=0", 1},
 };
 
 static void set_route(const struct layer_route *r)
@@ -1218,7 +1226,7 @@ static void set_route(const struct layer_route *r)
                                   "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK",  "KN_CUDA_MERGE_SERIAL",
                                   "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF",
                                   "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH",  "KN_CUDA_IDX_TILE",
-                                  "KN_CUDA_IDX_LINES"};
+                                  "KN_CUDA_IDX_LINES",    "KN_CUDA_IDX_EVICT"};
     for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", r ? r->env : "");
@@ -1557,7 +1565,9 @@ static void bench_layer_decode(int prof_only)
         for (int r = 0; r < n_routes; r++) {
             if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused, pull merge") &&
                 strcmp(g_routes[r].name, "fused, topk split2") &&
-                strcmp(g_routes[r].name, "fused, idx pages") && strcmp(g_routes[r].name, "fused, idx stream"))
+                strcmp(g_routes[r].name, "fused, idx pages") &&
+                strcmp(g_routes[r].name, "fused, idx stream") &&
+                strcmp(g_routes[r].name, "fused, idx normal L2"))
                 continue;
             set_route(&g_routes[r]);
             a.c = fp8 ? c8 : cb;

@@ -359,25 +359,30 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     /* DECODE variants: 1 pages handed out by per-query counters (kn_cuda_msa_index_scores_dyn), 2 the
      * persistent scan with an even split (KN_CUDA_IDX=1), 3 one CTA per page (2), 4 the grid-stride stream
      * (3), 5 the ring with whole-line copies (4, the default where it applies), 6 the same with per-lane
-     * copies (KN_CUDA_IDX_LINES=0); FP8 only: 7 the ring with 16-token steps (4, KN_CUDA_IDX_TILE=1) */
-    enum { NVAR = 8 };
+     * copies (KN_CUDA_IDX_LINES=0); FP8 only: 7 the ring with 16-token steps (4, KN_CUDA_IDX_TILE=1); 8 the
+     * ring with the keys copied under the normal L2 policy (KN_CUDA_IDX_EVICT=0; the default is evict-first)
+     */
+    enum { NVAR = 9 };
     int32_t *cnt_d = ct_dmalloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     CT_CU(cudaMemset(cnt_d, 0x5a, sizeof(int32_t) * (size_t)(n > 0 ? n : 1))); /* the call must zero them */
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int32_t pv = NVAR * KN_PATH_GENERIC; pv <= NVAR * KN_PATH_DECODE + NVAR - 1; pv++) {
             const int32_t path = pv / NVAR, var = pv % NVAR, dyn = var == 1;
-            static const char *const vname[NVAR] = {"",        " dyn",  " even",       " pages",
-                                                    " stream", " ring", " ring lanes", " ring tile16"};
-            static const char *const vknob[NVAR] = {"0", NULL, "1", "2", "3", "4", "4", "4"};
+            static const char *const vname[NVAR] = {
+                "",      " dyn",        " even",        " pages",         " stream",
+                " ring", " ring lanes", " ring tile16", " ring normal L2"};
+            static const char *const vknob[NVAR] = {"0", NULL, "1", "2", "3", "4", "4", "4", "4"};
+            static const char *const vevict[NVAR] = {[8] = "0"};
             static const char *const vtile[NVAR] = {[7] = "1"};
             static const char *const vlines[NVAR] = {[6] = "0"};
             if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32))) continue;
             if (var && path != KN_PATH_DECODE) continue;
-            if (var >= 7 && !fp8) continue;
+            if (var == 7 && !fp8) continue;
             CT_CU(cudaMemset(s_d, 0xff, sizeof(float) * (size_t)ns));
             if (vknob[var]) setenv("KN_CUDA_IDX", vknob[var], 1);
             if (vtile[var]) setenv("KN_CUDA_IDX_TILE", vtile[var], 1);
             if (vlines[var]) setenv("KN_CUDA_IDX_LINES", vlines[var], 1);
+            if (vevict[var]) setenv("KN_CUDA_IDX_EVICT", vevict[var], 1);
             rc = dyn ? kn_cuda_msa_index_scores_dyn(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride,
                                                     cnt_d, path, 0, &err)
                      : kn_cuda_msa_index_scores(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride, path, 0,
@@ -385,6 +390,7 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             unsetenv("KN_CUDA_IDX");
             unsetenv("KN_CUDA_IDX_TILE");
             unsetenv("KN_CUDA_IDX_LINES");
+            unsetenv("KN_CUDA_IDX_EVICT");
             CHECK_MSG(rc == MM_OK, "index_scores %s%s: %s", path_name(path), vname[var], err.msg);
             ct_download(got_s, s_d, sizeof(float) * (size_t)ns);
             const float *ref = fp8 ? ref_s8 : ref_s;
@@ -568,6 +574,7 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
         "KN_CUDA_TOPK_SPLIT=2",
         "KN_CUDA_TOPK_SPLIT=1 KN_CUDA_MERGE_PUSH=0",
         "KN_CUDA_TOPK_SPLIT=2 KN_CUDA_FUSED_SPLIT=8",
+        "KN_CUDA_IDX_EVICT=0",
     };
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (size_t knob = 0; knob < sizeof knob_sets / sizeof knob_sets[0]; knob++) {
