@@ -26,8 +26,9 @@
  * set) any of them; KN_CUDA_UNION_RARE=0/1 the hybrid route (blocks only one query of a union warpgroup chose
  * go through the pairs, merged by the union kernel: kn_msa_prefill_union.cuh; default 1);
  * KN_CUDA_PF_MERGE=0/1 the merge per (query, head) or per (query, group) row (default 1); KN_CUDA_UNION_PLAN,
- * KN_CUDA_UNION_DYN, KN_CUDA_UNION_QPF (kn_msa_prefill_union.cuh) and KN_CUDA_PF_PREFETCH (the next bucket's
- * K/V into L2, default 0: measured level) are the other measured options. */
+ * KN_CUDA_UNION_DYN, KN_CUDA_UNION_QPF, KN_CUDA_UNION_RARE_COST, KN_CUDA_UNION_RARE_CAP, KN_CUDA_UNION_RPF
+ * (kn_msa_prefill_union.cuh) and KN_CUDA_PF_PREFETCH (the next bucket's K/V into L2, default 0: measured
+ * level) are the other measured options; KN_CUDA_PF_DIAG_SKIP is a benchmark-only phase breakdown. */
 #include <stdlib.h>
 
 #include "kn_attn_warp.cuh"
@@ -495,9 +496,14 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;
     int64_t grid = 2 * (int64_t)kn_cuda_sm_count();
     if (grid > max_tiles) grid = max_tiles;
-    k_pf_attn<<<(unsigned)grid, PF_THREADS, PF_SMEM, stream>>>(a);
-    KN_LAUNCHED("kn_cuda attention (prefill)");
-    if (hybrid) {
+    /* KN_CUDA_PF_DIAG_SKIP (benchmarks only, the output is wrong): bit 0 skips the pair path's attention,
+     * bit 1 the hybrid route's union kernel, so the time of each phase is the difference to the full call */
+    const int skip = kn_cuda_knob_int("KN_CUDA_PF_DIAG_SKIP", 0);
+    if (!(skip & 1)) {
+        k_pf_attn<<<(unsigned)grid, PF_THREADS, PF_SMEM, stream>>>(a);
+        KN_LAUNCHED("kn_cuda attention (prefill)");
+    }
+    if (hybrid && !(skip & 2)) {
         const int32_t rc =
             kn_pf_union_launch(sh, qb, c, q, sel, sel_stride, ks, min_eff, pf_union_kernel(), out, w.handled,
                                w.union_ws, &rare, KN_PF_UNION_ATTEND, stream, err);

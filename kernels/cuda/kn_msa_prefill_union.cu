@@ -31,10 +31,11 @@
  * an item below the threshold (or with more than 128 union blocks) is left to the KV-block-major pair path
  * (kn_msa_prefill.cu). Hybrid route (a.rare, the default): a block only one query of a warpgroup chose would
  * cost that warpgroup 4 (query, block) products for 1, so the plan drops it from that warpgroup when that
- * is cheaper (PU_RARE_COST), the pair path attends to those pairs first, and the consumer's epilogue merges
- * their partials (pu_merge_rare). Also measured, off by default: a lookahead consumer (the next block's score
- * product issued behind the value product: slower) and a dynamic item order (items from a global counter:
- * level); see docs/progress/cuda-pf.md. Shapes: head_dim 128, block 128, 16 heads per group, ks <= 32. */
+ * is cheaper (KN_CUDA_UNION_RARE_COST, _CAP), the pair path attends to those pairs first, and the consumer's
+ * epilogue merges their partials (pu_merge_rare). Also measured, off by default: a lookahead consumer (the
+ * next block's score product issued behind the value product: slower) and a dynamic item order (items from a
+ * global counter: level); see docs/progress/cuda-pf.md. Shapes: head_dim 128, block 128, 16 heads per group,
+ * ks <= 32. */
 #include "kn_msa_kernels.cuh"
 #include "kn_msa_prefill_union.cuh"
 #include "kn_wgmma.cuh"
@@ -49,9 +50,6 @@
 #define PU_STAGE_BYTES (2 * PU_KV_BYTES) /* K then V */
 #define PU_QWG_BYTES (64 * 256)          /* one warpgroup's Q: 64 rows */
 #define PU_PLAN_THREADS 256              /* >= PU_Q * ks */
-/* Hybrid route: what one pair costs on the pair path, in union (query, block) products (the union kernel
- * computes ~400 dense-equivalent TFLOP/s, the pair path with its partials ~165 effective: 2.4, rounded up) */
-#define PU_RARE_COST 3
 /* shared memory: mbarriers and the per-stage (block, mask) words, then (1024-aligned) Q and the stages */
 #define PU_BAR_FULL 0
 #define PU_BAR_EMPTY (8 * PU_STAGES)
@@ -91,6 +89,10 @@ struct pu_args {
     const float *part_l;
     int32_t *counter; /* dynamic item order: the next item to hand out (zeroed by the plan kernel) */
     int q_prefetch;   /* KN_CUDA_UNION_QPF: the producer prefetches the next item's Q into L2 */
+    /* hybrid decision (KN_CUDA_UNION_RARE_COST, _CAP): a rare pair's price in union products, and the
+     * largest share of an item's pairs (percent) the pair path may take */
+    int32_t rare_cost, rare_cap;
+    int rare_pf; /* KN_CUDA_UNION_RPF: consumers prefetch their rare partials into L2 at the item's start */
 };
 
 __device__ __forceinline__ void pu_cp_async_wait_all(void)
@@ -223,16 +225,18 @@ template <int V> __global__ void __launch_bounds__(PU_PLAN_THREADS) k_pf_union_p
     const int pairs = __syncthreads_count(b >= 0);
     const int u0 = __syncthreads_count(first && (mask & 0x0Fu)),
               u1 = __syncthreads_count(first && (mask & 0xF0u));
-    /* the hybrid route when it computes less: the rare pairs go to the pair path (priced at PU_RARE_COST
-     * union (query, block) products each) and are merged into this item's output by its consumers */
+    /* the hybrid route when it computes less: the rare pairs go to the pair path (priced at a.rare_cost
+     * union (query, block) products each) and are merged into this item's output by its consumers. Each
+     * rare pair removes its block from one warpgroup (4 products), so the price only decides on or off:
+     * any cost < 4 takes every item with rare pairs (under the cap), any cost >= 4 none */
     int hyb = 0, nk = 0;
     if (a.rare) { /* uniform: the counts below are barriers every thread reaches */
         const int rp = __syncthreads_count(rare);
         const int k0 = __syncthreads_count(first && (kmask & 0x0Fu)),
                   k1 = __syncthreads_count(first && (kmask & 0xF0u));
         nk = __syncthreads_count(first && kmask != 0u);
-        hyb = rp > 0 && 4 * rp <= pairs && nk <= PU_UMAX && k0 + k1 > 0 &&
-              4 * (k0 + k1) + PU_RARE_COST * rp < 4 * (u0 + u1) &&
+        hyb = rp > 0 && 100 * rp <= a.rare_cap * pairs && nk <= PU_UMAX && k0 + k1 > 0 &&
+              4 * (k0 + k1) + a.rare_cost * rp < 4 * (u0 + u1) &&
               (pairs - rp) * 100 >= a.min_eff * 4 * (k0 + k1);
     }
     const int take = hyb || (nu <= PU_UMAX && (u0 + u1 == 0 || pairs * 100 >= a.min_eff * 4 * (u0 + u1)));
@@ -612,6 +616,20 @@ __device__ __forceinline__ void pu_merge_rare(const pu_args &a, float (&o)[64], 
     l[hh] = den;
 }
 
+/* KN_CUDA_UNION_RPF: the rare partials of query i (4 KB of bf16 rows and 64 bytes of log2-sum-exp per rare
+ * slot, written by the pair path just before) into L2 at the start of the item, so that the epilogue's
+ * pu_merge_rare does not wait for HBM: lane j prefetches line j of each partial. */
+__device__ __forceinline__ void pu_prefetch_rare(const pu_args &a, int32_t i, int32_t g, int lane)
+{
+    const uint32_t rmask = a.rare[(int64_t)g * a.n + i];
+    const int64_t pr0 = ((int64_t)i * a.n_kv + g) * a.ks;
+    for (uint32_t r = rmask; r; r &= r - 1u) {
+        const int64_t pr = pr0 + __ffs(r) - 1;
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a.part_o + pr * 16 * 128 + lane * 64));
+        if (lane == 0) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a.part_l + pr * 16));
+    }
+}
+
 /* A consumer warp (of 8): for each item, its warpgroup's share of the union blocks, then its query's output.
  * OVERLAP = 0: each block's score product, softmax and value product in turn. OVERLAP = 1: the value product
  * of a block runs on the tensor cores while the next block's softmax runs (FA3's intra-warpgroup overlap):
@@ -645,6 +663,7 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
         const int32_t last_w = ((h.w >> (16 * wg)) & 0xFFFF) - 1; /* this warpgroup's last block (-1: none) */
         const bool qvalid = qi < h.y;
         const int64_t qpos = qvalid ? a.pos[i0 + qi] : -1;
+        if (a.rare_pf && a.rare && qvalid) pu_prefetch_rare(a, i0 + qi, g, lane);
         if (!DYN) mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
         wg_fence_proxy_async();
         if (last_w < 0) { /* nothing to do with this Q */
@@ -874,6 +893,7 @@ __device__ __forceinline__ void pu_consume_la(const pu_args &a, uint32_t s0, uin
         const int32_t last_w = ((h.w >> (16 * wg)) & 0xFFFF) - 1;
         const bool qvalid = qi < h.y;
         const int64_t qpos = qvalid ? a.pos[i0 + qi] : -1;
+        if (a.rare_pf && a.rare && qvalid) pu_prefetch_rare(a, i0 + qi, g, lane);
         if (!DYN) mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
         wg_fence_proxy_async();
         if (last_w < 0) {
@@ -1048,7 +1068,7 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
                            uint8_t *handled, void *ws, const struct kn_pf_union_rare *rare, int phases,
                            cudaStream_t stream, struct mm_err *err)
 {
-    pu_args a;
+    pu_args a = {};
     a.q = (const uint16_t *)q;
     a.sel = sel;
     a.sel_stride = sel_stride;
@@ -1077,6 +1097,9 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     a.part_l = rare ? rare->part_l : NULL;
     a.counter = (int32_t *)(a.uarr + (int64_t)a.n_items * PU_UMAX) + (int64_t)sh->n_kv * qb->n;
     a.q_prefetch = kn_cuda_knob("KN_CUDA_UNION_QPF", KN_PF_UNION_QPF);
+    a.rare_cost = kn_cuda_knob_int("KN_CUDA_UNION_RARE_COST", KN_PF_UNION_RARE_COST);
+    a.rare_cap = kn_cuda_knob_int("KN_CUDA_UNION_RARE_CAP", KN_PF_UNION_RARE_CAP);
+    a.rare_pf = kn_cuda_knob("KN_CUDA_UNION_RPF", KN_PF_UNION_RPF);
     if (phases & KN_PF_UNION_PLAN) {
         const dim3 pg((unsigned)a.n_oct, (unsigned)sh->n_kv);
         if (kn_cuda_knob("KN_CUDA_UNION_PLAN", KN_PF_UNION_PLAN_V))

@@ -63,6 +63,14 @@ struct kn_pf_union_rare {
 #define KN_PF_UNION_DYN 0
 /* Default of KN_CUDA_UNION_QPF: the union producer prefetches the next item's Q into L2 (static order) */
 #define KN_PF_UNION_QPF 0
+/* Defaults of the hybrid decision: KN_CUDA_UNION_RARE_COST, what one rare pair costs on the pair path in
+ * union (query, block) products (the union kernel computes ~400 dense-equivalent TFLOP/s, the pair path
+ * ~165 effective: 2.4, rounded up; only < 4 vs >= 4 matters, see the plan kernel), and
+ * KN_CUDA_UNION_RARE_CAP, the largest share (percent) of an item's pairs that may go to the pair path. */
+#define KN_PF_UNION_RARE_COST 3
+#define KN_PF_UNION_RARE_CAP 25
+/* Default of KN_CUDA_UNION_RPF: the consumers prefetch their rare partials into L2 when an item starts */
+#define KN_PF_UNION_RPF 0
 /* phases of kn_pf_union_launch */
 #define KN_PF_UNION_PLAN 1
 #define KN_PF_UNION_ATTEND 2
