@@ -994,6 +994,11 @@ static const struct pf_route g_pf_routes[] = {
      "KN_CUDA_PF_DIAG_SKIP=2"},
     {"diag: default without either", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
      "KN_CUDA_PF_DIAG_SKIP=3"},
+    {"pairs only, wgmma pairs", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "KN_CUDA_PF_WGMMA=1"},
+    {"union + pairs, wgmma pairs", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_PF_WGMMA=1"},
+    {"union + pairs, wgmma pairs, rare cap 100%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_PF_WGMMA=1 KN_CUDA_UNION_RARE_CAP=100"},
 };
 enum {
     PF_R_PAIRS = 0,
@@ -1027,7 +1032,10 @@ enum {
     PF_R_RPF = 40,
     PF_R_DIAG_NOPAIR = 41,
     PF_R_DIAG_NOUNION = 42,
-    PF_R_DIAG_NEITHER = 43
+    PF_R_DIAG_NEITHER = 43,
+    PF_R_PW_PAIRS = 44,
+    PF_R_PW = 45,
+    PF_R_PW_CAP100 = 46
 };
 
 /* KN_BENCH_PF_KERNELS=<digits>: measure only routes whose union kernel variant is listed (or unset);
@@ -1062,6 +1070,7 @@ static void pf_set_route(const struct pf_route *r)
     unsetenv("KN_CUDA_UNION_RARE_CAP");
     unsetenv("KN_CUDA_UNION_RPF");
     unsetenv("KN_CUDA_PF_DIAG_SKIP");
+    unsetenv("KN_CUDA_PF_WGMMA");
     if (r && r->use_union) setenv("KN_CUDA_PREFILL_UNION", r->use_union, 1);
     if (r && r->min_eff) setenv("KN_CUDA_UNION_MIN", r->min_eff, 1);
     if (r && r->kernel) setenv("KN_CUDA_UNION_KERNEL", r->kernel, 1);
@@ -1666,11 +1675,13 @@ static void bench_layer(void)
              * selections stay in a.sel for the overlap measurement */
             /* the union kernel's variants (default threshold) */
             static const int kv_route[] = {
-                PF_R_PLAIN,  PF_R_PP,     PF_R_PP_FAST,   PF_R_FAST,        PF_R_PPS_FAST,    PF_R_SPLIT,
-                PF_R_SPLIT4, PF_R_OLD,    PF_R_RARE,      PF_R_ROWM,        PF_R_RARE_ROWM,   PF_R_PAIRS_ROWM,
-                PF_R_OVL,    PF_R_LA,     PF_R_LA_NORARE, PF_R_PLAN0,       PF_R_DYN,         PF_R_LA_DYN,
-                PF_R_PFX,    PF_R_QPF,    PF_R_PFX_QPF,   PF_R_PAIRS_PFX,   PF_R_COST2,       PF_R_COST4,
-                PF_R_CAP40,  PF_R_CAP100, PF_R_RPF,       PF_R_DIAG_NOPAIR, PF_R_DIAG_NOUNION};
+                PF_R_PLAIN,     PF_R_PP,         PF_R_PP_FAST,     PF_R_FAST,         PF_R_PPS_FAST,
+                PF_R_SPLIT,     PF_R_SPLIT4,     PF_R_OLD,         PF_R_RARE,         PF_R_ROWM,
+                PF_R_RARE_ROWM, PF_R_PAIRS_ROWM, PF_R_OVL,         PF_R_LA,           PF_R_LA_NORARE,
+                PF_R_PLAN0,     PF_R_DYN,        PF_R_LA_DYN,      PF_R_PFX,          PF_R_QPF,
+                PF_R_PFX_QPF,   PF_R_PAIRS_PFX,  PF_R_COST2,       PF_R_COST4,        PF_R_CAP40,
+                PF_R_CAP100,    PF_R_RPF,        PF_R_DIAG_NOPAIR, PF_R_DIAG_NOUNION, PF_R_PW_PAIRS,
+                PF_R_PW,        PF_R_PW_CAP100};
             enum { NKV = sizeof kv_route / sizeof kv_route[0] };
             /* select alone, the default route, the pair path alone (the previous design) and the variants,
              * in KN_BENCH_PF_REPEAT interleaved rounds (medians) */

@@ -85,4 +85,28 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
                            uint8_t *handled, void *ws, const struct kn_pf_union_rare *rare, int phases,
                            cudaStream_t stream, struct mm_err *err);
 
+/* Pair mode (KN_CUDA_PF_WGMMA): the KV-block-major pair path's attention (its tiles of 4 pairs of one bucket
+ * and their pair lists, built by kn_msa_prefill.cu) on the union kernel: an item is two tiles, one per
+ * consumer warpgroup (64 rows: 4 queries x 16 heads against the bucket's block, wgmma), and each pair's
+ * partial (normalized bf16 rows, log2-sum-exp) is written where k_pf_attn writes it. */
+struct kn_pf_union_pairs {
+    const int4 *tiles;      /* (bucket, first pair, pairs, -) */
+    const int32_t *list;    /* pairs in bucket order: query * 32 + slot */
+    const int32_t *n_tiles; /* device: the number of tiles */
+    int64_t max_tiles;      /* host: an upper bound of it (sizes the grid and the workspace) */
+    void *items;            /* kn_pf_union_pairs_ws(max_tiles) bytes */
+    void *part_o;           /* bf16 [n][n_kv][ks][16][128] */
+    float *part_l;          /* [n][n_kv][ks][16] */
+};
+/* Default of KN_CUDA_PF_WGMMA (0: the mma.sync pair kernel k_pf_attn) */
+#define KN_PF_WGMMA 0
+/* Whether pair mode runs for these shapes: head_dim 128, block 128, 16 heads per KV group, shared memory. */
+int kn_pf_union_pairs_supported(const struct kn_cuda_msa_shape *sh);
+size_t kn_pf_union_pairs_ws(int64_t max_tiles);
+/* The pair-mode launches (items from the tiles, then the union kernel); needs qb->seq_blk_off and seq_last.
+ */
+int32_t kn_pf_union_pairs_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                 const struct kn_cuda_cache *c, const void *q, int32_t ks,
+                                 const struct kn_pf_union_pairs *p, cudaStream_t stream, struct mm_err *err);
+
 #endif
