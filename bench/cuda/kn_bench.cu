@@ -960,47 +960,73 @@ static double rare_stats(const int32_t *sel, int64_t L, double *eff, double *com
  * softmax with the next block's score product issued behind the value product (lookahead); rare:
  * KN_CUDA_UNION_RARE, the hybrid route; merge: KN_CUDA_PF_MERGE, 1 = one warp per (query, group) row; plan:
  * KN_CUDA_UNION_PLAN, 0 = the plan kernel's first version; dyn: KN_CUDA_UNION_DYN, 1 = items from a counter;
- * pfx: KN_CUDA_PF_PREFETCH, the pair path's next bucket into L2; qpf: KN_CUDA_UNION_QPF, the next item's Q)
- */
+ * pfx: KN_CUDA_PF_PREFETCH, the pair path's next bucket into L2; qpf: KN_CUDA_UNION_QPF, the next item's Q;
+ * knobs: more KN_CUDA_* settings, "NAME=value" separated by spaces: the hybrid decision's
+ * KN_CUDA_UNION_RARE_COST / _CAP, the rare partials' prefetch KN_CUDA_UNION_RPF, and the benchmark-only phase
+ * breakdown KN_CUDA_PF_DIAG_SKIP (1: no pair-path attention, 2: no union kernel; "diag" routes compute a
+ * wrong output, only their time means something) */
 struct pf_route {
-    const char *name, *use_union, *min_eff, *kernel, *rare, *merge, *plan, *dyn, *pfx, *qpf;
+    const char *name, *use_union, *min_eff, *kernel, *rare, *merge, *plan, *dyn, *pfx, *qpf, *knobs;
 };
 static const struct pf_route g_pf_routes[] = {
-    {"pairs only (previous design)", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs (default)", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere", NULL, "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, plain", NULL, NULL, "0", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, overlap", NULL, NULL, "1", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong", NULL, NULL, "2", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong fast", NULL, NULL, "3", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, fast", NULL, NULL, "4", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong S fast", NULL, NULL, "5", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, split", NULL, NULL, "6", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, split4", NULL, NULL, "7", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, previous default", NULL, NULL, NULL, "0", "0", "0", NULL, NULL, NULL},
-    {"union + pairs, rare", NULL, NULL, NULL, "1", "0", NULL, NULL, NULL, NULL},
-    {"union + pairs, row merge", NULL, NULL, NULL, "0", "1", NULL, NULL, NULL, NULL},
-    {"union + pairs, rare + row merge", NULL, NULL, NULL, "1", "1", NULL, NULL, NULL, NULL},
-    {"pairs only, row merge", "0", NULL, NULL, NULL, "1", NULL, NULL, NULL, NULL},
-    {"union everywhere, plain", NULL, "0", "0", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong", NULL, "0", "2", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong fast", NULL, "0", "3", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, fast", NULL, "0", "4", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong S fast", NULL, "0", "5", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, split", NULL, "0", "6", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, split4", NULL, "0", "7", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, rare", NULL, "0", NULL, "1", NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs at 40%", NULL, "40", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, lookahead", NULL, NULL, "8", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, lookahead", NULL, "0", "8", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, lookahead, no rare", NULL, NULL, "8", "0", NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, plan v0", NULL, NULL, NULL, NULL, NULL, "0", NULL, NULL, NULL},
-    {"union + pairs, dynamic order", NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, NULL},
-    {"union + pairs, lookahead + dynamic order", NULL, NULL, "8", NULL, NULL, NULL, "1", NULL, NULL},
-    {"union + pairs, pair-path prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL},
-    {"union + pairs, Q prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1"},
-    {"union + pairs, both prefetches", NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", "1"},
-    {"pairs only, pair-path prefetch", "0", NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL},
+    {"pairs only (previous design)", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs (default)", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere", NULL, "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, plain", NULL, NULL, "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, overlap", NULL, NULL, "1", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong", NULL, NULL, "2", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong fast", NULL, NULL, "3", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, fast", NULL, NULL, "4", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, pingpong S fast", NULL, NULL, "5", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, split", NULL, NULL, "6", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, split4", NULL, NULL, "7", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, previous default", NULL, NULL, NULL, "0", "0", "0", NULL, NULL, NULL, NULL},
+    {"union + pairs, rare", NULL, NULL, NULL, "1", "0", NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, row merge", NULL, NULL, NULL, "0", "1", NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, rare + row merge", NULL, NULL, NULL, "1", "1", NULL, NULL, NULL, NULL, NULL},
+    {"pairs only, row merge", "0", NULL, NULL, NULL, "1", NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, plain", NULL, "0", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong", NULL, "0", "2", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong fast", NULL, "0", "3", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, fast", NULL, "0", "4", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, pingpong S fast", NULL, "0", "5", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, split", NULL, "0", "6", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, split4", NULL, "0", "7", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, rare", NULL, "0", NULL, "1", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs at 40%", NULL, "40", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, lookahead", NULL, NULL, "8", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union everywhere, lookahead", NULL, "0", "8", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, lookahead, no rare", NULL, NULL, "8", "0", NULL, NULL, NULL, NULL, NULL, NULL},
+    {"union + pairs, plan v0", NULL, NULL, NULL, NULL, NULL, "0", NULL, NULL, NULL, NULL},
+    {"union + pairs, dynamic order", NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, NULL, NULL},
+    {"union + pairs, lookahead + dynamic order", NULL, NULL, "8", NULL, NULL, NULL, "1", NULL, NULL, NULL},
+    {"union + pairs, pair-path prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, NULL},
+    {"union + pairs, Q prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL},
+    {"union + pairs, both prefetches", NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", "1", NULL},
+    {"pairs only, pair-path prefetch", "0", NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, NULL},
+    {"union + pairs, rare cost 2", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_UNION_RARE_COST=2"},
+    {"union + pairs, rare cost 4", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_UNION_RARE_COST=4"},
+    {"union + pairs, rare cap 10%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_UNION_RARE_CAP=10"},
+    {"union + pairs, rare cap 40%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_UNION_RARE_CAP=40"},
+    {"union + pairs, rare cap 100%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_UNION_RARE_CAP=100"},
+    {"union + pairs, rare prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_UNION_RPF=1"},
+    {"diag: default without pair attention", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_PF_DIAG_SKIP=1"},
+    {"diag: default without union kernel", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_PF_DIAG_SKIP=2"},
+    {"diag: default without either", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_PF_DIAG_SKIP=3"},
+    {"pairs only, wgmma pairs", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "KN_CUDA_PF_WGMMA=1"},
+    {"union + pairs, wgmma pairs", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_PF_WGMMA=1"},
+    {"union + pairs, wgmma pairs, rare cap 100%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     "KN_CUDA_PF_WGMMA=1 KN_CUDA_UNION_RARE_CAP=100"},
 };
 enum {
     PF_R_PAIRS = 0,
@@ -1025,7 +1051,19 @@ enum {
     PF_R_PFX = 31,
     PF_R_QPF = 32,
     PF_R_PFX_QPF = 33,
-    PF_R_PAIRS_PFX = 34
+    PF_R_PAIRS_PFX = 34,
+    PF_R_COST2 = 35,
+    PF_R_COST4 = 36,
+    PF_R_CAP10 = 37,
+    PF_R_CAP40 = 38,
+    PF_R_CAP100 = 39,
+    PF_R_RPF = 40,
+    PF_R_DIAG_NOPAIR = 41,
+    PF_R_DIAG_NOUNION = 42,
+    PF_R_DIAG_NEITHER = 43,
+    PF_R_PW_PAIRS = 44,
+    PF_R_PW = 45,
+    PF_R_PW_CAP100 = 46
 };
 
 /* KN_BENCH_PF_KERNELS=<digits>: measure only routes whose union kernel variant is listed (or unset);
@@ -1056,6 +1094,11 @@ static void pf_set_route(const struct pf_route *r)
     unsetenv("KN_CUDA_UNION_DYN");
     unsetenv("KN_CUDA_PF_PREFETCH");
     unsetenv("KN_CUDA_UNION_QPF");
+    unsetenv("KN_CUDA_UNION_RARE_COST");
+    unsetenv("KN_CUDA_UNION_RARE_CAP");
+    unsetenv("KN_CUDA_UNION_RPF");
+    unsetenv("KN_CUDA_PF_DIAG_SKIP");
+    unsetenv("KN_CUDA_PF_WGMMA");
     if (r && r->use_union) setenv("KN_CUDA_PREFILL_UNION", r->use_union, 1);
     if (r && r->min_eff) setenv("KN_CUDA_UNION_MIN", r->min_eff, 1);
     if (r && r->kernel) setenv("KN_CUDA_UNION_KERNEL", r->kernel, 1);
@@ -1065,6 +1108,13 @@ static void pf_set_route(const struct pf_route *r)
     if (r && r->dyn) setenv("KN_CUDA_UNION_DYN", r->dyn, 1);
     if (r && r->pfx) setenv("KN_CUDA_PF_PREFETCH", r->pfx, 1);
     if (r && r->qpf) setenv("KN_CUDA_UNION_QPF", r->qpf, 1);
+    for (const char *k = r ? r->knobs : NULL; k && *k;) {
+        char name[64], val[16];
+        int used = 0;
+        if (sscanf(k, " %63[^=]=%15s%n", name, val, &used) != 2) break;
+        setenv(name, val, 1);
+        k += used;
+    }
 }
 
 /* KN_BENCH_PF_REPEAT=n (1-9, default 1): every route of a configuration timed in n interleaved rounds, the
@@ -1621,25 +1671,27 @@ static void bench_layer(void)
              * same run; the default one below */
             static const char *const sel_knob[] = {"0", "1", "2"};
             a.what = 2;
-            double sel_k_ms[3];
-            int32_t *sel_k[3];
+            double sel_k_ms[3] = {NAN, NAN, NAN};
+            int32_t *sel_k[3] = {NULL, NULL, NULL};
             const size_t sel_bytes = sizeof(int32_t) * (size_t)a.n_chunks * M3.n_kv * a.chunk * M3.topk;
-            for (int k = 0; k < 3; k++) {
+            /* KN_BENCH_LAYER_LEAN=1: the attention routes only (no selection-kernel comparison, no dense) */
+            const int lean = getenv("KN_BENCH_LAYER_LEAN") != NULL;
+            for (int k = 0; k < 3 && !lean; k++) {
                 setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
                 sel_k_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
                 sel_k[k] = (int32_t *)hmalloc(sel_bytes);
                 CK(cudaMemcpy(sel_k[k], a.sel, sel_bytes, cudaMemcpyDeviceToHost));
             }
             a.what = 3;
-            double msa_k_ms[3];
-            for (int k = 0; k < 3; k++) {
+            double msa_k_ms[3] = {NAN, NAN, NAN};
+            for (int k = 0; k < 3 && !lean; k++) {
                 setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
                 msa_k_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
             }
             unsetenv("KN_CUDA_SELECT_WGMMA");
             /* rows whose sets differ from the mma.sync kernel's (near ties: other summation order) */
             int64_t sel_rows_differ[3] = {0, 0, 0};
-            for (int k = 1; k < 3; k++)
+            for (int k = 1; k < 3 && !lean; k++)
                 for (size_t r = 0; r < sel_bytes / sizeof(int32_t) / M3.topk; r++) {
                     const int32_t *x = sel_k[0] + r * M3.topk, *y = sel_k[k] + r * M3.topk;
                     int d = 0;
@@ -1660,10 +1712,13 @@ static void bench_layer(void)
              * selections stay in a.sel for the overlap measurement */
             /* the union kernel's variants (default threshold) */
             static const int kv_route[] = {
-                PF_R_PLAIN,  PF_R_PP,  PF_R_PP_FAST,   PF_R_FAST,     PF_R_PPS_FAST,  PF_R_SPLIT,
-                PF_R_SPLIT4, PF_R_OLD, PF_R_RARE,      PF_R_ROWM,     PF_R_RARE_ROWM, PF_R_PAIRS_ROWM,
-                PF_R_OVL,    PF_R_LA,  PF_R_LA_NORARE, PF_R_PLAN0,    PF_R_DYN,       PF_R_LA_DYN,
-                PF_R_PFX,    PF_R_QPF, PF_R_PFX_QPF,   PF_R_PAIRS_PFX};
+                PF_R_PLAIN,     PF_R_PP,         PF_R_PP_FAST,     PF_R_FAST,         PF_R_PPS_FAST,
+                PF_R_SPLIT,     PF_R_SPLIT4,     PF_R_OLD,         PF_R_RARE,         PF_R_ROWM,
+                PF_R_RARE_ROWM, PF_R_PAIRS_ROWM, PF_R_OVL,         PF_R_LA,           PF_R_LA_NORARE,
+                PF_R_PLAN0,     PF_R_DYN,        PF_R_LA_DYN,      PF_R_PFX,          PF_R_QPF,
+                PF_R_PFX_QPF,   PF_R_PAIRS_PFX,  PF_R_COST2,       PF_R_COST4,        PF_R_CAP40,
+                PF_R_CAP100,    PF_R_RPF,        PF_R_DIAG_NOPAIR, PF_R_DIAG_NOUNION, PF_R_PW_PAIRS,
+                PF_R_PW,        PF_R_PW_CAP100};
             enum { NKV = sizeof kv_route / sizeof kv_route[0] };
             /* select alone, the default route, the pair path alone (the previous design) and the variants,
              * in KN_BENCH_PF_REPEAT interleaved rounds (medians) */
@@ -1726,19 +1781,24 @@ static void bench_layer(void)
             free(sel), free(tmp);
             emit("layer", cfg, "neighbour overlap", pairs ? 100.0 * pair / pairs : 0, "%");
             emit("layer", cfg, "select (fused)", sel_ms, "ms");
-            emit("layer", cfg, "select mma.sync", sel_k_ms[0], "ms");
-            emit("layer", cfg, "select wgmma 4x1 slab", sel_k_ms[1], "ms");
-            emit("layer", cfg, "select wgmma 2x2 slabs", sel_k_ms[2], "ms");
-            emit("layer", cfg, "select mma.sync rate", sel_flops / (sel_k_ms[0] * 1e-3) / 1e12, "TFLOP/s");
-            emit("layer", cfg, "select wgmma 4x1 rate", sel_flops / (sel_k_ms[1] * 1e-3) / 1e12, "TFLOP/s");
-            emit("layer", cfg, "select wgmma 2x2 rate", sel_flops / (sel_k_ms[2] * 1e-3) / 1e12, "TFLOP/s");
-            emit("layer", cfg, "select wgmma 4x1 vs mma.sync rows differing",
-                 100.0 * sel_rows_differ[1] / sel_rows, "%");
-            emit("layer", cfg, "select wgmma 2x2 vs mma.sync rows differing",
-                 100.0 * sel_rows_differ[2] / sel_rows, "%");
-            emit("layer", cfg, "MSA total, select mma.sync", msa_k_ms[0], "ms");
-            emit("layer", cfg, "MSA total, select wgmma 4x1", msa_k_ms[1], "ms");
-            emit("layer", cfg, "MSA total, select wgmma 2x2", msa_k_ms[2], "ms");
+            if (!lean) {
+                emit("layer", cfg, "select mma.sync", sel_k_ms[0], "ms");
+                emit("layer", cfg, "select wgmma 4x1 slab", sel_k_ms[1], "ms");
+                emit("layer", cfg, "select wgmma 2x2 slabs", sel_k_ms[2], "ms");
+                emit("layer", cfg, "select mma.sync rate", sel_flops / (sel_k_ms[0] * 1e-3) / 1e12,
+                     "TFLOP/s");
+                emit("layer", cfg, "select wgmma 4x1 rate", sel_flops / (sel_k_ms[1] * 1e-3) / 1e12,
+                     "TFLOP/s");
+                emit("layer", cfg, "select wgmma 2x2 rate", sel_flops / (sel_k_ms[2] * 1e-3) / 1e12,
+                     "TFLOP/s");
+                emit("layer", cfg, "select wgmma 4x1 vs mma.sync rows differing",
+                     100.0 * sel_rows_differ[1] / sel_rows, "%");
+                emit("layer", cfg, "select wgmma 2x2 vs mma.sync rows differing",
+                     100.0 * sel_rows_differ[2] / sel_rows, "%");
+                emit("layer", cfg, "MSA total, select mma.sync", msa_k_ms[0], "ms");
+                emit("layer", cfg, "MSA total, select wgmma 4x1", msa_k_ms[1], "ms");
+                emit("layer", cfg, "MSA total, select wgmma 2x2", msa_k_ms[2], "ms");
+            }
             emit("layer", cfg, "MSA total", msa_ms, "ms");
             emit("layer", cfg, "attention eff.", flops / ((msa_ms - sel_ms) * 1e-3) / 1e12, "TFLOP/s");
             emit("layer", cfg, "MSA total, pairs only (previous design)", msa_pairs_ms, "ms");
@@ -1749,6 +1809,10 @@ static void bench_layer(void)
                 snprintf(name, sizeof name, "attention eff., %s", g_pf_routes[kv_route[k]].name);
                 emit("layer", cfg, name, flops / ((msa_kv_ms[k] - sel_ms) * 1e-3) / 1e12, "TFLOP/s");
             }
+        }
+        if (getenv("KN_BENCH_LAYER_LEAN")) {
+            pf_free(&a);
+            continue;
         }
         char cfg[96];
         snprintf(cfg, sizeof cfg, "prefill L %lldK", (long long)(L / 1024));
@@ -1904,7 +1968,7 @@ int main(int argc, char **argv)
     if (want(only, "index")) bench_index(want(only, "topk") || !only);
     if (want(only, "decode")) bench_decode();
     if (want(only, "prefill")) bench_prefill();
-    if (want(only, "layer")) bench_layer();
+    if (want(only, "layer") || want(only, "pflayer")) bench_layer(); /* pflayer: without the decode layer */
     if (want(only, "fp8agree")) bench_fp8_agree();
     /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer, "layerprof"
      * runs only the timestamp profile */

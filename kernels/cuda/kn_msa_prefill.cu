@@ -26,8 +26,10 @@
  * set) any of them; KN_CUDA_UNION_RARE=0/1 the hybrid route (blocks only one query of a union warpgroup chose
  * go through the pairs, merged by the union kernel: kn_msa_prefill_union.cuh; default 1);
  * KN_CUDA_PF_MERGE=0/1 the merge per (query, head) or per (query, group) row (default 1); KN_CUDA_UNION_PLAN,
- * KN_CUDA_UNION_DYN, KN_CUDA_UNION_QPF (kn_msa_prefill_union.cuh) and KN_CUDA_PF_PREFETCH (the next bucket's
- * K/V into L2, default 0: measured level) are the other measured options. */
+ * KN_CUDA_UNION_DYN, KN_CUDA_UNION_QPF, KN_CUDA_UNION_RARE_COST, KN_CUDA_UNION_RARE_CAP, KN_CUDA_UNION_RPF
+ * (kn_msa_prefill_union.cuh) and KN_CUDA_PF_PREFETCH (the next bucket's K/V into L2, default 0: measured
+ * level) are the other measured options; KN_CUDA_PF_WGMMA=1 runs step 4 on the union kernel in pair mode
+ * (kn_msa_prefill_union.cuh); KN_CUDA_PF_DIAG_SKIP is a benchmark-only phase breakdown. */
 #include <stdlib.h>
 
 #include "kn_attn_warp.cuh"
@@ -55,6 +57,7 @@ struct pf_ws {
     float *part_l;
     uint8_t *handled; /* [n_kv][n]: 1 = done by the union route */
     void *union_ws;   /* kn_pf_union_ws bytes */
+    void *pair_items; /* KN_CUDA_PF_WGMMA: kn_pf_union_pairs_ws bytes */
 };
 
 static size_t pf_align(size_t x)
@@ -69,7 +72,7 @@ static size_t pf_layout(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     const int64_t pairs = (int64_t)qb->n * sh->n_kv * ks;
     const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;
     size_t off = 0;
-    size_t sz[10] = {pf_align(nb * 4),
+    size_t sz[11] = {pf_align(nb * 4),
                      pf_align(nb * 4),
                      pf_align((nb + 1) * 4),
                      pf_align((nb + 1) * 4),
@@ -78,11 +81,13 @@ static size_t pf_layout(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
                      pf_align(pairs * 16 * AW_D * 2),
                      pf_align(pairs * 16 * 4),
                      pf_align((int64_t)sh->n_kv * qb->n),
-                     pf_align(kn_pf_union_ws(sh, qb))};
-    void **ptr[10] = {(void **)&w->counts,  (void **)&w->fill,    (void **)&w->offsets, (void **)&w->tile_off,
-                      (void **)&w->list,    (void **)&w->tiles,   (void **)&w->part_o,  (void **)&w->part_l,
-                      (void **)&w->handled, (void **)&w->union_ws};
-    for (int k = 0; k < 10; k++) {
+                     pf_align(kn_pf_union_ws(sh, qb)),
+                     pf_align(kn_pf_union_pairs_ws(max_tiles))};
+    void **ptr[11] = {(void **)&w->counts,   (void **)&w->fill,      (void **)&w->offsets,
+                      (void **)&w->tile_off, (void **)&w->list,      (void **)&w->tiles,
+                      (void **)&w->part_o,   (void **)&w->part_l,    (void **)&w->handled,
+                      (void **)&w->union_ws, (void **)&w->pair_items};
+    for (int k = 0; k < 11; k++) {
         if (base) *ptr[k] = base + off;
         off += sz[k];
     }
@@ -495,9 +500,21 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;
     int64_t grid = 2 * (int64_t)kn_cuda_sm_count();
     if (grid > max_tiles) grid = max_tiles;
-    k_pf_attn<<<(unsigned)grid, PF_THREADS, PF_SMEM, stream>>>(a);
-    KN_LAUNCHED("kn_cuda attention (prefill)");
-    if (hybrid) {
+    /* KN_CUDA_PF_DIAG_SKIP (benchmarks only, the output is wrong): bit 0 skips the pair path's attention,
+     * bit 1 the hybrid route's union kernel, so the time of each phase is the difference to the full call */
+    const int skip = kn_cuda_knob_int("KN_CUDA_PF_DIAG_SKIP", 0);
+    /* KN_CUDA_PF_WGMMA=1: the same tiles on the union kernel in pair mode (wgmma, 8 pairs per item) */
+    const int pair_wgmma = kn_cuda_knob("KN_CUDA_PF_WGMMA", KN_PF_WGMMA) && kn_pf_union_pairs_supported(sh);
+    if (!(skip & 1) && pair_wgmma) {
+        const struct kn_pf_union_pairs pp = {w.tiles,      w.list,   w.tile_off + nb, max_tiles,
+                                             w.pair_items, w.part_o, w.part_l};
+        const int32_t rc = kn_pf_union_pairs_launch(sh, qb, c, q, ks, &pp, stream, err);
+        if (rc) return rc;
+    } else if (!(skip & 1)) {
+        k_pf_attn<<<(unsigned)grid, PF_THREADS, PF_SMEM, stream>>>(a);
+        KN_LAUNCHED("kn_cuda attention (prefill)");
+    }
+    if (hybrid && !(skip & 2)) {
         const int32_t rc =
             kn_pf_union_launch(sh, qb, c, q, sel, sel_stride, ks, min_eff, pf_union_kernel(), out, w.handled,
                                w.union_ws, &rare, KN_PF_UNION_ATTEND, stream, err);

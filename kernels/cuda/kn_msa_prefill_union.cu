@@ -31,10 +31,11 @@
  * an item below the threshold (or with more than 128 union blocks) is left to the KV-block-major pair path
  * (kn_msa_prefill.cu). Hybrid route (a.rare, the default): a block only one query of a warpgroup chose would
  * cost that warpgroup 4 (query, block) products for 1, so the plan drops it from that warpgroup when that
- * is cheaper (PU_RARE_COST), the pair path attends to those pairs first, and the consumer's epilogue merges
- * their partials (pu_merge_rare). Also measured, off by default: a lookahead consumer (the next block's score
- * product issued behind the value product: slower) and a dynamic item order (items from a global counter:
- * level); see docs/progress/cuda-pf.md. Shapes: head_dim 128, block 128, 16 heads per group, ks <= 32. */
+ * is cheaper (KN_CUDA_UNION_RARE_COST, _CAP), the pair path attends to those pairs first, and the consumer's
+ * epilogue merges their partials (pu_merge_rare). Also measured, off by default: a lookahead consumer (the
+ * next block's score product issued behind the value product: slower) and a dynamic item order (items from a
+ * global counter: level); see docs/progress/cuda-pf.md. Shapes: head_dim 128, block 128, 16 heads per group,
+ * ks <= 32. */
 #include "kn_msa_kernels.cuh"
 #include "kn_msa_prefill_union.cuh"
 #include "kn_wgmma.cuh"
@@ -49,9 +50,6 @@
 #define PU_STAGE_BYTES (2 * PU_KV_BYTES) /* K then V */
 #define PU_QWG_BYTES (64 * 256)          /* one warpgroup's Q: 64 rows */
 #define PU_PLAN_THREADS 256              /* >= PU_Q * ks */
-/* Hybrid route: what one pair costs on the pair path, in union (query, block) products (the union kernel
- * computes ~400 dense-equivalent TFLOP/s, the pair path with its partials ~165 effective: 2.4, rounded up) */
-#define PU_RARE_COST 3
 /* shared memory: mbarriers and the per-stage (block, mask) words, then (1024-aligned) Q and the stages */
 #define PU_BAR_FULL 0
 #define PU_BAR_EMPTY (8 * PU_STAGES)
@@ -91,7 +89,29 @@ struct pu_args {
     const float *part_l;
     int32_t *counter; /* dynamic item order: the next item to hand out (zeroed by the plan kernel) */
     int q_prefetch;   /* KN_CUDA_UNION_QPF: the producer prefetches the next item's Q into L2 */
+    /* hybrid decision (KN_CUDA_UNION_RARE_COST, _CAP): a rare pair's price in union products, and the
+     * largest share of an item's pairs (percent) the pair path may take */
+    int32_t rare_cost, rare_cap;
+    int rare_pf; /* KN_CUDA_UNION_RPF: consumers prefetch their rare partials into L2 at the item's start */
+    /* pair mode (RI = 1, KN_CUDA_PF_WGMMA): the pair path's tiles (4 pairs of one bucket) on this kernel, an
+     * item = two tiles, one per consumer warpgroup; k_pf_pair_items writes hdr (x: the warpgroups' KV
+     * groups, 16 bits each), uarr (stride 2, w: the entry's group) and ri_q (the 8 rows' pairs, query * 32 +
+     * slot, -1: none); the consumers write each pair's partial (ri_part_o, ri_part_l) as the pair path does
+     */
+    const int32_t *ri_total; /* device: the number of tiles */
+    int32_t *ri_q;
+    const int4 *ri_tiles;
+    const int32_t *ri_list, *seq_blk_off;
+    int32_t n_seqs, total_blocks;
+    uint16_t *ri_part_o;
+    float *ri_part_l;
 };
+
+/* Items of this launch: the plan's, or (pair mode) two tiles each, their count on the device. */
+template <int RI> __device__ __forceinline__ int32_t pu_n_items(const pu_args &a)
+{
+    return RI ? (*a.ri_total + 1) >> 1 : a.n_items;
+}
 
 __device__ __forceinline__ void pu_cp_async_wait_all(void)
 {
@@ -223,16 +243,18 @@ template <int V> __global__ void __launch_bounds__(PU_PLAN_THREADS) k_pf_union_p
     const int pairs = __syncthreads_count(b >= 0);
     const int u0 = __syncthreads_count(first && (mask & 0x0Fu)),
               u1 = __syncthreads_count(first && (mask & 0xF0u));
-    /* the hybrid route when it computes less: the rare pairs go to the pair path (priced at PU_RARE_COST
-     * union (query, block) products each) and are merged into this item's output by its consumers */
+    /* the hybrid route when it computes less: the rare pairs go to the pair path (priced at a.rare_cost
+     * union (query, block) products each) and are merged into this item's output by its consumers. Each
+     * rare pair removes its block from one warpgroup (4 products), so the price only decides on or off:
+     * any cost < 4 takes every item with rare pairs (under the cap), any cost >= 4 none */
     int hyb = 0, nk = 0;
     if (a.rare) { /* uniform: the counts below are barriers every thread reaches */
         const int rp = __syncthreads_count(rare);
         const int k0 = __syncthreads_count(first && (kmask & 0x0Fu)),
                   k1 = __syncthreads_count(first && (kmask & 0xF0u));
         nk = __syncthreads_count(first && kmask != 0u);
-        hyb = rp > 0 && 4 * rp <= pairs && nk <= PU_UMAX && k0 + k1 > 0 &&
-              4 * (k0 + k1) + PU_RARE_COST * rp < 4 * (u0 + u1) &&
+        hyb = rp > 0 && 100 * rp <= a.rare_cap * pairs && nk <= PU_UMAX && k0 + k1 > 0 &&
+              4 * (k0 + k1) + a.rare_cost * rp < 4 * (u0 + u1) &&
               (pairs - rp) * 100 >= a.min_eff * 4 * (k0 + k1);
     }
     const int take = hyb || (nu <= PU_UMAX && (u0 + u1 == 0 || pairs * 100 >= a.min_eff * 4 * (u0 + u1)));
@@ -294,12 +316,29 @@ __device__ __forceinline__ void pu_load_q(const pu_args &a, int32_t g, int32_t i
     mb_arrive_cp_async(bar);
 }
 
+/* Pair mode: warpgroup w's Q rows are the queries of its tile's pairs (group g), zeros where it has none. */
+__device__ __forceinline__ void pu_load_q_ri(const pu_args &a, int32_t item, int32_t g, int w, uint32_t qw_s,
+                                             uint32_t bar, int pt)
+{
+    const int c = pt & 15;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int r = (pt >> 4) + 8 * j, rq = 4 * w + (r >> 4);
+        const int32_t e = a.ri_q[(int64_t)item * PU_Q + rq];
+        const bool ok = e >= 0;
+        const uint16_t *src =
+            ok ? a.q + ((int64_t)(e >> 5) * a.n_heads + (int64_t)g * 16 + (r & 15)) * 128 + c * 8 : a.q;
+        kn_cp_async16(qw_s + wg_sw128_off(r, c, 64), src, ok ? 16 : 0);
+    }
+    mb_arrive_cp_async(bar);
+}
+
 /* The next item this CTA works on (its header in h; false: none left). Static order (DYN = 0): items
  * blockIdx.x, + gridDim.x, ... (item starts at blockIdx.x - gridDim.x); dynamic (DYN = 1, producer warpgroup
  * only): thread 0 takes the next item from a global counter and shares it on a named barrier, so a CTA that
  * got short items takes more (a static order ends when the CTA with the most work does). Items the plan
  * declined are skipped. */
-template <int DYN>
+template <int DYN, int RI = 0>
 __device__ __forceinline__ bool pu_fetch(const pu_args &a, uint32_t s0, int pt, int32_t &item, int4 &h)
 {
     for (;;) {
@@ -314,7 +353,7 @@ __device__ __forceinline__ bool pu_fetch(const pu_args &a, uint32_t s0, int pt, 
         } else {
             item += gridDim.x;
         }
-        if (item >= a.n_items) return false;
+        if (item >= pu_n_items<RI>(a)) return false;
         h = a.hdr[item];
         if (h.z >= 0) return true;
     }
@@ -325,7 +364,7 @@ __device__ __forceinline__ bool pu_fetch(const pu_args &a, uint32_t s0, int pt, 
  * c = pt % 16 of rows r0 + 8j (r0 = pt / 16): the same swizzled column for all its rows, so each copy is a
  * constant offset from the last. Thread 0 also copies the block id and query mask into the stage's words,
  * and (DYN) the item and its header into each consumer warpgroup's words, then an item -1 at the end. */
-template <int DYN>
+template <int DYN, int RI = 0>
 __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s, int pt)
 {
     const int c = pt & 15, r0 = pt >> 4;
@@ -335,9 +374,9 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
     uint32_t ph = 0;
     int32_t blocks = 0, items = 0, item = DYN ? -1 : (int32_t)blockIdx.x - (int32_t)gridDim.x;
     int4 h;
-    while (pu_fetch<DYN>(a, s0, pt, item, h)) {
-        const int32_t g = item / a.n_oct, nu = h.z, pre = nu < 2 ? nu : 2;
-        if (!DYN && a.q_prefetch && item + (int32_t)gridDim.x < a.n_items) {
+    while (pu_fetch<DYN, RI>(a, s0, pt, item, h)) {
+        const int32_t g = RI ? 0 : item / a.n_oct, nu = h.z, pre = nu < 2 ? nu : 2;
+        if (!DYN && !RI && a.q_prefetch && item + (int32_t)gridDim.x < a.n_items) {
             /* the next item's Q (loaded only once the consumers release this one's) into L2 now: thread pt,
              * 2 of the 32 lines of query pt / 16 (its 16 heads are 4 contiguous KB) */
             const int32_t nx = item + (int32_t)gridDim.x;
@@ -353,7 +392,7 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
             }
         }
         const int64_t off0 = ((int64_t)r0 * a.n_kv + g) * 256 + c * 16; /* in a page, from its base */
-        const int4 *ua = a.uarr + (int64_t)item * PU_UMAX;
+        const int4 *ua = a.uarr + (int64_t)item * (RI ? 2 : PU_UMAX);
         for (int32_t u = 0; u <= nu; u++) {
             if (u == pre) { /* Q after the first blocks: they go into stages freed during the last item */
                 for (int w = 0; w < 2; w++) {
@@ -365,8 +404,12 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
                                      : "memory");
                         asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(wd + 16), "r"(item) : "memory");
                     }
-                    pu_load_q(a, g, h.x, h.y, w, q_s + (uint32_t)w * PU_QWG_BYTES, s0 + PU_BAR_QFULL + 8 * w,
-                              pt);
+                    if (RI)
+                        pu_load_q_ri(a, item, (h.x >> (16 * w)) & 0xFFFF, w, q_s + (uint32_t)w * PU_QWG_BYTES,
+                                     s0 + PU_BAR_QFULL + 8 * w, pt);
+                    else
+                        pu_load_q(a, g, h.x, h.y, w, q_s + (uint32_t)w * PU_QWG_BYTES,
+                                  s0 + PU_BAR_QFULL + 8 * w, pt);
                     if (DYN && pt == 0) mb_arrive(s0 + PU_BAR_QFULL + 8 * w); /* releases the words */
                 }
             }
@@ -377,7 +420,9 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
                 kn_cp_async4(s0 + PU_META + 8 * s, &ua[u].x);
                 kn_cp_async4(s0 + PU_META + 8 * s + 4, &ua[u].z);
             }
-            const int64_t page_off = (int64_t)e.y * PU_BLK * a.n_kv * 256 + off0;
+            /* pair mode: each entry has its own group */
+            const int64_t page_off = (int64_t)e.y * PU_BLK * a.n_kv * 256 +
+                                     (RI ? ((int64_t)r0 * a.n_kv + e.w) * 256 + c * 16 : off0);
             const int valid = (e.z >> 8) & 0xFF;
             const uint8_t *kb = (const uint8_t *)a.kc + page_off, *vb = (const uint8_t *)a.vc + page_off;
             const uint32_t st = kv_s + (uint32_t)s * PU_STAGE_BYTES + dst0;
@@ -409,7 +454,7 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
 /* Consumer side of the item order: the next item and its header (false: none left). Static: the next item of
  * this CTA's sequence the plan took (the caller then waits for its Q); DYN: waits for the warpgroup's Q
  * (its qfull phase also publishes the item's words) and reads the item from shared memory. */
-template <int DYN>
+template <int DYN, int RI = 0>
 __device__ __forceinline__ bool pu_item_next(const pu_args &a, uint32_t s0, int wg, int32_t items,
                                              int32_t &item, int4 &h)
 {
@@ -423,7 +468,8 @@ __device__ __forceinline__ bool pu_item_next(const pu_args &a, uint32_t s0, int 
                      : "memory");
         return item >= 0;
     } else {
-        for (item += gridDim.x; item < a.n_items; item += gridDim.x) {
+        const int32_t n_items = pu_n_items<RI>(a);
+        for (item += gridDim.x; item < n_items; item += gridDim.x) {
             h = a.hdr[item];
             if (h.z >= 0) return true;
         }
@@ -612,6 +658,20 @@ __device__ __forceinline__ void pu_merge_rare(const pu_args &a, float (&o)[64], 
     l[hh] = den;
 }
 
+/* KN_CUDA_UNION_RPF: the rare partials of query i (4 KB of bf16 rows and 64 bytes of log2-sum-exp per rare
+ * slot, written by the pair path just before) into L2 at the start of the item, so that the epilogue's
+ * pu_merge_rare does not wait for HBM: lane j prefetches line j of each partial. */
+__device__ __forceinline__ void pu_prefetch_rare(const pu_args &a, int32_t i, int32_t g, int lane)
+{
+    const uint32_t rmask = a.rare[(int64_t)g * a.n + i];
+    const int64_t pr0 = ((int64_t)i * a.n_kv + g) * a.ks;
+    for (uint32_t r = rmask; r; r &= r - 1u) {
+        const int64_t pr = pr0 + __ffs(r) - 1;
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a.part_o + pr * 16 * 128 + lane * 64));
+        if (lane == 0) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a.part_l + pr * 16));
+    }
+}
+
 /* A consumer warp (of 8): for each item, its warpgroup's share of the union blocks, then its query's output.
  * OVERLAP = 0: each block's score product, softmax and value product in turn. OVERLAP = 1: the value product
  * of a block runs on the tensor cores while the next block's softmax runs (FA3's intra-warpgroup overlap):
@@ -627,7 +687,7 @@ __device__ __forceinline__ void pu_merge_rare(const pu_args &a, float (&o)[64], 
  * one warpgroup uses are not ordered (both know which blocks those are from the stage's query mask, so they
  * agree on every turn). Warpgroup 1 passes one turn first, warpgroup 0 takes it back at the end. PP = 2:
  * only the score products take turns (S(wg 0), S(wg 1), S(wg 0), ...); the value products are not ordered. */
-template <int OVERLAP, int PP, int FAST, int DYN>
+template <int OVERLAP, int PP, int FAST, int DYN, int RI = 0>
 __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s,
                                            int warp, int lane)
 {
@@ -640,11 +700,15 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
     uint32_t ph = 0;
     int32_t items = 0, item = DYN ? 0 : (int32_t)blockIdx.x - (int32_t)gridDim.x;
     int4 h;
-    while (pu_item_next<DYN>(a, s0, wg, items, item, h)) {
-        const int32_t g = item / a.n_oct, i0 = h.x, nu = h.z;
+    while (pu_item_next<DYN, RI>(a, s0, wg, items, item, h)) {
+        /* pair mode: this warp's pair (query * 32 + slot) and its warpgroup's group */
+        const int32_t ri_e = RI ? a.ri_q[(int64_t)item * PU_Q + qi] : 0;
+        const int32_t g = RI ? (h.x >> (16 * wg)) & 0xFFFF : item / a.n_oct, i0 = h.x, nu = h.z;
         const int32_t last_w = ((h.w >> (16 * wg)) & 0xFFFF) - 1; /* this warpgroup's last block (-1: none) */
-        const bool qvalid = qi < h.y;
-        const int64_t qpos = qvalid ? a.pos[i0 + qi] : -1;
+        const bool qvalid = RI ? ri_e >= 0 : qi < h.y;
+        const int32_t qrow = RI ? ri_e >> 5 : i0 + qi;
+        const int64_t qpos = qvalid ? a.pos[qrow] : -1;
+        if (!RI && a.rare_pf && a.rare && qvalid) pu_prefetch_rare(a, i0 + qi, g, lane);
         if (!DYN) mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
         wg_fence_proxy_async();
         if (last_w < 0) { /* nothing to do with this Q */
@@ -795,6 +859,23 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
         }
         items++;
         if (!qvalid) continue;
+        if (RI) { /* the pair's partial: normalized rows and their log2-sum-exp, as k_pf_attn writes them */
+            const int64_t pr = ((int64_t)qrow * a.n_kv + g) * a.ks + (ri_e & 31);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+                l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+                const int row = gid + 8 * hh;
+                const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
+                uint16_t *dst = a.ri_part_o + (pr * 16 + row) * 128 + 2 * tig;
+#pragma unroll
+                for (int nt = 0; nt < 16; nt++)
+                    *(uint32_t *)(dst + nt * 8) =
+                        kn_pack_bf16(o[4 * nt + 2 * hh] * inv, o[4 * nt + 2 * hh + 1] * inv);
+                if (tig == 0) a.ri_part_l[pr * 16 + row] = l[hh] > 0.0f ? m[hh] + log2f(l[hh]) : -INFINITY;
+            }
+            continue;
+        }
         /* hybrid route: the slots of this query the pair path attended to (warp-uniform) */
         const uint32_t rmask = a.rare ? a.rare[(int64_t)g * a.n + i0 + qi] : 0u;
 #pragma unroll
@@ -874,6 +955,7 @@ __device__ __forceinline__ void pu_consume_la(const pu_args &a, uint32_t s0, uin
         const int32_t last_w = ((h.w >> (16 * wg)) & 0xFFFF) - 1;
         const bool qvalid = qi < h.y;
         const int64_t qpos = qvalid ? a.pos[i0 + qi] : -1;
+        if (a.rare_pf && a.rare && qvalid) pu_prefetch_rare(a, i0 + qi, g, lane);
         if (!DYN) mb_wait(s0 + PU_BAR_QFULL + 8 * wg, (uint32_t)items & 1u);
         wg_fence_proxy_async();
         if (last_w < 0) {
@@ -971,7 +1053,7 @@ __device__ __forceinline__ void pu_consume_la(const pu_args &a, uint32_t s0, uin
     }
 }
 
-template <int OVERLAP, int PP, int FAST, int LA = 0, int DYN = 0>
+template <int OVERLAP, int PP, int FAST, int LA = 0, int DYN = 0, int RI = 0>
 __global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
 {
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -997,14 +1079,57 @@ __global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
     __syncthreads();
     if (warp >= PU_PRODUCER) {
         pu_setmaxnreg_dec<48>();
-        pu_produce<DYN>(a, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
+        pu_produce<DYN, RI>(a, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
     } else {
         pu_setmaxnreg_inc<224>();
         if (LA)
             pu_consume_la<DYN>(a, s0, q_s, kv_s, warp, lane);
         else
-            pu_consume<OVERLAP, PP, FAST, DYN>(a, s0, q_s, kv_s, warp, lane);
+            pu_consume<OVERLAP, PP, FAST, DYN, RI>(a, s0, q_s, kv_s, warp, lane);
     }
+}
+
+/* Pair mode: item it = tiles 2 it (consumer warpgroup 0) and 2 it + 1 (warpgroup 1) of the pair path, one
+ * union entry per distinct bucket (block, page, query mask | rows written << 8, group). */
+__global__ void k_pf_pair_items(const pu_args a)
+{
+    const int32_t it = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x), total = *a.ri_total;
+    if (2 * it >= total) return;
+    int4 ent[2] = {make_int4(0, 0, 0, 0), make_int4(0, 0, 0, 0)};
+    int32_t nu = 0, bucket0 = -1, gw[2] = {0, 0}, last[2] = {-1, -1};
+    for (int w = 0; w < 2; w++) {
+        const int32_t t = 2 * it + w;
+        const int4 tl = t < total ? a.ri_tiles[t] : make_int4(-1, 0, 0, 0);
+        for (int j = 0; j < 4; j++)
+            a.ri_q[(int64_t)it * PU_Q + 4 * w + j] = j < tl.z ? a.ri_list[tl.y + j] : -1;
+        if (tl.z <= 0) continue;
+        const uint32_t bits = ((1u << tl.z) - 1u) << (4 * w);
+        if (nu == 1 && tl.x == bucket0) { /* both tiles of one bucket: one block for both warpgroups */
+            ent[0].z |= (int32_t)bits;
+            gw[w] = gw[0];
+            last[w] = 0;
+            continue;
+        }
+        const int32_t g = tl.x / a.total_blocks, rem = tl.x - g * a.total_blocks;
+        int32_t lo = 0, hi = a.n_seqs - 1; /* the last sequence whose first block is <= rem */
+        while (lo < hi) {
+            const int32_t mid = (lo + hi + 1) >> 1;
+            if (a.seq_blk_off[mid] <= rem)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const int32_t b = rem - a.seq_blk_off[lo];
+        const int32_t page = a.bt[(int64_t)lo * a.bt_stride + b];
+        int64_t valid = a.seq_last[lo] - (int64_t)b * PU_BLK + 1;
+        valid = page < 0 ? 0 : valid < PU_BLK ? valid : PU_BLK;
+        ent[nu] = make_int4(b, page < 0 ? 0 : page, (int32_t)(bits | ((uint32_t)valid << 8)), g);
+        if (nu == 0) bucket0 = tl.x;
+        gw[w] = g;
+        last[w] = nu++;
+    }
+    for (int32_t u = 0; u < nu; u++) a.uarr[(int64_t)it * 2 + u] = ent[u];
+    a.hdr[it] = make_int4(gw[0] | (gw[1] << 16), PU_Q, nu, (last[0] + 1) | ((last[1] + 1) << 16));
 }
 
 /* ---- host ---- */
@@ -1048,7 +1173,7 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
                            uint8_t *handled, void *ws, const struct kn_pf_union_rare *rare, int phases,
                            cudaStream_t stream, struct mm_err *err)
 {
-    pu_args a;
+    pu_args a = {};
     a.q = (const uint16_t *)q;
     a.sel = sel;
     a.sel_stride = sel_stride;
@@ -1077,6 +1202,9 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     a.part_l = rare ? rare->part_l : NULL;
     a.counter = (int32_t *)(a.uarr + (int64_t)a.n_items * PU_UMAX) + (int64_t)sh->n_kv * qb->n;
     a.q_prefetch = kn_cuda_knob("KN_CUDA_UNION_QPF", KN_PF_UNION_QPF);
+    a.rare_cost = kn_cuda_knob_int("KN_CUDA_UNION_RARE_COST", KN_PF_UNION_RARE_COST);
+    a.rare_cap = kn_cuda_knob_int("KN_CUDA_UNION_RARE_CAP", KN_PF_UNION_RARE_CAP);
+    a.rare_pf = kn_cuda_knob("KN_CUDA_UNION_RPF", KN_PF_UNION_RPF);
     if (phases & KN_PF_UNION_PLAN) {
         const dim3 pg((unsigned)a.n_oct, (unsigned)sh->n_kv);
         if (kn_cuda_knob("KN_CUDA_UNION_PLAN", KN_PF_UNION_PLAN_V))
@@ -1104,5 +1232,67 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;
     kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a);
     KN_LAUNCHED("kn_cuda attention (prefill union)");
+    return MM_OK;
+}
+
+int kn_pf_union_pairs_supported(const struct kn_cuda_msa_shape *sh)
+{
+    int dev = 0, v = 0;
+    return sh->head_dim == 128 && sh->block == PU_BLK && sh->n_heads == 16 * sh->n_kv && sh->n_kv < 65536 &&
+           sh->scale > 0 && cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+           v >= PU_SMEM;
+}
+
+size_t kn_pf_union_pairs_ws(int64_t max_tiles)
+{
+    const int64_t items = (max_tiles + 1) / 2;
+    /* headers, 2 union entries and 8 pair entries per item */
+    return (size_t)items * (3 * sizeof(int4) + PU_Q * sizeof(int32_t));
+}
+
+int32_t kn_pf_union_pairs_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                 const struct kn_cuda_cache *c, const void *q, int32_t ks,
+                                 const struct kn_pf_union_pairs *p, cudaStream_t stream, struct mm_err *err)
+{
+    const int64_t max_items = (p->max_tiles + 1) / 2;
+    if (max_items <= 0) return MM_OK;
+    if (max_items >= INT32_MAX / 2)
+        return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (prefill pairs, wgmma): %lld tiles",
+                          (long long)p->max_tiles);
+    pu_args a = {};
+    a.q = (const uint16_t *)q;
+    a.ks = ks;
+    a.pos = qb->pos;
+    a.seq_last = qb->seq_last;
+    a.bt = qb->block_table;
+    a.bt_stride = qb->bt_stride;
+    a.kc = (const uint16_t *)c->k;
+    a.vc = (const uint16_t *)c->v;
+    a.n = qb->n;
+    a.n_heads = sh->n_heads;
+    a.n_kv = sh->n_kv;
+    a.n_oct = 1;
+    a.n_items = (int32_t)max_items;
+    a.scale_log2 = sh->scale * 1.4426950408889634f;
+    a.hdr = (int4 *)p->items;
+    a.uarr = a.hdr + max_items;
+    a.ri_q = (int32_t *)(a.uarr + 2 * max_items);
+    a.ri_total = p->n_tiles;
+    a.ri_tiles = p->tiles;
+    a.ri_list = p->list;
+    a.seq_blk_off = qb->seq_blk_off;
+    a.n_seqs = qb->n_seqs;
+    a.total_blocks = qb->total_blocks;
+    a.ri_part_o = (uint16_t *)p->part_o;
+    a.ri_part_l = p->part_l;
+    k_pf_pair_items<<<(unsigned)((max_items + 255) / 256), 256, 0, stream>>>(a);
+    KN_LAUNCHED("kn_cuda attention (prefill pairs, wgmma items)");
+    void (*kern)(pu_args) = k_pf_union<0, 0, 1, 0, 0, 1>;
+    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, PU_SMEM),
+          "kn_cuda attention (prefill pairs, wgmma): shared memory");
+    const int64_t grid = kn_cuda_sm_count() < max_items ? kn_cuda_sm_count() : max_items;
+    kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a);
+    KN_LAUNCHED("kn_cuda attention (prefill pairs, wgmma)");
     return MM_OK;
 }

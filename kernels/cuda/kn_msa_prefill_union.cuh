@@ -63,6 +63,14 @@ struct kn_pf_union_rare {
 #define KN_PF_UNION_DYN 0
 /* Default of KN_CUDA_UNION_QPF: the union producer prefetches the next item's Q into L2 (static order) */
 #define KN_PF_UNION_QPF 0
+/* Defaults of the hybrid decision: KN_CUDA_UNION_RARE_COST, what one rare pair costs on the pair path in
+ * union (query, block) products (the union kernel computes ~400 dense-equivalent TFLOP/s, the pair path
+ * ~165 effective: 2.4, rounded up; only < 4 vs >= 4 matters, see the plan kernel), and
+ * KN_CUDA_UNION_RARE_CAP, the largest share (percent) of an item's pairs that may go to the pair path. */
+#define KN_PF_UNION_RARE_COST 3
+#define KN_PF_UNION_RARE_CAP 25
+/* Default of KN_CUDA_UNION_RPF: the consumers prefetch their rare partials into L2 when an item starts */
+#define KN_PF_UNION_RPF 0
 /* phases of kn_pf_union_launch */
 #define KN_PF_UNION_PLAN 1
 #define KN_PF_UNION_ATTEND 2
@@ -76,5 +84,29 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
                            int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,
                            uint8_t *handled, void *ws, const struct kn_pf_union_rare *rare, int phases,
                            cudaStream_t stream, struct mm_err *err);
+
+/* Pair mode (KN_CUDA_PF_WGMMA): the KV-block-major pair path's attention (its tiles of 4 pairs of one bucket
+ * and their pair lists, built by kn_msa_prefill.cu) on the union kernel: an item is two tiles, one per
+ * consumer warpgroup (64 rows: 4 queries x 16 heads against the bucket's block, wgmma), and each pair's
+ * partial (normalized bf16 rows, log2-sum-exp) is written where k_pf_attn writes it. */
+struct kn_pf_union_pairs {
+    const int4 *tiles;      /* (bucket, first pair, pairs, -) */
+    const int32_t *list;    /* pairs in bucket order: query * 32 + slot */
+    const int32_t *n_tiles; /* device: the number of tiles */
+    int64_t max_tiles;      /* host: an upper bound of it (sizes the grid and the workspace) */
+    void *items;            /* kn_pf_union_pairs_ws(max_tiles) bytes */
+    void *part_o;           /* bf16 [n][n_kv][ks][16][128] */
+    float *part_l;          /* [n][n_kv][ks][16] */
+};
+/* Default of KN_CUDA_PF_WGMMA (0: the mma.sync pair kernel k_pf_attn) */
+#define KN_PF_WGMMA 0
+/* Whether pair mode runs for these shapes: head_dim 128, block 128, 16 heads per KV group, shared memory. */
+int kn_pf_union_pairs_supported(const struct kn_cuda_msa_shape *sh);
+size_t kn_pf_union_pairs_ws(int64_t max_tiles);
+/* The pair-mode launches (items from the tiles, then the union kernel); needs qb->seq_blk_off and seq_last.
+ */
+int32_t kn_pf_union_pairs_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                 const struct kn_cuda_cache *c, const void *q, int32_t ks,
+                                 const struct kn_pf_union_pairs *p, cudaStream_t stream, struct mm_err *err);
 
 #endif

@@ -1056,7 +1056,7 @@ static void test_prefill_union(void)
      * the default; then each variant of the union kernel (KN_CUDA_UNION_KERNEL = KN_PF_UK_*: plain, overlap,
      * pingpong, pingpong + fast softmax, fast softmax, score-only pingpong + fast softmax, fast softmax +
      * value product in halves, in quarters) everywhere and at 50 %; and the old overlap knob */
-    enum { NV = 8, NR = 6 + 2 * NV + 13 };
+    enum { NV = 8, NR = 6 + 2 * NV + 22 };
     static const char *names[NR] = {"pairs only",
                                     "union everywhere",
                                     "union >= 50%",
@@ -1091,7 +1091,16 @@ static void test_prefill_union(void)
                                     "union >= 50%, rare, dynamic order",
                                     "union everywhere, lookahead, dynamic order",
                                     "union >= 50%, rare, pair-path prefetch",
-                                    "union >= 50%, rare, Q prefetch"};
+                                    "union >= 50%, rare, Q prefetch",
+                                    "union >= 50%, rare, cost 2",
+                                    "union >= 50%, rare, cost 4",
+                                    "union >= 50%, rare, cap 0%",
+                                    "union >= 50%, rare, cap 100%",
+                                    "union >= 50%, rare, rare prefetch",
+                                    "union >= 50%, rare, lookahead, rare prefetch",
+                                    "pairs only, wgmma pairs",
+                                    "union >= 50%, rare, wgmma pairs",
+                                    "union everywhere, rare, wgmma pairs"};
     /* the rows before the hybrid ones pin KN_CUDA_UNION_RARE=0 (their route checks assume whole rows), except
      * "default"; KN_CUDA_PF_MERGE=1: the merge with one warp per (query, group) row, 0 (pairs only, the
      * hybrid one) the per-head merge; the lookahead consumer (8) must equal the fast one (4) bit for bit */
@@ -1109,19 +1118,31 @@ static void test_prefill_union(void)
         R_DYN_RARE,
         R_DYN_LA,
         R_PFX_RARE,
-        R_QPF_RARE
+        R_QPF_RARE,
+        R_COST2,
+        R_COST4,
+        R_CAP0,
+        R_CAP100,
+        R_RPF,
+        R_RPF_LA,
+        R_PW_PAIRS,
+        R_PW_RARE,
+        R_PW_RARE_ALL
     };
-    static const char *k_union[NR] = {"0", [R_PAIRS_ROWM] = "0"};
-    static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50", "0",
-                                    "50", "0",  "50", "0",   "50", "0",  "50", "0",  "50", "0",  "0",  "50",
-                                    "50", NULL, "0",  "50",  "50", "50", "50", "50", "0",  "50", "50"};
-    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0",  "0", "1", "1", "2",  "2",  "3",
-                                     "3",  "4",  "4",  "5",  "5",  "6",  "6", "7", "7", NULL, NULL, "4",
-                                     "4",  NULL, "8",  "8",  "8",  NULL, "4", "4", "8", "4",  "4"};
+    static const char *k_union[NR] = {"0", [R_PAIRS_ROWM] = "0", [R_PW_PAIRS] = "0"};
+    static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50",
+                                    "0",  "50", "0",  "50",  "0",  "50", "0",  "50", "0",  "50", "0",
+                                    "0",  "50", "50", NULL,  "0",  "50", "50", "50", "50", "50", "0",
+                                    "50", "50", "50", "50",  "50", "50", "50", "50", NULL, "50", "0"};
+    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0", "0", "1",  "1",  "2", "2",
+                                     "3",  "3",  "4",  "4",  "5",  "5", "6", "6",  "7",  "7", NULL,
+                                     NULL, "4",  "4",  NULL, "8",  "8", "8", NULL, "4",  "4", "8",
+                                     "4",  "4",  "4",  "4",  "4",  "4", "4", "8",  NULL, "4", "4"};
     static const char *k_ovl[NR] = {[R_KNOB] = "1"};
-    static const char *k_rare[NR] = {"0", "0",  "0", "0", NULL, "0", "0", "0", "0", "0", "0", "0",
-                                     "0", "0",  "0", "0", "0",  "0", "0", "0", "0", "0", "1", "1",
-                                     "1", NULL, "0", "0", "1",  "0", "1", "1", "0", "1", "1"};
+    static const char *k_rare[NR] = {"0", "0", "0", "0",  NULL, "0", "0", "0", "0",  "0", "0",
+                                     "0", "0", "0", "0",  "0",  "0", "0", "0", "0",  "0", "0",
+                                     "1", "1", "1", NULL, "0",  "0", "1", "0", "1",  "1", "0",
+                                     "1", "1", "1", "1",  "1",  "1", "1", "1", NULL, "1", "1"};
     static const char *k_merge[NR] = {[0] = "0", [R_RARE] = "0", [R_RARE_ROWM] = "1", [R_PAIRS_ROWM] = "1"};
     /* KN_CUDA_UNION_PLAN=0: the plan kernel's first version, same routes and union lists */
     static const char *k_plan[NR] = {[R_PLAN0] = "0", [R_PLAN0_RARE] = "0"};
@@ -1130,6 +1151,16 @@ static void test_prefill_union(void)
     /* KN_CUDA_PF_PREFETCH=1, KN_CUDA_UNION_QPF=1: L2 prefetches only, the same outputs */
     static const char *k_pfx[NR] = {[R_PFX_RARE] = "1"};
     static const char *k_qpf[NR] = {[R_QPF_RARE] = "1"};
+    /* the hybrid decision's knobs: a rare pair priced at 2 union products decides as 3 does (every item
+     * with rare pairs under the cap; exactly so when no row repeats a block, as here), at 4 like the route
+     * without the hybrid, as does a cap of 0 %; a cap of
+     * 100 % takes more items (checked against the CPU); KN_CUDA_UNION_RPF=1 adds L2 prefetches only */
+    static const char *k_cost[NR] = {[R_COST2] = "2", [R_COST4] = "4"};
+    static const char *k_cap[NR] = {[R_CAP0] = "0", [R_CAP100] = "100"};
+    static const char *k_rpf[NR] = {[R_RPF] = "1", [R_RPF_LA] = "1"};
+    /* KN_CUDA_PF_WGMMA=1: the pair path's tiles on the union kernel in pair mode (other arithmetic: checked
+     * against the CPU, and that it ran: its pairs-only output differs from the mma.sync kernel's) */
+    static const char *k_pw[NR] = {[R_PW_PAIRS] = "1", [R_PW_RARE] = "1", [R_PW_RARE_ALL] = "1"};
     uint16_t *got[NR];
     float *gotf = ct_hmalloc(sizeof(float) * (size_t)nout);
     for (int r = 0; r < NR; r++) {
@@ -1143,6 +1174,10 @@ static void test_prefill_union(void)
         if (k_dyn[r]) setenv("KN_CUDA_UNION_DYN", k_dyn[r], 1);
         if (k_pfx[r]) setenv("KN_CUDA_PF_PREFETCH", k_pfx[r], 1);
         if (k_qpf[r]) setenv("KN_CUDA_UNION_QPF", k_qpf[r], 1);
+        if (k_cost[r]) setenv("KN_CUDA_UNION_RARE_COST", k_cost[r], 1);
+        if (k_cap[r]) setenv("KN_CUDA_UNION_RARE_CAP", k_cap[r], 1);
+        if (k_rpf[r]) setenv("KN_CUDA_UNION_RPF", k_rpf[r], 1);
+        if (k_pw[r]) setenv("KN_CUDA_PF_WGMMA", k_pw[r], 1);
         CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
         CT_CU(cudaMemset(ws, 0x5a, wsb)); /* stale flags must not matter */
         struct mm_err err = {0};
@@ -1158,6 +1193,10 @@ static void test_prefill_union(void)
         unsetenv("KN_CUDA_UNION_DYN");
         unsetenv("KN_CUDA_PF_PREFETCH");
         unsetenv("KN_CUDA_UNION_QPF");
+        unsetenv("KN_CUDA_UNION_RARE_COST");
+        unsetenv("KN_CUDA_UNION_RARE_CAP");
+        unsetenv("KN_CUDA_UNION_RPF");
+        unsetenv("KN_CUDA_PF_WGMMA");
         CHECK_MSG(rc == MM_OK, "prefill attention (%s): %s", names[r], err.msg);
         got[r] = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
         ct_download(got[r], o_d, sizeof(uint16_t) * (size_t)nout);
@@ -1173,7 +1212,7 @@ static void test_prefill_union(void)
     const int64_t taken = expected_union_rows(&w, &qs, sel, sel_stride, 50, route);
     int64_t wrong = 0, wrong_declined = 0, rows_differ = 0, wrong_v[NV] = {0}, wrong_knob = 0;
     int64_t hybrid_rows = 0, rare_all_rows = 0, wrong_rowm = 0, wrong_pairs_rowm = 0, wrong_la = 0,
-            wrong_plan = 0, wrong_dyn = 0;
+            wrong_plan = 0, wrong_dyn = 0, wrong_knobs = 0, cap100_rows = 0, pw_rows = 0;
     for (int32_t i = 0; i < n; i++)
         for (int32_t g = 0; g < G; g++) {
             const size_t at = ((size_t)i * H + (size_t)g * (H / G)) * D,
@@ -1206,7 +1245,25 @@ static void test_prefill_union(void)
                          (memcmp(got[R_DYN_LA] + at, got[R_LA_ALL] + at, len_b) != 0) +
                          (memcmp(got[R_PFX_RARE] + at, got[R_RARE] + at, len_b) != 0) +
                          (memcmp(got[R_QPF_RARE] + at, got[R_RARE] + at, len_b) != 0);
+            wrong_knobs += (memcmp(got[R_COST2] + at, got[R_RARE] + at, len_b) != 0) +
+                           (memcmp(got[R_COST4] + at, got[2] + at, len_b) != 0) +
+                           (memcmp(got[R_CAP0] + at, got[2] + at, len_b) != 0) +
+                           (memcmp(got[R_RPF] + at, got[R_RARE] + at, len_b) != 0) +
+                           (memcmp(got[R_RPF_LA] + at, got[R_LA_RARE] + at, len_b) != 0);
+            cap100_rows += memcmp(got[R_CAP100] + at, got[R_RARE] + at, len_b) != 0;
+            pw_rows += memcmp(got[R_PW_PAIRS] + at, got[0] + at, len_b) != 0;
         }
+    CHECK_MSG(wrong_knobs == 0,
+              "[prefill union] a hybrid decision knob (cost 2 / 4, cap 0) or the rare prefetch gives other "
+              "outputs in %lld rows",
+              (long long)wrong_knobs);
+    printf("  hybrid cap 100%%: %lld (query, group) rows differ from the 25%% cap\n", (long long)cap100_rows);
+    CHECK_MSG(pw_rows > 0,
+              "[prefill union] the wgmma pair mode gives the mma.sync kernel's output in every row: "
+              "did it run?");
+    printf(
+        "  wgmma pair mode: %lld of %lld (query, group) rows differ from the mma.sync pair kernel's bits\n",
+        (long long)pw_rows, (long long)G * n);
     CHECK_MSG(wrong_dyn == 0,
               "[prefill union] the dynamic item order or a prefetch gives other outputs in %lld rows",
               (long long)wrong_dyn);
