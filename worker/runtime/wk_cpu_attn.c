@@ -306,28 +306,36 @@ static void msa_task(void *arg, int64_t i, int32_t thread)
     }
 }
 
-void cpu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads, float scale,
-                  const struct wk_msa_params *p, const struct wk_sel_out *sel, float *out)
+/* Before an MSA attention over the batch's tokens (cpu_attn_msa, cpu_attn_layer): each thread's scratch
+ * (scores [heads][nb] then the selection [heads][topk], int32 in float slots) and the multiply-adds for the
+ * pool's threshold, added to *macs. Nonzero (and the backend failed) when the scratch cannot grow. */
+static int msa_prepare(struct cpu *c, const struct wk_msa_params *p, int32_t n_heads, int64_t *macs)
 {
-    struct cpu *c = ctx;
     const struct wk_batch *b = c->b;
     const struct wk_cache_geom *g = &c->geom;
     int64_t nb = b->max_pos / g->block + 1;
-    /* per thread: scores [heads][nb] then the selection [heads][topk] (int32 in float slots) */
     int64_t need = (int64_t)p->n_idx_heads * nb + (int64_t)p->n_idx_heads * p->topk;
     for (int32_t t = 0; t < c->threads; t++)
         if (grow_to(&c->tscr[t].b, need)) {
             c->failed = 1;
-            return;
+            return -1;
         }
-    int64_t macs = 0;
     for (int64_t i = 0; i < b->n_tokens; i++) {
         int64_t blocks = b->pos[i] / g->block + 1;
-        macs += blocks * g->block * p->n_idx_heads * p->idx_dim +
-                (blocks < p->topk ? blocks : p->topk) * g->block * n_heads * g->head_dim * 2;
+        *macs += blocks * g->block * p->n_idx_heads * p->idx_dim +
+                 (blocks < p->topk ? blocks : p->topk) * g->block * n_heads * g->head_dim * 2;
     }
+    return 0;
+}
+
+void cpu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads, float scale,
+                  const struct wk_msa_params *p, const struct wk_sel_out *sel, float *out)
+{
+    struct cpu *c = ctx;
+    int64_t macs = 0;
+    if (msa_prepare(c, p, n_heads, &macs)) return;
     struct attn_job j = {c, layer, n_heads, scale, q, idx_q, p, sel, out};
-    cpu_par(c, b->n_tokens, macs, msa_task, &j);
+    cpu_par(c, c->b->n_tokens, macs, msa_task, &j);
 }
 
 /* ---- one layer's attention with its per-token work (attn_layer) ----
@@ -416,19 +424,7 @@ void cpu_attn_layer(void *ctx, const struct wk_attn_layer *a)
     }
     int64_t macs = prep;
     if (a->msa) {
-        const struct wk_msa_params *p = a->msa;
-        int64_t nb = b->max_pos / g->block + 1;
-        int64_t need = (int64_t)p->n_idx_heads * nb + (int64_t)p->n_idx_heads * p->topk;
-        for (int32_t t = 0; t < c->threads; t++)
-            if (grow_to(&c->tscr[t].b, need)) {
-                c->failed = 1;
-                return;
-            }
-        for (int64_t i = 0; i < n; i++) {
-            int64_t blocks = b->pos[i] / g->block + 1;
-            macs += blocks * g->block * p->n_idx_heads * p->idx_dim +
-                    (blocks < p->topk ? blocks : p->topk) * g->block * a->n_heads * g->head_dim * 2;
-        }
+        if (msa_prepare(c, a->msa, a->n_heads, &macs)) return;
         cpu_par(c, n, macs, msa_layer_task, &j);
     } else {
         for (int64_t i = 0; i < n; i++) macs += (b->pos[i] + 1) * a->n_heads * g->head_dim * 2;

@@ -35,6 +35,19 @@ static void release_pixels(struct wk_media_item *mi)
     mi->pixels = NULL;
 }
 
+/* The encoder's view of an item's pixels (the encoder job and the in-step fallback both encode from it). */
+static struct wk_media media_of(const struct wk_media_item *mi)
+{
+    return (struct wk_media){.kind = mi->kind,
+                             .dtype = mi->dtype,
+                             .pixels = mi->pixels,
+                             .n_rows = mi->n_rows,
+                             .row_len = mi->row_len,
+                             .grid_t = mi->grid_t,
+                             .grid_h = mi->grid_h,
+                             .grid_w = mi->grid_w};
+}
+
 static void end_request(struct wk_sched *s, struct sreq *q, int32_t status, const char *msg)
 {
     if (q->state == SREQ_WAITING) { /* a preempted request whose item came back */
@@ -61,14 +74,7 @@ int32_t sched_media_start(struct wk_sched *s, struct sreq *q)
             end_request(s, q, MM_NOMEM, "out of memory for a media encoder job");
             return -1;
         }
-        j->media = (struct wk_media){.kind = mi->kind,
-                                     .dtype = mi->dtype,
-                                     .pixels = mi->pixels,
-                                     .n_rows = mi->n_rows,
-                                     .row_len = mi->row_len,
-                                     .grid_t = mi->grid_t,
-                                     .grid_h = mi->grid_h,
-                                     .grid_w = mi->grid_w};
+        j->media = media_of(mi);
         j->owner = q;
         j->item = m;
         /* the job owns the bytes from now on: the request may end (and be freed) while the encoder reads
@@ -199,14 +205,7 @@ int32_t sched_chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_
             if (lo < hi) {
                 if (!q->embeds[m]) {
                     /* no encoder (or, defensively, an item no job covered): encode here, in the step */
-                    struct wk_media wm = {.kind = mi->kind,
-                                          .dtype = mi->dtype,
-                                          .pixels = mi->pixels,
-                                          .n_rows = mi->n_rows,
-                                          .row_len = mi->row_len,
-                                          .grid_t = mi->grid_t,
-                                          .grid_h = mi->grid_h,
-                                          .grid_w = mi->grid_w};
+                    struct wk_media wm = media_of(mi);
                     struct mm_err err = {0};
                     int64_t nt = 0;
                     int64_t t0 = mm_now_ns();
