@@ -11,7 +11,6 @@ Usage: test_ico_formats.py MEDIA_DECODE_DUMP
 """
 import io
 import os
-import random
 import struct
 import sys
 import tempfile
@@ -21,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_pnm_formats import compare, field, finish, ours, pipeline_check, preprocess_cli  # noqa: E402
+from test_pnm_formats import compare, field, finish, mutate, ours, pipeline_check, preprocess_cli  # noqa: E402
 
 
 def picture(w, h, mode, seed):
@@ -120,27 +119,23 @@ def make_cases():
     return c
 
 
+def edit_ico(rng, b):
+    op = rng.randrange(4)
+    if op == 0:  # the directory
+        at = rng.randrange(4, min(len(b), 6 + 16))
+        b[at] = rng.randrange(256)
+    elif op == 1:  # the DIB header
+        at = rng.randrange(22, min(len(b), 22 + 40))
+        b[at] = rng.choice([0, 1, 2, 4, 8, 16, 24, 32, 0xFF, rng.randrange(256)])
+    elif op == 2:
+        del b[rng.randrange(22, len(b)):]
+    else:
+        at = rng.randrange(22, len(b))
+        b[at] ^= 1 << rng.randrange(8)
+
+
 def mutations(cases, n, seed):
-    rng = random.Random(seed)
-    small = [x for x in cases if 200 < len(x[1]) < 12000 and not x[0].startswith("png")]
-    out = []
-    for i in range(n):
-        name, data = rng.choice(small)
-        b = bytearray(data)
-        op = rng.randrange(4)
-        if op == 0:  # the directory
-            at = rng.randrange(4, min(len(b), 6 + 16))
-            b[at] = rng.randrange(256)
-        elif op == 1:  # the DIB header
-            at = rng.randrange(22, min(len(b), 22 + 40))
-            b[at] = rng.choice([0, 1, 2, 4, 8, 16, 24, 32, 0xFF, rng.randrange(256)])
-        elif op == 2:
-            del b[rng.randrange(22, len(b)):]
-        else:
-            at = rng.randrange(22, len(b))
-            b[at] ^= 1 << rng.randrange(8)
-        out.append((f"mut{i}_{name}", bytes(b)))
-    return out
+    return mutate(cases, n, seed, lambda c: 200 < len(c[1]) < 12000 and not c[0].startswith("png"), edit_ico)
 
 
 def main():

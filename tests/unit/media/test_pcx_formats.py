@@ -11,7 +11,6 @@ Usage: test_pcx_formats.py MEDIA_DECODE_DUMP
 """
 import io
 import os
-import random
 import struct
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_ico_formats import picture  # noqa: E402
-from test_pnm_formats import compare, field, finish, ours, pipeline_check, preprocess_cli  # noqa: E402
+from test_pnm_formats import compare, field, finish, mutate, ours, pipeline_check, preprocess_cli  # noqa: E402
 
 
 def pil_pcx(im):
@@ -102,27 +101,23 @@ def make_cases():
     return c
 
 
+def edit_pcx(rng, b):
+    op = rng.randrange(4)
+    if op == 0:
+        at = rng.choice([1, 3, 4, 5, 8, 9, 10, 65, 66, 67])
+        b[at] = rng.choice([0, 1, 2, 3, 4, 5, 8, 0xFF, rng.randrange(256)])
+    elif op == 1:
+        del b[rng.randrange(128, len(b)):]
+    elif op == 2:
+        at = rng.randrange(128, len(b))
+        b[at] = rng.randrange(256)
+    else:
+        at = rng.randrange(128, len(b))
+        b[at] |= 0xC0
+
+
 def mutations(cases, n, seed):
-    rng = random.Random(seed)
-    src = [x for x in cases if 140 < len(x[1]) < 9000]
-    out = []
-    for i in range(n):
-        name, data = rng.choice(src)
-        b = bytearray(data)
-        op = rng.randrange(4)
-        if op == 0:
-            at = rng.choice([1, 3, 4, 5, 8, 9, 10, 65, 66, 67])
-            b[at] = rng.choice([0, 1, 2, 3, 4, 5, 8, 0xFF, rng.randrange(256)])
-        elif op == 1:
-            del b[rng.randrange(128, len(b)):]
-        elif op == 2:
-            at = rng.randrange(128, len(b))
-            b[at] = rng.randrange(256)
-        else:
-            at = rng.randrange(128, len(b))
-            b[at] |= 0xC0
-        out.append((f"mut{i}_{name}", bytes(b)))
-    return out
+    return mutate(cases, n, seed, lambda c: 140 < len(c[1]) < 9000, edit_pcx)
 
 
 def main():

@@ -133,30 +133,41 @@ def make_cases():
     return cases
 
 
-def mutations(cases, n, seed):
-    """Random edits of valid small files: header bytes, truncation, inserted blanks/comments/digits."""
+def mutate(cases, n, seed, keep, edit):
+    """n random edits of the cases keep((name, data)) accepts: edit(rng, b) changes the bytearray b in place.
+    Named mut<i>_<case>; the same seed gives the same files."""
     rng = random.Random(seed)
-    small = [c for c in cases if len(c[1]) < 3000]
+    src = [c for c in cases if keep(c)]
     out = []
     for i in range(n):
-        name, data = rng.choice(small)
+        name, data = rng.choice(src)
         b = bytearray(data)
-        op = rng.randrange(5)
-        if op == 0:
-            at = rng.randrange(2, min(len(b), 20))
-            b[at] = rng.choice(b"0123456789 \n\t#xP")
-        elif op == 1:
-            del b[rng.randrange(3, len(b)):]
-        elif op == 2:
-            at = rng.randrange(3, len(b))
-            b[at:at] = rng.choice([b" ", b"\n", b"#c\n", b"#", b"9", b"\r"])
-        elif op == 3:
-            at = rng.randrange(3, len(b))
-            b[at] = rng.randrange(256)
-        else:
-            b += rng.choice([b"0", b" 1", b"#", b"\n7 7 7", b"\xff"])
+        edit(rng, b)
         out.append((f"mut{i}_{name}", bytes(b)))
     return out
+
+
+def edit_pnm(rng, b):
+    """header bytes, truncation, inserted blanks/comments/digits, a byte, trailing junk"""
+    op = rng.randrange(5)
+    if op == 0:
+        at = rng.randrange(2, min(len(b), 20))
+        b[at] = rng.choice(b"0123456789 \n\t#xP")
+    elif op == 1:
+        del b[rng.randrange(3, len(b)):]
+    elif op == 2:
+        at = rng.randrange(3, len(b))
+        b[at:at] = rng.choice([b" ", b"\n", b"#c\n", b"#", b"9", b"\r"])
+    elif op == 3:
+        at = rng.randrange(3, len(b))
+        b[at] = rng.randrange(256)
+    else:
+        b += rng.choice([b"0", b" 1", b"#", b"\n7 7 7", b"\xff"])
+
+
+def mutations(cases, n, seed):
+    """Random edits of valid small files."""
+    return mutate(cases, n, seed, lambda c: len(c[1]) < 3000, edit_pnm)
 
 
 def pillow(data):

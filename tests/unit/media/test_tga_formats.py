@@ -11,7 +11,6 @@ Usage: test_tga_formats.py MEDIA_DECODE_DUMP
 """
 import io
 import os
-import random
 import struct
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_ico_formats import picture  # noqa: E402
-from test_pnm_formats import compare, field, finish, ours, pipeline_check, preprocess_cli  # noqa: E402
+from test_pnm_formats import compare, field, finish, mutate, ours, pipeline_check, preprocess_cli  # noqa: E402
 
 
 def pil_tga(im, **kw):
@@ -98,27 +97,23 @@ def make_cases():
     return c
 
 
+def edit_tga(rng, b):
+    op = rng.randrange(4)
+    if op == 0:
+        at = rng.randrange(0, 18)
+        b[at] = rng.choice([0, 1, 2, 3, 8, 9, 10, 11, 16, 24, 32, 0x20, 0x30, rng.randrange(256)])
+    elif op == 1:
+        del b[rng.randrange(18, len(b)):]
+    elif op == 2:
+        at = rng.randrange(18, len(b))
+        b[at] = rng.randrange(256)
+    else:
+        at = rng.randrange(18, len(b))
+        b[at] |= 0x80
+
+
 def mutations(cases, n, seed):
-    rng = random.Random(seed)
-    src = [x for x in cases if 40 < len(x[1]) < 8000]
-    out = []
-    for i in range(n):
-        name, data = rng.choice(src)
-        b = bytearray(data)
-        op = rng.randrange(4)
-        if op == 0:
-            at = rng.randrange(0, 18)
-            b[at] = rng.choice([0, 1, 2, 3, 8, 9, 10, 11, 16, 24, 32, 0x20, 0x30, rng.randrange(256)])
-        elif op == 1:
-            del b[rng.randrange(18, len(b)):]
-        elif op == 2:
-            at = rng.randrange(18, len(b))
-            b[at] = rng.randrange(256)
-        else:
-            at = rng.randrange(18, len(b))
-            b[at] |= 0x80
-        out.append((f"mut{i}_{name}", bytes(b)))
-    return out
+    return mutate(cases, n, seed, lambda c: 40 < len(c[1]) < 8000, edit_tga)
 
 
 def main():
