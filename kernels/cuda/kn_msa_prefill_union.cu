@@ -672,6 +672,32 @@ __device__ __forceinline__ void pu_prefetch_rare(const pu_args &a, int32_t i, in
     }
 }
 
+/* The end of an item for a consumer warp whose query i0 + qi is valid (union route; pair mode writes
+ * partials instead): each row's sum l over its quad, the hybrid route's rare slots merged in by log-sum-exp
+ * (pu_merge_rare), then o / l stored as the query's bf16 output rows (heads gid and gid + 8 of group g). One
+ * copy for the fast and the lookahead consumers, so the two stay bitwise equal. i0 and qi come apart so that
+ * the rare mask's index is summed in 64 bits as before: the SASS of every k_pf_union is byte-identical. */
+__device__ __forceinline__ void pu_store_query(const pu_args &a, float (&o)[64], float (&l)[2],
+                                               const float (&m)[2], int32_t i0, int qi, int32_t g, int gid,
+                                               int tig)
+{
+    /* hybrid route: the slots of this query the pair path attended to (warp-uniform) */
+    const uint32_t rmask = a.rare ? a.rare[(int64_t)g * a.n + i0 + qi] : 0u;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
+        l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
+        if (rmask) pu_merge_rare(a, o, l, m, hh, rmask, i0 + qi, g, gid + 8 * hh, tig);
+        const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
+        uint16_t *dst =
+            a.out + ((int64_t)(i0 + qi) * a.n_heads + (int64_t)g * 16 + gid + 8 * hh) * 128 + 2 * tig;
+#pragma unroll
+        for (int nt = 0; nt < 16; nt++)
+            *(uint32_t *)(dst + nt * 8) =
+                kn_pack_bf16(o[4 * nt + 2 * hh] * inv, o[4 * nt + 2 * hh + 1] * inv);
+    }
+}
+
 /* A consumer warp (of 8): for each item, its warpgroup's share of the union blocks, then its query's output.
  * OVERLAP = 0: each block's score product, softmax and value product in turn. OVERLAP = 1: the value product
  * of a block runs on the tensor cores while the next block's softmax runs (FA3's intra-warpgroup overlap):
@@ -876,21 +902,7 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
             }
             continue;
         }
-        /* hybrid route: the slots of this query the pair path attended to (warp-uniform) */
-        const uint32_t rmask = a.rare ? a.rare[(int64_t)g * a.n + i0 + qi] : 0u;
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
-            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
-            if (rmask) pu_merge_rare(a, o, l, m, hh, rmask, i0 + qi, g, gid + 8 * hh, tig);
-            const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
-            uint16_t *dst =
-                a.out + ((int64_t)(i0 + qi) * a.n_heads + (int64_t)g * 16 + gid + 8 * hh) * 128 + 2 * tig;
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-                *(uint32_t *)(dst + nt * 8) =
-                    kn_pack_bf16(o[4 * nt + 2 * hh] * inv, o[4 * nt + 2 * hh + 1] * inv);
-        }
+        pu_store_query(a, o, l, m, i0, qi, g, gid, tig);
     }
     if (PP && wg == 0) pu_turn_wait(PU_BAR_TURN); /* the turn warpgroup 1 passed last */
 }
@@ -1036,20 +1048,7 @@ __device__ __forceinline__ void pu_consume_la(const pu_args &a, uint32_t s0, uin
         }
         items++;
         if (!qvalid) continue;
-        const uint32_t rmask = a.rare ? a.rare[(int64_t)g * a.n + i0 + qi] : 0u;
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
-            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
-            if (rmask) pu_merge_rare(a, o, l, m, hh, rmask, i0 + qi, g, gid + 8 * hh, tig);
-            const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
-            uint16_t *dst =
-                a.out + ((int64_t)(i0 + qi) * a.n_heads + (int64_t)g * 16 + gid + 8 * hh) * 128 + 2 * tig;
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-                *(uint32_t *)(dst + nt * 8) =
-                    kn_pack_bf16(o[4 * nt + 2 * hh] * inv, o[4 * nt + 2 * hh + 1] * inv);
-        }
+        pu_store_query(a, o, l, m, i0, qi, g, gid, tig);
     }
 }
 
