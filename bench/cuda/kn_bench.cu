@@ -954,79 +954,70 @@ static double rare_stats(const int32_t *sel, int64_t L, double *eff, double *com
     return pairs_all ? (double)rare_all / pairs_all : 0;
 }
 
-/* the attention routes compared in one run (KN_CUDA_* knobs of kn_msa_prefill.cu; kernel: the union
- * kernel's variant, KN_PF_UK_*: 0 plain, 1 overlap, 2 pingpong, 3 pingpong + fast softmax, 4 fast softmax,
- * 5 score-only pingpong + fast softmax, 6 fast softmax + value product in halves, 7 in quarters, 8 fast
- * softmax with the next block's score product issued behind the value product (lookahead); rare:
- * KN_CUDA_UNION_RARE, the hybrid route; merge: KN_CUDA_PF_MERGE, 1 = one warp per (query, group) row; plan:
- * KN_CUDA_UNION_PLAN, 0 = the plan kernel's first version; dyn: KN_CUDA_UNION_DYN, 1 = items from a counter;
- * pfx: KN_CUDA_PF_PREFETCH, the pair path's next bucket into L2; qpf: KN_CUDA_UNION_QPF, the next item's Q;
- * knobs: more KN_CUDA_* settings, "NAME=value" separated by spaces: the hybrid decision's
- * KN_CUDA_UNION_RARE_COST / _CAP, the rare partials' prefetch KN_CUDA_UNION_RPF, and the benchmark-only phase
- * breakdown KN_CUDA_PF_DIAG_SKIP (1: no pair-path attention, 2: no union kernel; "diag" routes compute a
- * wrong output, only their time means something) */
+/* the attention routes compared in one run, each a knob string: KN_CUDA_* settings of kn_msa_prefill.cu and
+ * kn_msa_prefill_union.cu, "NAME=value" separated by spaces, on top of the library defaults (unset knobs).
+ * KN_CUDA_PREFILL_UNION=0: pairs only; KN_CUDA_UNION_MIN: the union route's minimum efficiency (0: every
+ * tile); KN_CUDA_UNION_KERNEL: the union kernel's variant, KN_PF_UK_*: 0 plain, 1 overlap, 2 pingpong, 3
+ * pingpong + fast softmax, 4 fast softmax, 5 score-only pingpong + fast softmax, 6 fast softmax + value
+ * product in halves, 7 in quarters, 8 fast softmax with the next block's score product issued behind the
+ * value product (lookahead); KN_CUDA_UNION_RARE: the hybrid route; KN_CUDA_PF_MERGE: 1 = one warp per
+ * (query, group) row; KN_CUDA_UNION_PLAN: 0 = the plan kernel's first version; KN_CUDA_UNION_DYN: 1 = items
+ * from a counter; KN_CUDA_PF_PREFETCH: the pair path's next bucket into L2; KN_CUDA_UNION_QPF: the next
+ * item's Q; KN_CUDA_UNION_RARE_COST / _CAP: the hybrid decision; KN_CUDA_UNION_RPF: the rare partials'
+ * prefetch; KN_CUDA_PF_WGMMA: the pair path on the union kernel; KN_CUDA_PF_DIAG_SKIP: the benchmark-only
+ * phase breakdown (1: no pair-path attention, 2: no union kernel; "diag" routes compute a wrong output, only
+ * their time means something). A route's index is its number for KN_BENCH_PF_ONLY and PF_R_* below. */
 struct pf_route {
-    const char *name, *use_union, *min_eff, *kernel, *rare, *merge, *plan, *dyn, *pfx, *qpf, *knobs;
+    const char *name, *knobs;
 };
 static const struct pf_route g_pf_routes[] = {
-    {"pairs only (previous design)", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs (default)", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere", NULL, "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, plain", NULL, NULL, "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, overlap", NULL, NULL, "1", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong", NULL, NULL, "2", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong fast", NULL, NULL, "3", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, fast", NULL, NULL, "4", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, pingpong S fast", NULL, NULL, "5", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, split", NULL, NULL, "6", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, split4", NULL, NULL, "7", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, previous default", NULL, NULL, NULL, "0", "0", "0", NULL, NULL, NULL, NULL},
-    {"union + pairs, rare", NULL, NULL, NULL, "1", "0", NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, row merge", NULL, NULL, NULL, "0", "1", NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, rare + row merge", NULL, NULL, NULL, "1", "1", NULL, NULL, NULL, NULL, NULL},
-    {"pairs only, row merge", "0", NULL, NULL, NULL, "1", NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, plain", NULL, "0", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong", NULL, "0", "2", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong fast", NULL, "0", "3", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, fast", NULL, "0", "4", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, pingpong S fast", NULL, "0", "5", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, split", NULL, "0", "6", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, split4", NULL, "0", "7", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, rare", NULL, "0", NULL, "1", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs at 40%", NULL, "40", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, lookahead", NULL, NULL, "8", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union everywhere, lookahead", NULL, "0", "8", NULL, NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, lookahead, no rare", NULL, NULL, "8", "0", NULL, NULL, NULL, NULL, NULL, NULL},
-    {"union + pairs, plan v0", NULL, NULL, NULL, NULL, NULL, "0", NULL, NULL, NULL, NULL},
-    {"union + pairs, dynamic order", NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, NULL, NULL},
-    {"union + pairs, lookahead + dynamic order", NULL, NULL, "8", NULL, NULL, NULL, "1", NULL, NULL, NULL},
-    {"union + pairs, pair-path prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, NULL},
-    {"union + pairs, Q prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL},
-    {"union + pairs, both prefetches", NULL, NULL, NULL, NULL, NULL, NULL, NULL, "1", "1", NULL},
-    {"pairs only, pair-path prefetch", "0", NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, NULL},
-    {"union + pairs, rare cost 2", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_UNION_RARE_COST=2"},
-    {"union + pairs, rare cost 4", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_UNION_RARE_COST=4"},
-    {"union + pairs, rare cap 10%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_UNION_RARE_CAP=10"},
-    {"union + pairs, rare cap 40%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_UNION_RARE_CAP=40"},
-    {"union + pairs, rare cap 100%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_UNION_RARE_CAP=100"},
-    {"union + pairs, rare prefetch", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_UNION_RPF=1"},
-    {"diag: default without pair attention", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_PF_DIAG_SKIP=1"},
-    {"diag: default without union kernel", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_PF_DIAG_SKIP=2"},
-    {"diag: default without either", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_PF_DIAG_SKIP=3"},
-    {"pairs only, wgmma pairs", "0", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "KN_CUDA_PF_WGMMA=1"},
-    {"union + pairs, wgmma pairs", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_PF_WGMMA=1"},
-    {"union + pairs, wgmma pairs, rare cap 100%", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-     "KN_CUDA_PF_WGMMA=1 KN_CUDA_UNION_RARE_CAP=100"},
+    {"pairs only (previous design)", "KN_CUDA_PREFILL_UNION=0"},
+    {"union + pairs (default)", ""},
+    {"union everywhere", "KN_CUDA_UNION_MIN=0"},
+    {"union + pairs, plain", "KN_CUDA_UNION_KERNEL=0"},
+    {"union + pairs, overlap", "KN_CUDA_UNION_KERNEL=1"},
+    {"union + pairs, pingpong", "KN_CUDA_UNION_KERNEL=2"},
+    {"union + pairs, pingpong fast", "KN_CUDA_UNION_KERNEL=3"},
+    {"union + pairs, fast", "KN_CUDA_UNION_KERNEL=4"},
+    {"union + pairs, pingpong S fast", "KN_CUDA_UNION_KERNEL=5"},
+    {"union + pairs, split", "KN_CUDA_UNION_KERNEL=6"},
+    {"union + pairs, split4", "KN_CUDA_UNION_KERNEL=7"},
+    {"union + pairs, previous default", "KN_CUDA_UNION_RARE=0 KN_CUDA_PF_MERGE=0 KN_CUDA_UNION_PLAN=0"},
+    {"union + pairs, rare", "KN_CUDA_UNION_RARE=1 KN_CUDA_PF_MERGE=0"},
+    {"union + pairs, row merge", "KN_CUDA_UNION_RARE=0 KN_CUDA_PF_MERGE=1"},
+    {"union + pairs, rare + row merge", "KN_CUDA_UNION_RARE=1 KN_CUDA_PF_MERGE=1"},
+    {"pairs only, row merge", "KN_CUDA_PREFILL_UNION=0 KN_CUDA_PF_MERGE=1"},
+    {"union everywhere, plain", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_KERNEL=0"},
+    {"union everywhere, pingpong", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_KERNEL=2"},
+    {"union everywhere, pingpong fast", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_KERNEL=3"},
+    {"union everywhere, fast", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_KERNEL=4"},
+    {"union everywhere, pingpong S fast", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_KERNEL=5"},
+    {"union everywhere, split", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_KERNEL=6"},
+    {"union everywhere, split4", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_KERNEL=7"},
+    {"union everywhere, rare", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_RARE=1"},
+    {"union + pairs at 40%", "KN_CUDA_UNION_MIN=40"},
+    {"union + pairs, lookahead", "KN_CUDA_UNION_KERNEL=8"},
+    {"union everywhere, lookahead", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_KERNEL=8"},
+    {"union + pairs, lookahead, no rare", "KN_CUDA_UNION_KERNEL=8 KN_CUDA_UNION_RARE=0"},
+    {"union + pairs, plan v0", "KN_CUDA_UNION_PLAN=0"},
+    {"union + pairs, dynamic order", "KN_CUDA_UNION_DYN=1"},
+    {"union + pairs, lookahead + dynamic order", "KN_CUDA_UNION_KERNEL=8 KN_CUDA_UNION_DYN=1"},
+    {"union + pairs, pair-path prefetch", "KN_CUDA_PF_PREFETCH=1"},
+    {"union + pairs, Q prefetch", "KN_CUDA_UNION_QPF=1"},
+    {"union + pairs, both prefetches", "KN_CUDA_PF_PREFETCH=1 KN_CUDA_UNION_QPF=1"},
+    {"pairs only, pair-path prefetch", "KN_CUDA_PREFILL_UNION=0 KN_CUDA_PF_PREFETCH=1"},
+    {"union + pairs, rare cost 2", "KN_CUDA_UNION_RARE_COST=2"},
+    {"union + pairs, rare cost 4", "KN_CUDA_UNION_RARE_COST=4"},
+    {"union + pairs, rare cap 10%", "KN_CUDA_UNION_RARE_CAP=10"},
+    {"union + pairs, rare cap 40%", "KN_CUDA_UNION_RARE_CAP=40"},
+    {"union + pairs, rare cap 100%", "KN_CUDA_UNION_RARE_CAP=100"},
+    {"union + pairs, rare prefetch", "KN_CUDA_UNION_RPF=1"},
+    {"diag: default without pair attention", "KN_CUDA_PF_DIAG_SKIP=1"},
+    {"diag: default without union kernel", "KN_CUDA_PF_DIAG_SKIP=2"},
+    {"diag: default without either", "KN_CUDA_PF_DIAG_SKIP=3"},
+    {"pairs only, wgmma pairs", "KN_CUDA_PREFILL_UNION=0 KN_CUDA_PF_WGMMA=1"},
+    {"union + pairs, wgmma pairs", "KN_CUDA_PF_WGMMA=1"},
+    {"union + pairs, wgmma pairs, rare cap 100%", "KN_CUDA_PF_WGMMA=1 KN_CUDA_UNION_RARE_CAP=100"},
 };
 enum {
     PF_R_PAIRS = 0,
@@ -1066,22 +1057,49 @@ enum {
     PF_R_PW_CAP100 = 46
 };
 
-/* KN_BENCH_PF_KERNELS=<digits>: measure only routes whose union kernel variant is listed (or unset);
- * KN_BENCH_PF_NODYN=1: none with the dynamic item order; KN_BENCH_PF_ONLY=<i,j,...>: only these routes
- * (indices into g_pf_routes) */
+/* the next "NAME=value" of knob string *k (0 at its end) */
+static int pf_knob_next(const char **k, char name[64], char val[16])
+{
+    int used = 0;
+    if (!*k || sscanf(*k, " %63[^=]=%15s%n", name, val, &used) != 2) return 0;
+    *k += used;
+    return 1;
+}
+
+/* the value route r gives knob `name`, copied to val (0: the route leaves it at the library default) */
+static int pf_route_knob(const struct pf_route *r, const char *name, char val[16])
+{
+    char n[64];
+    for (const char *k = r->knobs; pf_knob_next(&k, n, val);)
+        if (!strcmp(n, name)) return 1;
+    return 0;
+}
+
+/* whether route r sets knob `name` to `val` */
+static int pf_route_sets(const struct pf_route *r, const char *name, const char *val)
+{
+    char v[16];
+    return pf_route_knob(r, name, v) && !strcmp(v, val);
+}
+
+/* KN_BENCH_PF_KERNELS=<digits>: measure only routes whose union kernel variant (KN_CUDA_UNION_KERNEL) is
+ * listed (or unset); KN_BENCH_PF_NODYN=1: none with the dynamic item order (KN_CUDA_UNION_DYN set);
+ * KN_BENCH_PF_ONLY=<i,j,...>: only these routes (indices into g_pf_routes) */
 static int pf_route_on(const struct pf_route *r)
 {
     const char *k = getenv("KN_BENCH_PF_KERNELS"), *only = getenv("KN_BENCH_PF_ONLY");
-    if (r->dyn && getenv("KN_BENCH_PF_NODYN")) return 0;
+    char v[16];
+    if (pf_route_knob(r, "KN_CUDA_UNION_DYN", v) && getenv("KN_BENCH_PF_NODYN")) return 0;
     if (only) {
         char list[256], key[16];
         snprintf(list, sizeof list, ",%s,", only);
         snprintf(key, sizeof key, ",%d,", (int)(r - g_pf_routes));
         if (!strstr(list, key)) return 0;
     }
-    return !k || !r->kernel || strchr(k, r->kernel[0]) != NULL;
+    return !k || !pf_route_knob(r, "KN_CUDA_UNION_KERNEL", v) || strchr(k, v[0]) != NULL;
 }
 
+/* every prefill knob unset, then route r's set (NULL: the library defaults) */
 static void pf_set_route(const struct pf_route *r)
 {
     unsetenv("KN_CUDA_PREFILL_UNION");
@@ -1099,22 +1117,8 @@ static void pf_set_route(const struct pf_route *r)
     unsetenv("KN_CUDA_UNION_RPF");
     unsetenv("KN_CUDA_PF_DIAG_SKIP");
     unsetenv("KN_CUDA_PF_WGMMA");
-    if (r && r->use_union) setenv("KN_CUDA_PREFILL_UNION", r->use_union, 1);
-    if (r && r->min_eff) setenv("KN_CUDA_UNION_MIN", r->min_eff, 1);
-    if (r && r->kernel) setenv("KN_CUDA_UNION_KERNEL", r->kernel, 1);
-    if (r && r->rare) setenv("KN_CUDA_UNION_RARE", r->rare, 1);
-    if (r && r->merge) setenv("KN_CUDA_PF_MERGE", r->merge, 1);
-    if (r && r->plan) setenv("KN_CUDA_UNION_PLAN", r->plan, 1);
-    if (r && r->dyn) setenv("KN_CUDA_UNION_DYN", r->dyn, 1);
-    if (r && r->pfx) setenv("KN_CUDA_PF_PREFETCH", r->pfx, 1);
-    if (r && r->qpf) setenv("KN_CUDA_UNION_QPF", r->qpf, 1);
-    for (const char *k = r ? r->knobs : NULL; k && *k;) {
-        char name[64], val[16];
-        int used = 0;
-        if (sscanf(k, " %63[^=]=%15s%n", name, val, &used) != 2) break;
-        setenv(name, val, 1);
-        k += used;
-    }
+    char name[64], val[16];
+    for (const char *k = r ? r->knobs : NULL; pf_knob_next(&k, name, val);) setenv(name, val, 1);
 }
 
 /* KN_BENCH_PF_REPEAT=n (1-9, default 1): every route of a configuration timed in n interleaved rounds, the
@@ -1140,7 +1144,7 @@ static double pf_median(double *v, int n)
 /* whether a route takes the hybrid route (KN_CUDA_UNION_RARE unset means the library default: on) */
 static int pf_route_hybrid(const struct pf_route *r)
 {
-    return !(r->use_union && !strcmp(r->use_union, "0")) && !(r->rare && !strcmp(r->rare, "0"));
+    return !pf_route_sets(r, "KN_CUDA_PREFILL_UNION", "0") && !pf_route_sets(r, "KN_CUDA_UNION_RARE", "0");
 }
 
 static void bench_prefill(void)
@@ -1192,7 +1196,7 @@ static void bench_prefill(void)
                     snprintf(name, sizeof name, "%s: effective, fastest round", g_pf_routes[r].name);
                     emit("sparse prefill", cfg, name, flops / (ms_r[r][0] * 1e-3) / 1e12, "TFLOP/s");
                 }
-                if (g_pf_routes[r].min_eff && !strcmp(g_pf_routes[r].min_eff, "0")) {
+                if (pf_route_sets(&g_pf_routes[r], "KN_CUDA_UNION_MIN", "0")) {
                     /* the union route's dense-equivalent FLOPs over the whole time (the hybrid's pairs
                      * included in the time, not in the FLOPs) */
                     snprintf(name, sizeof name, "%s: computed", g_pf_routes[r].name);
