@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "kn_cuda.h"
+#include "kn_cuda_knobs.h"
 #include "kn_decode_prof.cuh"
 #include "kn_index_v0.cuh"
 
@@ -954,19 +955,13 @@ static double rare_stats(const int32_t *sel, int64_t L, double *eff, double *com
     return pairs_all ? (double)rare_all / pairs_all : 0;
 }
 
-/* the attention routes compared in one run, each a knob string: KN_CUDA_* settings of kn_msa_prefill.cu and
- * kn_msa_prefill_union.cu, "NAME=value" separated by spaces, on top of the library defaults (unset knobs).
- * KN_CUDA_PREFILL_UNION=0: pairs only; KN_CUDA_UNION_MIN: the union route's minimum efficiency (0: every
- * tile); KN_CUDA_UNION_KERNEL: the union kernel's variant, KN_PF_UK_*: 0 plain, 1 overlap, 2 pingpong, 3
- * pingpong + fast softmax, 4 fast softmax, 5 score-only pingpong + fast softmax, 6 fast softmax + value
- * product in halves, 7 in quarters, 8 fast softmax with the next block's score product issued behind the
- * value product (lookahead); KN_CUDA_UNION_RARE: the hybrid route; KN_CUDA_PF_MERGE: 1 = one warp per
- * (query, group) row; KN_CUDA_UNION_PLAN: 0 = the plan kernel's first version; KN_CUDA_UNION_DYN: 1 = items
- * from a counter; KN_CUDA_PF_PREFETCH: the pair path's next bucket into L2; KN_CUDA_UNION_QPF: the next
- * item's Q; KN_CUDA_UNION_RARE_COST / _CAP: the hybrid decision; KN_CUDA_UNION_RPF: the rare partials'
- * prefetch; KN_CUDA_PF_WGMMA: the pair path on the union kernel; KN_CUDA_PF_DIAG_SKIP: the benchmark-only
- * phase breakdown (1: no pair-path attention, 2: no union kernel; "diag" routes compute a wrong output, only
- * their time means something). A route's index is its number for KN_BENCH_PF_ONLY and PF_R_* below. */
+/* the attention routes compared in one run, each a knob string: prefill knobs (kn_cuda_knobs.h says what
+ * each means) as "NAME=value" separated by spaces, on top of the library defaults (every other prefill knob
+ * unset). KN_CUDA_UNION_KERNEL's variants (KN_PF_UK_*): 0 plain, 1 overlap, 2 pingpong, 3 pingpong + fast
+ * softmax, 4 fast softmax, 5 score-only pingpong + fast softmax, 6 fast softmax + value product in halves, 7
+ * in quarters, 8 fast softmax with the next block's score product issued behind the value product
+ * (lookahead). "diag" routes (KN_CUDA_PF_DIAG_SKIP) compute a wrong output, only their time means something.
+ * A route's index is its number for KN_BENCH_PF_ONLY and PF_R_* below. */
 struct pf_route {
     const char *name, *knobs;
 };
@@ -1102,21 +1097,8 @@ static int pf_route_on(const struct pf_route *r)
 /* every prefill knob unset, then route r's set (NULL: the library defaults) */
 static void pf_set_route(const struct pf_route *r)
 {
-    unsetenv("KN_CUDA_PREFILL_UNION");
-    unsetenv("KN_CUDA_UNION_MIN");
-    unsetenv("KN_CUDA_UNION_OVERLAP");
-    unsetenv("KN_CUDA_UNION_KERNEL");
-    unsetenv("KN_CUDA_UNION_RARE");
-    unsetenv("KN_CUDA_PF_MERGE");
-    unsetenv("KN_CUDA_UNION_PLAN");
-    unsetenv("KN_CUDA_UNION_DYN");
-    unsetenv("KN_CUDA_PF_PREFETCH");
-    unsetenv("KN_CUDA_UNION_QPF");
-    unsetenv("KN_CUDA_UNION_RARE_COST");
-    unsetenv("KN_CUDA_UNION_RARE_CAP");
-    unsetenv("KN_CUDA_UNION_RPF");
-    unsetenv("KN_CUDA_PF_DIAG_SKIP");
-    unsetenv("KN_CUDA_PF_WGMMA");
+    static const char *const knobs[] = {KN_CUDA_PF_KNOBS(KN_CUDA_KNOB_NAME) NULL};
+    for (const char *const *k = knobs; *k; k++) unsetenv(*k);
     char name[64], val[16];
     for (const char *k = r ? r->knobs : NULL; pf_knob_next(&k, name, val);) setenv(name, val, 1);
 }

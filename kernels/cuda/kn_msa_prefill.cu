@@ -29,7 +29,8 @@
  * KN_CUDA_UNION_DYN, KN_CUDA_UNION_QPF, KN_CUDA_UNION_RARE_COST, KN_CUDA_UNION_RARE_CAP, KN_CUDA_UNION_RPF
  * (kn_msa_prefill_union.cuh) and KN_CUDA_PF_PREFETCH (the next bucket's K/V into L2, default 0: measured
  * level) are the other measured options; KN_CUDA_PF_WGMMA=1 runs step 4 on the union kernel in pair mode
- * (kn_msa_prefill_union.cuh); KN_CUDA_PF_DIAG_SKIP is a benchmark-only phase breakdown. */
+ * (kn_msa_prefill_union.cuh); KN_CUDA_PF_DIAG_SKIP is a benchmark-only phase breakdown. kn_cuda_knobs.h
+ * lists them all (benchmarks and tests unset them between routes): a new knob goes there too. */
 #include <stdlib.h>
 
 #include "kn_attn_warp.cuh"

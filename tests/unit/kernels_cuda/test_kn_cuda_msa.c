@@ -13,6 +13,7 @@
 
 #include "cuda_test_util.h"
 #include "kn_attn.h"
+#include "kn_cuda_knobs.h"
 #include "kn_msa.h"
 
 struct world {
@@ -1161,6 +1162,8 @@ static void test_prefill_union(void)
     /* KN_CUDA_PF_WGMMA=1: the pair path's tiles on the union kernel in pair mode (other arithmetic: checked
      * against the CPU, and that it ran: its pairs-only output differs from the mma.sync kernel's) */
     static const char *k_pw[NR] = {[R_PW_PAIRS] = "1", [R_PW_RARE] = "1", [R_PW_RARE_ALL] = "1"};
+    /* every prefill knob, unset after each route */
+    static const char *const pf_knobs[] = {KN_CUDA_PF_KNOBS(KN_CUDA_KNOB_NAME) NULL};
     uint16_t *got[NR];
     float *gotf = ct_hmalloc(sizeof(float) * (size_t)nout);
     for (int r = 0; r < NR; r++) {
@@ -1183,20 +1186,7 @@ static void test_prefill_union(void)
         struct mm_err err = {0};
         int32_t rc = kn_cuda_msa_attention(&sh, &qs.qb, &w.c, q_d, sel_d, sel_stride, o_d, ws, wsb,
                                            KN_PATH_PREFILL, 0, &err);
-        unsetenv("KN_CUDA_PREFILL_UNION");
-        unsetenv("KN_CUDA_UNION_MIN");
-        unsetenv("KN_CUDA_UNION_OVERLAP");
-        unsetenv("KN_CUDA_UNION_KERNEL");
-        unsetenv("KN_CUDA_UNION_RARE");
-        unsetenv("KN_CUDA_PF_MERGE");
-        unsetenv("KN_CUDA_UNION_PLAN");
-        unsetenv("KN_CUDA_UNION_DYN");
-        unsetenv("KN_CUDA_PF_PREFETCH");
-        unsetenv("KN_CUDA_UNION_QPF");
-        unsetenv("KN_CUDA_UNION_RARE_COST");
-        unsetenv("KN_CUDA_UNION_RARE_CAP");
-        unsetenv("KN_CUDA_UNION_RPF");
-        unsetenv("KN_CUDA_PF_WGMMA");
+        for (const char *const *k = pf_knobs; *k; k++) unsetenv(*k);
         CHECK_MSG(rc == MM_OK, "prefill attention (%s): %s", names[r], err.msg);
         got[r] = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
         ct_download(got[r], o_d, sizeof(uint16_t) * (size_t)nout);
