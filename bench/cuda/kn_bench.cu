@@ -403,6 +403,7 @@ struct idx_arg {
     int32_t *sel;
     int32_t score_stride, mode; /* 0 scores, 1 topk, 2 both */
     int32_t v0;                 /* the index kernel of commit 9c4498e (kn_index_v0.cuh) */
+    int32_t append;             /* append one index key per query (from q) before the scan */
 };
 
 static int g_sm_count;
@@ -411,6 +412,9 @@ static void run_idx(void *p, int it)
 {
     struct idx_arg *a = (struct idx_arg *)p;
     int s = it % a->n_sets;
+    if (a->mode != 1 && a->append)
+        KC(kn_cuda_cache_append(&M3, &a->sets[s].qb, &a->cache[s], NULL, NULL, 0, a->q,
+                                (int64_t)M3.n_idx_heads * M3.idx_dim, 0, &g_err));
     if (a->mode != 1 && a->v0) {
         v0_index_scores(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride, g_sm_count, 0);
         CK(cudaGetLastError());
@@ -422,43 +426,55 @@ static void run_idx(void *p, int it)
         KC(kn_cuda_msa_topk(&M3, &a->sets[s].qb, a->scores, a->score_stride, a->sel, M3.topk, 0, &g_err));
 }
 
-/* The index-scan variants compared in one run: the library's kernel and the loop of commit 9c4498e. */
+/* The index-scan variants compared in one run: the default route, its knobs (KN_CUDA_IDX_* set on top of the
+ * defaults: kn_msa_index_decode_ring.cu) and the loop of commit 9c4498e (v0, not in the list now). The older
+ * scans (KN_CUDA_IDX=0..3, per-lane copies, 16-token FP8 steps, the normal L2 policy) and the knobs measured
+ * level or slower (KN_CUDA_IDX_CHUNK, KN_CUDA_IDX_SPLIT=4/8) were measured in the sessions before
+ * (bench/cuda/README.md, docs/progress/cuda-scan.md) and left out to keep the run short; they stay
+ * selectable. */
 struct idx_variant {
     const char *name;
     int fp8, v0;
-    const char *idx_knob; /* KN_CUDA_IDX (NULL: unset: the library's automatic choice) */
-    const char *tile;     /* KN_CUDA_IDX_TILE (FP8 ring scan: tiles of 16 tokens per step) */
-    const char *lines;    /* KN_CUDA_IDX_LINES (ring scan: "1" = whole-line copies) */
-    const char *evict;    /* KN_CUDA_IDX_EVICT (ring scan: "1" = keys copied with an L2 evict-first policy) */
+    int append;      /* the step's index-key append before each scan */
+    const char *env; /* "KEY=VAL KEY=VAL" on top of the defaults */
 };
 static const struct idx_variant g_idx_variants[] = {
-    {"index bf16", 0, 0, "0", NULL},
-    {"index bf16 v0", 0, 1, NULL, NULL},
-    {"index bf16 even", 0, 0, "1", NULL},
-    {"index bf16 pages", 0, 0, "2", NULL},
-    {"index fp8", 1, 0, "0", NULL},
-    {"index fp8 v0", 1, 1, NULL, NULL},
-    {"index fp8 even", 1, 0, "1", NULL},
-    {"index fp8 pages", 1, 0, "2", NULL},
-    {"index bf16 stream", 0, 0, "3", NULL},
-    {"index fp8 stream", 1, 0, "3", NULL},
-    {"index bf16 ring", 0, 0, "4", NULL, NULL, "0"}, /* the ring with the keys under the normal L2 policy */
-    {"index fp8 ring", 1, 0, "4", NULL, NULL, "0"},
-    {"index fp8 ring tile16", 1, 0, "4", "1"},
-    {"index bf16 ring lanes", 0, 0, "4", NULL, "0"},
-    {"index fp8 ring lanes", 1, 0, "4", NULL, "0"},
-    {"index bf16 ring evict", 0, 0, "4", NULL, NULL, "1"}, /* evict-first (the default) */
-    {"index fp8 ring evict", 1, 0, "4", NULL, NULL, "1"},
-    {"index bf16 default", 0, 0, NULL, NULL},
-    {"index fp8 default", 1, 0, NULL, NULL},
+    /* the default: the ring scan launched as a programmatic dependent of the kernel before it up to 32768
+     * pages (batch 1, batch 8 to 512K); here that kernel is the scan before, so those b2b rows overlap a
+     * scan's start with the end of the one before, which a decode step cannot do (the append precedes the
+     * scan there: the "append +" rows) */
+    {"index bf16 default", 0, 0, 0, ""},
+    {"index fp8 default", 1, 0, 0, ""},
+    /* plain launches (the previous default; b2b rows comparable with the sessions before) */
+    {"index bf16 no pdl", 0, 0, 0, "KN_CUDA_IDX_PDL=0"},
+    {"index fp8 no pdl", 1, 0, 0, "KN_CUDA_IDX_PDL=0"},
+    /* 2 warps per page (small sizes: all warps busy; large sizes: pairs of warps on each page) */
+    {"index bf16 split 2", 0, 0, 0, "KN_CUDA_IDX_SPLIT=2 KN_CUDA_IDX_PDL=0"},
+    {"index fp8 split 2", 1, 0, 0, "KN_CUDA_IDX_SPLIT=2 KN_CUDA_IDX_PDL=0"},
+    /* a decode step's order: the append of one index key per query (kn_cuda_cache_append), then the scan
+     * (default: its programmatic dependent), and the same with a plain launch ("of copy": the scan's bytes
+     * over the time of both) */
+    {"append + index bf16", 0, 0, 1, ""},
+    {"append + index fp8", 1, 0, 1, ""},
+    {"append + index bf16 no pdl", 0, 0, 1, "KN_CUDA_IDX_PDL=0"},
+    {"append + index fp8 no pdl", 1, 0, 1, "KN_CUDA_IDX_PDL=0"},
 };
 
-static void idx_set_knob(const char *name, const char *v)
+/* Set (env) or clear (NULL) the knobs a variant may set. */
+static void idx_set_env(const char *env)
 {
-    if (v)
-        setenv(name, v, 1);
-    else
-        unsetenv(name);
+    static const char *const knobs[] = {"KN_CUDA_IDX",       "KN_CUDA_IDX_TILE",  "KN_CUDA_IDX_LINES",
+                                        "KN_CUDA_IDX_EVICT", "KN_CUDA_IDX_SPLIT", "KN_CUDA_IDX_CHUNK",
+                                        "KN_CUDA_IDX_PDL"};
+    for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
+    char buf[160];
+    snprintf(buf, sizeof buf, "%s", env ? env : "");
+    for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq) continue;
+        *eq = 0;
+        setenv(t, eq + 1, 1);
+    }
 }
 
 /* The read-only ceiling at a given size: a grid-stride stream of 16-byte loads over the same bytes as a
@@ -497,8 +513,28 @@ static void run_read(void *p, int it)
     k_read<<<g_sm_count * 4, 256>>>((const uint4 *)b, r->set_bytes / 16, r->sink);
 }
 
+/* A device-to-device copy of `bytes` from set (it % n_sets) of the bf16 keys */
+struct same_copy_arg {
+    const uint8_t *base;
+    int64_t bytes;
+    double set_bytes;
+    int32_t n_sets;
+    uint8_t *dst;
+};
+
+static void run_copy_same(void *p, int it)
+{
+    struct same_copy_arg *c = (struct same_copy_arg *)p;
+    CK(cudaMemcpyAsync(c->dst, c->base + (int64_t)(it % c->n_sets) * (int64_t)c->set_bytes, (size_t)c->bytes,
+                       cudaMemcpyDeviceToDevice, 0));
+}
+
+static int g_idx_rounds = 1;
+
 static void bench_index(int do_topk)
 {
+    const char *r = getenv("KN_BENCH_IDX_ROUNDS");
+    g_idx_rounds = r && atoi(r) > 0 ? atoi(r) : 1;
     printf("== decode index scoring (tensor cores, one pass per query) and top-k\n");
     static const int64_t ctxs[] = {131072, 524288, 1048576};
     static const int32_t batches[] = {1, 8, 64};
@@ -514,6 +550,7 @@ static void bench_index(int do_topk)
             const int64_t pages = set_pages * n_sets;
             uint16_t *idx = (uint16_t *)dmalloc((size_t)pages * M3.block * M3.idx_dim * 2);
             uint8_t *idx8 = (uint8_t *)dmalloc((size_t)pages * M3.block * M3.idx_dim);
+            uint8_t *cdst = (uint8_t *)dmalloc((size_t)(set_bytes / 2)); /* the same-size copy's target */
             float *sc8 = (float *)dmalloc((size_t)pages * M3.block * 4);
             fill_bf16(idx, pages * M3.block * M3.idx_dim, 11, 1.0f);
             k_quant_fp8<<<(unsigned)((pages * M3.block + 7) / 8), 256>>>(idx, pages * M3.block, M3.idx_dim,
@@ -549,38 +586,42 @@ static void bench_index(int do_topk)
             fill_f32(q, (int64_t)batch * M3.n_idx_heads * M3.idx_dim, 12, 1.0f);
             float *scores = (float *)dmalloc(sizeof(float) * (size_t)M3.n_idx_heads * batch * nb);
             int32_t *sel = (int32_t *)dmalloc(sizeof(int32_t) * (size_t)M3.n_idx_heads * batch * M3.topk);
-            struct idx_arg a = {n_sets, sets, cb, q, scores, sel, nb, 0, 0};
+            struct idx_arg a = {n_sets, sets, cb, q, scores, sel, nb, 0, 0, 0};
             char cfg[96];
             snprintf(cfg, sizeof cfg, "ctx %lldK batch %d (%d sets)", (long long)(ctx / 1024), batch, n_sets);
             const int iters = g_quick ? 5 : 30;
             const int reps = set_bytes < 1e9 ? 20 : 4;
             const double bytes8 = (double)set_pages * M3.block * (M3.idx_dim + 4);
             const int nv = (int)(sizeof(g_idx_variants) / sizeof(g_idx_variants[0]));
-            char name[64];
-            for (int v = 0; v < nv; v++) {
-                const struct idx_variant *iv = &g_idx_variants[v];
-                a.cache = iv->fp8 ? c8 : cb;
-                a.v0 = iv->v0;
-                idx_set_knob("KN_CUDA_IDX", iv->idx_knob);
-                idx_set_knob("KN_CUDA_IDX_TILE", iv->tile);
-                idx_set_knob("KN_CUDA_IDX_LINES", iv->lines);
-                idx_set_knob("KN_CUDA_IDX_EVICT", iv->evict);
-                const double bytes = iv->fp8 ? bytes8 : set_bytes;
-                double ms = time_ms(run_idx, &a, 3, iters);
-                double tbs = bytes / (ms * 1e-3) / 1e12;
-                emit(iv->name, cfg, "time", ms * 1e3, "us");
-                emit(iv->name, cfg, "bandwidth", tbs, "TB/s");
-                emit(iv->name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
-                ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
-                tbs = bytes / (ms * 1e-3) / 1e12;
-                snprintf(name, sizeof name, "%s b2b", iv->name);
-                emit(name, cfg, "time", ms * 1e3, "us");
-                emit(name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
-            }
-            unsetenv("KN_CUDA_IDX");
-            unsetenv("KN_CUDA_IDX_TILE");
-            unsetenv("KN_CUDA_IDX_LINES");
-            unsetenv("KN_CUDA_IDX_EVICT");
+            char name[80], vn[64];
+            /* KN_BENCH_IDX_ROUNDS=R: the whole list R times (rounds after the first named "#2", ...), so that
+             * order effects and run-to-run noise show next to the differences between variants */
+            const int rounds = g_idx_rounds;
+            for (int rd = 0; rd < rounds; rd++)
+                for (int v = 0; v < nv; v++) {
+                    const struct idx_variant *iv = &g_idx_variants[v];
+                    a.cache = iv->fp8 ? c8 : cb;
+                    a.v0 = iv->v0;
+                    a.append = iv->append;
+                    idx_set_env(iv->env);
+                    if (rd)
+                        snprintf(vn, sizeof vn, "%s #%d", iv->name, rd + 1);
+                    else
+                        snprintf(vn, sizeof vn, "%s", iv->name);
+                    const double bytes = iv->fp8 ? bytes8 : set_bytes;
+                    double ms = time_ms(run_idx, &a, 3, iters);
+                    double tbs = bytes / (ms * 1e-3) / 1e12;
+                    emit(vn, cfg, "time", ms * 1e3, "us");
+                    emit(vn, cfg, "bandwidth", tbs, "TB/s");
+                    emit(vn, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+                    ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
+                    tbs = bytes / (ms * 1e-3) / 1e12;
+                    snprintf(name, sizeof name, "%s b2b", vn);
+                    emit(name, cfg, "time", ms * 1e3, "us");
+                    emit(name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+                }
+            idx_set_env(NULL);
+            a.append = 0;
             /* the same bytes read by a plain streaming kernel: the ceiling at this size */
             for (int f8 = 0; f8 < 2; f8++) {
                 struct read_arg ra = {f8 ? idx8 : (const uint8_t *)idx,
@@ -596,6 +637,22 @@ static void bench_index(int do_topk)
                 emit(name, cfg, "time", ms * 1e3, "us");
                 emit(name, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
             }
+            /* the same-size copy: a device-to-device copy of half the scan's bytes (read + write = what the
+             * scan reads), what any single operation of this size pays in launch and ramp */
+            for (int f8 = 0; f8 < 2; f8++) {
+                struct same_copy_arg ca = {(const uint8_t *)idx, (int64_t)(f8 ? bytes8 : set_bytes) / 2,
+                                           set_bytes, n_sets, cdst};
+                const double bytes = 2.0 * (double)ca.bytes;
+                const char *rn = f8 ? "copy, fp8 scan bytes" : "copy, bf16 scan bytes";
+                double ms = time_ms(run_copy_same, &ca, 3, iters);
+                emit(rn, cfg, "time", ms * 1e3, "us");
+                emit(rn, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
+                ms = time_b2b_ms(run_copy_same, &ca, 3, g_quick ? 3 : 9, reps);
+                snprintf(name, sizeof name, "%s b2b", rn);
+                emit(name, cfg, "time", ms * 1e3, "us");
+                emit(name, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
+            }
+            cudaFree(cdst);
             a.cache = cb;
             a.v0 = 0;
             if (do_topk) {

@@ -158,4 +158,17 @@ __device__ __forceinline__ void idx_rows_max(float &mx0, float &mx1)
     }
 }
 
+/* A finished page's maxima (after idx_rows_max: lanes 0 and 1 hold heads (0, 1) and (2, 3)) into the score
+ * rows [head][query][block] of query i, block b. */
+__device__ __forceinline__ void idx_store_page_max(float *__restrict__ scores, int32_t score_stride,
+                                                   int32_t nh, int32_t n, int32_t i, int32_t b, int lane,
+                                                   float mx0, float mx1)
+{
+    if (lane < 2) {
+        const int g0 = 2 * lane;
+        if (g0 < nh) scores[((int64_t)g0 * n + i) * score_stride + b] = mx0;
+        if (g0 + 1 < nh) scores[((int64_t)(g0 + 1) * n + i) * score_stride + b] = mx1;
+    }
+}
+
 #endif

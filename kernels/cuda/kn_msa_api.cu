@@ -338,12 +338,23 @@ __global__ void k_append_kv(const float *__restrict__ k, const float *__restrict
     }
 }
 
-/* one warp per token; FP8: scale = amax / 448 so the largest element maps to the top of e4m3's range */
+/* one warp per token; FP8: scale = amax / 448 so the largest element maps to the top of e4m3's range.
+ * Triggers programmatic dependents at entry: a decode index scan launched with KN_CUDA_IDX_PDL=1 may start
+ * its part that does not read these rows (kn_msa_index_decode_ring.cu). delay_ns (tests only,
+ * KN_CUDA_TEST_APPEND_DELAY_US): hold the writes back that long, so that a test can tell a scan that reads
+ * the new rows before its griddepcontrol.wait. */
 __global__ void k_append_idx(const float *__restrict__ kidx, int64_t stride, const int32_t *__restrict__ qseq,
                              const int64_t *__restrict__ pos, const int32_t *__restrict__ bt,
                              int32_t bt_stride, int32_t block, int32_t dim, int32_t dtype,
-                             void *__restrict__ cache, float *__restrict__ scale, int32_t n)
+                             void *__restrict__ cache, float *__restrict__ scale, int32_t n, int64_t delay_ns)
 {
+    kn_griddep_launch();
+    if (delay_ns > 0) {
+        uint64_t t0, t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        while (t - t0 < (uint64_t)delay_ns);
+    }
     const int lane = threadIdx.x & 31;
     const int64_t i = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (i >= n) return;
@@ -393,7 +404,8 @@ extern "C" int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, cons
     if (kidx) {
         k_append_idx<<<(unsigned)kn_cdiv(qb->n, 8), 256, 0, stream>>>(
             kidx, kidx_stride, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, sh->block, sh->idx_dim,
-            c->idx_dtype, c->idx, c->idx_scale, qb->n);
+            c->idx_dtype, c->idx, c->idx_scale, qb->n,
+            (int64_t)kn_cuda_knob_int("KN_CUDA_TEST_APPEND_DELAY_US", 0) * 1000);
         KN_LAUNCHED(what);
     }
     return MM_OK;

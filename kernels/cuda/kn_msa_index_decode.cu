@@ -179,12 +179,8 @@ __global__ void __launch_bounds__(IDX_WARPS * 32, MINB)
         idx_tile_scores<DI, FP8>(cur, bq, c);
         idx_tile_max(c, (int64_t)b * block + tile * 16, gid, p, mx0, mx1);
         if (tile == tiles - 1) {
-            idx_rows_max(mx0, mx1); /* page done: lanes 0 and 1 hold heads (0,1) and (2,3) */
-            if (lane < 2) {
-                const int g0 = 2 * lane;
-                if (g0 < nh) scores[((int64_t)g0 * n + i) * score_stride + b] = mx0;
-                if (g0 + 1 < nh) scores[((int64_t)(g0 + 1) * n + i) * score_stride + b] = mx1;
-            }
+            idx_rows_max(mx0, mx1); /* page done */
+            idx_store_page_max(scores, score_stride, nh, n, i, b, lane, mx0, mx1);
             mx0 = mx1 = -INFINITY;
             pages_done++;
         }

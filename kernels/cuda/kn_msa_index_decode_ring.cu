@@ -15,9 +15,10 @@
  * address advances with one wrap test. FP8 moves TPS = 2 tiles (32 tokens, 4 KB, as one bf16 tile) per ring
  * step. Neither of these two alone measured faster than the persistent scan (KN_CUDA_IDX_LINES=0 keeps the
  * per-lane copies for comparison); the whole-line copies did. Layout of the product and masking are
- * kn_index_tile.cuh's, as in the other scans. Static split only (contiguous chunks of a multiple of 8 pages
- * per CTA, one wave of 2 CTAs per SM, warp w taking pages w, w + 8, ... of its CTA's chunk), no page
- * stealing; idx_dim 128, block a multiple of 16 x TPS tokens (kn_index_ring_supported). */
+ * kn_index_tile.cuh's, as in the other scans. Static split only (contiguous chunks of pages per CTA, by
+ * default one wave of 2 CTAs per SM, warp w taking pages w, w + 8, ... of its CTA's chunk; knobs for more
+ * warps per page and smaller chunks, see k_index_decode_ring), no page stealing; idx_dim 128, block a
+ * multiple of 16 x TPS tokens (kn_index_ring_supported). */
 #include "kn_decode_prof.cuh"
 #include "kn_index_tile.cuh"
 #include "kn_msa_kernels.cuh"
@@ -87,13 +88,30 @@ template <int DI, bool FP8, int ST, int TPS, bool LINES> __host__ __device__ con
     return IRG_WARPS * ST * TPS * irg_tile_u4<DI, FP8, LINES>() * 16;
 }
 
+/* Page maxima of split pages (parts > 1): [page of the chunk][part][4 heads] floats after the rings, combined
+ * by the CTA at its end. At most IRG_PART_SLOTS (page, part) pairs per CTA (8 KB: 2 CTAs still fit an SM). */
+#define IRG_PART_SLOTS 512
+
+/* Work split (KN_CUDA_IDX_SPLIT, KN_CUDA_IDX_CHUNK): a CTA takes `chunk` consecutive pages of one query; its
+ * warps form IRG_WARPS / parts groups, group g taking pages g, g + groups, ... of the chunk, and warp r of a
+ * group the r-th of `parts` equal runs of tiles of each of those pages. parts = 1 is the whole-page walk;
+ * parts > 1 puts more warps on few pages (at 128K batch 1 one page per warp leaves half the warps idle).
+ *
+ * Programmatic dependent launch (default up to 32768 pages, KN_CUDA_IDX_PDL; one query per sequence): the
+ * scan may start while the kernel before it (the index-key append of this step) still runs. Before
+ * griddepcontrol.wait it reads only what that kernel may not write: positions, sequence ids, block tables,
+ * and the keys of every page but the query's own (last) one, which the append writes; the own page's copies,
+ * the query and the score stores come after the wait (a no-op when the launch was not programmatic). So the
+ * kernel right before the scan in the stream must not write anything else the scan reads
+ * (kn_cuda_cache_append with one token per sequence does not). unsafe_own != 0 (tests only) copies the own
+ * page before the wait, so that a test can show it would catch that. */
 template <int DI, bool FP8, int ST, int TPS, bool LINES>
 __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
     k_index_decode_ring(const float *__restrict__ q, const int64_t *__restrict__ pos,
                         const int32_t *__restrict__ qseq, const int32_t *__restrict__ bt, int32_t bt_stride,
                         const uint8_t *__restrict__ keys, const float *__restrict__ kscale, int32_t n,
-                        int32_t nh, int32_t block, int32_t chunk, float *__restrict__ scores,
-                        int32_t score_stride, int32_t evict, unsigned long long *prof)
+                        int32_t nh, int32_t block, int32_t chunk, int32_t parts, float *__restrict__ scores,
+                        int32_t score_stride, int32_t evict, int32_t unsafe_own, unsigned long long *prof)
 {
     kn_griddep_launch(); /* the fused decode tail may be scheduled as this grid drains */
     const uint64_t t_entry = prof ? kn_prof_ns() : 0;
@@ -105,18 +123,20 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
     const int64_t p = pos[i];
     const int32_t nb = (int32_t)(p / block) + 1;
     const int32_t *btr = bt + (int64_t)qseq[i] * bt_stride;
-    const int tiles = block / 16;
-    const int mid = tiles / 2; /* issue step at which the page after the current one is looked up */
+    const int32_t own = nb - 1; /* the page the append before this kernel may be writing */
+    const int tpp = block / 16 / parts, groups = IRG_WARPS / parts; /* tiles per part */
+    const int it_begin = (w % parts) * tpp, it_end = it_begin + tpp;
+    const int mid = it_begin + tpp / 2; /* issue step at which the warp's next page is looked up */
     if (prof) {
         prof += (((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * IRG_WARPS + w) * KN_PROF_IDX_SLOTS;
         if (lane == 0) prof[KN_PROF_IDX_ENTRY] = t_entry, prof[KN_PROF_IDX_EXIT] = t_entry;
     }
     const int32_t b_begin = blockIdx.x * chunk;
-    int32_t ib = b_begin + w;
+    int32_t ib = b_begin + w / parts;
     const int32_t lim = min(nb, b_begin + chunk);
     if (ib >= lim) {
         if (prof && lane == 0) prof[KN_PROF_IDX_FIRST] = 0, prof[KN_PROF_IDX_INFO] = kn_prof_smid();
-        return;
+        if (parts == 1) return; /* split pages: the CTA's final combine needs every warp at its barrier */
     }
 
     /* Lane constants. Copy side: source offset in a tile, destination offset in a slot (keys), scale
@@ -139,12 +159,15 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
     }
 
     /* issue side: the page being copied (block ib), the next one (ibn, pgn), this lane's source pointers */
-    int64_t pg = btr[ib], pgn = 0;
-    const uint8_t *src = keys + pg * block * ROWB + src_off;
-    const float *ssrc = kscale + pg * block + (LINES ? 4 * (lane & 3) : gid);
+    const int64_t src_off0 = src_off + (int64_t)it_begin * TILEB; /* the warp's first tile of a page */
+    const int sc_off0 = it_begin * 16 + (LINES ? 4 * (lane & 3) : gid);
+    int64_t pg = ib < lim ? btr[ib] : 0, pgn = 0;
+    const uint8_t *src = keys + pg * block * ROWB + src_off0;
+    const float *ssrc = kscale + pg * block + sc_off0;
     int32_t ibn = lim;
-    int it = 0;
-    const uint64_t pol = irg_policy(evict);
+    int it = it_begin;
+    bool wait_own = !unsafe_own; /* griddepcontrol.wait still due before the own page is copied */
+    const uint64_t pol = LINES ? irg_policy(evict) : 0;
 
     extern __shared__ uint4 irg_smem[];
     const uint4 *ring = irg_smem + (size_t)w * ST * SLOT;
@@ -160,6 +183,10 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
 #pragma unroll
         for (int k = 0; k + 2 < ST; k++) qb_[k] = qb_[k + 1], qt_[k] = qt_[k + 1];
         if (ib < lim) {
+            if (ib == own && wait_own) {
+                kn_griddep_wait(); /* the append of this step has completed and is visible */
+                wait_own = false;
+            }
 #pragma unroll
             for (int tt = 0; tt < TPS; tt++) {
                 if (LINES) {
@@ -179,17 +206,17 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
                 }
             }
             if (it <= mid && mid < it + TPS) {
-                ibn = ib + IRG_WARPS;
+                ibn = ib + groups;
                 pgn = ibn < lim ? btr[ibn] : 0;
             }
             qb_[ST - 2] = ib, qt_[ST - 2] = it;
             it += TPS;
             src += TPS * TILEB;
             ssrc += TPS * 16;
-            if (it == tiles) {
-                it = 0, ib = ibn, pg = pgn;
-                src = keys + pg * block * ROWB + src_off;
-                ssrc = kscale + pg * block + (LINES ? 4 * (lane & 3) : gid);
+            if (it == it_end) {
+                it = it_begin, ib = ibn, pg = pgn;
+                src = keys + pg * block * ROWB + src_off0;
+                ssrc = kscale + pg * block + sc_off0;
             }
         } else {
             qb_[ST - 2] = lim;
@@ -202,8 +229,10 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
 #pragma unroll
     for (int k = 0; k < ST - 1; k++) issue();
 
+    kn_griddep_wait(); /* the query and the score rows: after the kernel before this one (PDL) */
     uint32_t bq[C::KS][2];
     idx_query_frags<DI, FP8>(q, i, nh, gid, tig, bq);
+    float *part = reinterpret_cast<float *>(irg_smem + IRG_WARPS * ST * SLOT); /* [page][part][4] */
 
     const uint4 *rd = ring;
     float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -241,18 +270,27 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
             idx_tile_scores<DI, FP8>(cur[tt], bq, c);
             idx_tile_max(c, t0 + tt * 16, gid, p, mx0, mx1);
         }
-        if (tile + TPS == tiles) {
-            idx_rows_max(mx0, mx1); /* page done: lanes 0 and 1 hold heads (0,1) and (2,3) */
-            if (lane < 2) {
-                const int g0 = 2 * lane;
-                if (g0 < nh) scores[((int64_t)g0 * n + i) * score_stride + b] = mx0;
-                if (g0 + 1 < nh) scores[((int64_t)(g0 + 1) * n + i) * score_stride + b] = mx1;
-            }
+        if (tile + TPS == it_end) {
+            idx_rows_max(mx0, mx1); /* the warp's part of the page done */
+            if (parts == 1)
+                idx_store_page_max(scores, score_stride, nh, n, i, b, lane, mx0, mx1);
+            else if (lane < 2)
+                *reinterpret_cast<float2 *>(part + ((b - b_begin) * parts + w % parts) * 4 + 2 * lane) =
+                    make_float2(mx0, mx1);
             mx0 = mx1 = -INFINITY;
             pages_done++;
         }
     }
     kn_cp_async_wait<0>();
+    if (parts > 1) { /* every (page, part) of the chunk is in shared memory: combine and store */
+        __syncthreads();
+        for (int e = threadIdx.x; e < (lim - b_begin) * nh; e += IRG_WARPS * 32) {
+            const int lp = e / nh, h = e - lp * nh;
+            float m = part[lp * parts * 4 + h];
+            for (int r = 1; r < parts; r++) m = fmaxf(m, part[(lp * parts + r) * 4 + h]);
+            scores[((int64_t)h * n + i) * score_stride + b_begin + lp] = m;
+        }
+    }
     if (prof && lane == 0) {
         prof[KN_PROF_IDX_EXIT] = kn_prof_ns();
         prof[KN_PROF_IDX_INFO] = kn_prof_smid() | (unsigned long long)pages_done << 32;
@@ -270,29 +308,89 @@ int kn_index_ring_supported(const struct kn_cuda_msa_shape *sh, int fp8)
            (!fp8 || sh->block % 32 == 0);
 }
 
+/* How the pages are split (see k_index_decode_ring), chosen per call */
+struct irg_split {
+    int32_t chunk, parts;
+};
+
+static struct irg_split irg_pick_split(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                       int tps)
+{
+    struct irg_split sp;
+    /* KN_CUDA_IDX_SPLIT: warps per page (1, 2, 4, 8; each part a whole number of ring steps) */
+    int parts = kn_cuda_knob_int("KN_CUDA_IDX_SPLIT", 1);
+    const int steps = sh->block / 16 / tps;
+    if (parts < 1) parts = 1;
+    while (parts > 1 && (parts > IRG_WARPS || IRG_WARPS % parts || steps % parts)) parts >>= 1;
+    /* one wave of 2 CTAs per SM when the work allows, chunks of a multiple of the warp groups (every warp
+     * the same count), at most 256 pages per CTA (as the persistent scan); KN_CUDA_IDX_CHUNK: pages per CTA
+     * (rounded up to the groups), so that several waves of smaller CTAs can be compared */
+    const int64_t want = (int64_t)kn_cuda_sm_count() * 2;
+    int64_t chunk = kn_cuda_knob_int("KN_CUDA_IDX_CHUNK", 0);
+    if (chunk <= 0) chunk = kn_cdiv((int64_t)qb->max_blocks * qb->n, want);
+    if (chunk > 32 * IRG_WARPS) chunk = 32 * IRG_WARPS;
+    int64_t groups = IRG_WARPS / parts;
+    chunk = kn_cdiv(chunk, groups) * groups;
+    if (parts > 1 && chunk * parts > IRG_PART_SLOTS) { /* large work: whole pages per warp */
+        parts = 1;
+        chunk = kn_cdiv(chunk, IRG_WARPS) * IRG_WARPS;
+    }
+    sp.chunk = (int32_t)chunk;
+    sp.parts = parts;
+    return sp;
+}
+
 template <int DI, bool FP8, int ST, int TPS, bool LINES>
 static void launch_ring(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                         const struct kn_cuda_cache *c, const float *q, float *scores, int32_t score_stride,
                         cudaStream_t stream)
 {
     static bool attr_set; /* raise the dynamic shared-memory limit once, not at every launch */
-    constexpr int smem = irg_smem_bytes<DI, FP8, ST, TPS, LINES>();
+    constexpr int ring_smem = irg_smem_bytes<DI, FP8, ST, TPS, LINES>();
+    auto kern = k_index_decode_ring<DI, FP8, ST, TPS, LINES>;
     if (!attr_set) {
-        cudaFuncSetAttribute(k_index_decode_ring<DI, FP8, ST, TPS, LINES>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             ring_smem + IRG_PART_SLOTS * 16);
         attr_set = true;
     }
-    /* one wave of 2 CTAs per SM when the work allows, chunks of a multiple of 8 pages (every warp the same
-     * count), at most 256 pages per CTA (as the persistent scan) */
-    const int64_t want = (int64_t)kn_cuda_sm_count() * 2;
-    int64_t chunk = kn_cdiv((int64_t)qb->max_blocks * qb->n, want);
-    chunk = kn_cdiv(chunk, IRG_WARPS) * IRG_WARPS;
-    if (chunk > 32 * IRG_WARPS) chunk = 32 * IRG_WARPS;
-    dim3 grid((unsigned)kn_cdiv(qb->max_blocks, chunk), (unsigned)qb->n);
-    k_index_decode_ring<DI, FP8, ST, TPS, LINES><<<grid, IRG_WARPS * 32, smem, stream>>>(
-        q, qb->pos, qb->qseq, qb->block_table, qb->bt_stride, (const uint8_t *)c->idx, c->idx_scale, qb->n,
-        sh->n_idx_heads, sh->block, (int32_t)chunk, scores, score_stride,
-        (int32_t)kn_cuda_knob_int("KN_CUDA_IDX_EVICT", 1), g_irg_prof);
+    const struct irg_split sp = irg_pick_split(sh, qb, TPS);
+    const int smem = ring_smem + (sp.parts > 1 ? sp.chunk * sp.parts * 16 : 0);
+    /* Programmatic dependent launch after the previous kernel (see the kernel), one query per sequence only
+     * (several would make more than the last page fresh). KN_CUDA_IDX_PDL unset: on up to 32768 pages in all
+     * (1M tokens at batch 1, 128K-512K at batch 8), where the scan's launch and first copies overlapping the
+     * step's append measured +2 to +7 points of copy back to back (+4.6 FP8 at 1M batch 1) and the FP8 decode
+     * layer 1 us faster b2b; at batch 64 it measured level (bf16 128K: -1 point), so plain there (scan
+     * runs 2-3, docs/progress/cuda-scan.md). 0: plain, 1: always, 2: the own page copied before the wait
+     * (tests only: a wrong order, to be caught). */
+    const int knob_pdl = kn_cuda_knob_int("KN_CUDA_IDX_PDL", -1);
+    int pdl = 0;
+    if (qb->max_q_per_seq == 1) pdl = knob_pdl >= 0 ? knob_pdl : (int64_t)qb->n * qb->max_blocks <= 32768;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = dim3((unsigned)kn_cdiv(qb->max_blocks, sp.chunk), (unsigned)qb->n);
+    cfg.blockDim = dim3(IRG_WARPS * 32);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.stream = stream;
+    if (pdl) {
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+    }
+    const int32_t evict = kn_cuda_knob_int("KN_CUDA_IDX_EVICT", 1), unsafe_own = pdl == 2;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, q, qb->pos, qb->qseq, qb->block_table, qb->bt_stride,
+                                       (const uint8_t *)c->idx, (const float *)c->idx_scale, qb->n,
+                                       sh->n_idx_heads, sh->block, sp.chunk, sp.parts, scores, score_stride,
+                                       evict, unsafe_own, g_irg_prof);
+    if (e != cudaSuccess && pdl) {
+        /* a stream or driver that refuses programmatic launch: the same kernel, plainly serialized */
+        (void)cudaGetLastError();
+        cfg.numAttrs = 0;
+        (void)cudaLaunchKernelEx(&cfg, kern, q, qb->pos, qb->qseq, qb->block_table, qb->bt_stride,
+                                 (const uint8_t *)c->idx, (const float *)c->idx_scale, qb->n, sh->n_idx_heads,
+                                 sh->block, sp.chunk, sp.parts, scores, score_stride, evict, unsafe_own,
+                                 g_irg_prof);
+    }
 }
 
 int32_t kn_index_scores_decode_ring(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,

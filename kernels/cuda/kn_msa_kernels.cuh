@@ -90,6 +90,9 @@ int kn_cuda_knob(const char *name, int dflt);
  * (kn_msa_index_decode_ring.cu; the default where it applies). KN_CUDA_IDX_LINES=0: that ring with per-lane
  * copies; KN_CUDA_IDX_TILE=1: that ring with one 16-token FP8 tile per step (default 2 tiles, 32 tokens).
  * KN_CUDA_IDX_EVICT=0: that ring's key copies under the normal L2 policy (default 1: evict-first).
+ * KN_CUDA_IDX_SPLIT=2|4|8: that ring with 2-8 warps per page; KN_CUDA_IDX_CHUNK=N: N pages per CTA;
+ * KN_CUDA_IDX_PDL=0|1: that ring launched plainly / as a programmatic dependent of the kernel before it
+ * (unset: the latter up to 32768 pages, one query per sequence; kn_msa_index_decode_ring.cu).
  * KN_CUDA_MERGE_PUSH=0 / KN_CUDA_TOPK_SPLIT=1|2: the fused decode tail's pulled merge / split selection
  * (kn_msa_decode.cu).
  * KN_CUDA_IDX_TRIGGER=1: the persistent scan lets the fused decode tail

@@ -332,6 +332,30 @@ static int64_t compare_sel(const struct world *w, const struct qset *qs, const i
     return differ;
 }
 
+/* Set / unset the knobs of a "KEY=VAL KEY=VAL" list. */
+static void knobs_set(const char *list)
+{
+    char env[160], *save = NULL;
+    snprintf(env, sizeof env, "%s", list);
+    for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq) continue;
+        *eq = 0;
+        setenv(t, eq + 1, 1);
+    }
+}
+
+static void knobs_unset(const char *list)
+{
+    char env[160], *save = NULL;
+    snprintf(env, sizeof env, "%s", list);
+    for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(t, '=');
+        if (eq) *eq = 0;
+        unsetenv(t);
+    }
+}
+
 static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, const int64_t *pos,
                         const char *label, int fast_idx_ok, int fast_attn_ok, int prefill_sel_ok)
 {
@@ -357,42 +381,53 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     float *s_d = ct_dmalloc(sizeof(float) * (size_t)ns);
 
     /* index scores: every path, bf16 and fp8 keys */
-    /* DECODE variants: 1 pages handed out by per-query counters (kn_cuda_msa_index_scores_dyn), 2 the
-     * persistent scan with an even split (KN_CUDA_IDX=1), 3 one CTA per page (2), 4 the grid-stride stream
-     * (3), 5 the ring with whole-line copies (4, the default where it applies), 6 the same with per-lane
-     * copies (KN_CUDA_IDX_LINES=0); FP8 only: 7 the ring with 16-token steps (4, KN_CUDA_IDX_TILE=1); 8 the
-     * ring with the keys copied under the normal L2 policy (KN_CUDA_IDX_EVICT=0; the default is evict-first)
-     */
-    enum { NVAR = 9 };
+    /* DECODE variants: 1 pages handed out by per-query counters (kn_cuda_msa_index_scores_dyn), the others
+     * KN_CUDA_* knobs: the persistent scan with an even split, one CTA per page, the grid-stride stream, the
+     * ring with whole-line copies (the default where it applies), with per-lane copies, (FP8) with 16-token
+     * steps, with the keys under the normal L2 policy, with 2 / 4 / 8 warps per page (FP8: at most 4, the
+     * knob is clamped), with 24 pages per CTA (several pages per warp), both (several split pages per warp
+     * group), launched plainly (the default is a programmatic dependent launch) with and without split
+     * pages, and explicitly as a programmatic dependent with and without split pages */
+    enum { NVAR = 19 };
+    static const char *const vknobs[NVAR] = {
+        "KN_CUDA_IDX=0",
+        "",
+        "KN_CUDA_IDX=1",
+        "KN_CUDA_IDX=2",
+        "KN_CUDA_IDX=3",
+        "KN_CUDA_IDX=4",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_LINES=0",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_TILE=1",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_EVICT=0",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_SPLIT=2",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_SPLIT=4",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_SPLIT=8",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_CHUNK=24",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_CHUNK=24 KN_CUDA_IDX_SPLIT=2",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_CHUNK=1 KN_CUDA_IDX_SPLIT=4 KN_CUDA_IDX_TILE=1",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_PDL=0",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_PDL=0 KN_CUDA_IDX_SPLIT=2",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_PDL=1",
+        "KN_CUDA_IDX=4 KN_CUDA_IDX_PDL=1 KN_CUDA_IDX_SPLIT=4",
+    };
     int32_t *cnt_d = ct_dmalloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
     CT_CU(cudaMemset(cnt_d, 0x5a, sizeof(int32_t) * (size_t)(n > 0 ? n : 1))); /* the call must zero them */
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (int32_t pv = NVAR * KN_PATH_GENERIC; pv <= NVAR * KN_PATH_DECODE + NVAR - 1; pv++) {
             const int32_t path = pv / NVAR, var = pv % NVAR, dyn = var == 1;
-            static const char *const vname[NVAR] = {
-                "",      " dyn",        " even",        " pages",         " stream",
-                " ring", " ring lanes", " ring tile16", " ring normal L2"};
-            static const char *const vknob[NVAR] = {"0", NULL, "1", "2", "3", "4", "4", "4", "4"};
-            static const char *const vevict[NVAR] = {[8] = "0"};
-            static const char *const vtile[NVAR] = {[7] = "1"};
-            static const char *const vlines[NVAR] = {[6] = "0"};
             if (path == KN_PATH_DECODE && (!fast_idx_ok || (fp8 && DI % 64) || (!fp8 && w->f32))) continue;
             if (var && path != KN_PATH_DECODE) continue;
-            if (var == 7 && !fp8) continue;
+            if ((var == 7 || var == 14) && !fp8) continue;
             CT_CU(cudaMemset(s_d, 0xff, sizeof(float) * (size_t)ns));
-            if (vknob[var]) setenv("KN_CUDA_IDX", vknob[var], 1);
-            if (vtile[var]) setenv("KN_CUDA_IDX_TILE", vtile[var], 1);
-            if (vlines[var]) setenv("KN_CUDA_IDX_LINES", vlines[var], 1);
-            if (vevict[var]) setenv("KN_CUDA_IDX_EVICT", vevict[var], 1);
+            char vname[96];
+            snprintf(vname, sizeof vname, "%s%s", var ? " " : "", dyn ? "dyn" : var ? vknobs[var] : "");
+            knobs_set(vknobs[var]);
             rc = dyn ? kn_cuda_msa_index_scores_dyn(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride,
                                                     cnt_d, path, 0, &err)
                      : kn_cuda_msa_index_scores(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, s_d, sstride, path, 0,
                                                 &err);
-            unsetenv("KN_CUDA_IDX");
-            unsetenv("KN_CUDA_IDX_TILE");
-            unsetenv("KN_CUDA_IDX_LINES");
-            unsetenv("KN_CUDA_IDX_EVICT");
-            CHECK_MSG(rc == MM_OK, "index_scores %s%s: %s", path_name(path), vname[var], err.msg);
+            knobs_unset(vknobs[var]);
+            CHECK_MSG(rc == MM_OK, "index_scores %s%s: %s", path_name(path), vname, err.msg);
             ct_download(got_s, s_d, sizeof(float) * (size_t)ns);
             const float *ref = fp8 ? ref_s8 : ref_s;
             int64_t bad = 0;
@@ -411,9 +446,9 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
                         if (ok && isfinite(ref[e]) && d > worst) worst = d;
                     }
                 }
-            CHECK_MSG(bad == 0, "[%s] index scores %s%s%s: %lld wrong", label, path_name(path), vname[var],
+            CHECK_MSG(bad == 0, "[%s] index scores %s%s%s: %lld wrong", label, path_name(path), vname,
                       fp8 ? " fp8" : "", (long long)bad);
-            printf("  index scores %-8s%s %s: max |diff| %.3g\n", path_name(path), vname[var],
+            printf("  index scores %-8s%s %s: max |diff| %.3g\n", path_name(path), vname,
                    fp8 ? "fp8 " : "bf16", worst);
         }
     cudaFree(cnt_d);
@@ -576,6 +611,7 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
         "KN_CUDA_TOPK_SPLIT=1 KN_CUDA_MERGE_PUSH=0",
         "KN_CUDA_TOPK_SPLIT=2 KN_CUDA_FUSED_SPLIT=8",
         "KN_CUDA_IDX_EVICT=0",
+        "KN_CUDA_IDX_SPLIT=2 KN_CUDA_IDX_PDL=0",
     };
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (size_t knob = 0; knob < sizeof knob_sets / sizeof knob_sets[0]; knob++) {
@@ -631,6 +667,117 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     free(q), free(qb16), free(ref_o), free(got_o), free(got_b);
     cudaFree(qi_d), cudaFree(s_d), cudaFree(q_d), cudaFree(rsel_d), cudaFree(o_d);
     qset_free(&qs);
+}
+
+/* A decode index scan right after the append of the step's index keys, nothing in between (the order of a
+ * decode step), against the CPU twin. Each sequence's new key is made the largest of its page for every head
+ * (twice the sum of the query's heads), so a scan that read the own page before the new row was visible gets
+ * that page's score wrong. KN_CUDA_TEST_APPEND_DELAY_US makes the append hold its writes back after it has
+ * triggered its dependents: the programmatic launch (the default, with and without split pages), the plain
+ * one (KN_CUDA_IDX_PDL=0) and the persistent scan must still see the new rows, and the test-only wrong order
+ * (KN_CUDA_IDX_PDL=2: the own page copied before the wait) must be caught, which shows that the check can
+ * fail. On the legacy stream and a created one. */
+static void test_scan_after_append(void)
+{
+    struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
+    const int32_t NH = sh.n_idx_heads, DI = sh.idx_dim, B = sh.block;
+    /* next positions at page offsets 1, 1, 10, 60, 57: inside the first ring steps of the own page */
+    static const int64_t len[] = {129, 2049, 1290, 700, 3001};
+    enum { NS = 5, NRUN = 7 };
+    static const char *const runs[NRUN] = {
+        "",
+        "KN_CUDA_IDX_PDL=0",
+        "KN_CUDA_TEST_APPEND_DELAY_US=200",
+        "KN_CUDA_IDX_SPLIT=2 KN_CUDA_TEST_APPEND_DELAY_US=200",
+        "KN_CUDA_IDX_PDL=0 KN_CUDA_TEST_APPEND_DELAY_US=200",
+        "KN_CUDA_IDX=0 KN_CUDA_TEST_APPEND_DELAY_US=200",
+        "KN_CUDA_IDX_PDL=2 KN_CUDA_TEST_APPEND_DELAY_US=200", /* wrong on purpose: must be caught */
+    };
+    cudaStream_t made;
+    CT_CU(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+    for (int st = 0; st < 2; st++)
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (int r = 0; r < NRUN; r++) {
+                cudaStream_t stream = st ? made : 0;
+                struct world w;
+                world_make(&w, &sh, NS, len, 0);
+                int32_t qseq[NS];
+                int64_t pos[NS];
+                for (int32_t i = 0; i < NS; i++) qseq[i] = i, pos[i] = len[i];
+                struct qset qs;
+                qset_make(&qs, &w, NS, qseq, pos);
+                const int32_t sstride = qs.qb.max_blocks;
+                const int64_t ns = (int64_t)NH * NS * sstride;
+                float *qi = ct_hmalloc(sizeof(float) * (size_t)NS * NH * DI);
+                float *ki = ct_hmalloc(sizeof(float) * (size_t)NS * DI);
+                ct_fill_normal(qi, (int64_t)NS * NH * DI, 1.0f);
+                for (int32_t i = 0; i < NS; i++)
+                    for (int32_t d = 0; d < DI; d++) {
+                        float x = 0;
+                        for (int32_t h = 0; h < NH; h++) x += 2.0f * qi[((int64_t)i * NH + h) * DI + d];
+                        ki[(int64_t)i * DI + d] = x;
+                    }
+                /* the host copy of the index cache gets the new rows as the GPU stores them */
+                for (int32_t i = 0; i < NS; i++) {
+                    const int64_t row =
+                        (int64_t)w.bt_h[(int64_t)i * w.bt_stride + pos[i] / B] * B + pos[i] % B;
+                    float amax = 0;
+                    for (int32_t d = 0; d < DI; d++) amax = fmaxf(amax, fabsf(ki[(int64_t)i * DI + d]));
+                    const float s8 = amax > 0 ? amax / 448.0f : 1.0f;
+                    for (int32_t d = 0; d < DI; d++) {
+                        const float x = ki[(int64_t)i * DI + d];
+                        w.idx_f[row * DI + d] = mm_bf16_to_f32(mm_f32_to_bf16(x));
+                        w.idx8_f[row * DI + d] = mm_f8e4m3_to_f32(mm_f32_to_f8e4m3(x / s8)) * s8;
+                    }
+                }
+                float *ref = ct_hmalloc(sizeof(float) * (size_t)ns),
+                      *got = ct_hmalloc(sizeof(float) * (size_t)ns);
+                cpu_scores(&w, &qs, qi, fp8 ? w.idx8_f : w.idx_f, ref, sstride);
+                float *qi_d = ct_upload(qi, sizeof(float) * (size_t)NS * NH * DI);
+                float *ki_d = ct_upload(ki, sizeof(float) * (size_t)NS * DI);
+                float *s_d = ct_dmalloc(sizeof(float) * (size_t)ns);
+                CT_CU(cudaMemset(s_d, 0xff, sizeof(float) * (size_t)ns));
+                CT_CU(cudaDeviceSynchronize());
+                struct mm_err err = {0};
+                knobs_set(runs[r]);
+                int32_t rc = kn_cuda_cache_append(&sh, &qs.qb, fp8 ? &w.c8 : &w.c, NULL, NULL, 0, ki_d, DI,
+                                                  stream, &err);
+                if (rc == MM_OK)
+                    rc = kn_cuda_msa_index_scores(&sh, &qs.qb, fp8 ? &w.c8 : &w.c, qi_d, s_d, sstride,
+                                                  KN_PATH_DECODE, stream, &err);
+                knobs_unset(runs[r]);
+                CHECK_MSG(rc == MM_OK, "append + scan %s: %s", runs[r], err.msg);
+                CT_CU(cudaStreamSynchronize(stream));
+                ct_download(got, s_d, sizeof(float) * (size_t)ns);
+                int64_t bad = 0, own_bad = 0;
+                for (int32_t g = 0; g < NH; g++)
+                    for (int32_t i = 0; i < NS; i++)
+                        for (int32_t b = 0; b <= pos[i] / B; b++) {
+                            const int64_t e = ((int64_t)g * NS + i) * sstride + b;
+                            const double d = fabs((double)got[e] - ref[e]);
+                            const int ok = got[e] == ref[e] || d <= 2e-4 * (1.0 + fabs(ref[e]));
+                            bad += !ok;
+                            own_bad += !ok && b == pos[i] / B;
+                        }
+                char what[160];
+                snprintf(what, sizeof what, "append + scan%s%s, %s stream, %s", r ? " " : "", runs[r],
+                         st ? "created" : "legacy", fp8 ? "fp8" : "bf16");
+                if (r == NRUN - 1) {
+                    CHECK_MSG(own_bad > 0 && own_bad == bad,
+                              "%s: the own page read before the wait went unnoticed (%lld wrong, %lld own)",
+                              what, (long long)bad, (long long)own_bad);
+                } else {
+                    CHECK_MSG(bad == 0, "%s: %lld scores wrong (%lld of own pages)", what, (long long)bad,
+                              (long long)own_bad);
+                }
+                printf("  %s: %lld wrong scores (%lld of own pages)%s\n", what, (long long)bad,
+                       (long long)own_bad, r == NRUN - 1 ? ", expected > 0" : "");
+                free(qi), free(ki), free(ref), free(got);
+                cudaFree(qi_d), cudaFree(ki_d), cudaFree(s_d);
+                qset_free(&qs);
+                world_free(&w);
+            }
+    CT_CU(cudaStreamDestroy(made));
 }
 
 /* decode: one query per sequence at its last position */
@@ -1371,6 +1518,7 @@ int main(void)
     test_fused_decode_scores();
     test_select_prefill_long();
     test_prefill_union();
+    test_scan_after_append();
     {
         /* M3: 64 heads, 4 KV groups, head_dim 128, index 4 x 128, block 128, top-16 */
         struct kn_cuda_msa_shape sh = {64, 4, 128, 4, 128, 128, 16, 1, 0.08838834764831845f};
