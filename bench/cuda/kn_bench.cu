@@ -4,7 +4,7 @@
  * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
  *
  *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]] [--prof-raw timestamps.tsv]
- *   NAMES: ceil index topk decode prefill layer layerdec layerprof fp8agree
+ *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree
  */
 #include <math.h>
 #include <stdint.h>
@@ -25,6 +25,12 @@
  */
 extern "C" int32_t kn_cuda_decode_prof_set(unsigned long long *buf);
 extern "C" int32_t kn_cuda_index_prof_set(unsigned long long *buf);
+/* Test hook of kernels/cuda (kn_msa_decode.cu): the fused decode tail alone on given index scores */
+extern "C" int32_t kn_cuda_decode_fused_scores(const struct kn_cuda_msa_shape *sh,
+                                               const struct kn_cuda_qbatch *qb, const struct kn_cuda_cache *c,
+                                               const void *q, const float *scores, int32_t score_stride,
+                                               int32_t *sel, int32_t sel_stride, void *out,
+                                               struct mm_err *err);
 
 /* ---------------------------------------------------------------------------------------------------- */
 /* plumbing                                                                                               */
@@ -1311,7 +1317,26 @@ static const struct layer_route g_routes[] = {
     /* the index keys copied under the normal L2 policy (the previous default; now evict-first,
      * kn_msa_index_decode_ring.cu) */
     {"fused, idx normal L2", "KN_CUDA_IDX_EVICT=0", 1},
+    /* the previous tail (4 warps per CTA, top-k's store per value), and the default (8 warps where a row has
+     * more than 8 splits, top-k's gather by candidate mask) with one of its changes undone */
+    {"fused, previous tail", "KN_CUDA_TAIL_WARPS=4 KN_CUDA_TOPK_BF=1", 1},
+    {"fused, 4 warps", "KN_CUDA_TAIL_WARPS=4", 1},
+    {"fused, topk store", "KN_CUDA_TOPK_BF=1", 1},
 };
+
+/* KN_BENCH_DEC_ROUTES="name|name|...": time and profile only these routes (all when unset), so that a short
+ * device run can repeat a few of them in several processes */
+static int route_on(const struct layer_route *r)
+{
+    const char *f = getenv("KN_BENCH_DEC_ROUTES");
+    if (!f || !f[0]) return 1;
+    const size_t n = strlen(r->name);
+    for (const char *p = f; p; p = strchr(p, '|')) {
+        if (*p == '|') p++;
+        if (!strncmp(p, r->name, n) && (p[n] == '|' || p[n] == 0)) return 1;
+    }
+    return 0;
+}
 
 static void set_route(const struct layer_route *r)
 {
@@ -1319,7 +1344,7 @@ static void set_route(const struct layer_route *r)
                                   "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK",  "KN_CUDA_MERGE_SERIAL",
                                   "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF",
                                   "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH",  "KN_CUDA_IDX_TILE",
-                                  "KN_CUDA_IDX_LINES",    "KN_CUDA_IDX_EVICT"};
+                                  "KN_CUDA_IDX_LINES",    "KN_CUDA_IDX_EVICT",   "KN_CUDA_TAIL_WARPS"};
     for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
     char buf[256];
     snprintf(buf, sizeof buf, "%s", r ? r->env : "");
@@ -1570,6 +1595,10 @@ static void bench_layer_decode(int prof_only)
     printf("== one MSA decode layer at 1M (index + top-k + sparse attention) vs dense attention, by route\n");
     const int64_t ctx = g_quick ? 65536 : 1048576;
     const int32_t nb = (int32_t)(ctx / M3.block);
+    /* KN_BENCH_DEC_BATCH=n (1-64, default 1): n sequences at the same context sharing their K/V and index
+     * pages (one block table for all), one decode query each */
+    const char *be = getenv("KN_BENCH_DEC_BATCH");
+    const int32_t batch = be && atoi(be) >= 1 && atoi(be) <= 64 ? atoi(be) : 1;
     struct layer_dec_arg a;
     memset(&a, 0, sizeof(a));
     const size_t kv = (size_t)nb * M3.block * M3.n_kv * M3.head_dim * 2;
@@ -1586,25 +1615,28 @@ static void bench_layer_decode(int prof_only)
     k_quant_fp8<<<(unsigned)((nb * (int64_t)M3.block + 7) / 8), 256>>>(
         (const uint16_t *)a.c.idx, (int64_t)nb * M3.block, M3.idx_dim, idx8, sc8);
     CK(cudaGetLastError());
-    int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb);
-    for (int32_t b = 0; b < nb; b++) bt[b] = b;
-    int32_t qseq = 0;
-    int64_t pos = ctx - 1;
-    dbatch_make(&a.b, 1, 1, &qseq, &pos, bt, nb);
-    for (int k = 0; k < 4; k++) {
-        a.qi[k] = (float *)dmalloc(sizeof(float) * M3.n_idx_heads * M3.idx_dim);
-        fill_f32(a.qi[k], M3.n_idx_heads * M3.idx_dim, 44 + k, 1.0f);
+    int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb * batch);
+    int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch);
+    int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)batch);
+    for (int32_t s = 0; s < batch; s++) {
+        for (int32_t b = 0; b < nb; b++) bt[(size_t)s * nb + b] = b;
+        qseq[s] = s, pos[s] = ctx - 1;
     }
-    a.q = dmalloc((size_t)M3.n_heads * M3.head_dim * 2);
-    a.out = dmalloc((size_t)M3.n_heads * M3.head_dim * 2);
-    fill_bf16(a.q, M3.n_heads * M3.head_dim, 49, 1.0f);
-    a.sel = (int32_t *)dmalloc(sizeof(int32_t) * M3.n_kv * M3.topk);
+    dbatch_make(&a.b, batch, batch, qseq, pos, bt, nb);
+    for (int k = 0; k < 4; k++) {
+        a.qi[k] = (float *)dmalloc(sizeof(float) * batch * M3.n_idx_heads * M3.idx_dim);
+        fill_f32(a.qi[k], (int64_t)batch * M3.n_idx_heads * M3.idx_dim, 44 + k, 1.0f);
+    }
+    a.q = dmalloc((size_t)batch * M3.n_heads * M3.head_dim * 2);
+    a.out = dmalloc((size_t)batch * M3.n_heads * M3.head_dim * 2);
+    fill_bf16(a.q, (int64_t)batch * M3.n_heads * M3.head_dim, 49, 1.0f);
+    a.sel = (int32_t *)dmalloc(sizeof(int32_t) * batch * M3.n_kv * M3.topk);
     size_t w1 = kn_cuda_msa_select_attend_ws(&M3, &a.b.qb, M3.topk, KN_PATH_AUTO);
     size_t w3 = kn_cuda_dense_attention_ws(&M3, &a.b.qb, KN_PATH_DECODE);
     a.ws_bytes = w1 > w3 ? w1 : w3;
     a.ws = dmalloc(a.ws_bytes);
     char cfg[96];
-    snprintf(cfg, sizeof cfg, "decode ctx %lldK batch 1", (long long)(ctx / 1024));
+    snprintf(cfg, sizeof cfg, "decode ctx %lldK batch %d", (long long)(ctx / 1024), (int)batch);
     const int iters = g_quick ? 5 : 50;
     const struct kn_cuda_cache cb = a.c;
     struct kn_cuda_cache c8 = a.c;
@@ -1618,10 +1650,13 @@ static void bench_layer_decode(int prof_only)
 
     if (!prof_only) {
         /* synced: each call bracketed by events and waited for */
+        /* dense only at batch 1: with n sequences sharing one cache it would read n x 2 GB per call */
         a.dense = 1;
-        double dense_ms = time_ms(run_layer_dec, &a, 3, iters);
-        emit("layer", cfg, "dense (ours)", dense_ms * 1e3, "us");
-        emit("layer", cfg, "dense bandwidth", (double)kv * 2 / (dense_ms * 1e-3) / 1e12, "TB/s");
+        double dense_ms = batch == 1 ? time_ms(run_layer_dec, &a, 3, iters) : NAN;
+        if (batch == 1) {
+            emit("layer", cfg, "dense (ours)", dense_ms * 1e3, "us");
+            emit("layer", cfg, "dense bandwidth", (double)kv * 2 / (dense_ms * 1e-3) / 1e12, "TB/s");
+        }
         a.dense = 0;
         /* two passes over the routes, the second reported: in four of five H200 runs the first routes timed
          * after the dense kernel read 4-5 us slower than the same route later in the process; the first
@@ -1629,23 +1664,26 @@ static void bench_layer_decode(int prof_only)
         for (int pass = 0; pass < 2; pass++)
             for (int fp8 = 0; fp8 < 2; fp8++)
                 for (int r = 0; r < n_routes; r++) {
+                    if (!route_on(&g_routes[r])) continue;
                     set_route(&g_routes[r]);
                     a.c = fp8 ? c8 : cb;
                     double ms = time_ms(run_layer_dec, &a, 3, iters);
                     snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
                     emit(pass ? "layer" : "layer pass 1", cfg, name, ms * 1e3, "us");
-                    if (!pass) continue;
+                    if (!pass || batch > 1) continue;
                     snprintf(name, sizeof name, "speedup %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
                     emit("layer", cfg, name, dense_ms / ms, "x vs ours");
                 }
         /* back to back (20 layers between two events), as consecutive layers of a decode step run */
         a.dense = 1;
-        double dense_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
-        emit("layer b2b", cfg, "dense (ours)", dense_b * 1e3, "us");
+        if (batch == 1) {
+            double dense_b = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
+            emit("layer b2b", cfg, "dense (ours)", dense_b * 1e3, "us");
+        }
         a.dense = 0;
         for (int fp8 = 0; fp8 < 2; fp8++)
             for (int r = 0; r < n_routes; r++) {
-                if (!g_routes[r].b2b) continue;
+                if (!g_routes[r].b2b || !route_on(&g_routes[r])) continue;
                 set_route(&g_routes[r]);
                 a.c = fp8 ? c8 : cb;
                 double ms = time_b2b_ms(run_layer_dec, &a, 3, g_quick ? 3 : 9, 20);
@@ -1653,15 +1691,18 @@ static void bench_layer_decode(int prof_only)
                 emit("layer b2b", cfg, name, ms * 1e3, "us");
             }
     }
-    /* where the time goes, for the default route (up to 16 splits) and the 8-split one */
-    for (int fp8 = 0; fp8 < 2; fp8++)
+    /* where the time goes, for the default route (up to 16 splits) and the 8-split one; batch 1 only (the
+     * timestamp buffers are sized for it) */
+    for (int fp8 = 0; fp8 < 2 && batch == 1; fp8++)
         for (int r = 0; r < n_routes; r++) {
             if (strcmp(g_routes[r].name, "fused") && strcmp(g_routes[r].name, "fused, pull merge") &&
                 strcmp(g_routes[r].name, "fused, topk split2") &&
                 strcmp(g_routes[r].name, "fused, idx pages") &&
                 strcmp(g_routes[r].name, "fused, idx stream") &&
-                strcmp(g_routes[r].name, "fused, idx normal L2"))
+                strcmp(g_routes[r].name, "fused, idx normal L2") &&
+                !strstr(g_routes[r].env, "KN_CUDA_TAIL") && !strstr(g_routes[r].env, "KN_CUDA_TOPK_BF=1"))
                 continue;
+            if (!route_on(&g_routes[r])) continue;
             set_route(&g_routes[r]);
             a.c = fp8 ? c8 : cb;
             snprintf(name, sizeof name, "%s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
@@ -1671,12 +1712,14 @@ static void bench_layer_decode(int prof_only)
         /* replayed from CUDA graphs (how a serving loop would issue them); last, as the riskiest to capture
          */
         a.dense = 1;
-        double dense_g = time_graph_ms(run_layer_dec, &a, 1, 3, iters);
-        emit("layer graph", cfg, "dense (ours)", dense_g * 1e3, "us");
+        if (batch == 1) {
+            double dense_g = time_graph_ms(run_layer_dec, &a, 1, 3, iters);
+            emit("layer graph", cfg, "dense (ours)", dense_g * 1e3, "us");
+        }
         a.dense = 0;
         for (int fp8 = 0; fp8 < 2; fp8++)
             for (int r = 0; r < n_routes; r++) {
-                if (!g_routes[r].b2b) continue;
+                if (!g_routes[r].b2b || !route_on(&g_routes[r])) continue;
                 set_route(&g_routes[r]);
                 a.c = fp8 ? c8 : cb;
                 double ms = time_graph_ms(run_layer_dec, &a, 4, 3, iters);
@@ -1690,7 +1733,83 @@ static void bench_layer_decode(int prof_only)
     for (int k = 0; k < 4; k++) cudaFree(a.qi[k]);
     cudaFree(a.c.k), cudaFree(a.c.v), cudaFree(a.c.idx), cudaFree(idx8), cudaFree(sc8), cudaFree(a.q);
     cudaFree(a.out), cudaFree(a.sel), cudaFree(a.ws);
-    free(bt);
+    free(bt), free(qseq), free(pos);
+}
+
+/* The fused decode tail alone (top-k + one page per split + merge: kn_cuda_decode_fused_scores, the test
+ * hook) on given index scores at 1M context, batch 1, 16 and 64 (sequences sharing one cache, scores drawn
+ * at random: ~70 top-k candidates per row as with real index scores), synced and back to back, for the
+ * routes of g_routes (KN_BENCH_DEC_ROUTES): the tail's routes compared without the index scan's time and
+ * noise, at the batches the layer bench measures only through the scan. */
+struct tail_arg {
+    struct dbatch b;
+    struct kn_cuda_cache c;
+    float *scores;
+    int32_t stride;
+    void *q, *out;
+    int32_t *sel;
+};
+
+static void run_tail(void *p, int it)
+{
+    struct tail_arg *a = (struct tail_arg *)p;
+    (void)it;
+    KC(kn_cuda_decode_fused_scores(&M3, &a->b.qb, &a->c, a->q, a->scores, a->stride, a->sel, M3.topk, a->out,
+                                   &g_err));
+}
+
+static void bench_tail(void)
+{
+    printf("== the fused decode tail alone on given scores (1M context), by route\n");
+    const int64_t ctx = g_quick ? 65536 : 1048576;
+    const int32_t nb = (int32_t)(ctx / M3.block);
+    struct tail_arg a;
+    memset(&a, 0, sizeof(a));
+    const size_t kv = (size_t)nb * M3.block * M3.n_kv * M3.head_dim * 2;
+    a.c.k = dmalloc(kv);
+    a.c.v = dmalloc(kv);
+    a.c.n_pages = nb;
+    fill_bf16(a.c.k, (int64_t)(kv / 2), 41, 1.0f);
+    fill_bf16(a.c.v, (int64_t)(kv / 2), 42, 1.0f);
+    static const int32_t batches[] = {1, 16, 64};
+    const int n_routes = (int)(sizeof(g_routes) / sizeof(g_routes[0]));
+    for (int bi = 0; bi < 3; bi++) {
+        const int32_t batch = batches[bi];
+        int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb * batch);
+        int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch);
+        int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)batch);
+        for (int32_t s = 0; s < batch; s++) {
+            for (int32_t b = 0; b < nb; b++) bt[(size_t)s * nb + b] = b;
+            qseq[s] = s, pos[s] = ctx - 1;
+        }
+        dbatch_make(&a.b, batch, batch, qseq, pos, bt, nb);
+        a.stride = nb;
+        a.scores = (float *)dmalloc(sizeof(float) * (size_t)M3.n_kv * batch * nb);
+        fill_f32(a.scores, (int64_t)M3.n_kv * batch * nb, 61, 1.0f);
+        a.q = dmalloc((size_t)batch * M3.n_heads * M3.head_dim * 2);
+        a.out = dmalloc((size_t)batch * M3.n_heads * M3.head_dim * 2);
+        fill_bf16(a.q, (int64_t)batch * M3.n_heads * M3.head_dim, 49, 1.0f);
+        a.sel = (int32_t *)dmalloc(sizeof(int32_t) * batch * M3.n_kv * M3.topk);
+        char cfg[96], name[96];
+        snprintf(cfg, sizeof cfg, "decode tail ctx %lldK batch %d", (long long)(ctx / 1024), (int)batch);
+        for (int r = 0; r < n_routes; r++) {
+            /* the tail's own routes (the index and launch knobs change nothing here) */
+            if (!route_on(&g_routes[r]) || strstr(g_routes[r].env, "KN_CUDA_IDX") ||
+                strstr(g_routes[r].env, "KN_CUDA_FUSED_DECODE") || strstr(g_routes[r].env, "KN_CUDA_STEAL"))
+                continue;
+            set_route(&g_routes[r]);
+            const double ms = time_ms(run_tail, &a, 3, g_quick ? 5 : 50);
+            snprintf(name, sizeof name, "%s", g_routes[r].name);
+            emit("tail", cfg, name, ms * 1e3, "us");
+            const double mb = time_b2b_ms(run_tail, &a, 3, g_quick ? 3 : 9, 20);
+            emit("tail b2b", cfg, name, mb * 1e3, "us");
+        }
+        set_route(NULL);
+        dbatch_free(&a.b);
+        cudaFree(a.scores), cudaFree(a.q), cudaFree(a.out), cudaFree(a.sel);
+        free(bt), free(qseq), free(pos);
+    }
+    cudaFree(a.c.k), cudaFree(a.c.v);
 }
 
 static void bench_layer(void)
@@ -2015,6 +2134,7 @@ int main(int argc, char **argv)
     if (want(only, "fp8agree")) bench_fp8_agree();
     /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer, "layerprof"
      * runs only the timestamp profile */
+    if (want(only, "tail")) bench_tail();
     if (want(only, "layer") || want(only, "layerdec"))
         bench_layer_decode(0);
     else if (want(only, "layerprof"))

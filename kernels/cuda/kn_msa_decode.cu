@@ -30,7 +30,9 @@
  * What the tail's time is made of (timestamps and SASS, docs/progress/cuda-tail.md): each phase takes about
  * 0.1-0.15 us per KB of code it executes, whatever its memory traffic (one warp per scheduler running
  * dependent chains, or cold instruction fetch after the index scan): fewer instructions per warp is the
- * lever. */
+ * lever. Hence (docs/progress/cuda-t8.md): the 16-split tail runs 8 warps per CTA (KN_CUDA_TAIL_WARPS,
+ * default 8; half the scores, page copies and keys per warp), top-k writes its candidates by walking each
+ * thread's candidate mask instead of a store per score (KN_CUDA_TOPK_BF=2, default). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +75,20 @@
  * CTA (DEC_SMEM_ONE_PER_SM) must still fit beside an index-scan CTA. */
 #define DEC_XK_BYTES (DEC_FUSED_MAX_SPLIT * KN_CUDA_MAX_TOPK * 8)
 #define DEC_XCHG_BYTES (DEC_RECV_BYTES + DEC_XK_BYTES + KN_CUDA_MAX_TOPK * 8)
+/* The combine area of NW warps ([NW][16][DEC_CO_STRIDE] partials, then m and l), and where the receive area
+ * starts: past the stage ring and Q, and past the combine area, which with 8 warps (70 KB) is larger than
+ * one stage and Q (68 KB). */
+#define DEC_CO_BYTES(NW) ((NW)*16 * (DEC_CO_STRIDE + 2) * 4)
+#define DEC_RECV_OFF(ROWS, ST, NW)                                                                           \
+    (DEC_CO_BYTES(NW) > DEC_SMEM_ST(ROWS, ST) ? (DEC_CO_BYTES(NW) + 127) & ~127 : DEC_SMEM_ST(ROWS, ST))
+/* 8 warps per CTA in the fused tail (KN_CUDA_TAIL_WARPS=8): the tail's phases cost about their executed
+ * instructions per warp (docs/progress/cuda-tail.md), so twice the warps each load half the scores, gather
+ * half the candidates, issue half the page copies and fold 16 instead of 32 keys of the page. Only with the
+ * whole-row selection and the pushed merge. */
+#define DEC_TAIL_WIDE 8
+/* its register cap: 256 threads x 136 fit beside one index-scan CTA (8 warps x 120 allocated), so that a
+ * tail CTA can start on an SM the scan is still leaving, as the 4-warp one (128 threads x 256) does */
+#define DEC_TAIL_WIDE_REGS 136
 
 /* ---- mbarriers and asynchronous stores into a peer's shared memory (sm_90) ----
  * Used by the split selection and the pushed merge: each CTA pushes its data into the owner's shared memory
@@ -135,6 +151,81 @@ __device__ __forceinline__ void dec_st_async_f32x4(uint32_t addr, float4 v, uint
         : "memory");
 }
 
+/* aw_step (kn_attn_warp.cuh) with Q's fragments read from shared memory at each k-step instead of held in
+ * 32 registers: the 8-warp tail under its register cap (DEC_TAIL_WIDE_REGS) does not spill. A CTA of the
+ * 16-split tail folds one page, so Q is read once either way. */
+template <int NK>
+__device__ __forceinline__ void dec_step_qs(aw_state &st, uint32_t q_s, uint32_t k_s, uint32_t v_s, int key0,
+                                            int64_t kpos, int64_t qpos, float scale_log2, int lane)
+{
+    const int tig = lane & 3, m = lane >> 3;
+    float s[NK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < NK / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[nt][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < 8; ks++) {
+        uint32_t qa[4];
+        kn_ldsm_x4(qa, aw_row_addr(q_s, (m & 1) * 8 + (lane & 7), 2 * ks + (m >> 1)));
+#pragma unroll
+        for (int np = 0; np < NK / 16; np++) {
+            uint32_t bf[4];
+            kn_ldsm_x4(bf, aw_row_addr(k_s, key0 + (2 * np + (m >> 1)) * 8 + (lane & 7), 2 * ks + (m & 1)));
+            kn_mma_bf16(s[2 * np], qa, bf);
+            kn_mma_bf16(s[2 * np + 1], qa, bf + 2);
+        }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+    const bool all_visible = kpos + NK - 1 <= qpos;
+#pragma unroll
+    for (int nt = 0; nt < NK / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t kp = kpos + nt * 8 + 2 * tig + (e & 1);
+            const float x = (all_visible || kp <= qpos) ? s[nt][e] * scale_log2 : -INFINITY;
+            s[nt][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    float msafe[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mnew = fmaxf(st.m[h], mx[h]);
+        msafe[h] = mnew == -INFINITY ? 0.0f : mnew;
+        const float corr = exp2f(st.m[h] - msafe[h]);
+        st.m[h] = mnew;
+        st.l[h] *= corr;
+#pragma unroll
+        for (int dn = 0; dn < 16; dn++) st.o[dn][2 * h] *= corr, st.o[dn][2 * h + 1] *= corr;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NK / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = exp2f(s[nt][e] - msafe[e >> 1]);
+            s[nt][e] = p;
+            st.l[e >> 1] += p;
+        }
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; kk++) {
+        uint32_t pa[4];
+        pa[0] = kn_pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = kn_pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = kn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = kn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < 8; dp++) {
+            uint32_t vb[4];
+            kn_ldsm_x4_trans(vb,
+                             aw_row_addr(v_s, key0 + 16 * kk + (m & 1) * 8 + (lane & 7), 2 * dp + (m >> 1)));
+            kn_mma_bf16(st.o[2 * dp], pa, vb);
+            kn_mma_bf16(st.o[2 * dp + 1], pa, vb + 2);
+        }
+    }
+}
+
 /* heads of the row that CTA c of a cluster of ns merges (h = c, c + ns, ...) */
 __device__ __forceinline__ int dec_owned_heads(int c, int ns, int hpg)
 {
@@ -162,12 +253,12 @@ struct dec_args {
     /* FUSED */
     const float *scores; /* [n_kv][n][score_stride] block scores (index head g = KV group g) */
     int32_t score_stride, n_local;
-    int32_t *sel_out;         /* NULL or [n_kv][n][sel_stride]: the selections, written by split 0 */
-    int32_t serial_merge;     /* benchmark knob: the previous merge, one split's remote loads at a time */
-    int32_t topk_bf;          /* benchmark knob: top-k's branch-free gather (kn_topk_row) */
-    int32_t topk_split;       /* CLUSTER: each CTA selects from 1/n_split of the row, lists exchanged and
-                                 merged by rank (1) or by one warp's k-way merge (2) */
-    int32_t merge_push;       /* CLUSTER: partials pushed to the head owner (st.async), no cluster barrier */
+    int32_t *sel_out;     /* NULL or [n_kv][n][sel_stride]: the selections, written by split 0 */
+    int32_t serial_merge; /* benchmark knob: the previous merge, one split's remote loads at a time */
+    int32_t topk_bf;      /* benchmark knob: top-k's gather (kn_topk_row: 0 branchy, 1 branch-free, 2 mask) */
+    int32_t topk_split;   /* CLUSTER: each CTA selects from 1/n_split of the row, lists exchanged and
+                             merged by rank (1) or by one warp's k-way merge (2) */
+    int32_t merge_push;   /* CLUSTER: partials pushed to the head owner (st.async), no cluster barrier */
     unsigned long long *prof; /* benchmark hook: KN_PROF_CTA_SLOTS per CTA, or NULL */
 };
 
@@ -183,15 +274,23 @@ struct dec_args {
         }                                                                                                    \
     } while (0)
 
-template <int ROWS, bool FUSED, bool CLUSTER, int STAGES>
-__global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a)
+template <int ROWS, bool FUSED, bool CLUSTER, int STAGES, int NW = DEC_WARPS>
+__global__ void __launch_bounds__(NW * 32) __maxnreg__(NW == DEC_TAIL_WIDE ? DEC_TAIL_WIDE_REGS : 255)
+    k_attn_decode(const dec_args a)
 {
-    static_assert(STAGES >= 1 &&
-                      (!FUSED || STAGES * DEC_STAGE_BYTES(ROWS) >= DEC_X_OFF + 16 * (AW_D + 1) * 4) &&
-                      DEC_WARPS * 16 * (DEC_CO_STRIDE + 2) * 4 <= DEC_X_OFF &&
-                      DEC_WARPS * 16 * (DEC_CO_STRIDE + 2) * 4 <= STAGES * DEC_STAGE_BYTES(ROWS),
-                  "the combine area and the fused merge area live in the stage area, apart");
+    constexpr int NT = NW * 32;
+    /* 8 warps (KN_CUDA_TAIL_WARPS): the pushed merge and the whole-row selection only, so the pulled merge's
+     * area (DEC_X_OFF, inside the 8-warp combine area) and the split selection are never used */
+    constexpr bool WIDE = NW != DEC_WARPS;
+    static_assert(NW == DEC_WARPS || (NW == DEC_TAIL_WIDE && FUSED && CLUSTER), "8 warps: fused tail only");
+    static_assert(
+        STAGES >= 1 && (!FUSED || STAGES * DEC_STAGE_BYTES(ROWS) >= DEC_X_OFF + 16 * (AW_D + 1) * 4) &&
+            (WIDE || (DEC_CO_BYTES(NW) <= DEC_X_OFF && DEC_CO_BYTES(NW) <= STAGES * DEC_STAGE_BYTES(ROWS))) &&
+            DEC_CO_BYTES(NW) <= DEC_RECV_OFF(ROWS, STAGES, NW),
+        "the combine area and the fused merge area live in the stage area, apart");
     constexpr int P = DEC_BLK / ROWS; /* items per page */
+    const int topk_split = WIDE ? 0 : a.topk_split;
+    const bool merge_push = WIDE || a.merge_push;
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int32_t blist[KN_CUDA_MAX_TOPK];
     __shared__ int32_t bcount;
@@ -207,18 +306,19 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     /* split selection / pushed merge: [0] counts the peers' lists, [1] the partials of the heads owned here
      */
     __shared__ __align__(8) unsigned long long xbar[2];
-    const bool xchg = CLUSTER && FUSED && (a.topk_split || a.merge_push);
-    const uint32_t bar_s = kn_smem_addr(xbar), recv_s = s_base + DEC_SMEM_ST(ROWS, STAGES);
-    unsigned long long *xkeys = (unsigned long long *)(smem + DEC_SMEM_ST(ROWS, STAGES) + DEC_RECV_BYTES);
+    const bool xchg = CLUSTER && FUSED && (topk_split || merge_push);
+    const uint32_t bar_s = kn_smem_addr(xbar), recv_s = s_base + DEC_RECV_OFF(ROWS, STAGES, NW);
+    unsigned long long *xkeys =
+        (unsigned long long *)(smem + DEC_RECV_OFF(ROWS, STAGES, NW) + DEC_RECV_BYTES);
     unsigned long long *lkeys = xkeys + DEC_FUSED_MAX_SPLIT * KN_CUDA_MAX_TOPK;
     if (xchg) {
         if (tid == 0) {
             const uint32_t rank = kn_cluster_rank();
             dec_mbar_init(bar_s, 1);
             dec_mbar_init(bar_s + 8, 1);
-            if (a.topk_split) dec_mbar_expect(bar_s, (uint32_t)(a.n_split * a.sel_k * 8));
+            if (topk_split) dec_mbar_expect(bar_s, (uint32_t)(a.n_split * a.sel_k * 8));
             const int oh = dec_owned_heads((int)rank, a.n_split, a.hpg);
-            if (a.merge_push && oh) dec_mbar_expect(bar_s + 8, (uint32_t)(a.n_split * oh * (AW_D + 1) * 4));
+            if (merge_push && oh) dec_mbar_expect(bar_s + 8, (uint32_t)(a.n_split * oh * (AW_D + 1) * 4));
         }
         dec_cluster_arrive_init();
     }
@@ -227,7 +327,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
      * this may run before the dependency wait of a programmatic launch. */
     aw_tile_load(s_base + DEC_Q_OFF_ST(ROWS, STAGES),
                  (const uint8_t *)(a.q + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg) * AW_D), AW_D * 2, 16,
-                 a.hpg, tid, DEC_THREADS);
+                 a.hpg, tid, NT);
     kn_cp_async_commit();
 
     /* this split's blocks: [first, first + count) of the list (sparse lists compacted to valid entries) */
@@ -241,24 +341,24 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
                 a.prof ? a.prof + ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS +
                              KN_PROF_TOPK
                        : nullptr;
-            kn_topk_smem<DEC_THREADS> &tsm = *reinterpret_cast<kn_topk_smem<DEC_THREADS> *>(smem);
-            static_assert(sizeof(kn_topk_smem<DEC_THREADS>) <= STAGES * DEC_STAGE_BYTES(ROWS),
+            kn_topk_smem<NT> &tsm = *reinterpret_cast<kn_topk_smem<NT> *>(smem);
+            static_assert(sizeof(kn_topk_smem<NT>) <= STAGES * DEC_STAGE_BYTES(ROWS),
                           "top-k scratch fits the stage area");
             const int32_t nb = own + 1, ns = a.n_split, kk = a.sel_k;
             kn_griddep_wait(); /* the index scores */
             DEC_PROF(KN_PROF_WAITED);
-            if (CLUSTER && a.topk_split) {
+            if (CLUSTER && topk_split) {
                 /* CTA z selects the best of its slice of the row (1/n_split: 16x fewer loads and candidates
                  * than the whole row), pushes its list (keys, best first) into every peer, and each CTA
                  * merges the n_split lists the same way, so all agree on the row's selection */
                 const int32_t S = ((nb + ns - 1) / ns + 31) & ~31;
                 const int32_t b0 = min(z * S, nb), len = min(nb - b0, S);
-                kn_topk_row<DEC_THREADS, DEC_TOPK_SPLIT_VPT>(a.scores + r * a.score_stride + b0, len, lo - b0,
-                                                             kk, tsm, blist, tts, a.topk_bf, b0, lkeys);
+                kn_topk_row<NT, DEC_TOPK_SPLIT_VPT>(a.scores + r * a.score_stride + b0, len, lo - b0, kk, tsm,
+                                                    blist, tts, a.topk_bf, b0, lkeys);
                 dec_cluster_wait(); /* the peers' mbarriers are initialized */
                 const uint32_t rank = kn_cluster_rank(), xk_s = kn_smem_addr(xkeys);
 #pragma unroll 1
-                for (int e = tid; e < ns * kk; e += DEC_THREADS) {
+                for (int e = tid; e < ns * kk; e += NT) {
                     const uint32_t c = (uint32_t)(e / kk), j = (uint32_t)(e % kk);
                     dec_st_async_u64(kn_cluster_map(xk_s + (rank * kk + j) * 8, c), lkeys[j],
                                      kn_cluster_map(bar_s, c));
@@ -271,13 +371,15 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
                     a.prof ? a.prof + ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS +
                                  KN_PROF_MERGE
                            : nullptr;
-                if (a.topk_split == 2)
-                    kn_topk_merge_lists_warp<DEC_THREADS>(xkeys, ns, kk, blist, mts);
+                if (topk_split == 2)
+                    kn_topk_merge_lists_warp<NT>(xkeys, ns, kk, blist, mts);
                 else
-                    kn_topk_merge_lists<DEC_THREADS>(xkeys, ns, kk, tsm, blist, mts);
+                    kn_topk_merge_lists<NT>(xkeys, ns, kk, tsm, blist, mts);
             } else {
-                kn_topk_row<DEC_THREADS, DEC_TOPK_VPT>(a.scores + r * a.score_stride, nb, lo, kk, tsm, blist,
-                                                       tts, a.topk_bf);
+                /* 8 warps: half the scores per thread, bound groups of 2 threads (the 4-warp bound) */
+                constexpr int VPT = DEC_TOPK_VPT * DEC_WARPS / NW, BG = NW / DEC_WARPS;
+                kn_topk_row<NT, VPT, BG>(a.scores + r * a.score_stride, nb, lo, kk, tsm, blist, tts,
+                                         a.topk_bf);
             }
             if (w == 0) { /* best first, empty slots at the end: count the filled ones at once */
                 const uint32_t m = __ballot_sync(0xffffffffu, lane < a.sel_k && blist[lane] >= 0);
@@ -285,7 +387,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
             }
             if (z == 0 && a.sel_out)
 #pragma unroll 1
-                for (int32_t j = tid; j < a.sel_stride; j += DEC_THREADS)
+                for (int32_t j = tid; j < a.sel_stride; j += NT)
                     a.sel_out[r * a.sel_stride + j] = j < a.sel_k ? blist[j] : -1;
         } else if (w == 0) {
             /* one warp compacts the row's valid entries in order (ballot + prefix popcount): all loads at
@@ -324,9 +426,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
         const int64_t vis__ = qpos - ((int64_t)b__ * DEC_BLK + r0__) + 1;                                    \
         const int valid__ = (int)(vis__ < 0 ? 0 : vis__ > ROWS ? ROWS : vis__);                              \
         const int64_t off__ = (page__ * DEC_BLK + r0__) * tok_bytes;                                         \
-        aw_tile_load((stage_addr), kbase + off__, tok_bytes, ROWS, valid__, tid, DEC_THREADS);               \
-        aw_tile_load((stage_addr) + DEC_TILE_BYTES(ROWS), vbase + off__, tok_bytes, ROWS, valid__, tid,      \
-                     DEC_THREADS);                                                                           \
+        aw_tile_load((stage_addr), kbase + off__, tok_bytes, ROWS, valid__, tid, NT);                        \
+        aw_tile_load((stage_addr) + DEC_TILE_BYTES(ROWS), vbase + off__, tok_bytes, ROWS, valid__, tid, NT); \
     } while (0)
     /* ring of STAGES pages; one stage: load, wait, fold, then the next (a 16-split CTA has one page) */
 #pragma unroll
@@ -341,7 +442,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     for (int32_t j = 0; j < count; j++) {
         kn_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
         __syncthreads();
-        if (j == 0) aw_load_q(qa, s_base + DEC_Q_OFF_ST(ROWS, STAGES), lane);
+        if (!WIDE && j == 0) aw_load_q(qa, s_base + DEC_Q_OFF_ST(ROWS, STAGES), lane);
         if (STAGES > 1) {
             const int32_t jn = j + STAGES - 1;
             if (jn < count) DEC_LOAD(jn, s_base + (jn % STAGES) * DEC_STAGE_BYTES(ROWS));
@@ -349,9 +450,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
         }
         DEC_ITEM(j, b, row0);
         const uint32_t sc = s_base + (j % STAGES) * DEC_STAGE_BYTES(ROWS);
-        constexpr int KW = ROWS / DEC_WARPS; /* keys per warp per item */
-        aw_step<KW>(st, qa, sc, sc + DEC_TILE_BYTES(ROWS), KW * w, (int64_t)b * DEC_BLK + row0 + KW * w, qpos,
-                    a.scale_log2, lane);
+        constexpr int KW = ROWS / NW; /* keys per warp per item */
+        static_assert(KW % 16 == 0, "aw_step folds 16 keys at a time");
+        if (WIDE)
+            dec_step_qs<KW>(st, s_base + DEC_Q_OFF_ST(ROWS, STAGES), sc, sc + DEC_TILE_BYTES(ROWS), KW * w,
+                            (int64_t)b * DEC_BLK + row0 + KW * w, qpos, a.scale_log2, lane);
+        else
+            aw_step<KW>(st, qa, sc, sc + DEC_TILE_BYTES(ROWS), KW * w, (int64_t)b * DEC_BLK + row0 + KW * w,
+                        qpos, a.scale_log2, lane);
         if (STAGES == 1 && j + 1 < count) {
             __syncthreads(); /* every warp is done with the stage */
             DEC_LOAD(j + 1, s_base);
@@ -365,13 +471,13 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     if (FUSED) DEC_PROF(KN_PROF_PAGES);
     __syncthreads(); /* stages are reused for the combine */
 
-    /* combine the 4 warps: o [warp][16][DEC_CO_STRIDE] f32, m/l [warp][16]. Rows padded by 8 floats: a
+    /* combine the NW warps: o [warp][16][DEC_CO_STRIDE] f32, m/l [warp][16]. Rows padded by 8 floats: a
      * half-warp's float2 stores (8 rows x 4 column pairs) and a quarter-warp's float4 reads (one row, 128
      * contiguous bytes) hit 32 distinct banks. Unpadded, the stores were 8-way and the reads 16-way bank
      * conflicts: ~1.5 us of the fused tail (bench/cuda "layer prof"). */
     float *co = (float *)smem;
-    float *cm = co + DEC_WARPS * 16 * DEC_CO_STRIDE;
-    float *cl = cm + DEC_WARPS * 16;
+    float *cm = co + NW * 16 * DEC_CO_STRIDE;
+    float *cl = cm + NW * 16;
     const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int dn = 0; dn < 16; dn++)
@@ -385,42 +491,43 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
     }
     __syncthreads();
     {
-        /* thread: row tid / 8, dims q4 + 32 k + j (k, j < 4) */
-        const int row = tid >> 3, q4 = (tid & 7) * 4;
+        /* thread: row tid / TPR, dims q4 + CS k + j (k < NV, j < 4): TPR threads per row, NV float4 each */
+        constexpr int TPR = NT / 16, NV = AW_D / (4 * TPR), CS = 4 * TPR;
+        const int row = tid / TPR, q4 = (tid % TPR) * 4;
         float mm = -INFINITY;
 #pragma unroll
-        for (int ww = 0; ww < DEC_WARPS; ww++) mm = fmaxf(mm, cm[ww * 16 + row]);
+        for (int ww = 0; ww < NW; ww++) mm = fmaxf(mm, cm[ww * 16 + row]);
         const float msafe = mm == -INFINITY ? 0.0f : mm;
-        float f[DEC_WARPS], L = 0.0f;
+        float f[NW], L = 0.0f;
 #pragma unroll
-        for (int ww = 0; ww < DEC_WARPS; ww++) {
+        for (int ww = 0; ww < NW; ww++) {
             f[ww] = exp2f(cm[ww * 16 + row] - msafe);
             L += f[ww] * cl[ww * 16 + row];
         }
         const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        float4 o[4];
+        float4 o[NV];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < NV; k++) {
             float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-            for (int ww = 0; ww < DEC_WARPS; ww++) {
-                const float4 x = *(const float4 *)&co[(ww * 16 + row) * DEC_CO_STRIDE + q4 + 32 * k];
+            for (int ww = 0; ww < NW; ww++) {
+                const float4 x = *(const float4 *)&co[(ww * 16 + row) * DEC_CO_STRIDE + q4 + CS * k];
                 acc.x += f[ww] * x.x, acc.y += f[ww] * x.y, acc.z += f[ww] * x.z, acc.w += f[ww] * x.w;
             }
             o[k] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
         }
-        if (CLUSTER && a.merge_push) {
+        if (CLUSTER && merge_push) {
             /* this split's normalized partial of head `row` straight into its owner's receive area */
             const int ns = a.n_split, nh = (a.hpg + ns - 1) / ns;
             const uint32_t rank = kn_cluster_rank();
-            if (!a.topk_split) dec_cluster_wait(); /* the peers' mbarriers are initialized */
+            if (!topk_split) dec_cluster_wait(); /* the peers' mbarriers are initialized */
             if (row < a.hpg) {
                 const uint32_t owner = (uint32_t)(row % ns), slot = rank * nh + (uint32_t)(row / ns);
                 const uint32_t bar = kn_cluster_map(bar_s + 8, owner);
                 const uint32_t dst = kn_cluster_map(recv_s + (slot * AW_D + q4) * 4, owner);
 #pragma unroll
-                for (int k = 0; k < 4; k++) dec_st_async_f32x4(dst + 128 * k, o[k], bar);
-                if ((tid & 7) == 0)
+                for (int k = 0; k < NV; k++) dec_st_async_f32x4(dst + 4 * CS * k, o[k], bar);
+                if (tid % TPR == 0)
                     dec_st_async_f32(kn_cluster_map(recv_s + (DEC_RECV_SLOTS * AW_D + slot) * 4, owner),
                                      L > 0.0f ? msafe + log2f(L) : -INFINITY, bar);
             }
@@ -428,22 +535,22 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
             /* this split's normalized partial, for the peers to read after the cluster barrier */
             float *xo = (float *)(smem + DEC_X_OFF) + row * AW_D + q4;
 #pragma unroll
-            for (int k = 0; k < 4; k++) *(float4 *)(xo + 32 * k) = o[k];
-            if ((tid & 7) == 0)
+            for (int k = 0; k < NV; k++) *(float4 *)(xo + CS * k) = o[k];
+            if (tid % TPR == 0)
                 ((float *)(smem + DEC_X_OFF))[16 * AW_D + row] = L > 0.0f ? msafe + log2f(L) : -INFINITY;
         } else if (a.n_split == 1) {
             if (row < a.hpg) {
                 uint16_t *dst = a.out + ((int64_t)i * a.n_heads + (int64_t)g * a.hpg + row) * AW_D + q4;
 #pragma unroll
-                for (int k = 0; k < 4; k++)
-                    *(uint2 *)(dst + 32 * k) =
+                for (int k = 0; k < NV; k++)
+                    *(uint2 *)(dst + CS * k) =
                         make_uint2(kn_pack_bf16(o[k].x, o[k].y), kn_pack_bf16(o[k].z, o[k].w));
             }
         } else {
             float *dst = a.part_o + ((r * a.n_split + z) * 16 + row) * AW_D + q4;
 #pragma unroll
-            for (int k = 0; k < 4; k++) *(float4 *)(dst + 32 * k) = o[k];
-            if ((tid & 7) == 0)
+            for (int k = 0; k < NV; k++) *(float4 *)(dst + CS * k) = o[k];
+            if (tid % TPR == 0)
                 a.part_l[(r * a.n_split + z) * 16 + row] = L > 0.0f ? msafe + log2f(L) : -INFINITY;
         }
     }
@@ -451,7 +558,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
         /* merge the row's splits: CTA `rank` of the cluster takes heads rank, rank + n_split, ...; thread tid
          * owns dim tid of the head and reads the peers' partials through distributed shared memory */
         if (FUSED) DEC_PROF(KN_PROF_COMBINED);
-        if (a.merge_push) {
+        if (merge_push) {
             /* the owned heads' partials have been pushed here: wait for their bytes, merge, done (nothing of
              * ours is read by a peer, and no peer writes here after our wait: no exit barrier) */
             const int ns = a.n_split, nh = (a.hpg + ns - 1) / ns;
@@ -462,12 +569,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
                     a.prof[((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * KN_PROF_CTA_SLOTS +
                            KN_PROF_RECV] = kn_prof_ns();
             }
-            const float *ro = (const float *)(smem + DEC_SMEM_ST(ROWS, STAGES));
+            const float *ro = (const float *)(smem + DEC_RECV_OFF(ROWS, STAGES, NW));
             const float *rl = ro + DEC_RECV_SLOTS * AW_D;
             /* rolled loops: this code runs once per CTA, so its size (instruction fetch), not its latency,
-             * is what it costs (docs/progress/cuda-tail.md) */
+             * is what it costs (docs/progress/cuda-tail.md). Thread: dim tid % AW_D of every (NT / AW_D)-th
+             * owned head. */
+            const int dim = tid % AW_D;
 #pragma unroll 1
-            for (int jh = 0; jh < oh; jh++) {
+            for (int jh = tid / AW_D; jh < oh; jh += NT / AW_D) {
                 float mm = -INFINITY;
 #pragma unroll 1
                 for (int zz = 0; zz < ns; zz++) mm = fmaxf(mm, rl[zz * nh + jh]);
@@ -477,10 +586,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) k_attn_decode(const dec_args a
                 for (int zz = 0; zz < ns; zz++) {
                     const float f = exp2f(rl[zz * nh + jh] - msafe); /* 0 for empty splits */
                     L += f;
-                    acc += f * ro[(zz * nh + jh) * AW_D + tid];
+                    acc += f * ro[(zz * nh + jh) * AW_D + dim];
                 }
                 const int h = rank + jh * ns;
-                a.out[((int64_t)i * a.n_heads + (int64_t)g * a.hpg + h) * AW_D + tid] =
+                a.out[((int64_t)i * a.n_heads + (int64_t)g * a.hpg + h) * AW_D + dim] =
                     kn_f32_to_bf16(L > 0.0f ? acc / L : 0.0f);
             }
             if (FUSED) DEC_PROF(KN_PROF_MERGED);
@@ -710,13 +819,13 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
  * Otherwise up to 8 splits (the portable cluster size), three stages (a CTA holds up to 2 pages at top-16).
  */
 struct fused_cfg {
-    int32_t ns, stages, smem;
+    int32_t ns, stages, smem, threads;
     void (*kern)(const dec_args);
 };
 
 /* Clusters of ns CTAs of kern with smem bytes each that the device can run at once (asked once per shape);
  * 0 when it cannot launch them. */
-static int cluster_capacity(int32_t ns, void (*kern)(const dec_args), int32_t smem)
+static int cluster_capacity(int32_t ns, void (*kern)(const dec_args), int32_t smem, int32_t threads)
 {
     static struct {
         void (*kern)(const dec_args);
@@ -734,7 +843,7 @@ static int cluster_capacity(int32_t ns, void (*kern)(const dec_args), int32_t sm
     at[0].val.clusterDim.y = (unsigned)ns;
     at[0].val.clusterDim.z = 1;
     cfg.gridDim = dim3(1, (unsigned)ns, 1);
-    cfg.blockDim = dim3(DEC_THREADS, 1, 1);
+    cfg.blockDim = dim3((unsigned)threads, 1, 1);
     cfg.dynamicSmemBytes = (size_t)smem;
     cfg.attrs = at;
     cfg.numAttrs = 1;
@@ -752,10 +861,13 @@ static int cluster_capacity(int32_t ns, void (*kern)(const dec_args), int32_t sm
 }
 
 /* The pushed merge (KN_CUDA_MERGE_PUSH) and the split selection (KN_CUDA_TOPK_SPLIT) receive into shared
- * memory past the stage ring and Q. */
-static int32_t fused_smem(int32_t smem, int32_t stages, int xchg)
+ * memory past the stage ring, Q and the combine area of nw warps. */
+static int32_t fused_smem(int32_t smem, int32_t stages, int xchg, int nw)
 {
-    const int32_t need = DEC_SMEM_ST(128, stages) + (xchg ? DEC_XCHG_BYTES : 0);
+    const int32_t need = xchg ? (nw == DEC_TAIL_WIDE ? DEC_RECV_OFF(128, 1, DEC_TAIL_WIDE)
+                                                     : DEC_RECV_OFF(128, stages, DEC_WARPS)) +
+                                    DEC_XCHG_BYTES
+                              : DEC_SMEM_ST(128, stages);
     return smem > need ? smem : need;
 }
 
@@ -763,24 +875,30 @@ static struct fused_cfg fused_config(const struct kn_cuda_msa_shape *sh, const s
 {
     const int32_t ns0 = dec_splits(sh, qb, 0);
     const int64_t rows = (int64_t)qb->n * sh->n_kv;
-    const int xchg = kn_cuda_knob("KN_CUDA_MERGE_PUSH", 1) || kn_cuda_knob("KN_CUDA_TOPK_SPLIT", 0);
+    const int push = kn_cuda_knob("KN_CUDA_MERGE_PUSH", 1), tsplit = kn_cuda_knob("KN_CUDA_TOPK_SPLIT", 0);
+    const int xchg = push || tsplit;
     struct fused_cfg f;
     const int want = kn_cuda_knob_int("KN_CUDA_FUSED_SPLIT", DEC_FUSED_MAX_SPLIT);
     if (want > DEC_PORTABLE_SPLIT && ns0 > DEC_PORTABLE_SPLIT) {
+        /* 8 warps (KN_CUDA_TAIL_WARPS=8): with the pushed merge and the whole-row selection only */
+        const int wide =
+            kn_cuda_knob_int("KN_CUDA_TAIL_WARPS", DEC_TAIL_WIDE) == DEC_TAIL_WIDE && push && !tsplit;
         f.ns = ns0 < want ? ns0 : want;
         if (f.ns > DEC_FUSED_MAX_SPLIT) f.ns = DEC_FUSED_MAX_SPLIT;
         f.stages = 1;
         f.smem = fused_smem(kn_cuda_knob("KN_CUDA_FUSED_PACK", 0) ? DEC_SMEM_ST(128, 1) : DEC_SMEM_ONE_PER_SM,
-                            1, xchg);
-        f.kern = k_attn_decode<128, true, true, 1>;
-        if (cluster_capacity(f.ns, f.kern, f.smem) >= rows) return f;
+                            1, xchg, wide ? DEC_TAIL_WIDE : DEC_WARPS);
+        f.threads = (wide ? DEC_TAIL_WIDE : DEC_WARPS) * 32;
+        f.kern = wide ? k_attn_decode<128, true, true, 1, DEC_TAIL_WIDE> : k_attn_decode<128, true, true, 1>;
+        if (cluster_capacity(f.ns, f.kern, f.smem, f.threads) >= rows) return f;
     }
     f.ns = ns0 > DEC_PORTABLE_SPLIT ? DEC_PORTABLE_SPLIT : ns0;
     f.stages = DEC_STAGES;
-    f.smem = fused_smem(DEC_SMEM(128), DEC_STAGES, xchg && f.ns > 1);
+    f.smem = fused_smem(DEC_SMEM(128), DEC_STAGES, xchg && f.ns > 1, DEC_WARPS);
+    f.threads = DEC_THREADS;
     f.kern =
         f.ns > 1 ? k_attn_decode<128, true, true, DEC_STAGES> : k_attn_decode<128, true, false, DEC_STAGES>;
-    if (f.ns > 1 && !cluster_capacity(f.ns, f.kern, f.smem)) f.ns = 0; /* cannot launch: unfused route */
+    if (f.ns > 1 && !cluster_capacity(f.ns, f.kern, f.smem, f.threads)) f.ns = 0; /* cannot launch: unfused */
     return f;
 }
 
@@ -827,9 +945,10 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
     a.sel_out = sel;
     a.serial_merge = kn_cuda_knob("KN_CUDA_MERGE_SERIAL", 0);
     a.prof = g_dec_prof;
-    a.topk_bf = kn_cuda_knob("KN_CUDA_TOPK_BF", 1);
+    a.topk_bf = kn_cuda_knob_int("KN_CUDA_TOPK_BF", 2);
     a.topk_split = f.ns > 1 ? kn_cuda_knob_int("KN_CUDA_TOPK_SPLIT", 0) : 0;
     a.merge_push = f.ns > 1 && kn_cuda_knob("KN_CUDA_MERGE_PUSH", 1);
+    if (f.threads != DEC_THREADS) a.topk_split = 0, a.merge_push = 1; /* what the 8-warp kernel does */
 
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
@@ -848,7 +967,7 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
         na++;
     }
     cfg.gridDim = dim3((unsigned)rows, (unsigned)a.n_split, 1);
-    cfg.blockDim = dim3(DEC_THREADS, 1, 1);
+    cfg.blockDim = dim3((unsigned)f.threads, 1, 1);
     cfg.dynamicSmemBytes = (size_t)f.smem;
     cfg.stream = stream;
     cfg.attrs = at;

@@ -40,6 +40,7 @@ __device__ __forceinline__ bool kn_topk_better(float a, int32_t ia, float b, int
 
 template <int NT> struct kn_topk_smem {
     unsigned long long ck[KN_TOPK_CAP + 1]; /* candidates as kn_topk_key, then a spare slot */
+    float gm[NT];                           /* thread maxima, when BG > 1 threads share a bound group */
     float wt[NT / 32];
     float rs[NT / 32];
     int32_t ri[NT / 32];
@@ -90,6 +91,21 @@ __device__ __forceinline__ bool kn_topk_cand(float x, float T)
     return x > -INFINITY && x >= T; /* NaN is never a candidate */
 }
 
+/* v[u] for a run-time u, as a tree of selects on u's bits (N - 1 selects, registers only: an indexed
+ * register array would live in local memory) */
+template <int N> __device__ __forceinline__ float kn_topk_pick(const float *v, int u)
+{
+    static_assert(N > 0 && (N & (N - 1)) == 0, "a power of two");
+    if constexpr (N == 1) {
+        return v[0];
+    } else {
+        float t[N / 2];
+#pragma unroll
+        for (int k = 0; k < N / 2; k++) t[k] = (u & 1) ? v[2 * k + 1] : v[2 * k];
+        return kn_topk_pick<N / 2>(t, u >> 1);
+    }
+}
+
 /* Benchmark timestamps (kn_decode_prof.cuh): thread 0 records the end of each phase when ts is not NULL. */
 #define KN_TOPK_TS(k)                                                                                        \
     do {                                                                                                     \
@@ -101,32 +117,50 @@ __device__ __forceinline__ bool kn_topk_cand(float x, float T)
     } while (0)
 
 /* All NT threads of the CTA call this with the same arguments. Writes out[0..kk) (shared memory; kk <= 32),
- * best first, -1 past the selectable entries; returns after a barrier, so out and sm may be reused. ts:
+ * best first, -1 past the selectable entries; returns after a barrier, so out and sm may be reused.
+ * BG: threads t, t + NT / BG, ... form one bound group (their maxima combined before the warp bound), so that
+ * 8 warps of 32 scores per thread get the bound of 4 warps of 64 (a group of 32 scores has a weaker maximum:
+ * about twice the candidates; the fused decode tail with 8 warps, KN_CUDA_TAIL_WARPS). ts:
  * NULL, or the KN_PROF_TOPK slots of kn_decode_prof.cuh: the times the loads, the bound, the gather and the
  * ranks were done, and the number of candidates (benchmark).
- * branchfree: gather candidates with a store per value instead of a branch per value (KN_CUDA_TOPK_BF).
+ * gather (KN_CUDA_TOPK_BF): how a thread writes its candidates: 0 a branch per value, 1 a store per value
+ * (non-candidates into a spare slot), 2 one pass per candidate over the bits of the thread's candidate mask,
+ * the value picked from the registers by a select tree (candidates are ~1 % of the values: a few passes of
+ * VPT selects instead of VPT key computations and stores; one-round rows, else as 1).
  * A slice of a longer row: row points at block `base`, nb and lo count from there, and the ids written are
  * absolute (base + b). out_key (NULL or shared memory, kk slots): the same list as kn_topk_key, 0 for an
  * empty slot (every real key is > 0), for merging the lists of several slices (kn_topk_merge_lists). */
-template <int NT, int VPT>
+template <int NT, int VPT, int BG = 1>
 __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn_topk_smem<NT> &sm,
-                            int32_t *out, unsigned long long *ts = nullptr, bool branchfree = false,
-                            int32_t base = 0, unsigned long long *out_key = nullptr)
+                            int32_t *out, unsigned long long *ts = nullptr, int gather = 0, int32_t base = 0,
+                            unsigned long long *out_key = nullptr)
 {
+    static_assert(BG >= 1 && NT % (32 * BG) == 0, "bound groups of whole warps");
+    static_assert(VPT <= 64, "a 64-bit candidate mask");
     const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
     float v[VPT];
+    auto load = [&](int32_t b0) { /* one round: value u of this thread is block b0 + u * NT */
+#pragma unroll
+                                  for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
+    };
 #pragma unroll
     for (int u = 0; u < VPT; u++) v[u] = -INFINITY; /* threads past a short row never load */
     float tmax = -INFINITY;
 #pragma unroll 1
     for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
-#pragma unroll
-        for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
+        load(b0);
         tmax = fmaxf(tmax, kn_topk_tree_max<VPT>(v)); /* fmaxf: NaN never wins */
     }
+    if constexpr (BG > 1) {
+        /* the group's maximum (the same in the BG warps of a group, so their bounds agree) */
+        sm.gm[tid] = tmax;
+        __syncthreads();
+#pragma unroll
+        for (int k = 1; k < BG; k++) tmax = fmaxf(tmax, sm.gm[(tid + k * (NT / BG)) % NT]);
+    }
     KN_TOPK_TS(0);
-    /* the warp's bound: the kk-th largest of its 32 thread maxima, found by each lane ranking its own max
-     * against the 31 others (independent shuffles; ties by lane), then the lane of rank kk - 1 */
+    /* the warp's bound: the kk-th largest of its 32 thread (group) maxima, found by each lane ranking its own
+     * max against the 31 others (independent shuffles; ties by lane), then the lane of rank kk - 1 */
     const float x = tmax;
     int rk = 0;
 #pragma unroll
@@ -145,14 +179,14 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
     const bool one_round = nb <= NT * VPT; /* the registers still hold the whole row */
     /* this thread's candidates, then their slots: an exclusive prefix sum over the CTA */
     int mine = 0;
+    unsigned long long cmask = 0; /* the last round's candidates (bit u: value u), a one-round row's all */
 #pragma unroll 1
     for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
-        if (!one_round) {
+        if (!one_round) load(b0);
+        cmask = 0;
 #pragma unroll
-            for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
-        }
-#pragma unroll
-        for (int u = 0; u < VPT; u++) mine += kn_topk_cand(v[u], T);
+        for (int u = 0; u < VPT; u++) cmask |= (unsigned long long)kn_topk_cand(v[u], T) << u;
+        mine += __popcll(cmask);
     }
     int incl = mine;
 #pragma unroll
@@ -169,29 +203,59 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
         cnt += sm.wc[k];
     }
     if (ts && tid == 0) ts[KN_PROF_TOPK_CAND - KN_PROF_TOPK] = (unsigned long long)cnt; /* benchmark */
-    if (mine && cnt <= KN_TOPK_CAP)
+    if (mine && cnt <= KN_TOPK_CAP) {
+        if (gather == 2 && one_round) {
+            /* one pass per candidate: its value picked from the registers by the bits of its index */
 #pragma unroll 1
-        for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
-            if (!one_round) {
-#pragma unroll
-                for (int u = 0; u < VPT; u++) v[u] = kn_topk_load(row, b0 + u * NT, nb, lo);
+            for (unsigned long long m = cmask; m; m &= m - 1) {
+                const int u = __ffsll((long long)m) - 1;
+                sm.ck[at++] = kn_topk_key(kn_topk_pick<VPT>(v, u), base + tid + u * NT);
             }
-            if (branchfree) {
-                /* every value stores (non-candidates into a spare slot): no divergent branch per value */
+        } else {
+#pragma unroll 1
+            for (int32_t b0 = tid; b0 < nb; b0 += NT * VPT) {
+                if (!one_round) load(b0);
+                if (gather) {
+                    /* every value stores (non-candidates into a spare slot): no divergent branch per value */
 #pragma unroll
-                for (int u = 0; u < VPT; u++) {
-                    const bool c = kn_topk_cand(v[u], T);
-                    sm.ck[c ? at : KN_TOPK_CAP] = kn_topk_key(v[u], base + b0 + u * NT);
-                    at += c;
+                    for (int u = 0; u < VPT; u++) {
+                        const bool c = kn_topk_cand(v[u], T);
+                        sm.ck[c ? at : KN_TOPK_CAP] = kn_topk_key(v[u], base + b0 + u * NT);
+                        at += c;
+                    }
+                } else {
+#pragma unroll
+                    for (int u = 0; u < VPT; u++)
+                        if (kn_topk_cand(v[u], T)) sm.ck[at++] = kn_topk_key(v[u], base + b0 + u * NT);
                 }
-            } else {
-#pragma unroll
-                for (int u = 0; u < VPT; u++)
-                    if (kn_topk_cand(v[u], T)) sm.ck[at++] = kn_topk_key(v[u], base + b0 + u * NT);
             }
         }
+    }
     __syncthreads();
     KN_TOPK_TS(2);
+    if (cnt <= NT / 2) {
+        /* few candidates: P threads (neighbouring lanes) per candidate, each counting every P-th of the
+         * better ones, summed by shuffles: the rank chain is P times shorter */
+        const int P = cnt <= NT / 4 ? 4 : 2, j = tid / P, part = tid % P;
+        const unsigned long long key = sm.ck[j < cnt ? j : KN_TOPK_CAP];
+        int r = 0;
+#pragma unroll 4
+        for (int c = part; c < cnt; c += P) r += sm.ck[c] > key;
+        r += __shfl_xor_sync(0xffffffffu, r, 1);
+        if (P == 4) r += __shfl_xor_sync(0xffffffffu, r, 2);
+        if (j < cnt && part == 0 && r < kk) {
+            out[r] = (int32_t) ~(uint32_t)key;
+            if (out_key) out_key[r] = key;
+        }
+#pragma unroll 1
+        for (int k = cnt + tid; k < kk; k += NT) {
+            out[k] = -1;
+            if (out_key) out_key[k] = 0;
+        }
+        __syncthreads();
+        KN_TOPK_TS(3);
+        return;
+    }
     if (cnt <= KN_TOPK_CAP) {
 #pragma unroll 1
         for (int j = tid; j < cnt; j += NT) {

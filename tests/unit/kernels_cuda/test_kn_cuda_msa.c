@@ -588,7 +588,9 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
      * stages) instead of up to 16, 16 splits packed instead of one CTA per SM, the pulled merge (peers read
      * each other's partials between two cluster barriers: the previous default) and its serial form, the
      * split selection (each CTA of a cluster selects from its slice of the row, lists exchanged, merged by
-     * rank or by one warp: KN_CUDA_TOPK_SPLIT=1, 2)). */
+     * rank or by one warp: KN_CUDA_TOPK_SPLIT=1, 2), the previous tail (4 warps per CTA, top-k's store per
+     * value) and the default with its 8 warps (KN_CUDA_TAIL_WARPS=4) or its gather by candidate mask
+     * (KN_CUDA_TOPK_BF=1) undone). */
     static const char *const knob_sets[] = {
         "",
         "KN_CUDA_PDL=0",
@@ -612,6 +614,11 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
         "KN_CUDA_TOPK_SPLIT=2 KN_CUDA_FUSED_SPLIT=8",
         "KN_CUDA_IDX_EVICT=0",
         "KN_CUDA_IDX_SPLIT=2 KN_CUDA_IDX_PDL=0",
+        /* the previous tail (4 warps, top-k's store-per-value gather), and each of the default's two changes
+         * (8 warps, gather by candidate mask) undone alone */
+        "KN_CUDA_TAIL_WARPS=4 KN_CUDA_TOPK_BF=1",
+        "KN_CUDA_TAIL_WARPS=4",
+        "KN_CUDA_TOPK_BF=1",
     };
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (size_t knob = 0; knob < sizeof knob_sets / sizeof knob_sets[0]; knob++) {
@@ -919,6 +926,20 @@ static void test_fused_decode_scores(void)
         "KN_CUDA_TOPK_SPLIT=2 KN_CUDA_FUSED_SPLIT=8",
         "KN_CUDA_FUSED_PACK=1",
         "KN_CUDA_TOPK_SPLIT=1 KN_CUDA_MERGE_PUSH=0 KN_CUDA_MERGE_SERIAL=1",
+        /* the default is 8 warps per CTA in the one-stage config of > 8 splits (here the 1- and 2-query
+         * batches: 16 splits where the device holds one cluster per row; the larger batches take the 8-split
+         * 4-warp kernel) and top-k's gather by candidate mask; the previous tail (4 warps, store per value),
+         * each change undone alone, the branchy gather; the pulled merge and the split selection above take
+         * 4 warps */
+        "KN_CUDA_TAIL_WARPS=4 KN_CUDA_TOPK_BF=1",
+        "KN_CUDA_TAIL_WARPS=4",
+        "KN_CUDA_TOPK_BF=1",
+        "KN_CUDA_TOPK_BF=0",
+        "KN_CUDA_TAIL_WARPS=4 KN_CUDA_TOPK_BF=0",
+        "KN_CUDA_FUSED_SPLIT=8",
+        "KN_CUDA_FUSED_SPLIT=8 KN_CUDA_TOPK_BF=1",
+        /* 12 splits: 8 warps where CTAs own 2 heads (the two 128-thread halves of the owner's merge) */
+        "KN_CUDA_FUSED_SPLIT=12",
     };
     /* shapes: M3 (top-16, n_local 1), top-12 with n_local 2, and 8 heads per group (fewer heads than the 16
      * splits of a row: some CTAs merge no head) */
