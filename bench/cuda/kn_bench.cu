@@ -466,21 +466,31 @@ static const struct idx_variant g_idx_variants[] = {
     {"append + index fp8 no pdl", 1, 0, 1, "KN_CUDA_IDX_PDL=0"},
 };
 
+/* Knob strings ("KEY=VAL KEY=VAL", as the routes of every section give them): the next pair of *k, advanced
+ * past it (0 at the end). */
+static int knob_next(const char **k, char name[64], char val[16])
+{
+    int used = 0;
+    if (!*k || sscanf(*k, " %63[^=]=%15s%n", name, val, &used) != 2) return 0;
+    *k += used;
+    return 1;
+}
+
+/* the knobs of `clear` (n of them) unset, then those env sets (NULL: none) */
+static void env_set(const char *const *clear, size_t n, const char *env)
+{
+    for (size_t k = 0; k < n; k++) unsetenv(clear[k]);
+    char name[64], val[16];
+    for (const char *k = env; knob_next(&k, name, val);) setenv(name, val, 1);
+}
+
 /* Set (env) or clear (NULL) the knobs a variant may set. */
 static void idx_set_env(const char *env)
 {
     static const char *const knobs[] = {"KN_CUDA_IDX",       "KN_CUDA_IDX_TILE",  "KN_CUDA_IDX_LINES",
                                         "KN_CUDA_IDX_EVICT", "KN_CUDA_IDX_SPLIT", "KN_CUDA_IDX_CHUNK",
                                         "KN_CUDA_IDX_PDL"};
-    for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
-    char buf[160];
-    snprintf(buf, sizeof buf, "%s", env ? env : "");
-    for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(t, '=');
-        if (!eq) continue;
-        *eq = 0;
-        setenv(t, eq + 1, 1);
-    }
+    env_set(knobs, sizeof knobs / sizeof knobs[0], env);
 }
 
 /* The read-only ceiling at a given size: a grid-stride stream of 16-byte loads over the same bytes as a
@@ -663,10 +673,20 @@ static void bench_index(int do_topk)
             a.v0 = 0;
             if (do_topk) {
                 a.mode = 1;
-                double ms = time_ms(run_idx, &a, 3, iters);
-                emit("topk", cfg, "time", ms * 1e3, "us");
-                ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, 20);
-                emit("topk b2b", cfg, "time", ms * 1e3, "us");
+                /* the standalone kernel's gathers (KN_CUDA_TOPK_BF; unset = its default, 1): the fused tail's
+                 * default, the mask gather (2), measured beside it */
+                static const char *const gathers[] = {NULL, "2"};
+                for (int gi = 0; gi < 2; gi++) {
+                    setenv("KN_CUDA_TOPK_BF", gathers[gi] ? gathers[gi] : "1", 1);
+                    char tn[32];
+                    snprintf(tn, sizeof tn, "topk%s", gi ? " mask" : "");
+                    double ms = time_ms(run_idx, &a, 3, iters);
+                    emit(tn, cfg, "time", ms * 1e3, "us");
+                    ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, 20);
+                    snprintf(tn, sizeof tn, "topk%s b2b", gi ? " mask" : "");
+                    emit(tn, cfg, "time", ms * 1e3, "us");
+                }
+                unsetenv("KN_CUDA_TOPK_BF");
             }
             for (int32_t s = 0; s < n_sets; s++) dbatch_free(&sets[s]);
             free(sets), free(cb), free(c8), free(qseq), free(pos), free(bt);
@@ -1115,20 +1135,11 @@ enum {
     PF_R_PW_CAP100 = 46
 };
 
-/* the next "NAME=value" of knob string *k (0 at its end) */
-static int pf_knob_next(const char **k, char name[64], char val[16])
-{
-    int used = 0;
-    if (!*k || sscanf(*k, " %63[^=]=%15s%n", name, val, &used) != 2) return 0;
-    *k += used;
-    return 1;
-}
-
 /* the value route r gives knob `name`, copied to val (0: the route leaves it at the library default) */
 static int pf_route_knob(const struct pf_route *r, const char *name, char val[16])
 {
     char n[64];
-    for (const char *k = r->knobs; pf_knob_next(&k, n, val);)
+    for (const char *k = r->knobs; knob_next(&k, n, val);)
         if (!strcmp(n, name)) return 1;
     return 0;
 }
@@ -1161,9 +1172,7 @@ static int pf_route_on(const struct pf_route *r)
 static void pf_set_route(const struct pf_route *r)
 {
     static const char *const knobs[] = {KN_CUDA_PF_KNOBS(KN_CUDA_KNOB_NAME) NULL};
-    for (const char *const *k = knobs; *k; k++) unsetenv(*k);
-    char name[64], val[16];
-    for (const char *k = r ? r->knobs : NULL; pf_knob_next(&k, name, val);) setenv(name, val, 1);
+    env_set(knobs, sizeof knobs / sizeof knobs[0] - 1, r ? r->knobs : NULL);
 }
 
 /* KN_BENCH_PF_REPEAT=n (1-9, default 1): every route of a configuration timed in n interleaved rounds, the
@@ -1345,15 +1354,7 @@ static void set_route(const struct layer_route *r)
                                   "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF",
                                   "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH",  "KN_CUDA_IDX_TILE",
                                   "KN_CUDA_IDX_LINES",    "KN_CUDA_IDX_EVICT",   "KN_CUDA_TAIL_WARPS"};
-    for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) unsetenv(knobs[k]);
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", r ? r->env : "");
-    for (char *save = NULL, *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(t, '=');
-        if (!eq) continue;
-        *eq = 0;
-        setenv(t, eq + 1, 1);
-    }
+    env_set(knobs, sizeof knobs / sizeof knobs[0], r ? r->env : NULL);
 }
 
 /* ---- where the time of one decode layer goes: timestamps inside the kernels (kn_decode_prof.cuh) ---- */
