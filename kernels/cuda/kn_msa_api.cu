@@ -341,7 +341,7 @@ __global__ void k_append_kv(const float *__restrict__ k, const float *__restrict
 /* one warp per token; FP8: scale = amax / 448 so the largest element maps to the top of e4m3's range.
  * Triggers programmatic dependents at entry: a decode index scan launched with KN_CUDA_IDX_PDL=1 may start
  * its part that does not read these rows (kn_msa_index_decode_ring.cu). delay_ns (tests only,
- * KN_CUDA_TEST_APPEND_DELAY_US): hold the writes back that long, so that a test can tell a scan that reads
+ * kn_cuda_test_append_delay_us): hold the writes back that long, so that a test can tell a scan that reads
  * the new rows before its griddepcontrol.wait. */
 __global__ void k_append_idx(const float *__restrict__ kidx, int64_t stride, const int32_t *__restrict__ qseq,
                              const int64_t *__restrict__ pos, const int32_t *__restrict__ bt,
@@ -380,6 +380,15 @@ __global__ void k_append_idx(const float *__restrict__ kidx, int64_t stride, con
     if (lane == 0) scale[row] = s;
 }
 
+/* Test hook (declared only by test_kn_cuda_msa): the index append holds its writes back this long after it
+ * has triggered its dependents. A setter rather than a knob so that production appends read no environment.
+ */
+static int64_t g_append_delay_ns;
+extern "C" void kn_cuda_test_append_delay_us(int32_t us)
+{
+    g_append_delay_ns = us > 0 ? (int64_t)us * 1000 : 0;
+}
+
 extern "C" int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                         const struct kn_cuda_cache *c, const float *k, const float *v,
                                         int64_t kv_stride, const float *kidx, int64_t kidx_stride,
@@ -404,8 +413,7 @@ extern "C" int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, cons
     if (kidx) {
         k_append_idx<<<(unsigned)kn_cdiv(qb->n, 8), 256, 0, stream>>>(
             kidx, kidx_stride, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, sh->block, sh->idx_dim,
-            c->idx_dtype, c->idx, c->idx_scale, qb->n,
-            (int64_t)kn_cuda_knob_int("KN_CUDA_TEST_APPEND_DELAY_US", 0) * 1000);
+            c->idx_dtype, c->idx, c->idx_scale, qb->n, g_append_delay_ns);
         KN_LAUNCHED(what);
     }
     return MM_OK;

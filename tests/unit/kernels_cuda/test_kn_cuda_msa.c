@@ -676,10 +676,13 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     qset_free(&qs);
 }
 
+/* The index append's write delay (kn_msa_api.cu test hook, not in kn_cuda.h). */
+void kn_cuda_test_append_delay_us(int32_t us);
+
 /* A decode index scan right after the append of the step's index keys, nothing in between (the order of a
  * decode step), against the CPU twin. Each sequence's new key is made the largest of its page for every head
  * (twice the sum of the query's heads), so a scan that read the own page before the new row was visible gets
- * that page's score wrong. KN_CUDA_TEST_APPEND_DELAY_US makes the append hold its writes back after it has
+ * that page's score wrong. kn_cuda_test_append_delay_us makes the append hold its writes back after it has
  * triggered its dependents: the programmatic launch (the default, with and without split pages), the plain
  * one (KN_CUDA_IDX_PDL=0) and the persistent scan must still see the new rows, and the test-only wrong order
  * (KN_CUDA_IDX_PDL=2: the own page copied before the wait) must be caught, which shows that the check can
@@ -694,12 +697,13 @@ static void test_scan_after_append(void)
     static const char *const runs[NRUN] = {
         "",
         "KN_CUDA_IDX_PDL=0",
-        "KN_CUDA_TEST_APPEND_DELAY_US=200",
-        "KN_CUDA_IDX_SPLIT=2 KN_CUDA_TEST_APPEND_DELAY_US=200",
-        "KN_CUDA_IDX_PDL=0 KN_CUDA_TEST_APPEND_DELAY_US=200",
-        "KN_CUDA_IDX=0 KN_CUDA_TEST_APPEND_DELAY_US=200",
-        "KN_CUDA_IDX_PDL=2 KN_CUDA_TEST_APPEND_DELAY_US=200", /* wrong on purpose: must be caught */
+        "",
+        "KN_CUDA_IDX_SPLIT=2",
+        "KN_CUDA_IDX_PDL=0",
+        "KN_CUDA_IDX=0",
+        "KN_CUDA_IDX_PDL=2", /* wrong on purpose: must be caught */
     };
+    static const int delay_us[NRUN] = {0, 0, 200, 200, 200, 200, 200};
     cudaStream_t made;
     CT_CU(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
     for (int st = 0; st < 2; st++)
@@ -747,12 +751,14 @@ static void test_scan_after_append(void)
                 CT_CU(cudaDeviceSynchronize());
                 struct mm_err err = {0};
                 knobs_set(runs[r]);
+                kn_cuda_test_append_delay_us(delay_us[r]);
                 int32_t rc = kn_cuda_cache_append(&sh, &qs.qb, fp8 ? &w.c8 : &w.c, NULL, NULL, 0, ki_d, DI,
                                                   stream, &err);
                 if (rc == MM_OK)
                     rc = kn_cuda_msa_index_scores(&sh, &qs.qb, fp8 ? &w.c8 : &w.c, qi_d, s_d, sstride,
                                                   KN_PATH_DECODE, stream, &err);
                 knobs_unset(runs[r]);
+                kn_cuda_test_append_delay_us(0);
                 CHECK_MSG(rc == MM_OK, "append + scan %s: %s", runs[r], err.msg);
                 CT_CU(cudaStreamSynchronize(stream));
                 ct_download(got, s_d, sizeof(float) * (size_t)ns);
@@ -767,8 +773,9 @@ static void test_scan_after_append(void)
                             own_bad += !ok && b == pos[i] / B;
                         }
                 char what[160];
-                snprintf(what, sizeof what, "append + scan%s%s, %s stream, %s", r ? " " : "", runs[r],
-                         st ? "created" : "legacy", fp8 ? "fp8" : "bf16");
+                snprintf(what, sizeof what, "append + scan%s%s%s, %s stream, %s", runs[r][0] ? " " : "",
+                         runs[r], delay_us[r] ? ", append delayed 200 us" : "", st ? "created" : "legacy",
+                         fp8 ? "fp8" : "bf16");
                 if (r == NRUN - 1) {
                     CHECK_MSG(own_bad > 0 && own_bad == bad,
                               "%s: the own page read before the wait went unnoticed (%lld wrong, %lld own)",
