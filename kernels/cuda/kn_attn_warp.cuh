@@ -58,10 +58,12 @@ __device__ __forceinline__ void aw_load_q(uint32_t qa[8][4], uint32_t q_s, int l
 }
 
 /* Fold NK keys (tile rows key0 .. key0+NK-1; the first at absolute position kpos) into st for query
- * position qpos (keys after it are masked). */
-template <int NK>
-__device__ __forceinline__ void aw_step(aw_state &st, const uint32_t qa[8][4], uint32_t k_s, uint32_t v_s,
-                                        int key0, int64_t kpos, int64_t qpos, float scale_log2, int lane)
+ * position qpos (keys after it are masked), Q's A fragment of k-step ks given by qfrag(ks, qa): the score
+ * product, online softmax and P x V. The callers differ only in where Q's fragments live (aw_step: registers;
+ * the 8-warp decode tail: shared memory, read per k-step). */
+template <int NK, typename QF>
+__device__ __forceinline__ void aw_step_q(aw_state &st, QF qfrag, uint32_t k_s, uint32_t v_s, int key0,
+                                          int64_t kpos, int64_t qpos, float scale_log2, int lane)
 {
     const int tig = lane & 3, m = lane >> 3;
     float s[NK / 8][4];
@@ -70,14 +72,17 @@ __device__ __forceinline__ void aw_step(aw_state &st, const uint32_t qa[8][4], u
 #pragma unroll
         for (int e = 0; e < 4; e++) s[nt][e] = 0.0f;
 #pragma unroll
-    for (int ks = 0; ks < 8; ks++)
+    for (int ks = 0; ks < 8; ks++) {
+        uint32_t qa[4];
+        qfrag(ks, qa);
 #pragma unroll
         for (int np = 0; np < NK / 16; np++) {
             uint32_t bf[4];
             kn_ldsm_x4(bf, aw_row_addr(k_s, key0 + (2 * np + (m >> 1)) * 8 + (lane & 7), 2 * ks + (m & 1)));
-            kn_mma_bf16(s[2 * np], qa[ks], bf);
-            kn_mma_bf16(s[2 * np + 1], qa[ks], bf + 2);
+            kn_mma_bf16(s[2 * np], qa, bf);
+            kn_mma_bf16(s[2 * np + 1], qa, bf + 2);
         }
+    }
     float mx[2] = {-INFINITY, -INFINITY};
     const bool all_visible = kpos + NK - 1 <= qpos;
 #pragma unroll
@@ -126,6 +131,20 @@ __device__ __forceinline__ void aw_step(aw_state &st, const uint32_t qa[8][4], u
             kn_mma_bf16(st.o[2 * dp + 1], pa, vb + 2);
         }
     }
+}
+
+/* aw_step_q with Q's fragments held in registers (aw_load_q) */
+template <int NK>
+__device__ __forceinline__ void aw_step(aw_state &st, const uint32_t qa[8][4], uint32_t k_s, uint32_t v_s,
+                                        int key0, int64_t kpos, int64_t qpos, float scale_log2, int lane)
+{
+    aw_step_q<NK>(
+        st,
+        [&](int ks, uint32_t f[4]) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) f[j] = qa[ks][j];
+        },
+        k_s, v_s, key0, kpos, qpos, scale_log2, lane);
 }
 
 /* Row totals of the lane-partial sums (all 4 lanes of a row group get them). */

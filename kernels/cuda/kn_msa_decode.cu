@@ -158,72 +158,13 @@ template <int NK>
 __device__ __forceinline__ void dec_step_qs(aw_state &st, uint32_t q_s, uint32_t k_s, uint32_t v_s, int key0,
                                             int64_t kpos, int64_t qpos, float scale_log2, int lane)
 {
-    const int tig = lane & 3, m = lane >> 3;
-    float s[NK / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < NK / 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) s[nt][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < 8; ks++) {
-        uint32_t qa[4];
-        kn_ldsm_x4(qa, aw_row_addr(q_s, (m & 1) * 8 + (lane & 7), 2 * ks + (m >> 1)));
-#pragma unroll
-        for (int np = 0; np < NK / 16; np++) {
-            uint32_t bf[4];
-            kn_ldsm_x4(bf, aw_row_addr(k_s, key0 + (2 * np + (m >> 1)) * 8 + (lane & 7), 2 * ks + (m & 1)));
-            kn_mma_bf16(s[2 * np], qa, bf);
-            kn_mma_bf16(s[2 * np + 1], qa, bf + 2);
-        }
-    }
-    float mx[2] = {-INFINITY, -INFINITY};
-    const bool all_visible = kpos + NK - 1 <= qpos;
-#pragma unroll
-    for (int nt = 0; nt < NK / 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int64_t kp = kpos + nt * 8 + 2 * tig + (e & 1);
-            const float x = (all_visible || kp <= qpos) ? s[nt][e] * scale_log2 : -INFINITY;
-            s[nt][e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-    float msafe[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float mnew = fmaxf(st.m[h], mx[h]);
-        msafe[h] = mnew == -INFINITY ? 0.0f : mnew;
-        const float corr = exp2f(st.m[h] - msafe[h]);
-        st.m[h] = mnew;
-        st.l[h] *= corr;
-#pragma unroll
-        for (int dn = 0; dn < 16; dn++) st.o[dn][2 * h] *= corr, st.o[dn][2 * h + 1] *= corr;
-    }
-#pragma unroll
-    for (int nt = 0; nt < NK / 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float p = exp2f(s[nt][e] - msafe[e >> 1]);
-            s[nt][e] = p;
-            st.l[e >> 1] += p;
-        }
-#pragma unroll
-    for (int kk = 0; kk < NK / 16; kk++) {
-        uint32_t pa[4];
-        pa[0] = kn_pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = kn_pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = kn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = kn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-        for (int dp = 0; dp < 8; dp++) {
-            uint32_t vb[4];
-            kn_ldsm_x4_trans(vb,
-                             aw_row_addr(v_s, key0 + 16 * kk + (m & 1) * 8 + (lane & 7), 2 * dp + (m >> 1)));
-            kn_mma_bf16(st.o[2 * dp], pa, vb);
-            kn_mma_bf16(st.o[2 * dp + 1], pa, vb + 2);
-        }
-    }
+    const int m = lane >> 3;
+    aw_step_q<NK>(
+        st,
+        [&](int ks, uint32_t f[4]) {
+            kn_ldsm_x4(f, aw_row_addr(q_s, (m & 1) * 8 + (lane & 7), 2 * ks + (m >> 1)));
+        },
+        k_s, v_s, key0, kpos, qpos, scale_log2, lane);
 }
 
 /* heads of the row that CTA c of a cluster of ns merges (h = c, c + ns, ...) */
