@@ -168,6 +168,28 @@ __device__ __forceinline__ void kn_griddep_wait(void)
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
+/* Host side: launch kern with cfg's first na attributes (at[], room for one more) and, when pdl, programmatic
+ * stream serialization appended; a stream or driver that refuses it gets the same kernel plainly serialized.
+ * Returns the launch's error (a refusal of the attribute alone is cleared). */
+template <typename... P, typename... A>
+static cudaError_t kn_launch_pdl(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, unsigned na, bool pdl,
+                                 void (*kern)(P...), A... args)
+{
+    if (pdl) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+    }
+    cfg->attrs = at;
+    cfg->numAttrs = na + (pdl ? 1 : 0);
+    cudaError_t e = cudaLaunchKernelEx(cfg, kern, args...);
+    if (e != cudaSuccess && pdl) {
+        (void)cudaGetLastError();
+        cfg->numAttrs = na;
+        e = cudaLaunchKernelEx(cfg, kern, args...);
+    }
+    return e;
+}
+
 /* ---- thread-block clusters (sm_90): rank, barrier, distributed shared memory ---- */
 
 __device__ __forceinline__ uint32_t kn_cluster_rank(void)

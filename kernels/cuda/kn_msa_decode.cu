@@ -902,27 +902,14 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
         na++;
     }
     const bool pdl = kn_cuda_knob("KN_CUDA_PDL", 1);
-    if (pdl) { /* last attribute: dropped again if the launch refuses it */
-        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[na].val.programmaticStreamSerializationAllowed = 1;
-        na++;
-    }
     cfg.gridDim = dim3((unsigned)rows, (unsigned)a.n_split, 1);
     cfg.blockDim = dim3((unsigned)f.threads, 1, 1);
     cfg.dynamicSmemBytes = (size_t)f.smem;
     cfg.stream = stream;
-    cfg.attrs = at;
-    cfg.numAttrs = na;
     void (*kern)(const dec_args) = f.kern;
     KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, f.smem),
           "kn_cuda fused decode: shared memory");
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, a);
-    if (e != cudaSuccess && pdl) {
-        /* a stream or driver that refuses programmatic launch: the same kernel, plainly serialized */
-        (void)cudaGetLastError();
-        cfg.numAttrs = na - 1;
-        e = cudaLaunchKernelEx(&cfg, kern, a);
-    }
+    cudaError_t e = kn_launch_pdl(&cfg, at, na, pdl, kern, a);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* not sticky: the caller may take the unfused route instead */
         return kn_cuda_check(e, "kn_cuda fused decode: launch", err);

@@ -371,26 +371,11 @@ static void launch_ring(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     cfg.blockDim = dim3(IRG_WARPS * 32);
     cfg.dynamicSmemBytes = (size_t)smem;
     cfg.stream = stream;
-    if (pdl) {
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = 1;
-    }
     const int32_t evict = kn_cuda_knob_int("KN_CUDA_IDX_EVICT", 1), unsafe_own = pdl == 2;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, q, qb->pos, qb->qseq, qb->block_table, qb->bt_stride,
-                                       (const uint8_t *)c->idx, (const float *)c->idx_scale, qb->n,
-                                       sh->n_idx_heads, sh->block, sp.chunk, sp.parts, scores, score_stride,
-                                       evict, unsafe_own, g_irg_prof);
-    if (e != cudaSuccess && pdl) {
-        /* a stream or driver that refuses programmatic launch: the same kernel, plainly serialized */
-        (void)cudaGetLastError();
-        cfg.numAttrs = 0;
-        (void)cudaLaunchKernelEx(&cfg, kern, q, qb->pos, qb->qseq, qb->block_table, qb->bt_stride,
-                                 (const uint8_t *)c->idx, (const float *)c->idx_scale, qb->n, sh->n_idx_heads,
-                                 sh->block, sp.chunk, sp.parts, scores, score_stride, evict, unsafe_own,
-                                 g_irg_prof);
-    }
+    /* a launch error stays pending for the caller's KN_LAUNCHED */
+    (void)kn_launch_pdl(&cfg, at, 0, pdl != 0, kern, q, qb->pos, qb->qseq, qb->block_table, qb->bt_stride,
+                        (const uint8_t *)c->idx, (const float *)c->idx_scale, qb->n, sh->n_idx_heads,
+                        sh->block, sp.chunk, sp.parts, scores, score_stride, evict, unsafe_own, g_irg_prof);
 }
 
 int32_t kn_index_scores_decode_ring(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
