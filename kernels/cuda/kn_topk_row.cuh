@@ -67,6 +67,43 @@ __device__ __forceinline__ unsigned long long kn_topk_key(float x, int32_t b)
     return (unsigned long long)o << 32 | (uint32_t) ~(uint32_t)b;
 }
 
+/* Entry r of the selection: the block of key (and the key itself when out_key is not NULL). */
+__device__ __forceinline__ void kn_topk_put(int32_t *out, unsigned long long *out_key, int r,
+                                            unsigned long long key)
+{
+    out[r] = (int32_t) ~(uint32_t)key;
+    if (out_key) out_key[r] = key;
+}
+
+/* Slots from .. kk - 1 of the selection empty (-1, key 0), spread over the CTA's NT threads. */
+template <int NT>
+__device__ __forceinline__ void kn_topk_fill_empty(int32_t *out, unsigned long long *out_key, int from,
+                                                   int kk)
+{
+#pragma unroll 1
+    for (int k = from + (int)threadIdx.x; k < kk; k += NT) {
+        out[k] = -1;
+        if (out_key) out_key[k] = 0;
+    }
+}
+
+/* The cnt distinct keys of ck ranked by counting the better ones (one thread per key): the kk best written
+ * best first, the rest of the kk slots empty. */
+template <int NT>
+__device__ __forceinline__ void kn_topk_rank_all(const unsigned long long *ck, int cnt, int kk, int32_t *out,
+                                                 unsigned long long *out_key)
+{
+#pragma unroll 1
+    for (int j = threadIdx.x; j < cnt; j += NT) {
+        const unsigned long long key = ck[j];
+        int r = 0;
+#pragma unroll 4
+        for (int c = 0; c < cnt; c++) r += ck[c] > key;
+        if (r < kk) kn_topk_put(out, out_key, r, key);
+    }
+    kn_topk_fill_empty<NT>(out, out_key, cnt, kk);
+}
+
 /* max of v[0..N) as a balanced tree of fmaxf (log2 N dependent steps instead of N; NaN never wins); one
  * template level per tree level, so that every index is a compile-time constant (registers, no stack) */
 template <int W> __device__ __forceinline__ void kn_topk_tree_step(float *t)
@@ -243,36 +280,14 @@ __device__ void kn_topk_row(const float *row, int32_t nb, int64_t lo, int kk, kn
         for (int c = part; c < cnt; c += P) r += sm.ck[c] > key;
         r += __shfl_xor_sync(0xffffffffu, r, 1);
         if (P == 4) r += __shfl_xor_sync(0xffffffffu, r, 2);
-        if (j < cnt && part == 0 && r < kk) {
-            out[r] = (int32_t) ~(uint32_t)key;
-            if (out_key) out_key[r] = key;
-        }
-#pragma unroll 1
-        for (int k = cnt + tid; k < kk; k += NT) {
-            out[k] = -1;
-            if (out_key) out_key[k] = 0;
-        }
+        if (j < cnt && part == 0 && r < kk) kn_topk_put(out, out_key, r, key);
+        kn_topk_fill_empty<NT>(out, out_key, cnt, kk);
         __syncthreads();
         KN_TOPK_TS(3);
         return;
     }
     if (cnt <= KN_TOPK_CAP) {
-#pragma unroll 1
-        for (int j = tid; j < cnt; j += NT) {
-            const unsigned long long key = sm.ck[j];
-            int r = 0;
-#pragma unroll 4
-            for (int c = 0; c < cnt; c++) r += sm.ck[c] > key;
-            if (r < kk) {
-                out[r] = (int32_t) ~(uint32_t)key;
-                if (out_key) out_key[r] = key;
-            }
-        }
-#pragma unroll 1
-        for (int k = cnt + tid; k < kk; k += NT) {
-            out[k] = -1;
-            if (out_key) out_key[k] = 0;
-        }
+        kn_topk_rank_all<NT>(sm.ck, cnt, kk, out, out_key);
         __syncthreads();
         KN_TOPK_TS(3);
         return;
@@ -356,16 +371,7 @@ __device__ void kn_topk_merge_lists(const unsigned long long *keys, int n_lists,
     __syncthreads();
     KN_TOPK_TS(1);
     if (ts && tid == 0) ts[3] = (unsigned long long)cnt;
-#pragma unroll 1
-    for (int j = tid; j < cnt; j += NT) {
-        const unsigned long long key = sm.ck[j];
-        int r = 0;
-#pragma unroll 4
-        for (int c = 0; c < cnt; c++) r += sm.ck[c] > key;
-        if (r < kk) out[r] = (int32_t) ~(uint32_t)key;
-    }
-#pragma unroll 1
-    for (int k = cnt + tid; k < kk; k += NT) out[k] = -1;
+    kn_topk_rank_all<NT>(sm.ck, cnt, kk, out, nullptr);
     __syncthreads();
     KN_TOPK_TS(2);
 }
