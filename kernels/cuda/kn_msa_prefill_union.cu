@@ -1166,19 +1166,13 @@ size_t kn_pf_union_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_q
            sizeof(uint32_t) * (size_t)sh->n_kv * qb->n + 16; /* + the dynamic order's item counter */
 }
 
-int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
-                           const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
-                           int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,
-                           uint8_t *handled, void *ws, const struct kn_pf_union_rare *rare, int phases,
-                           cudaStream_t stream, struct mm_err *err)
+/* The kernel arguments every union launch (tile unions, pair mode) takes from the batch, cache and shape. */
+static pu_args pu_args_base(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                            const struct kn_cuda_cache *c, const void *q, int32_t ks)
 {
     pu_args a = {};
     a.q = (const uint16_t *)q;
-    a.sel = sel;
-    a.sel_stride = sel_stride;
     a.ks = ks;
-    a.tiles = qb->tiles;
-    a.qseq = qb->qseq;
     a.pos = qb->pos;
     a.seq_last = qb->seq_last;
     a.bt = qb->block_table;
@@ -1188,10 +1182,24 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     a.n = qb->n;
     a.n_heads = sh->n_heads;
     a.n_kv = sh->n_kv;
+    a.scale_log2 = sh->scale * 1.4426950408889634f;
+    return a;
+}
+
+int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                           const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
+                           int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,
+                           uint8_t *handled, void *ws, const struct kn_pf_union_rare *rare, int phases,
+                           cudaStream_t stream, struct mm_err *err)
+{
+    pu_args a = pu_args_base(sh, qb, c, q, ks);
+    a.sel = sel;
+    a.sel_stride = sel_stride;
+    a.tiles = qb->tiles;
+    a.qseq = qb->qseq;
     a.min_eff = min_eff;
     a.n_oct = qb->n_tiles * (KN_CUDA_QTILE / PU_Q);
     a.n_items = pu_items(sh, qb);
-    a.scale_log2 = sh->scale * 1.4426950408889634f;
     a.out = (uint16_t *)out;
     a.handled = handled;
     a.hdr = (int4 *)ws;
@@ -1259,21 +1267,9 @@ int32_t kn_pf_union_pairs_launch(const struct kn_cuda_msa_shape *sh, const struc
     if (max_items >= INT32_MAX / 2)
         return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (prefill pairs, wgmma): %lld tiles",
                           (long long)p->max_tiles);
-    pu_args a = {};
-    a.q = (const uint16_t *)q;
-    a.ks = ks;
-    a.pos = qb->pos;
-    a.seq_last = qb->seq_last;
-    a.bt = qb->block_table;
-    a.bt_stride = qb->bt_stride;
-    a.kc = (const uint16_t *)c->k;
-    a.vc = (const uint16_t *)c->v;
-    a.n = qb->n;
-    a.n_heads = sh->n_heads;
-    a.n_kv = sh->n_kv;
+    pu_args a = pu_args_base(sh, qb, c, q, ks);
     a.n_oct = 1;
     a.n_items = (int32_t)max_items;
-    a.scale_log2 = sh->scale * 1.4426950408889634f;
     a.hdr = (int4 *)p->items;
     a.uarr = a.hdr + max_items;
     a.ri_q = (int32_t *)(a.uarr + 2 * max_items);
