@@ -547,6 +547,24 @@ static void run_copy_same(void *p, int it)
 
 static int g_idx_rounds = 1;
 
+/* One size cell's row pair of a streaming kernel: synced (time, optionally bandwidth, % of copy) and back to
+ * back ("NAME b2b": time, % of copy), bytes being what it must move. */
+static void time_emit_stream(const char *name, const char *cfg, bench_fn f, void *arg, double bytes,
+                             int iters, int reps, int with_bw)
+{
+    char nb[96];
+    double ms = time_ms(f, arg, 3, iters);
+    double tbs = bytes / (ms * 1e-3) / 1e12;
+    emit(name, cfg, "time", ms * 1e3, "us");
+    if (with_bw) emit(name, cfg, "bandwidth", tbs, "TB/s");
+    emit(name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+    ms = time_b2b_ms(f, arg, 3, g_quick ? 3 : 9, reps);
+    tbs = bytes / (ms * 1e-3) / 1e12;
+    snprintf(nb, sizeof nb, "%s b2b", name);
+    emit(nb, cfg, "time", ms * 1e3, "us");
+    emit(nb, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+}
+
 static void bench_index(int do_topk)
 {
     const char *r = getenv("KN_BENCH_IDX_ROUNDS");
@@ -609,7 +627,7 @@ static void bench_index(int do_topk)
             const int reps = set_bytes < 1e9 ? 20 : 4;
             const double bytes8 = (double)set_pages * M3.block * (M3.idx_dim + 4);
             const int nv = (int)(sizeof(g_idx_variants) / sizeof(g_idx_variants[0]));
-            char name[80], vn[64];
+            char vn[64];
             /* KN_BENCH_IDX_ROUNDS=R: the whole list R times (rounds after the first named "#2", ...), so that
              * order effects and run-to-run noise show next to the differences between variants */
             const int rounds = g_idx_rounds;
@@ -624,17 +642,7 @@ static void bench_index(int do_topk)
                         snprintf(vn, sizeof vn, "%s #%d", iv->name, rd + 1);
                     else
                         snprintf(vn, sizeof vn, "%s", iv->name);
-                    const double bytes = iv->fp8 ? bytes8 : set_bytes;
-                    double ms = time_ms(run_idx, &a, 3, iters);
-                    double tbs = bytes / (ms * 1e-3) / 1e12;
-                    emit(vn, cfg, "time", ms * 1e3, "us");
-                    emit(vn, cfg, "bandwidth", tbs, "TB/s");
-                    emit(vn, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
-                    ms = time_b2b_ms(run_idx, &a, 3, g_quick ? 3 : 9, reps);
-                    tbs = bytes / (ms * 1e-3) / 1e12;
-                    snprintf(name, sizeof name, "%s b2b", vn);
-                    emit(name, cfg, "time", ms * 1e3, "us");
-                    emit(name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+                    time_emit_stream(vn, cfg, run_idx, &a, iv->fp8 ? bytes8 : set_bytes, iters, reps, 1);
                 }
             idx_set_env(NULL);
             a.append = 0;
@@ -643,41 +651,27 @@ static void bench_index(int do_topk)
                 struct read_arg ra = {f8 ? idx8 : (const uint8_t *)idx,
                                       (int64_t)(f8 ? set_pages * M3.block * M3.idx_dim : set_bytes), n_sets,
                                       (unsigned *)sel};
-                const double bytes = (double)ra.set_bytes;
-                const char *rn = f8 ? "read, fp8 key bytes" : "read, bf16 key bytes";
-                double ms = time_ms(run_read, &ra, 3, iters);
-                emit(rn, cfg, "time", ms * 1e3, "us");
-                emit(rn, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
-                ms = time_b2b_ms(run_read, &ra, 3, g_quick ? 3 : 9, reps);
-                snprintf(name, sizeof name, "%s b2b", rn);
-                emit(name, cfg, "time", ms * 1e3, "us");
-                emit(name, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
+                time_emit_stream(f8 ? "read, fp8 key bytes" : "read, bf16 key bytes", cfg, run_read, &ra,
+                                 (double)ra.set_bytes, iters, reps, 0);
             }
             /* the same-size copy: a device-to-device copy of half the scan's bytes (read + write = what the
              * scan reads), what any single operation of this size pays in launch and ramp */
             for (int f8 = 0; f8 < 2; f8++) {
                 struct same_copy_arg ca = {(const uint8_t *)idx, (int64_t)(f8 ? bytes8 : set_bytes) / 2,
                                            set_bytes, n_sets, cdst};
-                const double bytes = 2.0 * (double)ca.bytes;
-                const char *rn = f8 ? "copy, fp8 scan bytes" : "copy, bf16 scan bytes";
-                double ms = time_ms(run_copy_same, &ca, 3, iters);
-                emit(rn, cfg, "time", ms * 1e3, "us");
-                emit(rn, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
-                ms = time_b2b_ms(run_copy_same, &ca, 3, g_quick ? 3 : 9, reps);
-                snprintf(name, sizeof name, "%s b2b", rn);
-                emit(name, cfg, "time", ms * 1e3, "us");
-                emit(name, cfg, "of copy", 100.0 * bytes / (ms * 1e-3) / 1e12 / g_copy_tbs, "%");
+                time_emit_stream(f8 ? "copy, fp8 scan bytes" : "copy, bf16 scan bytes", cfg, run_copy_same,
+                                 &ca, 2.0 * (double)ca.bytes, iters, reps, 0);
             }
             cudaFree(cdst);
             a.cache = cb;
             a.v0 = 0;
             if (do_topk) {
                 a.mode = 1;
-                /* the standalone kernel's gathers (KN_CUDA_TOPK_BF; unset = its default, 1): the fused tail's
-                 * default, the mask gather (2), measured beside it */
-                static const char *const gathers[] = {NULL, "2"};
+                /* the standalone kernel's gathers (KN_CUDA_TOPK_BF): its default, the store per value (1),
+                 * and the fused tail's default, the mask gather (2), measured beside it */
+                static const char *const gathers[] = {"1", "2"};
                 for (int gi = 0; gi < 2; gi++) {
-                    setenv("KN_CUDA_TOPK_BF", gathers[gi] ? gathers[gi] : "1", 1);
+                    setenv("KN_CUDA_TOPK_BF", gathers[gi], 1);
                     char tn[32];
                     snprintf(tn, sizeof tn, "topk%s", gi ? " mask" : "");
                     double ms = time_ms(run_idx, &a, 3, iters);
