@@ -2062,6 +2062,67 @@ static void bench_fp8_agree(void)
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
+/* decode-sized products: the model's projections at n = 1..16 activation rows, cuBLAS (f32 -> bf16
+ * conversion + GemmEx, the backend's bf16 path) against kn_cuda_gemv_bf16, % of copy over the weight bytes */
+
+struct skinny_arg {
+    struct kn_cuda_blas *bl;
+    const uint16_t *w; /* n_sets weight matrices, each rows x cols */
+    int32_t n_sets;
+    int64_t rows, cols, n;
+    float *x, *y;
+    uint16_t *xb;
+    int gemv;
+};
+
+static void run_skinny(void *p, int it)
+{
+    struct skinny_arg *a = (struct skinny_arg *)p;
+    const uint16_t *w = a->w + (int64_t)(it % a->n_sets) * a->rows * a->cols;
+    if (a->gemv) {
+        KC(kn_cuda_gemv_bf16(a->n, a->rows, a->cols, a->x, a->cols, w, a->y, a->rows, g_stream, &g_err));
+    } else {
+        KC(kn_cuda_convert(a->x, a->xb, a->n * a->cols, 1, g_stream, &g_err));
+        KC(kn_cuda_gemm_bf16(a->bl, a->n, a->rows, a->cols, a->xb, a->cols, w, a->cols, 0.0f, a->y, a->rows,
+                             0, &g_err));
+    }
+}
+
+static void bench_skinny(void)
+{
+    printf("== decode-sized products (M3-shaped projections at hidden 6144): cuBLAS vs kn_cuda_gemv_bf16\n");
+    static const int64_t shapes[][2] = {{8192, 6144}, {512, 6144},  {6144, 8192},
+                                        {2048, 6144}, {6144, 2048}, {8199, 6144}};
+    static const int64_t ns[] = {1, 2, 4, 16};
+    struct skinny_arg a;
+    memset(&a, 0, sizeof a);
+    KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
+    const size_t pool = (size_t)640 << 20; /* rotated weights: > 10 x L2 */
+    uint16_t *w = (uint16_t *)dmalloc(pool);
+    fill_bf16(w, (int64_t)(pool / 2), 91, 0.02f);
+    a.x = (float *)dmalloc(sizeof(float) * 16 * 8192);
+    a.y = (float *)dmalloc(sizeof(float) * 16 * 8199);
+    a.xb = (uint16_t *)dmalloc(2 * 16 * 8192);
+    fill_f32(a.x, 16 * 8192, 92, 1.0f);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int gv = 0; gv < 2; gv++) {
+                a.rows = shapes[si][0], a.cols = shapes[si][1], a.n = ns[ni], a.gemv = gv, a.w = w;
+                if (gv && !kn_cuda_gemv_ok(a.n, a.cols, a.cols)) continue;
+                const double wbytes = (double)a.rows * a.cols * 2;
+                a.n_sets = (int32_t)(pool / (size_t)wbytes);
+                if (a.n_sets > 64) a.n_sets = 64;
+                char cfg[96];
+                snprintf(cfg, sizeof cfg, "%lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
+                         (long long)a.n);
+                time_emit_stream(gv ? "gemv" : "cublas", cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30, 20,
+                                 0);
+            }
+    cudaFree(w), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb);
+    kn_cuda_blas_destroy(a.bl);
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
 
 static int want(const char *only, const char *name)
 {
@@ -2091,7 +2152,7 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
-                            "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree]\n");
+                            "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny]\n");
             return 2;
         }
     }
@@ -2127,6 +2188,7 @@ int main(int argc, char **argv)
     if (want(only, "prefill")) bench_prefill();
     if (want(only, "layer") || want(only, "pflayer")) bench_layer(); /* pflayer: without the decode layer */
     if (want(only, "fp8agree")) bench_fp8_agree();
+    if (want(only, "skinny")) bench_skinny();
     /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer, "layerprof"
      * runs only the timestamp profile */
     if (want(only, "tail")) bench_tail();

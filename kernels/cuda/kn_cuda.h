@@ -269,6 +269,17 @@ int32_t kn_cuda_gemm_bf16(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t 
  * decisions (the MoE router, the index projections) and for an all-fp32 run. */
 int32_t kn_cuda_gemm_f32(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                          const float *w, int64_t ldw, float beta, float *c, int64_t ldc, struct mm_err *err);
+/** Most activation rows kn_cuda_gemv_bf16 takes. */
+#define KN_GEMV_MAX_N 4
+/** Decode-sized product without cuBLAS: y[n][rows] (f32, row stride ldy) = bf16(x[n][cols]) . W^T, W bf16
+ * [rows][cols] contiguous, x f32 (row stride ldx) rounded to bf16 as the bf16 path's conversion does, f32
+ * sums; a stream over W that fills the GPU where cuBLAS's output tiles leave SMs idle (kn_gemv.cu). Needs
+ * kn_cuda_gemv_ok(n, cols, ldx) and 16-byte aligned x and W. */
+int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx, const void *w,
+                          float *y, int64_t ldy, cudaStream_t stream, struct mm_err *err);
+/** Whether kn_cuda_gemv_bf16 takes these shapes: 1 <= n <= KN_GEMV_MAX_N, cols a multiple of 64, ldx >= cols
+ * and a multiple of 4. */
+int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx);
 /** Strided batched version: batch products, operands batch_a/batch_w/batch_c elements apart. */
 int32_t kn_cuda_gemm_bf16_batched(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const void *a,
                                   int64_t lda, int64_t batch_a, const void *w, int64_t ldw, int64_t batch_w,

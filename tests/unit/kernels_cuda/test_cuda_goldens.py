@@ -11,8 +11,15 @@ m3_cuda_emul.py), and the bf16 errors (~1e-2..1) exceed the margins, so greedy e
 What is checked: the run succeeds, and argmax agreement with the goldens stays >= 0.80 on every case (a wrong
 kernel or layout gives chance agreement, ~1e-4 for 8199 tokens).
 
+Decode steps as CUDA graphs (the default; MMGW_CUDA_GRAPHS=0 turns them off): the production run must have
+replayed graphs (its log says how many segments), and a run without graphs must give the same greedy tokens
+and argmaxes on every case (the same kernels on the same data; the largest logit difference is printed).
+
 Skips (77) without a GPU. Needs MMGW_TESTDATA and MMGW_BUILD (CTest sets both)."""
+import json
 import os
+import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -35,9 +42,11 @@ if not os.access(run, os.X_OK):
     sys.exit(77)
 
 
-def mmgw_run(out, env_extra):
+def mmgw_run(out, env_extra, inp=gold, extra=()):
     env = dict(os.environ, **env_extra)
-    p = subprocess.run([run, "--model", model, "--eval", gold, "--out", out, "--backend", "cuda"], env=env,
+    env.pop("MMGW_CUDA_GRAPHS", None)
+    env.update(env_extra)
+    p = subprocess.run([run, "--model", model, "--eval", inp, "--out", out, "--backend", "cuda", *extra], env=env,
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0 and "UNAVAILABLE" in p.stderr:
         print("SKIP: no CUDA device:", p.stderr.strip().splitlines()[-1])
@@ -46,6 +55,26 @@ def mmgw_run(out, env_extra):
         print(p.stderr)
         print(f"FAIL: mmgw-run exited {p.returncode}")
         sys.exit(1)
+    return p.stderr
+
+
+def write_i32_safetensors(path, tensors):
+    """A safetensors file of I32 tensors (name -> numpy array)."""
+    header, blobs, off = {}, [], 0
+    for name, v in tensors.items():
+        b = np.ascontiguousarray(v, dtype="<i4").tobytes()
+        header[name] = {"dtype": "I32", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def graph_counts(log):
+    m = re.search(r"decode step graphs: (\d+) segments replayed, (\d+) captured, (\d+) run one by one", log)
+    return tuple(int(x) for x in m.groups()) if m else None
 
 
 failed = False
@@ -58,6 +87,30 @@ with tempfile.TemporaryDirectory() as tmp:
 
     prod = os.path.join(tmp, "bf16.safetensors")
     mmgw_run(prod, {})
+    # decode steps as graphs: the golden cases decode together in a batch that shrinks as they finish (few
+    # equal steps), so two text prompts generate 40 tokens each, one after the other (--sequential: 39 equal
+    # decode steps per case but where a 16-token block begins), with graphs and without
+    g = load(gold)
+    long_in = os.path.join(tmp, "long_greedy.safetensors")
+    write_i32_safetensors(long_in, {f"{c}/{k}": v for c in ("text_short", "long")
+                                    for k, v in (("ids", g[c + "/ids"]), ("greedy", np.zeros(40, np.int32)))})
+    with_g = os.path.join(tmp, "graphs.safetensors")
+    counts = graph_counts(mmgw_run(with_g, {"MMGW_LOG_LEVEL": "info"}, long_in, ("--sequential",)))
+    ok = counts is not None and counts[0] > 0 and counts[1] > 0
+    failed |= not ok
+    print(f"decode step graphs: replayed / captured / one by one = {counts}", "PASS" if ok else "FAIL")
+    plain = os.path.join(tmp, "nographs.safetensors")
+    counts0 = graph_counts(mmgw_run(plain, {"MMGW_CUDA_GRAPHS": "0", "MMGW_LOG_LEVEL": "info"}, long_in,
+                                    ("--sequential",)))
+    ok = counts0 is None or counts0[0] == 0
+    a, b = load(with_g), load(plain)
+    for c in sorted({k[:-7] for k in a if k.endswith("/greedy")}):
+        same = bool((a[c + "/greedy"] == b[c + "/greedy"]).all() and (a[c + "/argmax"] == b[c + "/argmax"]).all())
+        d = float(np.max(np.abs(a[c + "/logits_last8"].astype(np.float64) - b[c + "/logits_last8"])))
+        ok &= same
+        print(f"graphs vs no graphs {c:12s} greedy and argmax equal: {same}  largest logit difference {d:.3g}")
+    failed |= not ok
+    print("graphs vs no graphs:", "PASS" if ok else "FAIL")
     ref, out = load(gold), load(prod)
     for c in sorted({k[:-4] for k in ref if k.endswith("/ids")}):
         agree = float((ref[c + "/argmax"] == out[c + "/argmax"]).mean())

@@ -364,6 +364,49 @@ static void test_gemm(void)
     kn_cuda_blas_destroy(bl);
 }
 
+/* Decode-sized products (kn_cuda_gemv_bf16): n = 1..4 rows of f32 x (rounded to bf16 inside) against the same
+ * product of the rounded operands on the CPU; rows not a multiple of the kernel's 4, x with a row stride
+ * wider than cols, y rows strided; shapes it must refuse. */
+static void test_gemv(void)
+{
+    static const int64_t shapes[][2] = {{8199, 6144}, {37, 64}, {300, 2048}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int64_t n = 1; n <= KN_GEMV_MAX_N; n++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 8, ldy = rows + 3;
+            float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+            float *w = ct_hmalloc(sizeof(float) * rows * cols), *ref = ct_hmalloc(sizeof(float) * n * rows);
+            uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * rows * cols);
+            ct_fill_normal(x, n * ldx, 1.0f);
+            ct_fill_normal(w, rows * cols, 0.05f);
+            ct_to_bf16(w, wb, rows * cols);
+            ct_from_bf16(wb, w, rows * cols);
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t k = 0; k < cols; k++) xr[j * cols + k] = ct_bf16_round(x[j * ldx + k]);
+            kn_sgemm_nt(n, rows, cols, xr, cols, w, cols, 0.0f, ref, rows);
+            float *x_d = ct_upload(x, sizeof(float) * n * ldx);
+            void *w_d = ct_upload(wb, sizeof(uint16_t) * rows * cols);
+            float *y_d = ct_dmalloc(sizeof(float) * n * ldy);
+            CHECK(kn_cuda_gemv_ok(n, cols, ldx));
+            OK(kn_cuda_gemv_bf16(n, rows, cols, x_d, ldx, w_d, y_d, ldy, 0, &err));
+            float *got = dl_f32(y_d, n * ldy), *g2 = ct_hmalloc(sizeof(float) * n * rows);
+            for (int64_t j = 0; j < n; j++) memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+            char what[96];
+            snprintf(what, sizeof what, "gemv %lld x %lld, n %lld", (long long)rows, (long long)cols,
+                     (long long)n);
+            expect_close(what, g2, ref, n * rows, 1e-5);
+            int untouched = 1; /* the padding between y rows stays as it was (0xff bytes: NaN) */
+            for (int64_t j = 0; j + 1 < n; j++)
+                for (int64_t r = rows; r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
+            CHECK_MSG(untouched, "%s: wrote past its rows", what);
+            free(got), free(g2), free(x), free(xr), free(w), free(ref), free(wb);
+            cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
+        }
+    struct mm_err e2 = {0};
+    CHECK(!kn_cuda_gemv_ok(5, 64, 64) && !kn_cuda_gemv_ok(1, 96, 96) && !kn_cuda_gemv_ok(0, 64, 64));
+    CHECK(kn_cuda_gemv_bf16(1, 4, 100, (const float *)16, 100, (const void *)16, (float *)16, 4, 0, &e2) ==
+          MM_INVALID);
+}
+
 static void test_bad_args(void)
 {
     /* refused on the host, nothing launched */
@@ -388,6 +431,7 @@ int main(void)
     test_attn_full();
     test_moe();
     test_gemm();
+    test_gemv();
     test_bad_args();
     CT_CU(cudaDeviceSynchronize());
     return test_done();

@@ -1,6 +1,8 @@
 /* The CUDA backend: every operation of wk_backend.h on the GPU through kernels/cuda (kn_cuda.h) and cuBLAS.
- * Everything runs on the legacy default stream, so host copies order with the kernels without events.
- * Failures inside operations (which return nothing) are recorded and reported by the next batch_end(). */
+ * Everything runs on one blocking stream (created, so that decode steps can be captured as graphs:
+ * wk_cuda_steps.h; blocking, so that the synchronous host copies on the legacy stream order with its kernels
+ * without events). Failures inside operations (which return nothing) are recorded and reported by the next
+ * batch_end(). */
 #include "wk_backend_cuda.h"
 
 #include <math.h>
@@ -12,8 +14,9 @@
 #include "kn_cuda.h"
 #include "mm_dtype.h"
 #include "mm_log.h"
+#include "wk_cuda_steps.h"
 
-#define ST ((cudaStream_t)0)
+#define ST (c->stream)
 
 struct wk_weight {
     int64_t rows, cols;
@@ -28,10 +31,17 @@ struct dbuf {
 };
 
 struct cuda_be {
+    cudaStream_t stream;
     struct kn_cuda_blas *blas;
-    int32_t fp32;      /* MMGW_CUDA_PRECISION=fp32 */
-    int32_t idx_dtype; /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
-    int32_t kv_dtype;  /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
+    /* decode steps as graphs (wk_cuda_steps.h): MMGW_CUDA_GRAPHS=0 turns them off */
+    struct wk_steps *steps;
+    int32_t graphs;       /* on, and no capture has failed */
+    int32_t defer;        /* this step's operations are recorded (a decode step with graphs on) */
+    uint64_t scratch_gen; /* bumped whenever a scratch buffer moves: part of a segment's key */
+    int32_t fp32;         /* MMGW_CUDA_PRECISION=fp32 */
+    int32_t idx_dtype;    /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
+    int32_t kv_dtype;     /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
+    int32_t gemv;         /* decode-sized products on kn_cuda_gemv_bf16 (MMGW_CUDA_GEMV=0: cuBLAS for all) */
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -73,6 +83,7 @@ static void *grow(struct cuda_be *c, struct dbuf *d, size_t bytes)
     d->p = NULL;
     d->n = 0;
     size_t want = bytes + bytes / 4;
+    c->scratch_gen++; /* graphs captured with the old address must not replay */
     cudaError_t e = cudaMalloc(&d->p, want);
     if (e != cudaSuccess) {
         failc(c, e, "scratch allocation");
@@ -88,6 +99,46 @@ static void dbuf_free(struct dbuf *d)
     if (d->p) cudaFree(d->p);
     d->p = NULL;
     d->n = 0;
+}
+
+/* What decides a recorded segment's launches besides the operations' own arguments: the batch's host
+ * numbers and device pointers, and where the scratch buffers are. */
+struct step_key {
+    struct kn_cuda_qbatch qb;
+    uint64_t scratch_gen;
+    int64_t n_tokens;
+    void *ids;
+};
+
+/* Run the recorded operations (a replay, a capture, or one by one: wk_cuda_steps.h). */
+static void flush(struct cuda_be *c)
+{
+    if (!c->steps || !wk_steps_pending(c->steps)) return;
+    struct step_key k;
+    memset(&k, 0, sizeof k);
+    k.qb = c->qb;
+    k.scratch_gen = c->scratch_gen;
+    k.n_tokens = c->b ? c->b->n_tokens : -1;
+    k.ids = c->ids.p;
+    const int32_t failed = c->failed;
+    const struct mm_err ferr = c->ferr;
+    if (wk_steps_run(c->steps, c, ST, &k, sizeof k, c->graphs) == WK_STEPS_CAPTURE_FAILED) {
+        /* the driver refused the capture: nothing ran; undo what the operations recorded, go on without */
+        (void)cudaGetLastError();
+        c->failed = failed;
+        c->ferr = ferr;
+        c->graphs = 0;
+        mm_log_warn("cuda", "decode step graphs off: the capture of a step failed");
+        (void)wk_steps_run(c->steps, c, ST, &k, sizeof k, 0);
+    }
+}
+
+/* An operation: recorded in a decode step with graphs on, else run now (after what is recorded). */
+static void run_op(struct cuda_be *c, wk_step_fn fn, const void *args, size_t n)
+{
+    if (c->defer && !wk_steps_push(c->steps, fn, args, n)) return;
+    flush(c);
+    fn(c, args);
 }
 
 /* ---- memory ---- */
@@ -106,7 +157,7 @@ static float *cu_alloc(void *ctx, int64_t n)
 
 static void cu_free(void *ctx, float *p)
 {
-    (void)ctx;
+    flush(ctx); /* recorded operations may use p */
     if (p) cudaFree(p);
 }
 
@@ -114,6 +165,7 @@ static void cu_upload(void *ctx, float *dst, const float *src, int64_t n)
 {
     struct cuda_be *c = ctx;
     if (n <= 0) return;
+    flush(c); /* recorded operations may read dst as it was */
     cudaError_t e = cudaMemcpy(dst, src, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) failc(c, e, "upload");
 }
@@ -122,6 +174,7 @@ static void cu_download(void *ctx, float *dst, const float *src, int64_t n)
 {
     struct cuda_be *c = ctx;
     if (n <= 0) return;
+    flush(c);
     cudaError_t e = cudaMemcpy(dst, src, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) failc(c, e, "download");
 }
@@ -234,7 +287,7 @@ static int32_t cu_weight_load(void *ctx, const struct wk_wsrc *src, struct wk_we
 
 static void cu_weight_free(void *ctx, struct wk_weight *w)
 {
-    (void)ctx;
+    flush(ctx); /* recorded operations may use w */
     weight_release(w);
 }
 
@@ -330,6 +383,7 @@ static int32_t cu_cache_init(void *ctx, const struct wk_cache_geom *g, struct mm
 static void cu_cache_copy_page(void *ctx, int32_t dst, int32_t src, int32_t n_tokens)
 {
     struct cuda_be *c = ctx;
+    flush(c);
     const struct wk_cache_geom *g = &c->geom;
     const size_t row = (size_t)g->n_kv * (size_t)g->head_dim * (c->kv_dtype == KN_KV_F32 ? 4 : 2);
     const size_t irow = (size_t)g->idx_dim * idx_elem(c);
@@ -356,6 +410,8 @@ static void cu_cache_copy_page(void *ctx, int32_t dst, int32_t src, int32_t n_to
 static int32_t cu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_err *err)
 {
     struct cuda_be *c = ctx;
+    flush(c); /* nothing should be pending between steps; keep the order if something is */
+    c->defer = 0;
     c->b = b;
     c->failed = 0;
     mm_err_clear(&c->ferr);
@@ -406,12 +462,17 @@ static int32_t cu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_err
     c->qb.block_table = (const int32_t *)(d + ((const uint8_t *)bt - h0));
     c->qb.bt_stride = bt_stride;
     c->ids.p = d + ((const uint8_t *)ids - h0);
+    /* decode steps (one new token per sequence) are recorded and run as graphs; prefill steps are few,
+     * long and of changing shapes: launched directly */
+    c->defer = c->graphs && c->steps && c->qb.max_q_per_seq == 1 && b->n_tokens == S;
     return MM_OK;
 }
 
 static int32_t cu_batch_end(void *ctx, struct mm_err *err)
 {
     struct cuda_be *c = ctx;
+    flush(c);
+    c->defer = 0;
     c->b = NULL;
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) failc(c, e, "step");
@@ -426,9 +487,21 @@ static int32_t cu_batch_end(void *ctx, struct mm_err *err)
 
 /* ---- text ops ---- */
 
-static void cu_embed(void *ctx, const struct wk_weight *table, float *out, int32_t dim)
+/* Each deferrable operation: an argument struct (zeroed before it is filled: segments compare as bytes), the
+ * operation's body as ex_NAME(ctx, args), and cu_NAME that records or runs it (run_op). */
+struct a_embed {
+    const struct wk_weight *table;
+    float *out;
+    int32_t dim;
+};
+
+static void ex_embed(void *ctx, const void *args)
 {
     struct cuda_be *c = ctx;
+    const struct a_embed *a = args;
+    const struct wk_weight *table = a->table;
+    float *out = a->out;
+    const int32_t dim = a->dim;
     struct mm_err e__ = {0};
     if (!table->bf16) {
         mm_err_set(&e__, MM_UNSUPPORTED, "embedding table without a bf16 copy");
@@ -439,12 +512,21 @@ static void cu_embed(void *ctx, const struct wk_weight *table, float *out, int32
         fail(c, &e__, "embed");
 }
 
+static void cu_embed(void *ctx, const struct wk_weight *table, float *out, int32_t dim)
+{
+    struct a_embed a;
+    memset(&a, 0, sizeof a);
+    a.table = table, a.out = out, a.dim = dim;
+    run_op(ctx, ex_embed, &a, sizeof a);
+}
+
 static void cu_set_rows(void *ctx, float *out, int32_t dim, const int64_t *rows, const float *data,
                         int64_t n_rows)
 {
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
     if (n_rows <= 0) return;
+    flush(c); /* host rows: copied now */
     float *dd = grow(c, &c->media, sizeof(float) * (size_t)(n_rows * dim));
     int64_t *rd = grow(c, &c->media_rows, sizeof(int64_t) * (size_t)n_rows);
     if (!dd || !rd) return;
@@ -457,31 +539,86 @@ static void cu_set_rows(void *ctx, float *out, int32_t dim, const int64_t *rows,
     if (kn_cuda_scatter_rows(out, dim, rd, dd, n_rows, ST, &e__)) fail(c, &e__, "set_rows");
 }
 
+struct a_rmsnorm {
+    const float *x;
+    const struct wk_weight *w;
+    int64_t n;
+    int32_t dim;
+    float eps;
+    float *out;
+};
+
+static void ex_rmsnorm(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_rmsnorm *a = args;
+    struct mm_err e__ = {0};
+    if (kn_cuda_rmsnorm(a->x, a->dim, a->w->f32, a->n, a->dim, a->eps, a->out, a->dim, 0, ST, &e__))
+        fail(c, &e__, "rmsnorm");
+}
+
 static void cu_rmsnorm(void *ctx, const float *x, const struct wk_weight *w, int64_t n, int32_t dim,
                        float eps, float *out)
 {
+    struct a_rmsnorm a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.w = w, a.n = n, a.dim = dim, a.eps = eps, a.out = out;
+    run_op(ctx, ex_rmsnorm, &a, sizeof a);
+}
+
+struct a_head_rmsnorm {
+    float *x;
+    int64_t n;
+    int32_t n_heads, head_dim;
+    const struct wk_weight *w;
+    float eps;
+};
+
+static void ex_head_rmsnorm(void *ctx, const void *args)
+{
     struct cuda_be *c = ctx;
+    const struct a_head_rmsnorm *a = args;
     struct mm_err e__ = {0};
-    if (kn_cuda_rmsnorm(x, dim, w->f32, n, dim, eps, out, dim, 0, ST, &e__)) fail(c, &e__, "rmsnorm");
+    if (kn_cuda_head_rmsnorm(a->x, a->n, a->n_heads, a->head_dim, (int64_t)a->n_heads * a->head_dim,
+                             a->w->f32, a->eps, ST, &e__))
+        fail(c, &e__, "head_rmsnorm");
 }
 
 static void cu_head_rmsnorm(void *ctx, float *x, int64_t n, int32_t n_heads, int32_t head_dim,
                             const struct wk_weight *w, float eps)
 {
+    struct a_head_rmsnorm a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.n = n, a.n_heads = n_heads, a.head_dim = head_dim, a.w = w, a.eps = eps;
+    run_op(ctx, ex_head_rmsnorm, &a, sizeof a);
+}
+
+struct a_rope {
+    float *x;
+    int64_t n;
+    int32_t n_heads, head_dim;
+    const float *cos_t, *sin_t;
+    int32_t table_stride, rot;
+};
+
+static void ex_rope(void *ctx, const void *args)
+{
     struct cuda_be *c = ctx;
+    const struct a_rope *a = args;
     struct mm_err e__ = {0};
-    if (kn_cuda_head_rmsnorm(x, n, n_heads, head_dim, (int64_t)n_heads * head_dim, w->f32, eps, ST, &e__))
-        fail(c, &e__, "head_rmsnorm");
+    if (kn_cuda_rope_apply(a->x, a->n, a->n_heads, a->head_dim, (int64_t)a->n_heads * a->head_dim, a->cos_t,
+                           a->sin_t, a->table_stride, a->rot, ST, &e__))
+        fail(c, &e__, "rope");
 }
 
 static void cu_rope(void *ctx, float *x, int64_t n, int32_t n_heads, int32_t head_dim, const float *cos_t,
                     const float *sin_t, int32_t table_stride, int32_t rot)
 {
-    struct cuda_be *c = ctx;
-    struct mm_err e__ = {0};
-    if (kn_cuda_rope_apply(x, n, n_heads, head_dim, (int64_t)n_heads * head_dim, cos_t, sin_t, table_stride,
-                           rot, ST, &e__))
-        fail(c, &e__, "rope");
+    struct a_rope a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.n = n, a.n_heads = n_heads, a.head_dim = head_dim, a.cos_t = cos_t, a.sin_t = sin_t;
+    a.table_stride = table_stride, a.rot = rot;
+    run_op(ctx, ex_rope, &a, sizeof a);
 }
 
 /* y[n][rows] = x[n][cols] . W^T */
@@ -493,6 +630,14 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
     if (w->f32 && (c->fp32 || !w->bf16)) { /* fp32 run, or a decision-making weight kept only in fp32 */
         if (kn_cuda_gemm_f32(c->blas, n, w->rows, w->cols, x, ldx, w->f32, w->cols, 0.0f, y, ldy, &e__))
             fail(c, &e__, "linear (fp32)");
+        return;
+    }
+    /* decode-sized products: a stream over W (kn_gemv.cu), f32 x read as it is; at 3-4 rows cuBLAS reads the
+     * widest projections faster (kn_bench --only skinny), so only 1-2 rows */
+    if (c->gemv && n <= 2 && w->bf16 && kn_cuda_gemv_ok(n, w->cols, ldx) && (uintptr_t)x % 16 == 0 &&
+        (uintptr_t)w->bf16 % 16 == 0) {
+        if (kn_cuda_gemv_bf16(n, w->rows, w->cols, x, ldx, w->bf16, y, ldy, ST, &e__))
+            fail(c, &e__, "linear (gemv)");
         return;
     }
     void *xb = grow(c, &c->xb, (size_t)(n * w->cols) * 2);
@@ -510,30 +655,79 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
         fail(c, &e__, "linear (bf16)");
 }
 
+struct a_linear {
+    const struct wk_weight *w, *bias;
+    const float *x;
+    int64_t n;
+    float *y;
+};
+
+static void ex_linear(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_linear *a = args;
+    struct mm_err e__ = {0};
+    gemm(c, a->w, a->x, a->w->cols, a->n, a->y, a->w->rows);
+    if (a->bias && a->n > 0 &&
+        kn_cuda_add_bias_convert(a->y, a->bias->f32, a->n * a->w->rows, (int32_t)a->w->rows, a->y, 0, ST,
+                                 &e__))
+        fail(c, &e__, "linear (bias)");
+}
+
 static void cu_linear(void *ctx, const struct wk_weight *w, const struct wk_weight *bias, const float *x,
                       int64_t n, float *y)
 {
+    struct a_linear a;
+    memset(&a, 0, sizeof a);
+    a.w = w, a.bias = bias, a.x = x, a.n = n, a.y = y;
+    run_op(ctx, ex_linear, &a, sizeof a);
+}
+
+struct a_add {
+    float *y;
+    const float *x;
+    int64_t n;
+};
+
+static void ex_add(void *ctx, const void *args)
+{
     struct cuda_be *c = ctx;
+    const struct a_add *a = args;
     struct mm_err e__ = {0};
-    gemm(c, w, x, w->cols, n, y, w->rows);
-    if (bias && n > 0 &&
-        kn_cuda_add_bias_convert(y, bias->f32, n * w->rows, (int32_t)w->rows, y, 0, ST, &e__))
-        fail(c, &e__, "linear (bias)");
+    if (kn_cuda_add(a->y, a->x, a->n, ST, &e__)) fail(c, &e__, "add");
 }
 
 static void cu_add(void *ctx, float *y, const float *x, int64_t n)
 {
+    struct a_add a;
+    memset(&a, 0, sizeof a);
+    a.y = y, a.x = x, a.n = n;
+    run_op(ctx, ex_add, &a, sizeof a);
+}
+
+struct a_swiglu {
+    const float *gate, *up;
+    int64_t n;
+    float alpha, limit;
+    float *out;
+};
+
+static void ex_swiglu(void *ctx, const void *args)
+{
     struct cuda_be *c = ctx;
+    const struct a_swiglu *a = args;
     struct mm_err e__ = {0};
-    if (kn_cuda_add(y, x, n, ST, &e__)) fail(c, &e__, "add");
+    if (kn_cuda_swiglu(a->gate, a->up, 1, a->n, 1, a->alpha, a->limit, a->out, 1, 0, ST, &e__))
+        fail(c, &e__, "swiglu");
 }
 
 static void cu_swiglu(void *ctx, const float *gate, const float *up, int64_t n, float alpha, float limit,
                       float *out)
 {
-    struct cuda_be *c = ctx;
-    struct mm_err e__ = {0};
-    if (kn_cuda_swiglu(gate, up, 1, n, 1, alpha, limit, out, 1, 0, ST, &e__)) fail(c, &e__, "swiglu");
+    struct a_swiglu a;
+    memset(&a, 0, sizeof a);
+    a.gate = gate, a.up = up, a.n = n, a.alpha = alpha, a.limit = limit, a.out = out;
+    run_op(ctx, ex_swiglu, &a, sizeof a);
 }
 
 static struct kn_cuda_msa_shape shape(const struct cuda_be *c, int32_t n_heads, float scale,
@@ -552,23 +746,42 @@ static struct kn_cuda_msa_shape shape(const struct cuda_be *c, int32_t n_heads, 
     return s;
 }
 
-static void cu_kv_write(void *ctx, int32_t layer, const float *k, const float *v)
+/* kv_write (k, v) and idx_write (k = the index keys, v = NULL) */
+struct a_cache_write {
+    int32_t layer, idx;
+    const float *k, *v;
+};
+
+static void ex_cache_write(void *ctx, const void *args)
 {
     struct cuda_be *c = ctx;
+    const struct a_cache_write *a = args;
     struct mm_err e__ = {0};
     struct kn_cuda_msa_shape s = shape(c, c->geom.n_kv, 1.0f, NULL);
-    if (kn_cuda_cache_append(&s, &c->qb, &c->layer[layer], k, v, (int64_t)c->geom.n_kv * c->geom.head_dim,
-                             NULL, 0, ST, &e__))
+    if (a->idx) {
+        if (kn_cuda_cache_append(&s, &c->qb, &c->layer[a->layer], NULL, NULL, 0, a->k, c->geom.idx_dim, ST,
+                                 &e__))
+            fail(c, &e__, "idx_write");
+    } else if (kn_cuda_cache_append(&s, &c->qb, &c->layer[a->layer], a->k, a->v,
+                                    (int64_t)c->geom.n_kv * c->geom.head_dim, NULL, 0, ST, &e__)) {
         fail(c, &e__, "kv_write");
+    }
+}
+
+static void cu_kv_write(void *ctx, int32_t layer, const float *k, const float *v)
+{
+    struct a_cache_write a;
+    memset(&a, 0, sizeof a);
+    a.layer = layer, a.k = k, a.v = v;
+    run_op(ctx, ex_cache_write, &a, sizeof a);
 }
 
 static void cu_idx_write(void *ctx, int32_t layer, const float *idx_k)
 {
-    struct cuda_be *c = ctx;
-    struct mm_err e__ = {0};
-    struct kn_cuda_msa_shape s = shape(c, c->geom.n_kv, 1.0f, NULL);
-    if (kn_cuda_cache_append(&s, &c->qb, &c->layer[layer], NULL, NULL, 0, idx_k, c->geom.idx_dim, ST, &e__))
-        fail(c, &e__, "idx_write");
+    struct a_cache_write a;
+    memset(&a, 0, sizeof a);
+    a.layer = layer, a.idx = 1, a.k = idx_k;
+    run_op(ctx, ex_cache_write, &a, sizeof a);
 }
 
 /* q f32 -> bf16 scratch; out bf16 scratch -> f32 after the attention (f32 caches: both used as they are) */
@@ -590,9 +803,20 @@ static int attn_io(struct cuda_be *c, const float *q, float *out, int64_t elems,
     return 0;
 }
 
-static void cu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_heads, float scale, float *out)
+struct a_attn_dense {
+    int32_t layer, n_heads;
+    const float *q;
+    float scale;
+    float *out;
+};
+
+static void ex_attn_dense(void *ctx, const void *args)
 {
     struct cuda_be *c = ctx;
+    const struct a_attn_dense *a = args;
+    const int32_t layer = a->layer, n_heads = a->n_heads;
+    const float *q = a->q, scale = a->scale;
+    float *out = a->out;
     struct mm_err e__ = {0};
     struct kn_cuda_msa_shape s = shape(c, n_heads, scale, NULL);
     const int64_t elems = c->b->n_tokens * n_heads * c->geom.head_dim;
@@ -608,10 +832,17 @@ static void cu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_he
     if (ob != out && kn_cuda_convert(ob, out, elems, 0, ST, &e__)) fail(c, &e__, "attn_dense (out)");
 }
 
-static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
-                        float scale, const struct wk_msa_params *p, const struct wk_sel_out *so, float *out)
+static void cu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_heads, float scale, float *out)
 {
-    struct cuda_be *c = ctx;
+    struct a_attn_dense a;
+    memset(&a, 0, sizeof a);
+    a.layer = layer, a.n_heads = n_heads, a.q = q, a.scale = scale, a.out = out;
+    run_op(ctx, ex_attn_dense, &a, sizeof a);
+}
+
+static void attn_msa(struct cuda_be *c, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
+                     float scale, const struct wk_msa_params *p, const struct wk_sel_out *so, float *out)
+{
     struct mm_err e__ = {0};
     if (p->n_idx_heads != c->geom.n_kv) {
         mm_err_set(&e__, MM_UNSUPPORTED, "%d index heads for %d KV groups", p->n_idx_heads, c->geom.n_kv);
@@ -651,6 +882,35 @@ static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *i
     }
 }
 
+struct a_attn_msa {
+    int32_t layer, n_heads;
+    const float *q, *idx_q;
+    float scale;
+    struct wk_msa_params p;
+    float *out;
+};
+
+static void ex_attn_msa(void *ctx, const void *args)
+{
+    const struct a_attn_msa *a = args;
+    attn_msa(ctx, a->layer, a->q, a->idx_q, a->n_heads, a->scale, &a->p, NULL, a->out);
+}
+
+static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
+                        float scale, const struct wk_msa_params *p, const struct wk_sel_out *so, float *out)
+{
+    struct cuda_be *c = ctx;
+    if (so && so->sel) { /* the selections are copied out for the caller: runs now */
+        flush(c);
+        attn_msa(c, layer, q, idx_q, n_heads, scale, p, so, out);
+        return;
+    }
+    struct a_attn_msa a;
+    memset(&a, 0, sizeof a);
+    a.layer = layer, a.n_heads = n_heads, a.q = q, a.idx_q = idx_q, a.scale = scale, a.p = *p, a.out = out;
+    run_op(c, ex_attn_msa, &a, sizeof a);
+}
+
 /* Routed experts: fp32 router, GPU routing and grouping, one product per expert that got tokens (the host
  * reads the expert offsets to size them), weighted combine. */
 static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n, float *out)
@@ -658,6 +918,7 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
     if (n <= 0) return;
+    flush(c); /* the expert offsets are read on the host: runs now */
     const int32_t E = m->n_experts, K = m->topk, H = m->hidden, I = m->inter;
     const int64_t pairs = n * K;
     float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
@@ -741,6 +1002,7 @@ static void cu_layernorm(void *ctx, const float *x, const struct wk_weight *w, c
 {
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
+    flush(c);
     if (kn_cuda_layernorm(x, dim, w->f32, b ? b->f32 : NULL, n, dim, eps, out, dim, 0, ST, &e__))
         fail(c, &e__, "layernorm");
 }
@@ -749,6 +1011,7 @@ static void cu_gelu(void *ctx, float *x, int64_t n, int32_t kind)
 {
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
+    flush(c);
     if (kn_cuda_gelu(x, n, kind, ST, &e__)) fail(c, &e__, "gelu");
 }
 
@@ -757,6 +1020,7 @@ static void cu_attn_full(void *ctx, const float *q, const float *k, const float 
 {
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
+    flush(c);
     const int64_t stride = (int64_t)n_heads * head_dim;
     if (kn_cuda_attn_full(q, k, v, stride, n, n_heads, head_dim, 1.0f / sqrtf((float)head_dim), out, stride,
                           ST, &e__))
@@ -768,6 +1032,13 @@ static void cu_destroy(void *ctx)
     struct cuda_be *c = ctx;
     if (!c) return;
     cudaDeviceSynchronize();
+    if (c->steps) {
+        struct wk_steps_stats st;
+        wk_steps_get_stats(c->steps, &st);
+        mm_log_info("cuda", "decode step graphs: %lld segments replayed, %lld captured, %lld run one by one",
+                    (long long)st.replays, (long long)st.captures, (long long)st.eager);
+        wk_steps_free(c->steps);
+    }
     free_cache(c);
     struct dbuf *all[] = {&c->meta,  &c->bad,   &c->xb,    &c->qb16,       &c->ob16,
                           &c->ws,    &c->sel,   &c->media, &c->media_rows, &c->m_logits,
@@ -775,6 +1046,7 @@ static void cu_destroy(void *ctx)
                           &c->m_x,   &c->m_g,   &c->m_u,   &c->m_a,        &c->m_e};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
     kn_cuda_blas_destroy(c->blas);
+    if (c->stream) cudaStreamDestroy(c->stream);
     free(c->h_meta);
     free(c->h_off);
     free(c);
@@ -830,11 +1102,18 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     if (idx && !strcmp(idx, "fp8")) c->idx_dtype = KN_IDX_FP8;
     if (idx && !strcmp(idx, "bf16")) c->idx_dtype = KN_IDX_BF16;
     if (idx && !strcmp(idx, "f32")) c->idx_dtype = KN_IDX_F32;
-    int32_t rc = kn_cuda_blas_create(&c->blas, ST, err);
+    int32_t rc = kn_cuda_check(cudaStreamCreate(&c->stream), "cuda backend: stream", err);
+    if (!rc) rc = kn_cuda_blas_create(&c->blas, ST, err);
     if (rc) {
+        if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
         return rc;
     }
+    const char *gv = getenv("MMGW_CUDA_GEMV");
+    c->gemv = !(gv && !strcmp(gv, "0"));
+    const char *gr = getenv("MMGW_CUDA_GRAPHS");
+    c->graphs = !(gr && !strcmp(gr, "0"));
+    if (c->graphs) c->steps = wk_steps_new(); /* NULL (out of memory): steps run without graphs */
     mm_log_info("cuda", "backend on the GPU: %s products, %s K/V cache, %s index cache",
                 c->fp32 ? "fp32" : "bf16", c->kv_dtype == KN_KV_F32 ? "f32" : "bf16",
                 c->idx_dtype == KN_IDX_FP8   ? "fp8"

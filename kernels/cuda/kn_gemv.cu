@@ -1,0 +1,118 @@
+/* Decode-sized products: y[n][rows] = bf16(x[n][cols]) . W^T for n <= KN_GEMV_MAX_N rows of activations.
+ *
+ * Why not cuBLAS here: at n = 1..4 a product is a stream over W (the activations are a few KB), so its time
+ * is W's bytes over the memory bandwidth; cuBLAS tiles the output features (64-128 per CTA), which leaves
+ * most of the 132 SMs idle for the model's projections (a 2048-row MLP weight is 16-32 tiles) and reads each
+ * weight at a fraction of the copy rate. Here a CTA takes GV_ROWS output rows and its 8 warps split the inner
+ * dimension (cols / 8 each), so every projection of M3's shapes fills the GPU (2048 rows: 512 CTAs), each
+ * lane keeps several 16-byte weight loads in flight, and the 8 warps' partial sums meet in shared memory.
+ *
+ * Numerics: x is read in f32 and rounded to bf16 (what the bf16 path's conversion before cuBLAS does), each
+ * product is exact in f32, sums are f32 (lane, then warp shuffles, then the 8 warps in order). The result
+ * differs from cuBLAS's only by the order of the f32 sums. */
+#include "kn_cuda_internal.cuh"
+
+#include <cuda_bf16.h>
+
+#define GV_WARPS 8
+#define GV_ROWS 4
+
+__device__ __forceinline__ float gv_bf16r(float v)
+{
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+template <int N>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_bf16(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w, int64_t rows,
+                int64_t cols, float *__restrict__ y, int64_t ldy)
+{
+    __shared__ float part[GV_WARPS][GV_ROWS * N];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * GV_ROWS;
+    const int64_t chunks_row = cols / 8;             /* 16-byte chunks of a weight row */
+    const int chunks = (int)(chunks_row / GV_WARPS); /* this warp's slice of every row */
+    const int64_t c0 = (int64_t)warp * chunks;
+    float acc[GV_ROWS][N];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) acc[r][j] = 0.0f;
+#pragma unroll 2
+    for (int c = lane; c < chunks; c += 32) {
+        uint4 wv[GV_ROWS];
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++)
+            wv[r] = r0 + r < rows ? __ldcs(w + (r0 + r) * chunks_row + c0 + c) : make_uint4(0u, 0u, 0u, 0u);
+        const int64_t k = (c0 + c) * 8;
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const float4 xa = __ldg(reinterpret_cast<const float4 *>(x + j * ldx + k));
+            const float4 xb = __ldg(reinterpret_cast<const float4 *>(x + j * ldx + k + 4));
+            const float xv[8] = {gv_bf16r(xa.x), gv_bf16r(xa.y), gv_bf16r(xa.z), gv_bf16r(xa.w),
+                                 gv_bf16r(xb.x), gv_bf16r(xb.y), gv_bf16r(xb.z), gv_bf16r(xb.w)};
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++) {
+                const uint32_t u[4] = {wv[r].x, wv[r].y, wv[r].z, wv[r].w};
+                float s = acc[r][j];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s = fmaf(__uint_as_float(u[e] << 16), xv[2 * e], s);
+                    s = fmaf(__uint_as_float(u[e] & 0xffff0000u), xv[2 * e + 1], s);
+                }
+                acc[r][j] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            float s = acc[r][j];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) part[warp][r * N + j] = s;
+        }
+    __syncthreads();
+    if (threadIdx.x < GV_ROWS * N) {
+        const int r = threadIdx.x / N, j = threadIdx.x % N;
+        float s = 0.0f;
+#pragma unroll
+        for (int v = 0; v < GV_WARPS; v++) s += part[v][threadIdx.x];
+        if (r0 + r < rows) y[j * ldy + r0 + r] = s;
+    }
+}
+
+extern "C" int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx)
+{
+    return n >= 1 && n <= KN_GEMV_MAX_N && cols > 0 && cols % (8 * GV_WARPS) == 0 && ldx >= cols &&
+           ldx % 4 == 0;
+}
+
+extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                                     const void *w, float *y, int64_t ldy, cudaStream_t stream,
+                                     struct mm_err *err)
+{
+    if (rows < 0 || !kn_cuda_gemv_ok(n, cols, ldx) || ldy < rows || !x || !w || !y || (uintptr_t)x % 16 ||
+        (uintptr_t)w % 16 || kn_cdiv(rows, GV_ROWS) > INT32_MAX)
+        return mm_err_set(err, MM_INVALID, "kn_cuda_gemv_bf16: bad arguments (n %lld rows %lld cols %lld)",
+                          (long long)n, (long long)rows, (long long)cols);
+    if (rows == 0) return MM_OK;
+    const unsigned grid = (unsigned)kn_cdiv(rows, GV_ROWS);
+    const uint4 *wv = (const uint4 *)w;
+    switch (n) {
+    case 1:
+        k_gemv_bf16<1><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
+        break;
+    case 2:
+        k_gemv_bf16<2><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
+        break;
+    case 3:
+        k_gemv_bf16<3><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
+        break;
+    default:
+        k_gemv_bf16<4><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
+        break;
+    }
+    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_bf16", err);
+}
