@@ -247,7 +247,7 @@ int32_t kn_cuda_moe_sort(const int32_t *ids, int64_t n, int32_t top_k, int32_t n
 int32_t kn_cuda_moe_gather(const float *x, int64_t x_stride, const int32_t *perm, int64_t m, int32_t top_k,
                            int32_t dim, void *out, int32_t out_bf16, cudaStream_t stream, struct mm_err *err);
 /** y[r] += sum over slots s of wts[r][s] * e[inv[r*top_k + s]]: the weighted combine of the expert outputs
- * e [n*top_k][dim] (f32, expert order). */
+ * e [n*top_k][dim] (f32, expert order). inv NULL: e is in (row, slot) order (the identity). */
 int32_t kn_cuda_moe_combine(const float *e, const int32_t *inv, const float *wts, int64_t n, int32_t top_k,
                             int32_t dim, float *y, int64_t y_stride, cudaStream_t stream, struct mm_err *err);
 
@@ -280,6 +280,14 @@ int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, const float *x,
 /** Whether kn_cuda_gemv_bf16 takes these shapes: 1 <= n <= KN_GEMV_MAX_N, cols a multiple of 64, ldx >= cols
  * and a multiple of 4. */
 int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx);
+/** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
+ * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
+ * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows
+ * stride ldx; shapes as kn_cuda_gemv_ok(1, cols, ldx). Same arithmetic as kn_cuda_gemv_bf16. */
+int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols, const float *x,
+                                  int64_t ldx, const int32_t *expert, const void *const *w_a,
+                                  const void *const *w_b, float *y_a, float *y_b, int64_t ldy,
+                                  cudaStream_t stream, struct mm_err *err);
 /** Strided batched version: batch products, operands batch_a/batch_w/batch_c elements apart. */
 int32_t kn_cuda_gemm_bf16_batched(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const void *a,
                                   int64_t lda, int64_t batch_a, const void *w, int64_t ldw, int64_t batch_w,

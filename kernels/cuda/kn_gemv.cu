@@ -22,14 +22,14 @@ __device__ __forceinline__ float gv_bf16r(float v)
     return __bfloat162float(__float2bfloat16_rn(v));
 }
 
+/* One CTA's GV_ROWS output rows r0.. of y[j][r] = bf16(x[j]) . W[r] for j < N (W rows x cols, contiguous). */
 template <int N>
-__global__ void __launch_bounds__(GV_WARPS * 32)
-    k_gemv_bf16(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w, int64_t rows,
-                int64_t cols, float *__restrict__ y, int64_t ldy)
+__device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w,
+                                        int64_t rows, int64_t cols, float *__restrict__ y, int64_t ldy,
+                                        int64_t r0)
 {
     __shared__ float part[GV_WARPS][GV_ROWS * N];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t r0 = (int64_t)blockIdx.x * GV_ROWS;
     const int64_t chunks_row = cols / 8;             /* 16-byte chunks of a weight row */
     const int chunks = (int)(chunks_row / GV_WARPS); /* this warp's slice of every row */
     const int64_t c0 = (int64_t)warp * chunks;
@@ -83,6 +83,28 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     }
 }
 
+template <int N>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_bf16(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w, int64_t rows,
+                int64_t cols, float *__restrict__ y, int64_t ldy)
+{
+    gv_tile<N>(x, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
+}
+
+/* MoE decode: pair p = blockIdx.y multiplies x row p / xdiv by its expert's weight (tables w_a, and w_b for
+ * blockIdx.z = 1, indexed by expert[p]) into row p of y_a (y_b). */
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_experts(const float *__restrict__ x, int64_t ldx, int32_t xdiv, const int32_t *__restrict__ expert,
+                   const void *const *__restrict__ w_a, const void *const *__restrict__ w_b, int64_t rows,
+                   int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
+{
+    const int64_t p = blockIdx.y;
+    const int32_t e = expert[p];
+    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
+    float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
+    gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
+}
+
 extern "C" int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx)
 {
     return n >= 1 && n <= KN_GEMV_MAX_N && cols > 0 && cols % (8 * GV_WARPS) == 0 && ldx >= cols &&
@@ -115,4 +137,22 @@ extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, cons
         break;
     }
     return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_bf16", err);
+}
+
+extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols,
+                                             const float *x, int64_t ldx, const int32_t *expert,
+                                             const void *const *w_a, const void *const *w_b, float *y_a,
+                                             float *y_b, int64_t ldy, cudaStream_t stream, struct mm_err *err)
+{
+    if (pairs < 0 || pairs > 65535 || xdiv < 1 || rows < 0 || !kn_cuda_gemv_ok(1, cols, ldx) || ldy < rows ||
+        (uintptr_t)x % 16 || (pairs > 0 && (!x || !expert || !w_a || !y_a || (w_b && !y_b))) ||
+        kn_cdiv(rows, GV_ROWS) > INT32_MAX)
+        return mm_err_set(err, MM_INVALID,
+                          "kn_cuda_gemv_experts_bf16: bad arguments (pairs %lld rows %lld cols %lld)",
+                          (long long)pairs, (long long)rows, (long long)cols);
+    if (pairs == 0 || rows == 0) return MM_OK;
+    const dim3 grid((unsigned)kn_cdiv(rows, GV_ROWS), (unsigned)pairs, w_b ? 2u : 1u);
+    k_gemv_experts<<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, xdiv, expert, w_a, w_b, rows, cols, y_a, y_b,
+                                                       ldy);
+    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_experts_bf16", err);
 }

@@ -153,7 +153,7 @@ __global__ void k_moe_combine(const float *__restrict__ e, const int32_t *__rest
     const int32_t d = (int32_t)(t % dim);
     float acc = 0.0f;
     for (int32_t s = 0; s < top_k; s++) {
-        const int32_t j = inv[r * top_k + s];
+        const int32_t j = inv ? inv[r * top_k + s] : (int32_t)(r * top_k + s);
         if (j >= 0) acc += wts[r * top_k + s] * e[(int64_t)j * dim + d];
     }
     y[r * ys + d] += acc;
@@ -163,7 +163,7 @@ extern "C" int32_t kn_cuda_moe_combine(const float *e, const int32_t *inv, const
                                        int32_t top_k, int32_t dim, float *y, int64_t y_stride,
                                        cudaStream_t stream, struct mm_err *err)
 {
-    if (n < 0 || top_k <= 0 || dim <= 0 || (n > 0 && (!e || !inv || !wts || !y)))
+    if (n < 0 || top_k <= 0 || dim <= 0 || (n > 0 && (!e || !wts || !y)))
         return bad(err, "kn_cuda_moe_combine");
     if (n == 0) return MM_OK;
     k_moe_combine<<<(unsigned)kn_cdiv(n * dim, 256), 256, 0, stream>>>(e, inv, wts, n, top_k, dim, y,

@@ -407,6 +407,77 @@ static void test_gemv(void)
           MM_INVALID);
 }
 
+/* MoE decode products (kn_cuda_gemv_experts_bf16): n tokens x K experts each, every pair's expert weight
+ * looked up in device tables; gate and up in one launch (x row = pair / K), then down on the pairs' own rows
+ * (xdiv 1); and the combine in pair order (inv NULL). Against the CPU products of the rounded operands. */
+static void test_gemv_experts(void)
+{
+    enum { E = 5, K = 2, NT = 3, P = NT * K };
+    const int64_t rows = 37, cols = 128;
+    const int32_t ids[P] = {4, 0, 2, 2, 1, 3};
+    float *x = ct_hmalloc(sizeof(float) * NT * cols), *xr = ct_hmalloc(sizeof(float) * NT * cols);
+    float *w = ct_hmalloc(sizeof(float) * 2 * E * rows * cols);
+    uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * 2 * E * rows * cols);
+    ct_fill_normal(x, NT * cols, 1.0f);
+    ct_fill_normal(w, 2 * E * rows * cols, 0.05f);
+    ct_to_bf16(w, wb, 2 * E * rows * cols);
+    ct_from_bf16(wb, w, 2 * E * rows * cols);
+    for (int64_t i = 0; i < NT * cols; i++) xr[i] = ct_bf16_round(x[i]);
+    void *w_d = ct_upload(wb, sizeof(uint16_t) * 2 * E * rows * cols);
+    const void *tab[2 * E];
+    for (int e = 0; e < 2 * E; e++) tab[e] = (const uint16_t *)w_d + (int64_t)e * rows * cols;
+    void *tab_d = ct_upload(tab, sizeof tab);
+    int32_t *ids_d = ct_upload(ids, sizeof ids);
+    float *x_d = ct_upload(x, sizeof(float) * NT * cols);
+    float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
+    OK(kn_cuda_gemv_experts_bf16(P, K, rows, cols, x_d, cols, ids_d, (const void *const *)tab_d,
+                                 (const void *const *)tab_d + E, ya_d, yb_d, rows, 0, &err));
+    float *ref = ct_hmalloc(sizeof(float) * P * rows);
+    for (int half = 0; half < 2; half++) {
+        for (int p = 0; p < P; p++)
+            kn_sgemm_nt(1, rows, cols, xr + (p / K) * cols, cols,
+                        w + ((int64_t)half * E + ids[p]) * rows * cols, cols, 0.0f, ref + p * rows, rows);
+        float *got = dl_f32(half ? yb_d : ya_d, P * rows);
+        expect_close(half ? "experts gemv, second table" : "experts gemv, first table", got, ref, P * rows,
+                     1e-5);
+        free(got);
+    }
+    /* down: x = the pairs' own rows (xdiv 1), one table */
+    float *xp = ct_hmalloc(sizeof(float) * P * cols), *xpr = ct_hmalloc(sizeof(float) * P * cols);
+    ct_fill_normal(xp, P * cols, 1.0f);
+    for (int64_t i = 0; i < P * cols; i++) xpr[i] = ct_bf16_round(xp[i]);
+    float *xp_d = ct_upload(xp, sizeof(float) * P * cols);
+    OK(kn_cuda_gemv_experts_bf16(P, 1, rows, cols, xp_d, cols, ids_d, (const void *const *)tab_d, NULL, ya_d,
+                                 NULL, rows, 0, &err));
+    for (int p = 0; p < P; p++)
+        kn_sgemm_nt(1, rows, cols, xpr + p * cols, cols, w + (int64_t)ids[p] * rows * cols, cols, 0.0f,
+                    ref + p * rows, rows);
+    float *got = dl_f32(ya_d, P * rows);
+    expect_close("experts gemv, own rows", got, ref, P * rows, 1e-5);
+    /* combine in pair order: y[t] += sum_k wts[t][k] * e[t*K + k] */
+    const float wts[P] = {0.25f, 0.75f, 0.5f, 0.5f, 1.0f, 0.0f};
+    float *wts_d = ct_upload(wts, sizeof wts);
+    float *yc = ct_hmalloc(sizeof(float) * NT * rows), *rc = ct_hmalloc(sizeof(float) * NT * rows);
+    for (int64_t i = 0; i < NT * rows; i++) yc[i] = 1.0f;
+    float *yc_d = ct_upload(yc, sizeof(float) * NT * rows);
+    OK(kn_cuda_moe_combine(ya_d, NULL, wts_d, NT, K, (int32_t)rows, yc_d, rows, 0, &err));
+    for (int t = 0; t < NT; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            float a = 0.0f;
+            for (int k = 0; k < K; k++) a += wts[t * K + k] * got[(t * K + k) * rows + r];
+            rc[t * rows + r] = 1.0f + a;
+        }
+    float *gc = dl_f32(yc_d, NT * rows);
+    expect_close("moe combine, pair order", gc, rc, NT * rows, 1e-6);
+    struct mm_err e2 = {0};
+    CHECK(kn_cuda_gemv_experts_bf16(P, 0, rows, cols, x_d, cols, ids_d, (const void *const *)tab_d, NULL,
+                                    ya_d, NULL, rows, 0, &e2) == MM_INVALID);
+    free(gc), free(got), free(ref), free(x), free(xr), free(w), free(wb), free(xp), free(xpr), free(yc),
+        free(rc);
+    cudaFree(w_d), cudaFree(tab_d), cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
+    cudaFree(xp_d), cudaFree(wts_d), cudaFree(yc_d);
+}
+
 static void test_bad_args(void)
 {
     /* refused on the host, nothing launched */
@@ -432,6 +503,7 @@ int main(void)
     test_moe();
     test_gemm();
     test_gemv();
+    test_gemv_experts();
     test_bad_args();
     CT_CU(cudaDeviceSynchronize());
     return test_done();

@@ -59,6 +59,15 @@ struct cuda_be {
     struct dbuf m_logits, m_ids, m_wts, m_off, m_perm, m_inv, m_x, m_g, m_u, m_a, m_e;
     int32_t *h_off;
     int32_t h_off_n;
+    /* device tables of each MoE layer's expert weights (w1 | w3 | w2 pointers), keyed by the layer's w1 array
+     */
+    struct moe_tab *moe_tabs;
+    int32_t n_moe_tabs;
+};
+
+struct moe_tab {
+    const void *key;
+    void **d; /* device [3][n_experts] */
 };
 
 static void fail(struct cuda_be *c, const struct mm_err *e, const char *what)
@@ -913,11 +922,115 @@ static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *i
 
 /* Routed experts: fp32 router, GPU routing and grouping, one product per expert that got tokens (the host
  * reads the expert offsets to size them), weighted combine. */
+/* The device table of a MoE layer's expert weights (bf16 pointers of w1, w3, w2), built on first use; NULL
+ * when an expert has no 16-byte aligned bf16 copy or out of memory (the host-grouped path then runs). */
+static void *const *moe_table(struct cuda_be *c, const struct wk_moe *m)
+{
+    for (int32_t i = 0; i < c->n_moe_tabs; i++)
+        if (c->moe_tabs[i].key == (const void *)m->w1) return c->moe_tabs[i].d;
+    const int32_t E = m->n_experts;
+    void **h = malloc(sizeof(void *) * 3 * (size_t)E);
+    struct moe_tab *t = realloc(c->moe_tabs, sizeof *t * (size_t)(c->n_moe_tabs + 1));
+    if (!h || !t) {
+        free(h);
+        if (t) c->moe_tabs = t;
+        return NULL;
+    }
+    c->moe_tabs = t;
+    int ok = 1;
+    for (int32_t e = 0; e < E; e++) {
+        const struct wk_weight *ws[3] = {m->w1[e], m->w3[e], m->w2[e]};
+        for (int k = 0; k < 3; k++) {
+            h[k * E + e] = ws[k]->bf16;
+            ok &= ws[k]->bf16 != NULL && (uintptr_t)ws[k]->bf16 % 16 == 0;
+        }
+    }
+    void **d = NULL;
+    if (ok && cudaMalloc((void **)&d, sizeof(void *) * 3 * (size_t)E) == cudaSuccess &&
+        cudaMemcpy(d, h, sizeof(void *) * 3 * (size_t)E, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaFree(d);
+        d = NULL;
+    }
+    (void)cudaGetLastError();
+    free(h);
+    if (!d) return NULL;
+    c->moe_tabs[c->n_moe_tabs].key = m->w1;
+    c->moe_tabs[c->n_moe_tabs].d = d;
+    c->n_moe_tabs++;
+    return d;
+}
+
+/* Decode-sized MoE (few (token, expert) pairs): every step on the device, no host read, so it records and
+ * replays with the rest of the step. Each pair streams its expert's weights (kn_cuda_gemv_experts_bf16: gate
+ * and up in one launch), the clamped SwiGLU, the down product, and the weighted combine in pair order. Same
+ * roundings as the grouped path (x and the activation rounded to bf16 at the products, f32 sums). */
+struct a_moe_pairs {
+    const struct wk_weight *router, *bias;
+    void *const *tab; /* device [3][E] */
+    const float *x;
+    float *out;
+    int64_t n;
+    int32_t E, K, H, I;
+    float scale, alpha, limit;
+};
+
+static void ex_moe_pairs(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_moe_pairs *a = args;
+    struct mm_err e__ = {0};
+    const int64_t n = a->n, pairs = n * a->K;
+    float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * a->E));
+    int32_t *ids = grow(c, &c->m_ids, sizeof(int32_t) * (size_t)pairs);
+    float *wts = grow(c, &c->m_wts, sizeof(float) * (size_t)pairs);
+    float *g = grow(c, &c->m_g, sizeof(float) * (size_t)(pairs * a->I));
+    float *u = grow(c, &c->m_u, sizeof(float) * (size_t)(pairs * a->I));
+    float *act = grow(c, &c->m_a, sizeof(float) * (size_t)(pairs * a->I));
+    float *eo = grow(c, &c->m_e, sizeof(float) * (size_t)(pairs * a->H));
+    if (!lg || !ids || !wts || !g || !u || !act || !eo) return;
+    const int32_t E = a->E;
+    gemm(c, a->router, a->x, a->H, n, lg, E);
+    if (kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__) ||
+        kn_cuda_gemv_experts_bf16(pairs, a->K, a->I, a->H, a->x, a->H, ids, (const void *const *)a->tab,
+                                  (const void *const *)a->tab + E, g, u, a->I, ST, &e__) ||
+        kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__) ||
+        kn_cuda_gemv_experts_bf16(pairs, 1, a->H, a->I, act, a->I, ids, (const void *const *)a->tab + 2 * E,
+                                  NULL, eo, NULL, a->H, ST, &e__)) {
+        fail(c, &e__, "moe (pairs)");
+        return;
+    }
+    cudaError_t ce = cudaMemsetAsync(a->out, 0, sizeof(float) * (size_t)(n * a->H), ST);
+    if (ce != cudaSuccess) {
+        failc(c, ce, "moe (pairs)");
+        return;
+    }
+    if (kn_cuda_moe_combine(eo, NULL, wts, n, a->K, a->H, a->out, a->H, ST, &e__))
+        fail(c, &e__, "moe (combine)");
+}
+
+/* Most (token, expert) pairs that take the per-pair route: each pair reads its expert's weights, so once
+ * tokens share experts the grouped products (each expert once, sized on the host) read less; at 64 pairs
+ * over 16 experts (4x the bytes) the two measured level (bench/cuda/README.md "MoE decode") */
+#define MOE_PAIRS_MAX 32
+
 static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n, float *out)
 {
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
     if (n <= 0) return;
+    if (c->gemv && !c->fp32 && n * m->topk <= MOE_PAIRS_MAX && (uintptr_t)x % 16 == 0 &&
+        kn_cuda_gemv_ok(1, m->hidden, m->hidden) && kn_cuda_gemv_ok(1, m->inter, m->inter)) {
+        void *const *tab = moe_table(c, m);
+        if (tab) {
+            struct a_moe_pairs a;
+            memset(&a, 0, sizeof a);
+            a.router = m->router, a.bias = m->bias, a.tab = tab, a.x = x, a.out = out, a.n = n;
+            a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
+            a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
+            run_op(c, ex_moe_pairs, &a, sizeof a);
+            return;
+        }
+    }
     flush(c); /* the expert offsets are read on the host: runs now */
     const int32_t E = m->n_experts, K = m->topk, H = m->hidden, I = m->inter;
     const int64_t pairs = n * K;
@@ -1046,6 +1159,8 @@ static void cu_destroy(void *ctx)
                           &c->m_x,   &c->m_g,   &c->m_u,   &c->m_a,        &c->m_e};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
     kn_cuda_blas_destroy(c->blas);
+    for (int32_t i = 0; i < c->n_moe_tabs; i++) cudaFree(c->moe_tabs[i].d);
+    free(c->moe_tabs);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->h_meta);
     free(c->h_off);
