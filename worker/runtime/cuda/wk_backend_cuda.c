@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kn_cuda.h"
+#include "mm_clock.h"
 #include "mm_dtype.h"
 #include "mm_log.h"
 #include "wk_cuda_steps.h"
@@ -38,10 +39,16 @@ struct cuda_be {
     int32_t graphs;       /* on, and no capture has failed */
     int32_t defer;        /* this step's operations are recorded (a decode step with graphs on) */
     uint64_t scratch_gen; /* bumped whenever a scratch buffer moves: part of a segment's key */
-    int32_t fp32;         /* MMGW_CUDA_PRECISION=fp32 */
-    int32_t idx_dtype;    /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
-    int32_t kv_dtype;     /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
-    int32_t gemv;         /* decode-sized products on kn_cuda_gemv_bf16 (MMGW_CUDA_GEMV=0: cuBLAS for all) */
+    /* MMGW_CUDA_STEP_TIMING=1: where a decode step's time goes, logged at the end (GPU time of its segments
+     * from the first one's start to the last one's end, against the host's batch_begin..batch_end) */
+    int32_t timing, timed; /* on; this step's first segment has its start event */
+    cudaEvent_t ev_a, ev_b;
+    int64_t t_begin, n_timed;
+    double gpu_ms, host_ms;
+    int32_t fp32;      /* MMGW_CUDA_PRECISION=fp32 */
+    int32_t idx_dtype; /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
+    int32_t kv_dtype;  /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
+    int32_t gemv;      /* decode-sized products on kn_cuda_gemv_bf16 (MMGW_CUDA_GEMV=0: cuBLAS for all) */
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -131,6 +138,10 @@ static void flush(struct cuda_be *c)
     k.ids = c->ids.p;
     const int32_t failed = c->failed;
     const struct mm_err ferr = c->ferr;
+    if (c->timing && c->defer && !c->timed) {
+        cudaEventRecord(c->ev_a, ST);
+        c->timed = 1;
+    }
     if (wk_steps_run(c->steps, c, ST, &k, sizeof k, c->graphs) == WK_STEPS_CAPTURE_FAILED) {
         /* the driver refused the capture: nothing ran; undo what the operations recorded, go on without */
         (void)cudaGetLastError();
@@ -140,6 +151,7 @@ static void flush(struct cuda_be *c)
         mm_log_warn("cuda", "decode step graphs off: the capture of a step failed");
         (void)wk_steps_run(c->steps, c, ST, &k, sizeof k, 0);
     }
+    if (c->timed) cudaEventRecord(c->ev_b, ST);
 }
 
 /* An operation: recorded in a decode step with graphs on, else run now (after what is recorded). */
@@ -421,6 +433,8 @@ static int32_t cu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_err
     struct cuda_be *c = ctx;
     flush(c); /* nothing should be pending between steps; keep the order if something is */
     c->defer = 0;
+    c->timed = 0;
+    c->t_begin = c->timing ? mm_now_ns() : 0;
     c->b = b;
     c->failed = 0;
     mm_err_clear(&c->ferr);
@@ -481,10 +495,17 @@ static int32_t cu_batch_end(void *ctx, struct mm_err *err)
 {
     struct cuda_be *c = ctx;
     flush(c);
+    const int32_t timed = c->defer && c->timed;
     c->defer = 0;
     c->b = NULL;
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) failc(c, e, "step");
+    float ms = 0;
+    if (timed && e == cudaSuccess && cudaEventElapsedTime(&ms, c->ev_a, c->ev_b) == cudaSuccess) {
+        c->gpu_ms += ms;
+        c->host_ms += (double)(mm_now_ns() - c->t_begin) * 1e-6;
+        c->n_timed++;
+    }
     e = cudaGetLastError();
     if (e != cudaSuccess) failc(c, e, "step");
     if (c->failed) {
@@ -1145,6 +1166,13 @@ static void cu_destroy(void *ctx)
     struct cuda_be *c = ctx;
     if (!c) return;
     cudaDeviceSynchronize();
+    if (c->n_timed)
+        mm_log_info("cuda",
+                    "decode steps: %lld timed, GPU %.1f us per step (first segment start to last end), "
+                    "host %.1f us per step (batch_begin to batch_end)",
+                    (long long)c->n_timed, 1e3 * c->gpu_ms / (double)c->n_timed,
+                    1e3 * c->host_ms / (double)c->n_timed);
+    if (c->timing) cudaEventDestroy(c->ev_a), cudaEventDestroy(c->ev_b);
     if (c->steps) {
         struct wk_steps_stats st;
         wk_steps_get_stats(c->steps, &st);
@@ -1224,6 +1252,9 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
         free(c);
         return rc;
     }
+    const char *tm = getenv("MMGW_CUDA_STEP_TIMING");
+    c->timing = tm && !strcmp(tm, "1") && cudaEventCreate(&c->ev_a) == cudaSuccess;
+    if (c->timing && cudaEventCreate(&c->ev_b) != cudaSuccess) cudaEventDestroy(c->ev_a), c->timing = 0;
     const char *gv = getenv("MMGW_CUDA_GEMV");
     c->gemv = !(gv && !strcmp(gv, "0"));
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
