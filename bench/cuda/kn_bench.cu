@@ -2078,8 +2078,14 @@ struct skinny_arg {
 static void run_skinny(void *p, int it)
 {
     struct skinny_arg *a = (struct skinny_arg *)p;
-    const uint16_t *w = a->w + (int64_t)(it % a->n_sets) * a->rows * a->cols;
-    if (a->gemv) {
+    const uint16_t *w = a->w + (int64_t)(it % a->n_sets) * a->rows * a->cols * (a->gemv >= 2 ? 2 : 1);
+    if (a->gemv == 2) { /* f32 weights: cuBLAS's f32 product (no TF32) */
+        KC(kn_cuda_gemm_f32(a->bl, a->n, a->rows, a->cols, a->x, a->cols, (const float *)w, a->cols, 0.0f,
+                            a->y, a->rows, &g_err));
+    } else if (a->gemv == 3) {
+        KC(kn_cuda_gemv_f32(a->n, a->rows, a->cols, a->x, a->cols, (const float *)w, a->y, a->rows, g_stream,
+                            &g_err));
+    } else if (a->gemv) {
         KC(kn_cuda_gemv_bf16(a->n, a->rows, a->cols, a->x, a->cols, w, a->y, a->rows, g_stream, &g_err));
     } else {
         KC(kn_cuda_convert(a->x, a->xb, a->n * a->cols, 1, g_stream, &g_err));
@@ -2117,6 +2123,24 @@ static void bench_skinny(void)
                          (long long)a.n);
                 time_emit_stream(gv ? "gemv" : "cublas", cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30, 20,
                                  0);
+            }
+    /* f32 weights (the index projections and the router): cuBLAS f32 against kn_cuda_gemv_f32 */
+    static const int64_t f32_shapes[][2] = {{512, 6144}, {128, 6144}, {512, 4096}};
+    static const int64_t f32_ns[] = {1, 2, 16};
+    for (size_t si = 0; si < sizeof f32_shapes / sizeof f32_shapes[0]; si++)
+        for (size_t ni = 0; ni < sizeof f32_ns / sizeof f32_ns[0]; ni++)
+            for (int gv = 2; gv < 4; gv++) {
+                a.rows = f32_shapes[si][0], a.cols = f32_shapes[si][1], a.n = f32_ns[ni], a.gemv = gv,
+                a.w = w;
+                if (gv == 3 && !kn_cuda_gemv_f32_ok(a.n, a.cols, a.cols)) continue;
+                const double wbytes = (double)a.rows * a.cols * 4;
+                a.n_sets = (int32_t)(pool / (size_t)wbytes);
+                if (a.n_sets > 64) a.n_sets = 64;
+                char cfg[96];
+                snprintf(cfg, sizeof cfg, "f32 %lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
+                         (long long)a.n);
+                time_emit_stream(gv == 3 ? "gemv" : "cublas", cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30,
+                                 20, 0);
             }
     cudaFree(w), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb);
     kn_cuda_blas_destroy(a.bl);

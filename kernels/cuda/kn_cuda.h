@@ -280,6 +280,11 @@ int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, const float *x,
 /** Whether kn_cuda_gemv_bf16 takes these shapes: 1 <= n <= KN_GEMV_MAX_N, cols a multiple of 64, ldx >= cols
  * and a multiple of 4. */
 int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx);
+/** kn_cuda_gemv_bf16 with f32 weights (the router and index projections): y = x . W^T, f32 throughout. Needs
+ * kn_cuda_gemv_f32_ok(n, cols, ldx) (cols a multiple of 32) and 16-byte aligned x and W. */
+int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx, const float *w,
+                         float *y, int64_t ldy, cudaStream_t stream, struct mm_err *err);
+int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx);
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows

@@ -83,6 +83,72 @@ __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx
     }
 }
 
+/* The same with f32 weights (the MoE router and the index projections, kept in f32 because their outputs
+ * pick experts and blocks): a 16-byte chunk is 4 weights, x is used as it is (no rounding), f32 products. */
+template <int N>
+__device__ __forceinline__ void gv_tile_f32(const float *__restrict__ x, int64_t ldx,
+                                            const float4 *__restrict__ w, int64_t rows, int64_t cols,
+                                            float *__restrict__ y, int64_t ldy, int64_t r0)
+{
+    __shared__ float part[GV_WARPS][GV_ROWS * N];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t chunks_row = cols / 4;
+    const int chunks = (int)(chunks_row / GV_WARPS);
+    const int64_t c0 = (int64_t)warp * chunks;
+    float acc[GV_ROWS][N];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) acc[r][j] = 0.0f;
+#pragma unroll 2
+    for (int c = lane; c < chunks; c += 32) {
+        float4 wv[GV_ROWS];
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++)
+            wv[r] =
+                r0 + r < rows ? __ldcs(w + (r0 + r) * chunks_row + c0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const int64_t k = (c0 + c) * 4;
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const float4 xv = __ldg(reinterpret_cast<const float4 *>(x + j * ldx + k));
+#pragma unroll
+            for (int r = 0; r < GV_ROWS; r++) {
+                float s = acc[r][j];
+                s = fmaf(wv[r].x, xv.x, s);
+                s = fmaf(wv[r].y, xv.y, s);
+                s = fmaf(wv[r].z, xv.z, s);
+                s = fmaf(wv[r].w, xv.w, s);
+                acc[r][j] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            float s = acc[r][j];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) part[warp][r * N + j] = s;
+        }
+    __syncthreads();
+    if (threadIdx.x < GV_ROWS * N) {
+        const int r = threadIdx.x / N, j = threadIdx.x % N;
+        float s = 0.0f;
+#pragma unroll
+        for (int v = 0; v < GV_WARPS; v++) s += part[v][threadIdx.x];
+        if (r0 + r < rows) y[j * ldy + r0 + r] = s;
+    }
+}
+
+template <int N>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_f32(const float *__restrict__ x, int64_t ldx, const float4 *__restrict__ w, int64_t rows,
+               int64_t cols, float *__restrict__ y, int64_t ldy)
+{
+    gv_tile_f32<N>(x, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
+}
+
 template <int N>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_bf16(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w, int64_t rows,
@@ -155,4 +221,38 @@ extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_
     k_gemv_experts<<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, xdiv, expert, w_a, w_b, rows, cols, y_a, y_b,
                                                        ldy);
     return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_experts_bf16", err);
+}
+
+extern "C" int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx)
+{
+    return n >= 1 && n <= KN_GEMV_MAX_N && cols > 0 && cols % (4 * GV_WARPS) == 0 && ldx >= cols &&
+           ldx % 4 == 0;
+}
+
+extern "C" int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                                    const float *w, float *y, int64_t ldy, cudaStream_t stream,
+                                    struct mm_err *err)
+{
+    if (rows < 0 || !kn_cuda_gemv_f32_ok(n, cols, ldx) || ldy < rows || !x || !w || !y || (uintptr_t)x % 16 ||
+        (uintptr_t)w % 16 || kn_cdiv(rows, GV_ROWS) > INT32_MAX)
+        return mm_err_set(err, MM_INVALID, "kn_cuda_gemv_f32: bad arguments (n %lld rows %lld cols %lld)",
+                          (long long)n, (long long)rows, (long long)cols);
+    if (rows == 0) return MM_OK;
+    const unsigned grid = (unsigned)kn_cdiv(rows, GV_ROWS);
+    const float4 *wv = (const float4 *)w;
+    switch (n) {
+    case 1:
+        k_gemv_f32<1><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
+        break;
+    case 2:
+        k_gemv_f32<2><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
+        break;
+    case 3:
+        k_gemv_f32<3><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
+        break;
+    default:
+        k_gemv_f32<4><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
+        break;
+    }
+    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_f32", err);
 }

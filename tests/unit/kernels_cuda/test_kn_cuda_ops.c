@@ -401,7 +401,29 @@ static void test_gemv(void)
             free(got), free(g2), free(x), free(xr), free(w), free(ref), free(wb);
             cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
         }
+    /* f32 weights (router, index projections): against the f32 CPU product */
+    for (int64_t n = 1; n <= KN_GEMV_MAX_N; n++) {
+        const int64_t rows = 130, cols = 6144 + 32, ldx = cols + 4;
+        float *x = ct_hmalloc(sizeof(float) * n * ldx), *xs = ct_hmalloc(sizeof(float) * n * cols);
+        float *w = ct_hmalloc(sizeof(float) * rows * cols), *ref = ct_hmalloc(sizeof(float) * n * rows);
+        ct_fill_normal(x, n * ldx, 1.0f);
+        ct_fill_normal(w, rows * cols, 0.05f);
+        for (int64_t j = 0; j < n; j++) memcpy(xs + j * cols, x + j * ldx, sizeof(float) * cols);
+        kn_sgemm_nt(n, rows, cols, xs, cols, w, cols, 0.0f, ref, rows);
+        float *x_d = ct_upload(x, sizeof(float) * n * ldx), *w_d = ct_upload(w, sizeof(float) * rows * cols);
+        float *y_d = ct_dmalloc(sizeof(float) * n * rows);
+        CHECK(kn_cuda_gemv_f32_ok(n, cols, ldx));
+        OK(kn_cuda_gemv_f32(n, rows, cols, x_d, ldx, w_d, y_d, rows, 0, &err));
+        float *got = dl_f32(y_d, n * rows);
+        char what[96];
+        snprintf(what, sizeof what, "gemv f32 %lld x %lld, n %lld", (long long)rows, (long long)cols,
+                 (long long)n);
+        expect_close(what, got, ref, n * rows, 1e-6);
+        free(got), free(x), free(xs), free(w), free(ref);
+        cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
+    }
     struct mm_err e2 = {0};
+    CHECK(!kn_cuda_gemv_f32_ok(1, 48, 48) && !kn_cuda_gemv_f32_ok(5, 64, 64));
     CHECK(!kn_cuda_gemv_ok(5, 64, 64) && !kn_cuda_gemv_ok(1, 96, 96) && !kn_cuda_gemv_ok(0, 64, 64));
     CHECK(kn_cuda_gemv_bf16(1, 4, 100, (const float *)16, 100, (const void *)16, (float *)16, 4, 0, &e2) ==
           MM_INVALID);

@@ -6,6 +6,7 @@
 #include "wk_backend_cuda.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 #include "mm_clock.h"
 #include "mm_dtype.h"
 #include "mm_log.h"
+#include "wk_cuda_optime.h"
 #include "wk_cuda_steps.h"
 
 #define ST (c->stream)
@@ -45,6 +47,9 @@ struct cuda_be {
     cudaEvent_t ev_a, ev_b;
     int64_t t_begin, n_timed;
     double gpu_ms, host_ms;
+    /* MMGW_CUDA_OP_TIMING=1: decode steps run one by one with each operation's GPU time summed by kind */
+    struct wk_optime *optime;
+    int32_t op_step;   /* this step is a decode step being timed */
     int32_t fp32;      /* MMGW_CUDA_PRECISION=fp32 */
     int32_t idx_dtype; /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
     int32_t kv_dtype;  /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
@@ -154,11 +159,20 @@ static void flush(struct cuda_be *c)
     if (c->timed) cudaEventRecord(c->ev_b, ST);
 }
 
+static const char *op_key(wk_step_fn fn, const void *args, char *buf, size_t n);
+
 /* An operation: recorded in a decode step with graphs on, else run now (after what is recorded). */
 static void run_op(struct cuda_be *c, wk_step_fn fn, const void *args, size_t n)
 {
     if (c->defer && !wk_steps_push(c->steps, fn, args, n)) return;
     flush(c);
+    if (c->op_step) {
+        char key[64];
+        wk_optime_begin(c->optime, op_key(fn, args, key, sizeof key));
+        fn(c, args);
+        wk_optime_end(c->optime);
+        return;
+    }
     fn(c, args);
 }
 
@@ -487,7 +501,9 @@ static int32_t cu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_err
     c->ids.p = d + ((const uint8_t *)ids - h0);
     /* decode steps (one new token per sequence) are recorded and run as graphs; prefill steps are few,
      * long and of changing shapes: launched directly */
-    c->defer = c->graphs && c->steps && c->qb.max_q_per_seq == 1 && b->n_tokens == S;
+    const int decode = c->qb.max_q_per_seq == 1 && b->n_tokens == S;
+    c->op_step = c->optime && decode;
+    c->defer = c->graphs && c->steps && decode && !c->op_step;
     return MM_OK;
 }
 
@@ -500,6 +516,8 @@ static int32_t cu_batch_end(void *ctx, struct mm_err *err)
     c->b = NULL;
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) failc(c, e, "step");
+    if (c->op_step && e == cudaSuccess) wk_optime_step_done(c->optime);
+    c->op_step = 0;
     float ms = 0;
     if (timed && e == cudaSuccess && cudaEventElapsedTime(&ms, c->ev_a, c->ev_b) == cudaSuccess) {
         c->gpu_ms += ms;
@@ -658,6 +676,14 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
     struct mm_err e__ = {0};
     if (n <= 0) return;
     if (w->f32 && (c->fp32 || !w->bf16)) { /* fp32 run, or a decision-making weight kept only in fp32 */
+        /* decode-sized in the bf16 mode: cuBLAS's f32 products at 1-2 rows were the slowest operations of a
+         * decode step (kn_bench --only skinny); the exact mode keeps cuBLAS */
+        if (!c->fp32 && c->gemv && n <= 2 && kn_cuda_gemv_f32_ok(n, w->cols, ldx) && (uintptr_t)x % 16 == 0 &&
+            (uintptr_t)w->f32 % 16 == 0) {
+            if (kn_cuda_gemv_f32(n, w->rows, w->cols, x, ldx, w->f32, y, ldy, ST, &e__))
+                fail(c, &e__, "linear (gemv f32)");
+            return;
+        }
         if (kn_cuda_gemm_f32(c->blas, n, w->rows, w->cols, x, ldx, w->f32, w->cols, 0.0f, y, ldy, &e__))
             fail(c, &e__, "linear (fp32)");
         return;
@@ -1053,6 +1079,7 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
         }
     }
     flush(c); /* the expert offsets are read on the host: runs now */
+    if (c->op_step) wk_optime_begin(c->optime, "moe, grouped (host offsets)");
     const int32_t E = m->n_experts, K = m->topk, H = m->hidden, I = m->inter;
     const int64_t pairs = n * K;
     float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
@@ -1127,6 +1154,7 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
         return;
     }
     if (kn_cuda_moe_combine(eo, inv, wts, n, K, H, out, H, ST, &e__)) fail(c, &e__, "moe (combine)");
+    if (c->op_step) wk_optime_end(c->optime);
 }
 
 /* ---- vision ---- */
@@ -1173,6 +1201,10 @@ static void cu_destroy(void *ctx)
                     (long long)c->n_timed, 1e3 * c->gpu_ms / (double)c->n_timed,
                     1e3 * c->host_ms / (double)c->n_timed);
     if (c->timing) cudaEventDestroy(c->ev_a), cudaEventDestroy(c->ev_b);
+    if (c->optime) {
+        wk_optime_log(c->optime);
+        wk_optime_free(c->optime);
+    }
     if (c->steps) {
         struct wk_steps_stats st;
         wk_steps_get_stats(c->steps, &st);
@@ -1193,6 +1225,34 @@ static void cu_destroy(void *ctx)
     free(c->h_meta);
     free(c->h_off);
     free(c);
+}
+
+/* MMGW_CUDA_OP_TIMING's key of an operation: its name, and the weight shape and rows of a product */
+static const char *op_key(wk_step_fn fn, const void *args, char *buf, size_t n)
+{
+    if (fn == ex_linear) {
+        const struct a_linear *a = args;
+        snprintf(buf, n, "linear %lld x %lld, %s%lld rows", (long long)a->w->rows, (long long)a->w->cols,
+                 a->w->f32 && (!a->w->bf16) ? "f32, " : "", (long long)a->n);
+        return buf;
+    }
+    static const struct {
+        wk_step_fn fn;
+        const char *name;
+    } names[] = {{ex_embed, "embed"},
+                 {ex_rmsnorm, "rmsnorm"},
+                 {ex_head_rmsnorm, "head rmsnorm"},
+                 {ex_rope, "rope"},
+                 {ex_add, "add"},
+                 {ex_swiglu, "swiglu"},
+                 {ex_cache_write, "cache write"},
+                 {ex_attn_dense, "attention, dense"},
+                 {ex_attn_msa, "attention, msa"},
+                 {ex_moe_pairs, "moe, pairs on the device"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].fn == fn) return names[i].name;
+    snprintf(buf, n, "other");
+    return buf;
 }
 
 static const struct wk_backend_iface cuda_iface = {
@@ -1255,6 +1315,8 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     const char *tm = getenv("MMGW_CUDA_STEP_TIMING");
     c->timing = tm && !strcmp(tm, "1") && cudaEventCreate(&c->ev_a) == cudaSuccess;
     if (c->timing && cudaEventCreate(&c->ev_b) != cudaSuccess) cudaEventDestroy(c->ev_a), c->timing = 0;
+    const char *ot = getenv("MMGW_CUDA_OP_TIMING");
+    if (ot && !strcmp(ot, "1")) c->optime = wk_optime_new(c->stream);
     const char *gv = getenv("MMGW_CUDA_GEMV");
     c->gemv = !(gv && !strcmp(gv, "0"));
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
