@@ -320,9 +320,16 @@ static int32_t cu_weight_load(void *ctx, const struct wk_wsrc *src, struct wk_we
     return MM_OK;
 }
 
+static void moe_tables_free(struct cuda_be *c);
+
 static void cu_weight_free(void *ctx, struct wk_weight *w)
 {
-    flush(ctx); /* recorded operations may use w */
+    struct cuda_be *c = ctx;
+    flush(c); /* recorded operations may use w */
+    /* graphs and MoE tables that hold w's memory must not outlive it (a later weight may reuse the address)
+     */
+    c->scratch_gen++;
+    moe_tables_free(c);
     weight_release(w);
 }
 
@@ -374,6 +381,8 @@ static int64_t cu_cache_page_bytes(void *ctx, const struct wk_cache_geom *g)
 static int32_t cu_cache_init(void *ctx, const struct wk_cache_geom *g, struct mm_err *err)
 {
     struct cuda_be *c = ctx;
+    flush(c);
+    c->scratch_gen++; /* captured graphs hold the old cache's addresses */
     free_cache(c);
     c->geom = *g;
     c->layer = calloc((size_t)g->n_layers, sizeof *c->layer);
@@ -969,6 +978,14 @@ static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *i
 
 /* Routed experts: fp32 router, GPU routing and grouping, one product per expert that got tokens (the host
  * reads the expert offsets to size them), weighted combine. */
+static void moe_tables_free(struct cuda_be *c)
+{
+    for (int32_t i = 0; i < c->n_moe_tabs; i++) cudaFree(c->moe_tabs[i].d);
+    free(c->moe_tabs);
+    c->moe_tabs = NULL;
+    c->n_moe_tabs = 0;
+}
+
 /* The device table of a MoE layer's expert weights (bf16 pointers of w1, w3, w2), built on first use; NULL
  * when an expert has no 16-byte aligned bf16 copy or out of memory (the host-grouped path then runs). */
 static void *const *moe_table(struct cuda_be *c, const struct wk_moe *m)
@@ -1219,8 +1236,7 @@ static void cu_destroy(void *ctx)
                           &c->m_x,   &c->m_g,   &c->m_u,   &c->m_a,        &c->m_e};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
     kn_cuda_blas_destroy(c->blas);
-    for (int32_t i = 0; i < c->n_moe_tabs; i++) cudaFree(c->moe_tabs[i].d);
-    free(c->moe_tabs);
+    moe_tables_free(c);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->h_meta);
     free(c->h_off);
