@@ -21,6 +21,9 @@
 
 #define ST (c->stream)
 
+/* Largest decode batch run as graphs (see cu_batch_begin) */
+#define WK_CUDA_GRAPH_MAX_BATCH 2
+
 struct wk_weight {
     int64_t rows, cols;
     void *bf16; /* device bf16 [rows][cols], or NULL */
@@ -508,11 +511,13 @@ static int32_t cu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_err
     c->qb.block_table = (const int32_t *)(d + ((const uint8_t *)bt - h0));
     c->qb.bt_stride = bt_stride;
     c->ids.p = d + ((const uint8_t *)ids - h0);
-    /* decode steps (one new token per sequence) are recorded and run as graphs; prefill steps are few,
-     * long and of changing shapes: launched directly */
+    /* decode steps (one new token per sequence) of 1-2 sequences are recorded and run as graphs, where they
+     * measured 1.3-1.6x faster; prefill steps are few, long and of changing shapes: launched directly. Batch
+     * 16 measured level to 14 % slower under graphs (its products run on cuBLAS inside the graph) and level
+     * without; batch 4 the same with and without (bench/cuda/README.md "Whole-model decode") */
     const int decode = c->qb.max_q_per_seq == 1 && b->n_tokens == S;
     c->op_step = c->optime && decode;
-    c->defer = c->graphs && c->steps && decode && !c->op_step;
+    c->defer = c->graphs && c->steps && decode && !c->op_step && b->n_tokens <= WK_CUDA_GRAPH_MAX_BATCH;
     return MM_OK;
 }
 
