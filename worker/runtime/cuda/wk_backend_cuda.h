@@ -8,11 +8,11 @@
  * to fp32 rounding (the acceptance check on the tiny checkpoints). Activations between operations are fp32
  * in both. MMGW_CUDA_INDEX=fp8|bf16|f32 overrides the index-key cache (fp8: e4m3 with a per-token scale).
  *
- * Decode steps (one new token per sequence) run as CUDA graphs: the operations are recorded and replayed as
- * one launch once the same step has been seen twice (wk_cuda_steps.h; MMGW_CUDA_GRAPHS=0 turns this off), and
- * their products with 1-2 activation rows run on kn_cuda_gemv_bf16 instead of cuBLAS (MMGW_CUDA_GEMV=0 turns
- * that off). Graphs leave every result bit for bit as it is without them; the products differ from cuBLAS's
- * by the order of their f32 sums. */
+ * Decode steps (one new token per sequence) of 1-2 sequences run as CUDA graphs: the operations are recorded
+ * and replayed as one launch once the same step has been seen twice (wk_cuda_steps.h; MMGW_CUDA_GRAPHS=0
+ * turns this off), and their products with 1-2 activation rows run on kn_cuda_gemv_bf16 instead of cuBLAS
+ * (MMGW_CUDA_GEMV=0 turns that off). Graphs leave every result bit for bit as it is without them; the
+ * products differ from cuBLAS's by the order of their f32 sums. */
 #ifndef WK_BACKEND_CUDA_H
 #define WK_BACKEND_CUDA_H
 
