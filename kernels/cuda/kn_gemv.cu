@@ -22,13 +22,39 @@ __device__ __forceinline__ float gv_bf16r(float v)
     return __bfloat162float(__float2bfloat16_rn(v));
 }
 
+/* The end of a tile: each warp's partial sums over the quad of lanes, then over the 8 warps (in order, in
+ * shared memory), stored to y[j][r0 + r] for the rows that exist. */
+template <int N>
+__device__ __forceinline__ void gv_store(float (&acc)[GV_ROWS][N], int64_t rows, float *__restrict__ y,
+                                         int64_t ldy, int64_t r0)
+{
+    __shared__ float part[GV_WARPS][GV_ROWS * N];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            float s = acc[r][j];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) part[warp][r * N + j] = s;
+        }
+    __syncthreads();
+    if (threadIdx.x < GV_ROWS * N) {
+        const int r = threadIdx.x / N, j = threadIdx.x % N;
+        float s = 0.0f;
+#pragma unroll
+        for (int v = 0; v < GV_WARPS; v++) s += part[v][threadIdx.x];
+        if (r0 + r < rows) y[j * ldy + r0 + r] = s;
+    }
+}
+
 /* One CTA's GV_ROWS output rows r0.. of y[j][r] = bf16(x[j]) . W[r] for j < N (W rows x cols, contiguous). */
 template <int N>
 __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w,
                                         int64_t rows, int64_t cols, float *__restrict__ y, int64_t ldy,
                                         int64_t r0)
 {
-    __shared__ float part[GV_WARPS][GV_ROWS * N];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t chunks_row = cols / 8;             /* 16-byte chunks of a weight row */
     const int chunks = (int)(chunks_row / GV_WARPS); /* this warp's slice of every row */
@@ -64,23 +90,7 @@ __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < GV_ROWS; r++)
-#pragma unroll
-        for (int j = 0; j < N; j++) {
-            float s = acc[r][j];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) part[warp][r * N + j] = s;
-        }
-    __syncthreads();
-    if (threadIdx.x < GV_ROWS * N) {
-        const int r = threadIdx.x / N, j = threadIdx.x % N;
-        float s = 0.0f;
-#pragma unroll
-        for (int v = 0; v < GV_WARPS; v++) s += part[v][threadIdx.x];
-        if (r0 + r < rows) y[j * ldy + r0 + r] = s;
-    }
+    gv_store<N>(acc, rows, y, ldy, r0);
 }
 
 /* The same with f32 weights (the MoE router and the index projections, kept in f32 because their outputs
@@ -90,7 +100,6 @@ __device__ __forceinline__ void gv_tile_f32(const float *__restrict__ x, int64_t
                                             const float4 *__restrict__ w, int64_t rows, int64_t cols,
                                             float *__restrict__ y, int64_t ldy, int64_t r0)
 {
-    __shared__ float part[GV_WARPS][GV_ROWS * N];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t chunks_row = cols / 4;
     const int chunks = (int)(chunks_row / GV_WARPS);
@@ -122,23 +131,7 @@ __device__ __forceinline__ void gv_tile_f32(const float *__restrict__ x, int64_t
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < GV_ROWS; r++)
-#pragma unroll
-        for (int j = 0; j < N; j++) {
-            float s = acc[r][j];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) part[warp][r * N + j] = s;
-        }
-    __syncthreads();
-    if (threadIdx.x < GV_ROWS * N) {
-        const int r = threadIdx.x / N, j = threadIdx.x % N;
-        float s = 0.0f;
-#pragma unroll
-        for (int v = 0; v < GV_WARPS; v++) s += part[v][threadIdx.x];
-        if (r0 + r < rows) y[j * ldy + r0 + r] = s;
-    }
+    gv_store<N>(acc, rows, y, ldy, r0);
 }
 
 template <int N>
@@ -171,38 +164,46 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
 }
 
+/* Shapes a tile takes: per_chunk weights per 16-byte load (8 bf16, 4 f32), a whole number of loads per warp
+ */
+static int gv_shape_ok(int64_t n, int64_t cols, int64_t ldx, int per_chunk)
+{
+    return n >= 1 && n <= KN_GEMV_MAX_N && cols > 0 && cols % (per_chunk * GV_WARPS) == 0 && ldx >= cols &&
+           ldx % 4 == 0;
+}
+
+template <typename W>
+using gv_kernel = void (*)(const float *, int64_t, const W *, int64_t, int64_t, float *, int64_t);
+
+/* Argument checks and the launch of the kernel for n rows (k[n - 1]) shared by the bf16 and f32 products */
+template <typename W>
+static int32_t gv_run(const gv_kernel<W> (&k)[KN_GEMV_MAX_N], int shape_ok, const char *what, int64_t n,
+                      int64_t rows, int64_t cols, const float *x, int64_t ldx, const void *w, float *y,
+                      int64_t ldy, cudaStream_t stream, struct mm_err *err)
+{
+    if (rows < 0 || !shape_ok || ldy < rows || !x || !w || !y || (uintptr_t)x % 16 || (uintptr_t)w % 16 ||
+        kn_cdiv(rows, GV_ROWS) > INT32_MAX)
+        return mm_err_set(err, MM_INVALID, "%s: bad arguments (n %lld rows %lld cols %lld)", what,
+                          (long long)n, (long long)rows, (long long)cols);
+    if (rows == 0) return MM_OK;
+    k[n - 1]<<<(unsigned)kn_cdiv(rows, GV_ROWS), GV_WARPS * 32, 0, stream>>>(x, ldx, (const W *)w, rows, cols,
+                                                                             y, ldy);
+    return kn_cuda_check(cudaGetLastError(), what, err);
+}
+
 extern "C" int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx)
 {
-    return n >= 1 && n <= KN_GEMV_MAX_N && cols > 0 && cols % (8 * GV_WARPS) == 0 && ldx >= cols &&
-           ldx % 4 == 0;
+    return gv_shape_ok(n, cols, ldx, 8);
 }
 
 extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                      const void *w, float *y, int64_t ldy, cudaStream_t stream,
                                      struct mm_err *err)
 {
-    if (rows < 0 || !kn_cuda_gemv_ok(n, cols, ldx) || ldy < rows || !x || !w || !y || (uintptr_t)x % 16 ||
-        (uintptr_t)w % 16 || kn_cdiv(rows, GV_ROWS) > INT32_MAX)
-        return mm_err_set(err, MM_INVALID, "kn_cuda_gemv_bf16: bad arguments (n %lld rows %lld cols %lld)",
-                          (long long)n, (long long)rows, (long long)cols);
-    if (rows == 0) return MM_OK;
-    const unsigned grid = (unsigned)kn_cdiv(rows, GV_ROWS);
-    const uint4 *wv = (const uint4 *)w;
-    switch (n) {
-    case 1:
-        k_gemv_bf16<1><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
-        break;
-    case 2:
-        k_gemv_bf16<2><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
-        break;
-    case 3:
-        k_gemv_bf16<3><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
-        break;
-    default:
-        k_gemv_bf16<4><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
-        break;
-    }
-    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_bf16", err);
+    static const gv_kernel<uint4> k[KN_GEMV_MAX_N] = {k_gemv_bf16<1>, k_gemv_bf16<2>, k_gemv_bf16<3>,
+                                                      k_gemv_bf16<4>};
+    return gv_run(k, kn_cuda_gemv_ok(n, cols, ldx), "kn_cuda_gemv_bf16", n, rows, cols, x, ldx, w, y, ldy,
+                  stream, err);
 }
 
 extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols,
@@ -225,34 +226,15 @@ extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_
 
 extern "C" int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx)
 {
-    return n >= 1 && n <= KN_GEMV_MAX_N && cols > 0 && cols % (4 * GV_WARPS) == 0 && ldx >= cols &&
-           ldx % 4 == 0;
+    return gv_shape_ok(n, cols, ldx, 4);
 }
 
 extern "C" int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                     const float *w, float *y, int64_t ldy, cudaStream_t stream,
                                     struct mm_err *err)
 {
-    if (rows < 0 || !kn_cuda_gemv_f32_ok(n, cols, ldx) || ldy < rows || !x || !w || !y || (uintptr_t)x % 16 ||
-        (uintptr_t)w % 16 || kn_cdiv(rows, GV_ROWS) > INT32_MAX)
-        return mm_err_set(err, MM_INVALID, "kn_cuda_gemv_f32: bad arguments (n %lld rows %lld cols %lld)",
-                          (long long)n, (long long)rows, (long long)cols);
-    if (rows == 0) return MM_OK;
-    const unsigned grid = (unsigned)kn_cdiv(rows, GV_ROWS);
-    const float4 *wv = (const float4 *)w;
-    switch (n) {
-    case 1:
-        k_gemv_f32<1><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
-        break;
-    case 2:
-        k_gemv_f32<2><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
-        break;
-    case 3:
-        k_gemv_f32<3><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
-        break;
-    default:
-        k_gemv_f32<4><<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, wv, rows, cols, y, ldy);
-        break;
-    }
-    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_f32", err);
+    static const gv_kernel<float4> k[KN_GEMV_MAX_N] = {k_gemv_f32<1>, k_gemv_f32<2>, k_gemv_f32<3>,
+                                                       k_gemv_f32<4>};
+    return gv_run(k, kn_cuda_gemv_f32_ok(n, cols, ldx), "kn_cuda_gemv_f32", n, rows, cols, x, ldx, w, y, ldy,
+                  stream, err);
 }
