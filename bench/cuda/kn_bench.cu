@@ -320,6 +320,21 @@ static void dbatch_make(struct dbatch *d, int32_t n, int32_t n_seqs, const int32
     free(off), free(last), free(tiles);
 }
 
+/* batch decode queries, one per sequence at position ctx - 1, every sequence on pages 0..nb-1 (the layer and
+ * tail benchmarks: all read the same cache) */
+static void dbatch_shared_pages(struct dbatch *d, int32_t batch, int32_t nb, int64_t ctx)
+{
+    int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb * batch);
+    int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch);
+    int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)batch);
+    for (int32_t s = 0; s < batch; s++) {
+        for (int32_t b = 0; b < nb; b++) bt[(size_t)s * nb + b] = b;
+        qseq[s] = s, pos[s] = ctx - 1;
+    }
+    dbatch_make(d, batch, batch, qseq, pos, bt, nb);
+    free(bt), free(qseq), free(pos);
+}
+
 static void dbatch_free(struct dbatch *d)
 {
     for (int k = 0; k < 6; k++) cudaFree(d->mem[k]);
@@ -1610,14 +1625,7 @@ static void bench_layer_decode(int prof_only)
     k_quant_fp8<<<(unsigned)((nb * (int64_t)M3.block + 7) / 8), 256>>>(
         (const uint16_t *)a.c.idx, (int64_t)nb * M3.block, M3.idx_dim, idx8, sc8);
     CK(cudaGetLastError());
-    int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb * batch);
-    int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch);
-    int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)batch);
-    for (int32_t s = 0; s < batch; s++) {
-        for (int32_t b = 0; b < nb; b++) bt[(size_t)s * nb + b] = b;
-        qseq[s] = s, pos[s] = ctx - 1;
-    }
-    dbatch_make(&a.b, batch, batch, qseq, pos, bt, nb);
+    dbatch_shared_pages(&a.b, batch, nb, ctx);
     for (int k = 0; k < 4; k++) {
         a.qi[k] = (float *)dmalloc(sizeof(float) * batch * M3.n_idx_heads * M3.idx_dim);
         fill_f32(a.qi[k], (int64_t)batch * M3.n_idx_heads * M3.idx_dim, 44 + k, 1.0f);
@@ -1728,7 +1736,6 @@ static void bench_layer_decode(int prof_only)
     for (int k = 0; k < 4; k++) cudaFree(a.qi[k]);
     cudaFree(a.c.k), cudaFree(a.c.v), cudaFree(a.c.idx), cudaFree(idx8), cudaFree(sc8), cudaFree(a.q);
     cudaFree(a.out), cudaFree(a.sel), cudaFree(a.ws);
-    free(bt), free(qseq), free(pos);
 }
 
 /* The fused decode tail alone (top-k + one page per split + merge: kn_cuda_decode_fused_scores, the test
@@ -1770,14 +1777,7 @@ static void bench_tail(void)
     const int n_routes = (int)(sizeof(g_routes) / sizeof(g_routes[0]));
     for (int bi = 0; bi < 3; bi++) {
         const int32_t batch = batches[bi];
-        int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb * batch);
-        int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch);
-        int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)batch);
-        for (int32_t s = 0; s < batch; s++) {
-            for (int32_t b = 0; b < nb; b++) bt[(size_t)s * nb + b] = b;
-            qseq[s] = s, pos[s] = ctx - 1;
-        }
-        dbatch_make(&a.b, batch, batch, qseq, pos, bt, nb);
+        dbatch_shared_pages(&a.b, batch, nb, ctx);
         a.stride = nb;
         a.scores = (float *)dmalloc(sizeof(float) * (size_t)M3.n_kv * batch * nb);
         fill_f32(a.scores, (int64_t)M3.n_kv * batch * nb, 61, 1.0f);
@@ -1802,7 +1802,6 @@ static void bench_tail(void)
         set_route(NULL);
         dbatch_free(&a.b);
         cudaFree(a.scores), cudaFree(a.q), cudaFree(a.out), cudaFree(a.sel);
-        free(bt), free(qseq), free(pos);
     }
     cudaFree(a.c.k), cudaFree(a.c.v);
 }
