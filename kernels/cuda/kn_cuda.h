@@ -285,6 +285,15 @@ int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx);
 int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx, const float *w,
                          float *y, int64_t ldy, cudaStream_t stream, struct mm_err *err);
 int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx);
+/** Decode products at up to 16 activation rows on the tensor cores (kn_gemm_small.cu): y[n][rows] = bf16(x[n]
+ * [cols]) . W^T, W bf16 [rows][cols] contiguous, f32 sums. Needs kn_cuda_gemm_small_ok(n, cols, ldx) (cols a
+ * multiple of 256), 16-byte aligned x and W, and a workspace of kn_cuda_gemm_small_ws(n, rows, cols) bytes
+ * (0 when the rows alone fill the GPU). */
+int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
+                                const void *w, float *y, int64_t ldy, void *ws, size_t ws_bytes,
+                                cudaStream_t stream, struct mm_err *err);
+int kn_cuda_gemm_small_ok(int64_t n, int64_t cols, int64_t ldx);
+size_t kn_cuda_gemm_small_ws(int64_t n, int64_t rows, int64_t cols);
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows

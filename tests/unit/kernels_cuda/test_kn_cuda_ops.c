@@ -429,6 +429,54 @@ static void test_gemv(void)
           MM_INVALID);
 }
 
+/* Decode products at up to 16 rows on the tensor cores (kn_cuda_gemm_small_bf16): every n from 1 to 16 on a
+ * shape that splits the inner dimension over CTAs (512 rows) and on the LM head's odd row count, rows not a
+ * multiple of 16, x and y with wider row strides; against the CPU product of the rounded operands. */
+static void test_gemm_small(void)
+{
+    static const int64_t shapes[][2] = {{512, 6144}, {8199, 2048}, {37, 256}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int64_t n = 1; n <= 16; n += (si == 0 ? 1 : 5)) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 4, ldy = rows + 5;
+            float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+            float *w = ct_hmalloc(sizeof(float) * rows * cols), *ref = ct_hmalloc(sizeof(float) * n * rows);
+            uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * rows * cols);
+            ct_fill_normal(x, n * ldx, 1.0f);
+            ct_fill_normal(w, rows * cols, 0.05f);
+            ct_to_bf16(w, wb, rows * cols);
+            ct_from_bf16(wb, w, rows * cols);
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t k = 0; k < cols; k++) xr[j * cols + k] = ct_bf16_round(x[j * ldx + k]);
+            kn_sgemm_nt(n, rows, cols, xr, cols, w, cols, 0.0f, ref, rows);
+            float *x_d = ct_upload(x, sizeof(float) * n * ldx);
+            void *w_d = ct_upload(wb, sizeof(uint16_t) * rows * cols);
+            float *y_d = ct_dmalloc(sizeof(float) * n * ldy);
+            const size_t wsb = kn_cuda_gemm_small_ws(n, rows, cols);
+            void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
+            CHECK(kn_cuda_gemm_small_ok(n, cols, ldx));
+            OK(kn_cuda_gemm_small_bf16(n, rows, cols, x_d, ldx, w_d, y_d, ldy, ws_d, wsb, 0, &err));
+            float *got = dl_f32(y_d, n * ldy), *g2 = ct_hmalloc(sizeof(float) * n * rows);
+            for (int64_t j = 0; j < n; j++) memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+            char what[96];
+            snprintf(what, sizeof what, "gemm small %lld x %lld, n %lld%s", (long long)rows, (long long)cols,
+                     (long long)n, wsb ? ", k split" : "");
+            expect_close(what, g2, ref, n * rows, 1e-5);
+            int untouched = 1;
+            for (int64_t j = 0; j + 1 < n; j++)
+                for (int64_t r = rows; r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
+            CHECK_MSG(untouched, "%s: wrote past its rows", what);
+            free(got), free(g2), free(x), free(xr), free(w), free(ref), free(wb);
+            cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
+            if (ws_d) cudaFree(ws_d);
+        }
+    struct mm_err e2 = {0};
+    CHECK(!kn_cuda_gemm_small_ok(17, 256, 256) && !kn_cuda_gemm_small_ok(4, 128, 128));
+    /* 512 rows split the inner dimension: without the workspace the call is refused before any launch */
+    CHECK(kn_cuda_gemm_small_ws(4, 512, 6144) > 0);
+    CHECK(kn_cuda_gemm_small_bf16(4, 512, 6144, (const float *)16, 6144, (const void *)16, (float *)16, 512,
+                                  NULL, 0, 0, &e2) == MM_INVALID);
+}
+
 /* MoE decode products (kn_cuda_gemv_experts_bf16): n tokens x K experts each, every pair's expert weight
  * looked up in device tables; gate and up in one launch (x row = pair / K), then down on the pairs' own rows
  * (xdiv 1); and the combine in pair order (inv NULL). Against the CPU products of the rounded operands. */
@@ -526,6 +574,7 @@ int main(void)
     test_gemm();
     test_gemv();
     test_gemv_experts();
+    test_gemm_small();
     test_bad_args();
     CT_CU(cudaDeviceSynchronize());
     return test_done();

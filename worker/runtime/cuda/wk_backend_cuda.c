@@ -52,11 +52,12 @@ struct cuda_be {
     double gpu_ms, host_ms;
     /* MMGW_CUDA_OP_TIMING=1: decode steps run one by one with each operation's GPU time summed by kind */
     struct wk_optime *optime;
-    int32_t op_step;   /* this step is a decode step being timed */
-    int32_t fp32;      /* MMGW_CUDA_PRECISION=fp32 */
-    int32_t idx_dtype; /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
-    int32_t kv_dtype;  /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
-    int32_t gemv;      /* decode-sized products on kn_cuda_gemv_bf16 (MMGW_CUDA_GEMV=0: cuBLAS for all) */
+    int32_t op_step;    /* this step is a decode step being timed */
+    int32_t fp32;       /* MMGW_CUDA_PRECISION=fp32 */
+    int32_t idx_dtype;  /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
+    int32_t kv_dtype;   /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
+    int32_t gemv;       /* decode-sized products on kn_cuda_gemv_bf16 (MMGW_CUDA_GEMV=0: cuBLAS for all) */
+    int32_t small_gemm; /* MMGW_CUDA_SMALL_GEMM=1: 3-16-row products on kn_cuda_gemm_small_bf16 */
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -70,7 +71,7 @@ struct cuda_be {
     size_t h_meta_n;
     struct dbuf meta, ids, bad;
     /* scratch */
-    struct dbuf xb, qb16, ob16, ws, sel, media, media_rows;
+    struct dbuf xb, qb16, ob16, ws, sel, media, media_rows, small_ws;
     struct dbuf m_logits, m_ids, m_wts, m_off, m_perm, m_inv, m_x, m_g, m_u, m_a, m_e;
     int32_t *h_off;
     int32_t h_off_n;
@@ -710,6 +711,16 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
             fail(c, &e__, "linear (gemv)");
         return;
     }
+    /* 3-16 rows on the tensor cores (kn_gemm_small.cu), MMGW_CUDA_SMALL_GEMM=1 (not device-verified: off) */
+    if (c->small_gemm && n >= 3 && w->bf16 && kn_cuda_gemm_small_ok(n, w->cols, ldx) &&
+        (uintptr_t)x % 16 == 0 && (uintptr_t)w->bf16 % 16 == 0) {
+        const size_t wsb = kn_cuda_gemm_small_ws(n, w->rows, w->cols);
+        void *ws = wsb ? grow(c, &c->small_ws, wsb) : NULL;
+        if (wsb && !ws) return;
+        if (kn_cuda_gemm_small_bf16(n, w->rows, w->cols, x, ldx, w->bf16, y, ldy, ws, wsb, ST, &e__))
+            fail(c, &e__, "linear (small)");
+        return;
+    }
     void *xb = grow(c, &c->xb, (size_t)(n * w->cols) * 2);
     if (!xb) return;
     if (ldx != w->cols || !w->bf16) {
@@ -1235,10 +1246,10 @@ static void cu_destroy(void *ctx)
         wk_steps_free(c->steps);
     }
     free_cache(c);
-    struct dbuf *all[] = {&c->meta,  &c->bad,   &c->xb,    &c->qb16,       &c->ob16,
-                          &c->ws,    &c->sel,   &c->media, &c->media_rows, &c->m_logits,
-                          &c->m_ids, &c->m_wts, &c->m_off, &c->m_perm,     &c->m_inv,
-                          &c->m_x,   &c->m_g,   &c->m_u,   &c->m_a,        &c->m_e};
+    struct dbuf *all[] = {&c->small_ws, &c->meta,  &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
+                          &c->ws,       &c->sel,   &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
+                          &c->m_wts,    &c->m_off, &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
+                          &c->m_u,      &c->m_a,   &c->m_e};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
     kn_cuda_blas_destroy(c->blas);
     moe_tables_free(c);
@@ -1338,6 +1349,8 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     if (c->timing && cudaEventCreate(&c->ev_b) != cudaSuccess) cudaEventDestroy(c->ev_a), c->timing = 0;
     const char *ot = getenv("MMGW_CUDA_OP_TIMING");
     if (ot && !strcmp(ot, "1")) c->optime = wk_optime_new(c->stream);
+    const char *sg = getenv("MMGW_CUDA_SMALL_GEMM");
+    c->small_gemm = sg && !strcmp(sg, "1");
     const char *gv = getenv("MMGW_CUDA_GEMV");
     c->gemv = !(gv && !strcmp(gv, "0"));
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
