@@ -2071,19 +2071,26 @@ struct skinny_arg {
     int64_t rows, cols, n;
     float *x, *y;
     uint16_t *xb;
-    int gemv;
+    void *ws; /* kn_cuda_gemm_small_bf16's k-split workspace */
+    size_t ws_bytes;
+    int gemv; /* 0 cuBLAS bf16, 1 kn_cuda_gemv_bf16, 2 cuBLAS f32, 3 kn_cuda_gemv_f32, 4
+                 kn_cuda_gemm_small_bf16 */
 };
 
 static void run_skinny(void *p, int it)
 {
     struct skinny_arg *a = (struct skinny_arg *)p;
-    const uint16_t *w = a->w + (int64_t)(it % a->n_sets) * a->rows * a->cols * (a->gemv >= 2 ? 2 : 1);
+    const int f32w = a->gemv == 2 || a->gemv == 3; /* f32 weights: twice the bytes per set */
+    const uint16_t *w = a->w + (int64_t)(it % a->n_sets) * a->rows * a->cols * (f32w ? 2 : 1);
     if (a->gemv == 2) { /* f32 weights: cuBLAS's f32 product (no TF32) */
         KC(kn_cuda_gemm_f32(a->bl, a->n, a->rows, a->cols, a->x, a->cols, (const float *)w, a->cols, 0.0f,
                             a->y, a->rows, &g_err));
     } else if (a->gemv == 3) {
         KC(kn_cuda_gemv_f32(a->n, a->rows, a->cols, a->x, a->cols, (const float *)w, a->y, a->rows, g_stream,
                             &g_err));
+    } else if (a->gemv == 4) {
+        KC(kn_cuda_gemm_small_bf16(a->n, a->rows, a->cols, a->x, a->cols, w, a->y, a->rows, a->ws,
+                                   a->ws_bytes, g_stream, &g_err));
     } else if (a->gemv) {
         KC(kn_cuda_gemv_bf16(a->n, a->rows, a->cols, a->x, a->cols, w, a->y, a->rows, g_stream, &g_err));
     } else {
@@ -2095,10 +2102,12 @@ static void run_skinny(void *p, int it)
 
 static void bench_skinny(void)
 {
-    printf("== decode-sized products (M3-shaped projections at hidden 6144): cuBLAS vs kn_cuda_gemv_bf16\n");
+    printf(
+        "== decode-sized products (M3-shaped projections at hidden 6144): cuBLAS vs kn_cuda_gemv_bf16 (gemv) "
+        "vs kn_cuda_gemm_small_bf16 (tc)\n");
     static const int64_t shapes[][2] = {{8192, 6144}, {512, 6144},  {6144, 8192},
                                         {2048, 6144}, {6144, 2048}, {8199, 6144}};
-    static const int64_t ns[] = {1, 2, 4, 16};
+    static const int64_t ns[] = {1, 2, 4, 8, 16};
     struct skinny_arg a;
     memset(&a, 0, sizeof a);
     KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
@@ -2109,23 +2118,30 @@ static void bench_skinny(void)
     a.y = (float *)dmalloc(sizeof(float) * 16 * 8199);
     a.xb = (uint16_t *)dmalloc(2 * 16 * 8192);
     fill_f32(a.x, 16 * 8192, 92, 1.0f);
+    a.ws_bytes = sizeof(float) * 8 * 16 * 8199; /* >= kn_cuda_gemm_small_ws of every shape below */
+    a.ws = dmalloc(a.ws_bytes);
+    static const int routes[] = {0, 1, 4};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-            for (int gv = 0; gv < 2; gv++) {
+            for (size_t ri = 0; ri < sizeof routes / sizeof routes[0]; ri++) {
+                const int gv = routes[ri];
                 a.rows = shapes[si][0], a.cols = shapes[si][1], a.n = ns[ni], a.gemv = gv, a.w = w;
-                if (gv && !kn_cuda_gemv_ok(a.n, a.cols, a.cols)) continue;
+                if (gv == 1 && !kn_cuda_gemv_ok(a.n, a.cols, a.cols)) continue;
+                if (gv == 4 && !kn_cuda_gemm_small_ok(a.n, a.cols, a.cols)) continue;
                 const double wbytes = (double)a.rows * a.cols * 2;
                 a.n_sets = (int32_t)(pool / (size_t)wbytes);
                 if (a.n_sets > 64) a.n_sets = 64;
                 char cfg[96];
                 snprintf(cfg, sizeof cfg, "%lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
                          (long long)a.n);
-                time_emit_stream(gv ? "gemv" : "cublas", cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30, 20,
-                                 0);
+                time_emit_stream(gv == 4 ? "tc"
+                                 : gv    ? "gemv"
+                                         : "cublas",
+                                 cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30, 20, 0);
             }
     /* f32 weights (the index projections and the router): cuBLAS f32 against kn_cuda_gemv_f32 */
     static const int64_t f32_shapes[][2] = {{512, 6144}, {128, 6144}, {512, 4096}};
-    static const int64_t f32_ns[] = {1, 2, 16};
+    static const int64_t f32_ns[] = {1, 2, 8, 16};
     for (size_t si = 0; si < sizeof f32_shapes / sizeof f32_shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof f32_ns / sizeof f32_ns[0]; ni++)
             for (int gv = 2; gv < 4; gv++) {
@@ -2141,7 +2157,7 @@ static void bench_skinny(void)
                 time_emit_stream(gv == 3 ? "gemv" : "cublas", cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30,
                                  20, 0);
             }
-    cudaFree(w), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb);
+    cudaFree(w), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb), cudaFree(a.ws);
     kn_cuda_blas_destroy(a.bl);
 }
 
