@@ -280,11 +280,17 @@ int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, const float *x,
 /** Whether kn_cuda_gemv_bf16 takes these shapes: 1 <= n <= KN_GEMV_MAX_N, cols a multiple of 64, ldx >= cols
  * and a multiple of 4. */
 int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx);
-/** kn_cuda_gemv_bf16 with f32 weights (the router and index projections): y = x . W^T, f32 throughout. Needs
- * kn_cuda_gemv_f32_ok(n, cols, ldx) (cols a multiple of 32) and 16-byte aligned x and W. */
+/** Most activation rows kn_cuda_gemv_f32 takes. */
+#define KN_GEMV_F32_MAX_N 16
+/** kn_cuda_gemv_bf16 with f32 weights (the router and index projections): y = x . W^T, f32 throughout, up to
+ * KN_GEMV_F32_MAX_N rows. Needs kn_cuda_gemv_f32_ok(n, cols, ldx) (cols a multiple of 32) and 16-byte aligned
+ * x and W. */
 int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx, const float *w,
                          float *y, int64_t ldy, cudaStream_t stream, struct mm_err *err);
 int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx);
+/** Whether kn_cuda_gemv_f32 gives each output row its own CTA for this many rows (fewer rows than 4 per SM):
+ * then it is faster than cuBLAS at every row count up to 16, else only up to 8. */
+int kn_cuda_gemv_f32_row_ctas(int64_t rows);
 /** Decode products at up to 16 activation rows on the tensor cores (kn_gemm_small.cu): y[n][rows] = bf16(x[n]
  * [cols]) . W^T, W bf16 [rows][cols] contiguous, f32 sums. Needs kn_cuda_gemm_small_ok(n, cols, ldx) (cols a
  * multiple of 256), 16-byte aligned x and W, and a workspace of kn_cuda_gemm_small_ws(n, rows, cols) bytes
@@ -293,7 +299,21 @@ int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols, const flo
                                 const void *w, float *y, int64_t ldy, void *ws, size_t ws_bytes,
                                 cudaStream_t stream, struct mm_err *err);
 int kn_cuda_gemm_small_ok(int64_t n, int64_t cols, int64_t ldx);
+/** Whether kn_cuda_gemm_small_bf16 is expected to read a rows x cols weight faster than cuBLAS at n rows
+ * (measured on an H200: cuBLAS wins only on large weights whose rows fill its 128-row tiles). */
+int kn_cuda_gemm_small_prefer(int64_t n, int64_t rows, int64_t cols);
 size_t kn_cuda_gemm_small_ws(int64_t n, int64_t rows, int64_t cols);
+/** MoE products grouped by expert without the host (kn_gemm_small.cu): for each expert e < n_exp, rows
+ * off[e] .. off[e + 1] (device offsets, from kn_cuda_moe_sort) of y_a = bf16(x rows) . W^T with W = w_a[e]
+ * (device table of bf16 [rows][cols] pointers, 16-byte aligned), and of y_b from w_b[e] when w_b is not
+ * NULL (gate and up in one launch). x f32 rows (stride ldx) in expert order, f32 sums; needs
+ * kn_cuda_gemm_small_experts_ok(cols, ldx) (cols a multiple of 32). Re-reads each expert's weights for every
+ * 16 of its rows: for decode-sized batches. */
+int32_t kn_cuda_gemm_small_experts_bf16(int32_t n_exp, const int32_t *off, int64_t rows, int64_t cols,
+                                        const float *x, int64_t ldx, const void *const *w_a,
+                                        const void *const *w_b, float *y_a, float *y_b, int64_t ldy,
+                                        cudaStream_t stream, struct mm_err *err);
+int kn_cuda_gemm_small_experts_ok(int64_t cols, int64_t ldx);
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows

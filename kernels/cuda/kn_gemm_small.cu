@@ -1,24 +1,52 @@
 /* Decode products at 3-16 activation rows on the tensor cores: y[n][rows] = bf16(x[n][cols]) . W^T.
  *
- * Why: cuBLAS reads the projections at 9-78 % of copy at 16 rows (the 512 x 6144 K/V projections at 9 %, the
- * LM head's odd row count at 18 %), and the CUDA-core product (kn_gemv.cu) loses from 3 rows on (the x loads
- * per weight byte grow with n). Here the weight rows are the mma's M (16 per warp) and the activation rows
- * its N (8 or 16), so one 16-byte weight load per row and thread feeds the tensor cores for two k-steps; no
- * shared-memory staging: a thread loads W[gid][k0 + 8 tig .. +7] and W[gid + 8][...] and x[t][same k], and
- * the k order inside each 32-wide block is permuted the same way for both operands (logical k 2tig+j <->
- * physical 8tig+j, logical 2tig+8+j <-> 8tig+2+j for the first k-step, +4 for the second), which a dot
- * product allows. A CTA of 8 warps takes 16 weight rows and splits the inner dimension over its warps (and
- * over ksplit CTAs when the rows alone give fewer than ~2 CTAs per SM: partial sums in a workspace, summed in
- * order by a second kernel, so the result does not depend on timing). f32 sums; x rounded to bf16 as the bf16
- * path's conversion does. NOT DEVICE-VERIFIED (branch exp-skinny-mma). */
+ * Why: at 3-16 rows a product is still a stream over W, and cuBLAS reads the projections that give it few
+ * 128-row tiles or an odd row count at 8-45 % of copy (512 x 6144 at 8 %, the LM head's 8199 rows at 16-42
+ * %); the CUDA-core product (kn_gemv.cu) loses from 3 rows on (its activation loads per weight byte grow with
+ * n). Here the weight rows are the mma's M (16 per warp) and the activation rows its N (8 or 16), so one
+ * 16-byte weight load per row and thread feeds the tensor cores for two k-steps; no shared-memory staging: a
+ * thread loads W[gid][k0 + 8 tig .. +7] and W[gid + 8][...] and x[t][same k], and the k order inside each
+ * 32-wide block is permuted the same way for both operands (logical k 2tig+j <-> physical 8tig+j, logical
+ * 2tig+8+j <-> 8tig+2+j for the first k-step, +4 for the second), which a dot product allows. A CTA of 8
+ * warps takes 16 weight rows and splits the inner dimension over its warps (and over ksplit CTAs when the
+ * rows alone give fewer than ~2 CTAs per SM: partial sums in a workspace, summed in order by a second
+ * kernel, so the result does not depend on timing). f32 sums; x rounded to bf16 as the bf16 path's
+ * conversion does. kn_cuda_gemm_small_prefer says where it beats cuBLAS (measured: bench/cuda/README.md
+ * "Decode products at 3-16 rows"). */
 #include "kn_cuda_internal.cuh"
 
 #include <cuda_bf16.h>
 
 #define GS_WARPS 8
 #define GS_ROWS 16
+#define GS_GROUP 4 /* 32-wide k blocks per pipelined load group */
 
-template <int NT> /* n-tiles of 8 activation rows */
+/* One 32-wide k block: the weight fragments of rows gid and gid + 8 (a0, a8: this thread's 8 k values of
+ * each) against the same k values of every activation row t < n, NT tiles of 8 */
+template <int NT>
+__device__ __forceinline__ void gs_block(float (&acc)[NT][4], uint4 a0, uint4 a8, const float *__restrict__ x,
+                                         int64_t ldx, int32_t n, int64_t k, int gid)
+{
+    const uint32_t af0[4] = {a0.x, a8.x, a0.y, a8.y}, af1[4] = {a0.z, a8.z, a0.w, a8.w};
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const int tok = 8 * t + gid;
+        float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
+        if (tok < n) {
+            xa = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k));
+            xb = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k + 4));
+        }
+        const uint32_t b0[2] = {kn_pack_bf16(xa.x, xa.y), kn_pack_bf16(xa.z, xa.w)};
+        const uint32_t b1[2] = {kn_pack_bf16(xb.x, xb.y), kn_pack_bf16(xb.z, xb.w)};
+        kn_mma_bf16(acc[t], af0, b0);
+        kn_mma_bf16(acc[t], af1, b1);
+    }
+}
+
+/* PIPE 0: a plain loop (unrolled by 4, what the compiler makes of it); PIPE 1: the loads of the next
+ * GS_GROUP blocks issued before the current group's products (two register sets), so each warp keeps a
+ * group of weight loads in flight while it computes */
+template <int NT, int PIPE>
 __global__ void __launch_bounds__(GS_WARPS * 32)
     k_gemm_small(const float *__restrict__ x, int64_t ldx, int32_t n, const uint4 *__restrict__ w,
                  int64_t rows, int64_t cols, int32_t ksplit, float *__restrict__ y, int64_t ldy,
@@ -33,32 +61,43 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
     const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
     const uint4 *wa = w + (r0 + gid) * chunks_row + (k_begin >> 3) + tig;
     const uint4 *wb = w + (r0 + gid + 8) * chunks_row + (k_begin >> 3) + tig;
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+    const int64_t kt = k_begin + 8 * tig;
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
-#pragma unroll 4
-    for (int b = 0; b < blocks; b++) {
-        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-        const uint4 a0 = ra ? __ldcs(wa + 4 * b) : z, a8 = rb ? __ldcs(wb + 4 * b) : z;
-        const int64_t k = k_begin + 32 * b + 8 * tig;
-        const uint32_t af0[4] = {a0.x, a8.x, a0.y, a8.y}, af1[4] = {a0.z, a8.z, a0.w, a8.w};
+    int b = 0;
+    if (PIPE) {
+        const int groups = blocks / GS_GROUP;
+        uint4 c0[GS_GROUP], c8[GS_GROUP];
+        if (groups > 0)
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const int tok = 8 * t + gid;
-            float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
-            if (tok < n) {
-                xa = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k));
-                xb = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k + 4));
+            for (int u = 0; u < GS_GROUP; u++)
+                c0[u] = ra ? __ldcs(wa + 4 * u) : z, c8[u] = rb ? __ldcs(wb + 4 * u) : z;
+        for (int g = 0; g < groups; g++) {
+            uint4 n0[GS_GROUP], n8[GS_GROUP];
+            const bool more = g + 1 < groups;
+#pragma unroll
+            for (int u = 0; u < GS_GROUP; u++) {
+                const int nb = (g + 1) * GS_GROUP + u;
+                n0[u] = more && ra ? __ldcs(wa + 4 * nb) : z;
+                n8[u] = more && rb ? __ldcs(wb + 4 * nb) : z;
             }
-            const uint32_t b0[2] = {kn_pack_bf16(xa.x, xa.y), kn_pack_bf16(xa.z, xa.w)};
-            const uint32_t b1[2] = {kn_pack_bf16(xb.x, xb.y), kn_pack_bf16(xb.z, xb.w)};
-            kn_mma_bf16(acc[t], af0, b0);
-            kn_mma_bf16(acc[t], af1, b1);
+#pragma unroll
+            for (int u = 0; u < GS_GROUP; u++)
+                gs_block<NT>(acc, c0[u], c8[u], x, ldx, n, kt + 32 * (g * GS_GROUP + u), gid);
+#pragma unroll
+            for (int u = 0; u < GS_GROUP; u++) c0[u] = n0[u], c8[u] = n8[u];
         }
+        b = groups * GS_GROUP;
     }
-    /* C fragment: acc[t][0..1] = (row gid, tokens 8t + 2tig, +1), acc[t][2..3] = (row gid + 8, same) */
+#pragma unroll 4
+    for (; b < blocks; b++)
+        gs_block<NT>(acc, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z, x, ldx, n, kt + 32 * b,
+                     gid);
+        /* C fragment: acc[t][0..1] = (row gid, tokens 8t + 2tig, +1), acc[t][2..3] = (row gid + 8, same) */
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         part[warp][gid][8 * t + 2 * tig] = acc[t][0];
@@ -106,6 +145,14 @@ extern "C" int kn_cuda_gemm_small_ok(int64_t n, int64_t cols, int64_t ldx)
     return n >= 1 && n <= 16 && cols > 0 && cols % (GS_WARPS * 32) == 0 && ldx >= cols && ldx % 4 == 0;
 }
 
+extern "C" int kn_cuda_gemm_small_prefer(int64_t n, int64_t rows, int64_t cols)
+{
+    /* cuBLAS reads large weights with rows a multiple of its 128-row tiles at ~75 % of copy at 1-16 rows,
+     * more than this kernel (52-69 %); everywhere else (fewer tiles than SMs, odd row counts) it reads them
+     * at 8-45 % against 17-69 % here (session 3 run 3) */
+    return n >= 1 && n <= 16 && !(rows % 128 == 0 && rows * cols >= ((int64_t)32 << 20));
+}
+
 extern "C" size_t kn_cuda_gemm_small_ws(int64_t n, int64_t rows, int64_t cols)
 {
     const int32_t ks = gs_ksplit(rows, cols);
@@ -124,16 +171,102 @@ extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols
                           (long long)rows, (long long)cols);
     if (rows == 0) return MM_OK;
     const int32_t ks = gs_ksplit(rows, cols);
+    /* the pipelined loads where each warp has at least 3 groups of blocks and one tile of activations: there
+     * they measured 55 -> 69 % of copy (8199 x 6144, n 1-4); with fewer blocks, or 2 tiles (80 registers),
+     * the plain loop's occupancy wins (session 3 run 3, bench/cuda/README.md) */
+    const int64_t blocks = cols / ks / GS_WARPS / 32;
     const dim3 grid((unsigned)kn_cdiv(rows, GS_ROWS), (unsigned)ks);
     const uint4 *wv = (const uint4 *)w;
-    if (n <= 8)
-        k_gemm_small<1>
-            <<<grid, GS_WARPS * 32, 0, stream>>>(x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, (float *)ws);
-    else
-        k_gemm_small<2>
-            <<<grid, GS_WARPS * 32, 0, stream>>>(x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, (float *)ws);
+    float *pw = (float *)ws;
+    void (*kern)(const float *, int64_t, int32_t, const uint4 *, int64_t, int64_t, int32_t, float *, int64_t,
+                 float *) = n > 8                    ? k_gemm_small<2, 0>
+                            : blocks >= 3 * GS_GROUP ? k_gemm_small<1, 1>
+                                                     : k_gemm_small<1, 0>;
+    kern<<<grid, GS_WARPS * 32, 0, stream>>>(x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, pw);
     if (ks > 1)
         k_gemm_small_sum<<<(unsigned)kn_cdiv(n * rows, 256), 256, 0, stream>>>((const float *)ws, (int32_t)n,
                                                                                rows, ks, y, ldy);
     return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemm_small_bf16", err);
+}
+
+/* MoE products grouped by expert on the device: blockIdx.y = expert e, whose rows are off[e] .. off[e + 1]
+ * of x and y (the routed rows sorted by expert); blockIdx.z picks the weight table (w_a, or w_b when
+ * given: gate and up in one launch); each CTA takes 16 weight rows of its expert for every 16 of the
+ * expert's rows in turn (the weights come back from L2 after the first 16), so it is for decode-sized
+ * batches: the grouped GEMMs of a prefill belong to cuBLAS. An expert without rows exits. */
+__global__ void __launch_bounds__(GS_WARPS * 32)
+    k_gemm_small_experts(const float *__restrict__ x, int64_t ldx, const int32_t *__restrict__ off,
+                         const void *const *__restrict__ w_a, const void *const *__restrict__ w_b,
+                         int64_t rows, int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b,
+                         int64_t ldy)
+{
+    __shared__ float part[GS_WARPS][GS_ROWS][16];
+    const int e = blockIdx.y;
+    const int32_t p0 = off[e], cnt = off[e + 1] - p0;
+    if (cnt <= 0) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
+    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)p0 * ldy;
+    /* warp v takes 32-wide k blocks [v B / 8, (v + 1) B / 8) of the B in a row: any multiple of 32 */
+    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS, chunks_row = cols / 8, nb = cols / 32;
+    const int64_t b_begin = warp * nb / GS_WARPS, k_begin = 32 * b_begin;
+    const int blocks = (int)((warp + 1) * nb / GS_WARPS - b_begin);
+    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
+    const uint4 *wa = w + (r0 + gid) * chunks_row + (k_begin >> 3) + tig;
+    const uint4 *wb = w + (r0 + gid + 8) * chunks_row + (k_begin >> 3) + tig;
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+    for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
+        const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
+        const float *xt = x + (int64_t)(p0 + t0) * ldx;
+        float acc[2][4];
+#pragma unroll
+        for (int t = 0; t < 2; t++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) acc[t][v] = 0.0f;
+#pragma unroll 4
+        for (int b = 0; b < blocks; b++)
+            gs_block<2>(acc, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z, xt, ldx, n,
+                        k_begin + 8 * tig + 32 * b, gid);
+        if (t0) __syncthreads(); /* the previous chunk's sums are read */
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            part[warp][gid][8 * t + 2 * tig] = acc[t][0];
+            part[warp][gid][8 * t + 2 * tig + 1] = acc[t][1];
+            part[warp][gid + 8][8 * t + 2 * tig] = acc[t][2];
+            part[warp][gid + 8][8 * t + 2 * tig + 1] = acc[t][3];
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < GS_ROWS * 16; i += GS_WARPS * 32) {
+            const int r = i / 16, tok = i % 16;
+            if (tok >= n || r0 + r >= rows) continue;
+            float s = 0.0f;
+#pragma unroll
+            for (int v = 0; v < GS_WARPS; v++) s += part[v][r][tok];
+            y[(int64_t)(t0 + tok) * ldy + r0 + r] = s;
+        }
+    }
+}
+
+extern "C" int kn_cuda_gemm_small_experts_ok(int64_t cols, int64_t ldx)
+{
+    return cols > 0 && cols % 32 == 0 && ldx >= cols && ldx % 4 == 0;
+}
+
+extern "C" int32_t kn_cuda_gemm_small_experts_bf16(int32_t n_exp, const int32_t *off, int64_t rows,
+                                                   int64_t cols, const float *x, int64_t ldx,
+                                                   const void *const *w_a, const void *const *w_b, float *y_a,
+                                                   float *y_b, int64_t ldy, cudaStream_t stream,
+                                                   struct mm_err *err)
+{
+    if (n_exp < 0 || n_exp > 65535 || rows < 0 || !kn_cuda_gemm_small_experts_ok(cols, ldx) || ldy < rows ||
+        (uintptr_t)x % 16 || (n_exp > 0 && (!x || !off || !w_a || !y_a || (w_b && !y_b))) ||
+        kn_cdiv(rows, GS_ROWS) > INT32_MAX)
+        return mm_err_set(err, MM_INVALID,
+                          "kn_cuda_gemm_small_experts_bf16: bad arguments (experts %d rows %lld cols %lld)",
+                          (int)n_exp, (long long)rows, (long long)cols);
+    if (n_exp == 0 || rows == 0) return MM_OK;
+    const dim3 grid((unsigned)kn_cdiv(rows, GS_ROWS), (unsigned)n_exp, w_b ? 2u : 1u);
+    k_gemm_small_experts<<<grid, GS_WARPS * 32, 0, stream>>>(x, ldx, off, w_a, w_b, rows, cols, y_a, y_b,
+                                                             ldy);
+    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemm_small_experts_bf16", err);
 }

@@ -24,14 +24,14 @@ __device__ __forceinline__ float gv_bf16r(float v)
 
 /* The end of a tile: each warp's partial sums over the quad of lanes, then over the 8 warps (in order, in
  * shared memory), stored to y[j][r0 + r] for the rows that exist. */
-template <int N>
-__device__ __forceinline__ void gv_store(float (&acc)[GV_ROWS][N], int64_t rows, float *__restrict__ y,
-                                         int64_t ldy, int64_t r0)
+template <int R, int N>
+__device__ __forceinline__ void gv_store(float (&acc)[R][N], int64_t rows, float *__restrict__ y, int64_t ldy,
+                                         int64_t r0, int32_t n = N)
 {
-    __shared__ float part[GV_WARPS][GV_ROWS * N];
+    __shared__ float part[GV_WARPS][R * N];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int r = 0; r < GV_ROWS; r++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
         for (int j = 0; j < N; j++) {
             float s = acc[r][j];
@@ -40,12 +40,12 @@ __device__ __forceinline__ void gv_store(float (&acc)[GV_ROWS][N], int64_t rows,
             if (lane == 0) part[warp][r * N + j] = s;
         }
     __syncthreads();
-    if (threadIdx.x < GV_ROWS * N) {
+    if (threadIdx.x < R * N) {
         const int r = threadIdx.x / N, j = threadIdx.x % N;
         float s = 0.0f;
 #pragma unroll
         for (int v = 0; v < GV_WARPS; v++) s += part[v][threadIdx.x];
-        if (r0 + r < rows) y[j * ldy + r0 + r] = s;
+        if (r0 + r < rows && j < n) y[j * ldy + r0 + r] = s;
     }
 }
 
@@ -90,38 +90,43 @@ __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx
             }
         }
     }
-    gv_store<N>(acc, rows, y, ldy, r0);
+    gv_store<GV_ROWS, N>(acc, rows, y, ldy, r0);
 }
 
 /* The same with f32 weights (the MoE router and the index projections, kept in f32 because their outputs
- * pick experts and blocks): a 16-byte chunk is 4 weights, x is used as it is (no rounding), f32 products. */
-template <int N>
-__device__ __forceinline__ void gv_tile_f32(const float *__restrict__ x, int64_t ldx,
-                                            const float4 *__restrict__ w, int64_t rows, int64_t cols,
-                                            float *__restrict__ y, int64_t ldy, int64_t r0)
+ * pick experts and blocks): a 16-byte chunk is 4 weights, x is used as it is (no rounding), f32 products.
+ * R output rows per CTA (4, or 1 where rows / 4 CTAs would leave SMs idle: the 128- and 512-row index
+ * projections); N >= n activation rows (N 8 serves n 5-8 and N 16 n 9-16: rows j >= n are neither read nor
+ * stored; N <= 4 is n exactly). */
+template <int R, int N>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_f32(const float *__restrict__ x, int64_t ldx, const float4 *__restrict__ w, int64_t rows,
+               int64_t cols, float *__restrict__ y, int64_t ldy, int32_t n)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t chunks_row = cols / 4;
+    const int64_t r0 = (int64_t)blockIdx.x * R, chunks_row = cols / 4;
     const int chunks = (int)(chunks_row / GV_WARPS);
     const int64_t c0 = (int64_t)warp * chunks;
-    float acc[GV_ROWS][N];
+    const int32_t nn = N <= 4 ? N : n; /* a constant where the kernel is the row count's own */
+    float acc[R][N];
 #pragma unroll
-    for (int r = 0; r < GV_ROWS; r++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
         for (int j = 0; j < N; j++) acc[r][j] = 0.0f;
 #pragma unroll 2
     for (int c = lane; c < chunks; c += 32) {
-        float4 wv[GV_ROWS];
+        float4 wv[R];
 #pragma unroll
-        for (int r = 0; r < GV_ROWS; r++)
+        for (int r = 0; r < R; r++)
             wv[r] =
                 r0 + r < rows ? __ldcs(w + (r0 + r) * chunks_row + c0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
         const int64_t k = (c0 + c) * 4;
 #pragma unroll
         for (int j = 0; j < N; j++) {
+            if (j >= nn) break;
             const float4 xv = __ldg(reinterpret_cast<const float4 *>(x + j * ldx + k));
 #pragma unroll
-            for (int r = 0; r < GV_ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 float s = acc[r][j];
                 s = fmaf(wv[r].x, xv.x, s);
                 s = fmaf(wv[r].y, xv.y, s);
@@ -131,22 +136,15 @@ __device__ __forceinline__ void gv_tile_f32(const float *__restrict__ x, int64_t
             }
         }
     }
-    gv_store<N>(acc, rows, y, ldy, r0);
-}
-
-template <int N>
-__global__ void __launch_bounds__(GV_WARPS * 32)
-    k_gemv_f32(const float *__restrict__ x, int64_t ldx, const float4 *__restrict__ w, int64_t rows,
-               int64_t cols, float *__restrict__ y, int64_t ldy)
-{
-    gv_tile_f32<N>(x, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
+    gv_store<R, N>(acc, rows, y, ldy, r0, nn);
 }
 
 template <int N>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_bf16(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w, int64_t rows,
-                int64_t cols, float *__restrict__ y, int64_t ldy)
+                int64_t cols, float *__restrict__ y, int64_t ldy, int32_t n)
 {
+    (void)n; /* N == n: one kernel per row count */
     gv_tile<N>(x, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
 }
 
@@ -166,34 +164,34 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 
 /* Shapes a tile takes: per_chunk weights per 16-byte load (8 bf16, 4 f32), a whole number of loads per warp
  */
-static int gv_shape_ok(int64_t n, int64_t cols, int64_t ldx, int per_chunk)
+static int gv_shape_ok(int64_t n, int64_t max_n, int64_t cols, int64_t ldx, int per_chunk)
 {
-    return n >= 1 && n <= KN_GEMV_MAX_N && cols > 0 && cols % (per_chunk * GV_WARPS) == 0 && ldx >= cols &&
+    return n >= 1 && n <= max_n && cols > 0 && cols % (per_chunk * GV_WARPS) == 0 && ldx >= cols &&
            ldx % 4 == 0;
 }
 
 template <typename W>
-using gv_kernel = void (*)(const float *, int64_t, const W *, int64_t, int64_t, float *, int64_t);
+using gv_kernel = void (*)(const float *, int64_t, const W *, int64_t, int64_t, float *, int64_t, int32_t);
 
 /* Argument checks and the launch of the kernel for n rows (k[n - 1]) shared by the bf16 and f32 products */
-template <typename W>
-static int32_t gv_run(const gv_kernel<W> (&k)[KN_GEMV_MAX_N], int shape_ok, const char *what, int64_t n,
+template <typename W, int K>
+static int32_t gv_run(const gv_kernel<W> (&k)[K], int rpc, int shape_ok, const char *what, int64_t n,
                       int64_t rows, int64_t cols, const float *x, int64_t ldx, const void *w, float *y,
                       int64_t ldy, cudaStream_t stream, struct mm_err *err)
 {
     if (rows < 0 || !shape_ok || ldy < rows || !x || !w || !y || (uintptr_t)x % 16 || (uintptr_t)w % 16 ||
-        kn_cdiv(rows, GV_ROWS) > INT32_MAX)
+        kn_cdiv(rows, rpc) > INT32_MAX)
         return mm_err_set(err, MM_INVALID, "%s: bad arguments (n %lld rows %lld cols %lld)", what,
                           (long long)n, (long long)rows, (long long)cols);
     if (rows == 0) return MM_OK;
-    k[n - 1]<<<(unsigned)kn_cdiv(rows, GV_ROWS), GV_WARPS * 32, 0, stream>>>(x, ldx, (const W *)w, rows, cols,
-                                                                             y, ldy);
+    k[n - 1]<<<(unsigned)kn_cdiv(rows, rpc), GV_WARPS * 32, 0, stream>>>(x, ldx, (const W *)w, rows, cols, y,
+                                                                         ldy, (int32_t)n);
     return kn_cuda_check(cudaGetLastError(), what, err);
 }
 
 extern "C" int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx)
 {
-    return gv_shape_ok(n, cols, ldx, 8);
+    return gv_shape_ok(n, KN_GEMV_MAX_N, cols, ldx, 8);
 }
 
 extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
@@ -202,8 +200,8 @@ extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, cons
 {
     static const gv_kernel<uint4> k[KN_GEMV_MAX_N] = {k_gemv_bf16<1>, k_gemv_bf16<2>, k_gemv_bf16<3>,
                                                       k_gemv_bf16<4>};
-    return gv_run(k, kn_cuda_gemv_ok(n, cols, ldx), "kn_cuda_gemv_bf16", n, rows, cols, x, ldx, w, y, ldy,
-                  stream, err);
+    return gv_run(k, GV_ROWS, kn_cuda_gemv_ok(n, cols, ldx), "kn_cuda_gemv_bf16", n, rows, cols, x, ldx, w, y,
+                  ldy, stream, err);
 }
 
 extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols,
@@ -226,15 +224,30 @@ extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_
 
 extern "C" int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx)
 {
-    return gv_shape_ok(n, cols, ldx, 4);
+    return gv_shape_ok(n, KN_GEMV_F32_MAX_N, cols, ldx, 4);
 }
 
 extern "C" int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                     const float *w, float *y, int64_t ldy, cudaStream_t stream,
                                     struct mm_err *err)
 {
-    static const gv_kernel<float4> k[KN_GEMV_MAX_N] = {k_gemv_f32<1>, k_gemv_f32<2>, k_gemv_f32<3>,
-                                                       k_gemv_f32<4>};
-    return gv_run(k, kn_cuda_gemv_f32_ok(n, cols, ldx), "kn_cuda_gemv_f32", n, rows, cols, x, ldx, w, y, ldy,
-                  stream, err);
+    static const gv_kernel<float4> k4[KN_GEMV_F32_MAX_N] = {
+        k_gemv_f32<4, 1>,  k_gemv_f32<4, 2>,  k_gemv_f32<4, 3>,  k_gemv_f32<4, 4>,
+        k_gemv_f32<4, 8>,  k_gemv_f32<4, 8>,  k_gemv_f32<4, 8>,  k_gemv_f32<4, 8>,
+        k_gemv_f32<4, 16>, k_gemv_f32<4, 16>, k_gemv_f32<4, 16>, k_gemv_f32<4, 16>,
+        k_gemv_f32<4, 16>, k_gemv_f32<4, 16>, k_gemv_f32<4, 16>, k_gemv_f32<4, 16>};
+    static const gv_kernel<float4> k1[KN_GEMV_F32_MAX_N] = {
+        k_gemv_f32<1, 1>,  k_gemv_f32<1, 2>,  k_gemv_f32<1, 3>,  k_gemv_f32<1, 4>,
+        k_gemv_f32<1, 8>,  k_gemv_f32<1, 8>,  k_gemv_f32<1, 8>,  k_gemv_f32<1, 8>,
+        k_gemv_f32<1, 16>, k_gemv_f32<1, 16>, k_gemv_f32<1, 16>, k_gemv_f32<1, 16>,
+        k_gemv_f32<1, 16>, k_gemv_f32<1, 16>, k_gemv_f32<1, 16>, k_gemv_f32<1, 16>};
+    const int one = kn_cuda_gemv_f32_row_ctas(rows);
+    return gv_run(one ? k1 : k4, one ? 1 : GV_ROWS, kn_cuda_gemv_f32_ok(n, cols, ldx), "kn_cuda_gemv_f32", n,
+                  rows, cols, x, ldx, w, y, ldy, stream, err);
+}
+
+extern "C" int kn_cuda_gemv_f32_row_ctas(int64_t rows)
+{
+    /* one row per CTA where 4 would give fewer CTAs than SMs */
+    return rows < (int64_t)GV_ROWS * kn_cuda_sm_count();
 }

@@ -401,9 +401,13 @@ static void test_gemv(void)
             free(got), free(g2), free(x), free(xr), free(w), free(ref), free(wb);
             cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
         }
-    /* f32 weights (router, index projections): against the f32 CPU product */
-    for (int64_t n = 1; n <= KN_GEMV_MAX_N; n++) {
-        const int64_t rows = 130, cols = 6144 + 32, ldx = cols + 4;
+    /* f32 weights (router, index projections): against the f32 CPU product; every n up to 16 (5-8 and 9-16
+     * share the kernels for 8 and 16 rows, which must neither read nor store the rows past n), with one row
+     * per CTA (130 rows) and four (600 rows: more than 4 per SM on any GPU up to 150 SMs) */
+    CHECK(kn_cuda_gemv_f32_row_ctas(130) && !kn_cuda_gemv_f32_row_ctas((int64_t)1 << 20));
+    for (int pass = 0; pass < 2 * KN_GEMV_F32_MAX_N; pass++) {
+        const int64_t n = pass % KN_GEMV_F32_MAX_N + 1, rows = pass < KN_GEMV_F32_MAX_N ? 130 : 600;
+        const int64_t cols = rows == 130 ? 6144 + 32 : 1024 + 32, ldx = cols + 4;
         float *x = ct_hmalloc(sizeof(float) * n * ldx), *xs = ct_hmalloc(sizeof(float) * n * cols);
         float *w = ct_hmalloc(sizeof(float) * rows * cols), *ref = ct_hmalloc(sizeof(float) * n * rows);
         ct_fill_normal(x, n * ldx, 1.0f);
@@ -411,10 +415,13 @@ static void test_gemv(void)
         for (int64_t j = 0; j < n; j++) memcpy(xs + j * cols, x + j * ldx, sizeof(float) * cols);
         kn_sgemm_nt(n, rows, cols, xs, cols, w, cols, 0.0f, ref, rows);
         float *x_d = ct_upload(x, sizeof(float) * n * ldx), *w_d = ct_upload(w, sizeof(float) * rows * cols);
-        float *y_d = ct_dmalloc(sizeof(float) * n * rows);
+        float *y_d = ct_dmalloc(sizeof(float) * (n + 1) * rows); /* one row more: must stay untouched */
         CHECK(kn_cuda_gemv_f32_ok(n, cols, ldx));
         OK(kn_cuda_gemv_f32(n, rows, cols, x_d, ldx, w_d, y_d, rows, 0, &err));
-        float *got = dl_f32(y_d, n * rows);
+        float *got = dl_f32(y_d, (n + 1) * rows);
+        int untouched = 1;
+        for (int64_t r = 0; r < rows; r++) untouched &= isnan(got[n * rows + r]);
+        CHECK_MSG(untouched, "gemv f32 n %lld: stored past row n", (long long)n);
         char what[96];
         snprintf(what, sizeof what, "gemv f32 %lld x %lld, n %lld", (long long)rows, (long long)cols,
                  (long long)n);
@@ -423,18 +430,20 @@ static void test_gemv(void)
         cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
     }
     struct mm_err e2 = {0};
-    CHECK(!kn_cuda_gemv_f32_ok(1, 48, 48) && !kn_cuda_gemv_f32_ok(5, 64, 64));
+    CHECK(!kn_cuda_gemv_f32_ok(1, 48, 48) && kn_cuda_gemv_f32_ok(KN_GEMV_F32_MAX_N, 64, 64) &&
+          !kn_cuda_gemv_f32_ok(KN_GEMV_F32_MAX_N + 1, 64, 64));
     CHECK(!kn_cuda_gemv_ok(5, 64, 64) && !kn_cuda_gemv_ok(1, 96, 96) && !kn_cuda_gemv_ok(0, 64, 64));
     CHECK(kn_cuda_gemv_bf16(1, 4, 100, (const float *)16, 100, (const void *)16, (float *)16, 4, 0, &e2) ==
           MM_INVALID);
 }
 
 /* Decode products at up to 16 rows on the tensor cores (kn_cuda_gemm_small_bf16): every n from 1 to 16 on a
- * shape that splits the inner dimension over CTAs (512 rows) and on the LM head's odd row count, rows not a
+ * shape that splits the inner dimension over CTAs (512 rows), the LM head's odd row count, a long inner
+ * dimension that takes the pipelined loads with a remainder (300 x 6400: 25 blocks per warp), rows not a
  * multiple of 16, x and y with wider row strides; against the CPU product of the rounded operands. */
 static void test_gemm_small(void)
 {
-    static const int64_t shapes[][2] = {{512, 6144}, {8199, 2048}, {37, 256}};
+    static const int64_t shapes[][2] = {{512, 6144}, {8199, 2048}, {300, 6400}, {37, 256}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int64_t n = 1; n <= 16; n += (si == 0 ? 1 : 5)) {
             const int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 4, ldy = rows + 5;
@@ -471,10 +480,76 @@ static void test_gemm_small(void)
         }
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemm_small_ok(17, 256, 256) && !kn_cuda_gemm_small_ok(4, 128, 128));
+    /* the route: cuBLAS for large weights in whole 128-row tiles, this kernel for few tiles or odd rows */
+    CHECK(!kn_cuda_gemm_small_prefer(4, 8192, 6144) && kn_cuda_gemm_small_prefer(4, 8199, 6144) &&
+          kn_cuda_gemm_small_prefer(16, 512, 6144) && !kn_cuda_gemm_small_prefer(17, 512, 6144));
     /* 512 rows split the inner dimension: without the workspace the call is refused before any launch */
     CHECK(kn_cuda_gemm_small_ws(4, 512, 6144) > 0);
     CHECK(kn_cuda_gemm_small_bf16(4, 512, 6144, (const float *)16, 6144, (const void *)16, (float *)16, 512,
                                   NULL, 0, 0, &e2) == MM_INVALID);
+}
+
+/* MoE products grouped by expert on the device (kn_cuda_gemm_small_experts_bf16): experts with 0, 1, 5, 16,
+ * 17 and 40 rows (one 16-row chunk, a partial chunk, several chunks), rows not a multiple of 16, inner
+ * dimensions of 512 and 96 (a multiple of 32, not of 256: warps with no k blocks), gate and up
+ * from two tables in one launch, then one table; against the CPU products of the rounded operands. Rows of y
+ * outside every expert's range stay untouched. */
+static void test_gemm_small_experts(int64_t cols)
+{
+    enum { E = 6 };
+    const int32_t cnt[E] = {5, 0, 17, 1, 40, 16};
+    int32_t off[E + 1] = {0};
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + cnt[e];
+    const int64_t P = off[E], rows = 40, ldx = cols + 4, ldy = rows + 3;
+    float *x = ct_hmalloc(sizeof(float) * P * ldx), *xr = ct_hmalloc(sizeof(float) * P * cols);
+    float *w = ct_hmalloc(sizeof(float) * 2 * E * rows * cols);
+    uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * 2 * E * rows * cols);
+    ct_fill_normal(x, P * ldx, 1.0f);
+    ct_fill_normal(w, 2 * E * rows * cols, 0.05f);
+    ct_to_bf16(w, wb, 2 * E * rows * cols);
+    ct_from_bf16(wb, w, 2 * E * rows * cols);
+    for (int64_t p = 0; p < P; p++)
+        for (int64_t k = 0; k < cols; k++) xr[p * cols + k] = ct_bf16_round(x[p * ldx + k]);
+    void *w_d = ct_upload(wb, sizeof(uint16_t) * 2 * E * rows * cols);
+    const void *tab[2 * E];
+    for (int e = 0; e < 2 * E; e++) tab[e] = (const uint16_t *)w_d + (int64_t)e * rows * cols;
+    void *tab_d = ct_upload(tab, sizeof tab);
+    int32_t *off_d = ct_upload(off, sizeof off);
+    float *x_d = ct_upload(x, sizeof(float) * P * ldx);
+    float *ya_d = ct_dmalloc(sizeof(float) * P * ldy), *yb_d = ct_dmalloc(sizeof(float) * P * ldy);
+    float *ref = ct_hmalloc(sizeof(float) * P * rows), *g2 = ct_hmalloc(sizeof(float) * P * rows);
+    for (int tables = 2; tables >= 1; tables--) {
+        OK(kn_cuda_gemm_small_experts_bf16(E, off_d, rows, cols, x_d, ldx, (const void *const *)tab_d,
+                                           tables == 2 ? (const void *const *)tab_d + E : NULL, ya_d,
+                                           tables == 2 ? yb_d : NULL, ldy, 0, &err));
+        for (int half = 0; half < tables; half++) {
+            for (int e = 0; e < E; e++)
+                if (cnt[e])
+                    kn_sgemm_nt(cnt[e], rows, cols, xr + (int64_t)off[e] * cols, cols,
+                                w + ((int64_t)half * E + e) * rows * cols, cols, 0.0f, ref + off[e] * rows,
+                                rows);
+            float *got = dl_f32(half ? yb_d : ya_d, P * ldy);
+            int untouched = 1;
+            for (int64_t p = 0; p < P; p++) {
+                memcpy(g2 + p * rows, got + p * ldy, sizeof(float) * rows);
+                for (int64_t r = rows; r + 1 < ldy && p + 1 < P; r++) untouched &= isnan(got[p * ldy + r]);
+            }
+            char what[80];
+            snprintf(what, sizeof what, "gemm small experts, %lld cols, %s", (long long)cols,
+                     tables == 1 ? "one table"
+                     : half      ? "second table"
+                                 : "first table");
+            expect_close(what, g2, ref, P * rows, 1e-5);
+            CHECK_MSG(untouched, "%s: wrote past its rows", what);
+            free(got);
+        }
+    }
+    struct mm_err e2 = {0};
+    CHECK(kn_cuda_gemm_small_experts_bf16(E, off_d, rows, 100, x_d, 100, (const void *const *)tab_d, NULL,
+                                          ya_d, NULL, ldy, 0, &e2) == MM_INVALID);
+    OK(kn_cuda_gemm_small_experts_bf16(0, NULL, rows, cols, NULL, ldx, NULL, NULL, NULL, NULL, ldy, 0, &err));
+    free(x), free(xr), free(w), free(wb), free(ref), free(g2);
+    cudaFree(w_d), cudaFree(tab_d), cudaFree(off_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
 }
 
 /* MoE decode products (kn_cuda_gemv_experts_bf16): n tokens x K experts each, every pair's expert weight
@@ -575,6 +650,8 @@ int main(void)
     test_gemv();
     test_gemv_experts();
     test_gemm_small();
+    test_gemm_small_experts(512);
+    test_gemm_small_experts(96); /* 3 k blocks: most warps get none */
     test_bad_args();
     CT_CU(cudaDeviceSynchronize());
     return test_done();

@@ -57,7 +57,8 @@ struct cuda_be {
     int32_t idx_dtype;  /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
     int32_t kv_dtype;   /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
     int32_t gemv;       /* decode-sized products on kn_cuda_gemv_bf16 (MMGW_CUDA_GEMV=0: cuBLAS for all) */
-    int32_t small_gemm; /* MMGW_CUDA_SMALL_GEMM=1: 3-16-row products on kn_cuda_gemm_small_bf16 */
+    int32_t small_gemm; /* 3-16-row products on kn_cuda_gemm_small_bf16 where it wins (MMGW_CUDA_SMALL_GEMM=0:
+                           off) */
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -691,10 +692,11 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
     struct mm_err e__ = {0};
     if (n <= 0) return;
     if (w->f32 && (c->fp32 || !w->bf16)) { /* fp32 run, or a decision-making weight kept only in fp32 */
-        /* decode-sized in the bf16 mode: cuBLAS's f32 products at 1-2 rows were the slowest operations of a
-         * decode step (kn_bench --only skinny); the exact mode keeps cuBLAS */
-        if (!c->fp32 && c->gemv && n <= 2 && kn_cuda_gemv_f32_ok(n, w->cols, ldx) && (uintptr_t)x % 16 == 0 &&
-            (uintptr_t)w->f32 % 16 == 0) {
+        /* decode-sized in the bf16 mode: cuBLAS's f32 products read these weights at 3-13 % of copy at 1-16
+         * rows, the slowest operations of a decode step (kn_bench --only skinny); the exact mode keeps cuBLAS
+         */
+        if (!c->fp32 && c->gemv && (n <= 8 || kn_cuda_gemv_f32_row_ctas(w->rows)) &&
+            kn_cuda_gemv_f32_ok(n, w->cols, ldx) && (uintptr_t)x % 16 == 0 && (uintptr_t)w->f32 % 16 == 0) {
             if (kn_cuda_gemv_f32(n, w->rows, w->cols, x, ldx, w->f32, y, ldy, ST, &e__))
                 fail(c, &e__, "linear (gemv f32)");
             return;
@@ -711,9 +713,10 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
             fail(c, &e__, "linear (gemv)");
         return;
     }
-    /* 3-16 rows on the tensor cores (kn_gemm_small.cu), MMGW_CUDA_SMALL_GEMM=1 (not device-verified: off) */
+    /* 3-16 rows on the tensor cores (kn_gemm_small.cu) for the shapes where cuBLAS's tiles waste the GPU */
     if (c->small_gemm && n >= 3 && w->bf16 && kn_cuda_gemm_small_ok(n, w->cols, ldx) &&
-        (uintptr_t)x % 16 == 0 && (uintptr_t)w->bf16 % 16 == 0) {
+        kn_cuda_gemm_small_prefer(n, w->rows, w->cols) && (uintptr_t)x % 16 == 0 &&
+        (uintptr_t)w->bf16 % 16 == 0) {
         const size_t wsb = kn_cuda_gemm_small_ws(n, w->rows, w->cols);
         void *ws = wsb ? grow(c, &c->small_ws, wsb) : NULL;
         if (wsb && !ws) return;
@@ -992,8 +995,10 @@ static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *i
     run_op(c, ex_attn_msa, &a, sizeof a);
 }
 
-/* Routed experts: fp32 router, GPU routing and grouping, one product per expert that got tokens (the host
- * reads the expert offsets to size them), weighted combine. */
+/* Routed experts: fp32 router and routing on the GPU, then products per (token, expert) pair (up to
+ * MOE_PAIRS_MAX pairs) or grouped by expert on the device (more pairs), weighted combine; no host read in
+ * the bf16 mode. The fp32 mode (and weights without 16-byte aligned bf16 copies) groups on the host: it reads
+ * the expert offsets to size one cuBLAS product per expert that got tokens. */
 static void moe_tables_free(struct cuda_be *c)
 {
     for (int32_t i = 0; i < c->n_moe_tabs; i++) cudaFree(c->moe_tabs[i].d);
@@ -1088,10 +1093,68 @@ static void ex_moe_pairs(void *ctx, const void *args)
         fail(c, &e__, "moe (combine)");
 }
 
+/* More pairs, still without the host: the routed rows sorted by expert on the device (kn_cuda_moe_sort),
+ * gathered in f32, and each expert's products over its rows by one grouped launch that reads the expert
+ * offsets on the device (kn_cuda_gemm_small_experts_bf16: gate and up together, then down); CTAs of experts
+ * without rows exit. Same roundings as the host-grouped path (x and the activation rounded to bf16 at the
+ * products, f32 sums). */
+struct a_moe_grouped {
+    const struct wk_weight *router, *bias;
+    void *const *tab; /* device [3][E] */
+    const float *x;
+    float *out;
+    int64_t n;
+    int32_t E, K, H, I;
+    float scale, alpha, limit;
+};
+
+static void ex_moe_grouped(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_moe_grouped *a = args;
+    struct mm_err e__ = {0};
+    const int64_t n = a->n, pairs = n * a->K;
+    const int32_t E = a->E;
+    float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
+    int32_t *ids = grow(c, &c->m_ids, sizeof(int32_t) * (size_t)pairs);
+    float *wts = grow(c, &c->m_wts, sizeof(float) * (size_t)pairs);
+    int32_t *off = grow(c, &c->m_off, sizeof(int32_t) * (size_t)(E + 1));
+    int32_t *perm = grow(c, &c->m_perm, sizeof(int32_t) * (size_t)pairs);
+    int32_t *inv = grow(c, &c->m_inv, sizeof(int32_t) * (size_t)pairs);
+    float *xs = grow(c, &c->m_x, sizeof(float) * (size_t)(pairs * a->H));
+    float *g = grow(c, &c->m_g, sizeof(float) * (size_t)(pairs * a->I));
+    float *u = grow(c, &c->m_u, sizeof(float) * (size_t)(pairs * a->I));
+    float *act = grow(c, &c->m_a, sizeof(float) * (size_t)(pairs * a->I));
+    float *eo = grow(c, &c->m_e, sizeof(float) * (size_t)(pairs * a->H));
+    if (!lg || !ids || !wts || !off || !perm || !inv || !xs || !g || !u || !act || !eo) return;
+    gemm(c, a->router, a->x, a->H, n, lg, E);
+    if (kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__) ||
+        kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__) ||
+        kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, 0, ST, &e__) ||
+        kn_cuda_gemm_small_experts_bf16(E, off, a->I, a->H, xs, a->H, (const void *const *)a->tab,
+                                        (const void *const *)a->tab + E, g, u, a->I, ST, &e__) ||
+        kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__) ||
+        kn_cuda_gemm_small_experts_bf16(E, off, a->H, a->I, act, a->I, (const void *const *)a->tab + 2 * E,
+                                        NULL, eo, NULL, a->H, ST, &e__)) {
+        fail(c, &e__, "moe (grouped)");
+        return;
+    }
+    cudaError_t ce = cudaMemsetAsync(a->out, 0, sizeof(float) * (size_t)(n * a->H), ST);
+    if (ce != cudaSuccess) {
+        failc(c, ce, "moe (grouped)");
+        return;
+    }
+    if (kn_cuda_moe_combine(eo, inv, wts, n, a->K, a->H, a->out, a->H, ST, &e__))
+        fail(c, &e__, "moe (combine)");
+}
+
 /* Most (token, expert) pairs that take the per-pair route: each pair reads its expert's weights, so once
  * tokens share experts the grouped products (each expert once, sized on the host) read less; at 64 pairs
  * over 16 experts (4x the bytes) the two measured level (bench/cuda/README.md "MoE decode") */
 #define MOE_PAIRS_MAX 32
+/* Most tokens whose experts are grouped on the device (decode batches); more go to the host-grouped cuBLAS
+ * products */
+#define MOE_DEVICE_GROUPED_MAX 64
 
 static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n, float *out)
 {
@@ -1108,6 +1171,22 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
             a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
             a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
             run_op(c, ex_moe_pairs, &a, sizeof a);
+            return;
+        }
+    }
+    /* more pairs of a decode-sized batch in the bf16 mode: grouped by expert on the device (a prefill's
+     * grouped GEMMs stay on cuBLAS: the device-grouped products re-read the weights every 16 rows) */
+    if (c->small_gemm && !c->fp32 && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 &&
+        (uintptr_t)x % 16 == 0 && kn_cuda_gemm_small_experts_ok(m->hidden, m->hidden) &&
+        kn_cuda_gemm_small_experts_ok(m->inter, m->inter)) {
+        void *const *tab = moe_table(c, m);
+        if (tab) {
+            struct a_moe_grouped a;
+            memset(&a, 0, sizeof a);
+            a.router = m->router, a.bias = m->bias, a.tab = tab, a.x = x, a.out = out, a.n = n;
+            a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
+            a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
+            run_op(c, ex_moe_grouped, &a, sizeof a);
             return;
         }
     }
@@ -1280,7 +1359,8 @@ static const char *op_key(wk_step_fn fn, const void *args, char *buf, size_t n)
                  {ex_cache_write, "cache write"},
                  {ex_attn_dense, "attention, dense"},
                  {ex_attn_msa, "attention, msa"},
-                 {ex_moe_pairs, "moe, pairs on the device"}};
+                 {ex_moe_pairs, "moe, pairs on the device"},
+                 {ex_moe_grouped, "moe, grouped on the device"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (names[i].fn == fn) return names[i].name;
     snprintf(buf, n, "other");
@@ -1350,7 +1430,7 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     const char *ot = getenv("MMGW_CUDA_OP_TIMING");
     if (ot && !strcmp(ot, "1")) c->optime = wk_optime_new(c->stream);
     const char *sg = getenv("MMGW_CUDA_SMALL_GEMM");
-    c->small_gemm = sg && !strcmp(sg, "1");
+    c->small_gemm = !(sg && !strcmp(sg, "0"));
     const char *gv = getenv("MMGW_CUDA_GEMV");
     c->gemv = !(gv && !strcmp(gv, "0"));
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
