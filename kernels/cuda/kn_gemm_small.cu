@@ -43,6 +43,33 @@ __device__ __forceinline__ void gs_block(float (&acc)[NT][4], uint4 a0, uint4 a8
     }
 }
 
+/* The end of a tile: each warp's C fragments (acc[t][0..1] = row gid, tokens 8t + 2tig and +1; acc[t][2..3]
+ * = row gid + 8, same tokens) summed over the 8 warps in order in shared memory and stored to
+ * dst[tok * ld + r0 + r] for the tokens < n and rows < rows that exist */
+template <int NT>
+__device__ __forceinline__ void gs_store(float (&acc)[NT][4], int32_t n, int64_t rows, int64_t r0,
+                                         float *__restrict__ dst, int64_t ld)
+{
+    __shared__ float part[GS_WARPS][GS_ROWS][NT * 8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        part[warp][gid][8 * t + 2 * tig] = acc[t][0];
+        part[warp][gid][8 * t + 2 * tig + 1] = acc[t][1];
+        part[warp][gid + 8][8 * t + 2 * tig] = acc[t][2];
+        part[warp][gid + 8][8 * t + 2 * tig + 1] = acc[t][3];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < GS_ROWS * NT * 8; e += GS_WARPS * 32) {
+        const int r = e / (NT * 8), tok = e % (NT * 8);
+        if (tok >= n || r0 + r >= rows) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < GS_WARPS; w++) v += part[w][r][tok];
+        dst[tok * ld + r0 + r] = v;
+    }
+}
+
 /* PIPE 0: a plain loop (unrolled by 4, what the compiler makes of it); PIPE 1: the loads of the next
  * GS_GROUP blocks issued before the current group's products (two register sets), so each warp keeps a
  * group of weight loads in flight while it computes */
@@ -52,7 +79,6 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
                  int64_t rows, int64_t cols, int32_t ksplit, float *__restrict__ y, int64_t ldy,
                  float *__restrict__ part_ws)
 {
-    __shared__ float part[GS_WARPS][GS_ROWS][NT * 8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS;
     const int64_t kspan = cols / ksplit, k_begin = blockIdx.y * kspan + (int64_t)warp * (kspan / GS_WARPS);
@@ -97,26 +123,11 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
     for (; b < blocks; b++)
         gs_block<NT>(acc, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z, x, ldx, n, kt + 32 * b,
                      gid);
-        /* C fragment: acc[t][0..1] = (row gid, tokens 8t + 2tig, +1), acc[t][2..3] = (row gid + 8, same) */
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        part[warp][gid][8 * t + 2 * tig] = acc[t][0];
-        part[warp][gid][8 * t + 2 * tig + 1] = acc[t][1];
-        part[warp][gid + 8][8 * t + 2 * tig] = acc[t][2];
-        part[warp][gid + 8][8 * t + 2 * tig + 1] = acc[t][3];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < GS_ROWS * NT * 8; e += GS_WARPS * 32) {
-        const int r = e / (NT * 8), tok = e % (NT * 8);
-        if (tok >= n || r0 + r >= rows) continue;
-        float s = 0.0f;
-#pragma unroll
-        for (int v = 0; v < GS_WARPS; v++) s += part[v][r][tok];
-        if (ksplit == 1)
-            y[tok * ldy + r0 + r] = s;
-        else
-            part_ws[((int64_t)blockIdx.y * n + tok) * rows + r0 + r] = s;
-    }
+    /* ksplit > 1: this CTA's partial sums go to its slice of the workspace, [ksplit][n][rows] */
+    if (ksplit == 1)
+        gs_store<NT>(acc, n, rows, r0, y, ldy);
+    else
+        gs_store<NT>(acc, n, rows, r0, part_ws + (int64_t)blockIdx.y * n * rows, rows);
 }
 
 /* ksplit > 1: y[t][r] = sum over s of part_ws[s][t][r], in order */
@@ -200,7 +211,6 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
                          int64_t rows, int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b,
                          int64_t ldy)
 {
-    __shared__ float part[GS_WARPS][GS_ROWS][16];
     const int e = blockIdx.y;
     const int32_t p0 = off[e], cnt = off[e + 1] - p0;
     if (cnt <= 0) return;
@@ -228,22 +238,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
             gs_block<2>(acc, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z, xt, ldx, n,
                         k_begin + 8 * tig + 32 * b, gid);
         if (t0) __syncthreads(); /* the previous chunk's sums are read */
-#pragma unroll
-        for (int t = 0; t < 2; t++) {
-            part[warp][gid][8 * t + 2 * tig] = acc[t][0];
-            part[warp][gid][8 * t + 2 * tig + 1] = acc[t][1];
-            part[warp][gid + 8][8 * t + 2 * tig] = acc[t][2];
-            part[warp][gid + 8][8 * t + 2 * tig + 1] = acc[t][3];
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < GS_ROWS * 16; i += GS_WARPS * 32) {
-            const int r = i / 16, tok = i % 16;
-            if (tok >= n || r0 + r >= rows) continue;
-            float s = 0.0f;
-#pragma unroll
-            for (int v = 0; v < GS_WARPS; v++) s += part[v][r][tok];
-            y[(int64_t)(t0 + tok) * ldy + r0 + r] = s;
-        }
+        gs_store<2>(acc, n, rows, r0, y + (int64_t)t0 * ldy, ldy);
     }
 }
 

@@ -1049,7 +1049,7 @@ static void *const *moe_table(struct cuda_be *c, const struct wk_moe *m)
  * replays with the rest of the step. Each pair streams its expert's weights (kn_cuda_gemv_experts_bf16: gate
  * and up in one launch), the clamped SwiGLU, the down product, and the weighted combine in pair order. Same
  * roundings as the grouped path (x and the activation rounded to bf16 at the products, f32 sums). */
-struct a_moe_pairs {
+struct a_moe_dev { /* both MoE routes without the host */
     const struct wk_weight *router, *bias;
     void *const *tab; /* device [3][E] */
     const float *x;
@@ -1062,7 +1062,7 @@ struct a_moe_pairs {
 static void ex_moe_pairs(void *ctx, const void *args)
 {
     struct cuda_be *c = ctx;
-    const struct a_moe_pairs *a = args;
+    const struct a_moe_dev *a = args;
     struct mm_err e__ = {0};
     const int64_t n = a->n, pairs = n * a->K;
     float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * a->E));
@@ -1098,20 +1098,10 @@ static void ex_moe_pairs(void *ctx, const void *args)
  * offsets on the device (kn_cuda_gemm_small_experts_bf16: gate and up together, then down); CTAs of experts
  * without rows exit. Same roundings as the host-grouped path (x and the activation rounded to bf16 at the
  * products, f32 sums). */
-struct a_moe_grouped {
-    const struct wk_weight *router, *bias;
-    void *const *tab; /* device [3][E] */
-    const float *x;
-    float *out;
-    int64_t n;
-    int32_t E, K, H, I;
-    float scale, alpha, limit;
-};
-
 static void ex_moe_grouped(void *ctx, const void *args)
 {
     struct cuda_be *c = ctx;
-    const struct a_moe_grouped *a = args;
+    const struct a_moe_dev *a = args;
     struct mm_err e__ = {0};
     const int64_t n = a->n, pairs = n * a->K;
     const int32_t E = a->E;
@@ -1161,34 +1151,27 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
     if (n <= 0) return;
-    if (c->gemv && !c->fp32 && n * m->topk <= MOE_PAIRS_MAX && (uintptr_t)x % 16 == 0 &&
-        kn_cuda_gemv_ok(1, m->hidden, m->hidden) && kn_cuda_gemv_ok(1, m->inter, m->inter)) {
-        void *const *tab = moe_table(c, m);
-        if (tab) {
-            struct a_moe_pairs a;
-            memset(&a, 0, sizeof a);
-            a.router = m->router, a.bias = m->bias, a.tab = tab, a.x = x, a.out = out, a.n = n;
-            a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
-            a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
-            run_op(c, ex_moe_pairs, &a, sizeof a);
-            return;
-        }
+    /* few pairs: per-pair products; more pairs of a decode-sized batch: grouped by expert on the device (a
+     * prefill stays on cuBLAS: the device-grouped products re-read the weights every 16 rows) */
+    wk_step_fn fn = NULL;
+    if (!c->fp32 && (uintptr_t)x % 16 == 0) {
+        if (c->gemv && n * m->topk <= MOE_PAIRS_MAX && kn_cuda_gemv_ok(1, m->hidden, m->hidden) &&
+            kn_cuda_gemv_ok(1, m->inter, m->inter))
+            fn = ex_moe_pairs;
+        else if (c->small_gemm && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 &&
+                 kn_cuda_gemm_small_experts_ok(m->hidden, m->hidden) &&
+                 kn_cuda_gemm_small_experts_ok(m->inter, m->inter))
+            fn = ex_moe_grouped;
     }
-    /* more pairs of a decode-sized batch in the bf16 mode: grouped by expert on the device (a prefill's
-     * grouped GEMMs stay on cuBLAS: the device-grouped products re-read the weights every 16 rows) */
-    if (c->small_gemm && !c->fp32 && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 &&
-        (uintptr_t)x % 16 == 0 && kn_cuda_gemm_small_experts_ok(m->hidden, m->hidden) &&
-        kn_cuda_gemm_small_experts_ok(m->inter, m->inter)) {
-        void *const *tab = moe_table(c, m);
-        if (tab) {
-            struct a_moe_grouped a;
-            memset(&a, 0, sizeof a);
-            a.router = m->router, a.bias = m->bias, a.tab = tab, a.x = x, a.out = out, a.n = n;
-            a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
-            a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
-            run_op(c, ex_moe_grouped, &a, sizeof a);
-            return;
-        }
+    void *const *tab = fn ? moe_table(c, m) : NULL;
+    if (tab) {
+        struct a_moe_dev a;
+        memset(&a, 0, sizeof a);
+        a.router = m->router, a.bias = m->bias, a.tab = tab, a.x = x, a.out = out, a.n = n;
+        a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
+        a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
+        run_op(c, fn, &a, sizeof a);
+        return;
     }
     flush(c); /* the expert offsets are read on the host: runs now */
     if (c->op_step) wk_optime_begin(c->optime, "moe, grouped (host offsets)");
