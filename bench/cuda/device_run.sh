@@ -4,7 +4,7 @@
 # one command (device time is scarce). Everything lands in $OUT: log (the full console), *.tsv (one line per
 # measurement) and eval.tar.gz (mmgw-run outputs).
 #
-#   OUT=/some/dir bench/cuda/device_run.sh [steps...]     steps: build tests goldens sass bench torch model
+#   OUT=/some/dir bench/cuda/device_run.sh [steps...]     steps: build tests goldens sass bench torch model moe
 #
 # Build inputs: the standalone CMake project bench/cuda/device (-DSNAP/-DJANSSON_ROOT) so that only the CUDA
 # toolkit, libc and a carried libjansson are needed there. Prepare here, then carry .carry:
@@ -15,7 +15,7 @@ OUT=${OUT:-/tmp/mmgw-out}
 mkdir -p "$OUT"
 ROOT=$(pwd)
 B=/tmp/mmgw-cuda-build
-STEPS=${*:-build tests goldens sass bench torch model}
+STEPS=${*:-build tests goldens sass bench torch model moe}
 LOG=$OUT/log
 export LD_LIBRARY_PATH=$ROOT/.carry/debroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export MMGW_TESTDATA=${MMGW_TESTDATA:-$ROOT/../shared/testdata}
@@ -106,5 +106,18 @@ if has model; then
     sed -i 's/"max_position_embeddings": *524288/"max_position_embeddings": 1100000/' $S/config.json
     run model_bench 300 $B/bin/model_bench --model $S --ctx ${MODEL_CTX:-32768,131072,1048576} \
         --batch ${MODEL_BATCH:-1,16} --steps 32 --pages ${MODEL_PAGES:-20000} --out "$OUT/model.tsv"
+fi
+
+if has moe; then
+    M=/tmp/synthmoe
+    rm -rf $M
+    # the same attention with MoE layers (16 experts, top 4, expert MLP 1024, a shared expert) at hidden 4096:
+    # the routes of bench/cuda/README.md "Whole-model decode" (per-pair products, grouped on the device)
+    run mkdemo_moe 180 $B/bin/mmgw-mkdemo --out $M --set hidden=4096 --set layers=4 --set heads=32 --set kv_heads=4 \
+        --set head_dim=128 --set rot_dim=64 --set idx_heads=4 --set idx_dim=128 --set block=128 --set topk_blocks=16 \
+        --set attn_pattern=ssss --set mlp_pattern=mmmm --set experts=16 --set topk_experts=4 --set inter=1024 \
+        --set shared_inter=1024 --set no_vision=1
+    run model_bench_moe 120 $B/bin/model_bench --model $M --ctx 32768 --batch ${MOE_BATCH:-1,4,16} --steps 64 \
+        --pages 8000 --out "$OUT/model_moe.tsv"
 fi
 log "done"
