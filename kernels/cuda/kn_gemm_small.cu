@@ -164,24 +164,30 @@ extern "C" int kn_cuda_gemm_small_prefer(int64_t n, int64_t rows, int64_t cols)
     return n >= 1 && n <= 16 && !(rows % 128 == 0 && rows * cols >= ((int64_t)32 << 20));
 }
 
+/* Workspace bytes for a k split of ks: one [n][rows] slice of partial sums per part (none unsplit) */
+static size_t gs_ws_bytes(int32_t ks, int64_t n, int64_t rows)
+{
+    return ks > 1 ? sizeof(float) * (size_t)ks * (size_t)n * (size_t)rows : 0;
+}
+
 extern "C" size_t kn_cuda_gemm_small_ws(int64_t n, int64_t rows, int64_t cols)
 {
-    const int32_t ks = gs_ksplit(rows, cols);
-    return ks > 1 ? sizeof(float) * (size_t)ks * (size_t)n * (size_t)rows : 0;
+    return gs_ws_bytes(gs_ksplit(rows, cols), n, rows);
 }
 
 extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                            const void *w, float *y, int64_t ldy, void *ws, size_t ws_bytes,
                                            cudaStream_t stream, struct mm_err *err)
 {
+    const int32_t ks = gs_ksplit(rows, cols);
+    const size_t ws_need = gs_ws_bytes(ks, n, rows);
     if (rows < 0 || !kn_cuda_gemm_small_ok(n, cols, ldx) || ldy < rows || !x || !w || !y ||
-        (uintptr_t)x % 16 || (uintptr_t)w % 16 || kn_cdiv(rows, GS_ROWS) > INT32_MAX ||
-        ws_bytes < kn_cuda_gemm_small_ws(n, rows, cols) || (kn_cuda_gemm_small_ws(n, rows, cols) && !ws))
+        (uintptr_t)x % 16 || (uintptr_t)w % 16 || kn_cdiv(rows, GS_ROWS) > INT32_MAX || ws_bytes < ws_need ||
+        (ws_need && !ws))
         return mm_err_set(err, MM_INVALID,
                           "kn_cuda_gemm_small_bf16: bad arguments (n %lld rows %lld cols %lld)", (long long)n,
                           (long long)rows, (long long)cols);
     if (rows == 0) return MM_OK;
-    const int32_t ks = gs_ksplit(rows, cols);
     /* the pipelined loads where each warp has at least 3 groups of blocks and one tile of activations: there
      * they measured 55 -> 69 % of copy (8199 x 6144, n 1-4); with fewer blocks, or 2 tiles (80 registers),
      * the plain loop's occupancy wins (session 3 run 3, bench/cuda/README.md) */
