@@ -364,6 +364,51 @@ static void test_gemm(void)
     kn_cuda_blas_destroy(bl);
 }
 
+/* One bf16 product case of the decode products: x [n][ldx] f32 and W [rows][cols] (bf16 on the device), y
+ * with row stride ldy; ref = the CPU product of the operands rounded as the kernels round them (x to bf16) */
+struct bf16_case {
+    int64_t n, rows, cols, ldx, ldy;
+    float *x, *xr, *w, *ref;
+    uint16_t *wb;
+    float *x_d, *y_d;
+    void *w_d;
+};
+
+static void bf16_case_make(struct bf16_case *c, int64_t n, int64_t rows, int64_t cols, int64_t ldx,
+                           int64_t ldy)
+{
+    *c = (struct bf16_case){.n = n, .rows = rows, .cols = cols, .ldx = ldx, .ldy = ldy};
+    c->x = ct_hmalloc(sizeof(float) * n * ldx), c->xr = ct_hmalloc(sizeof(float) * n * cols);
+    c->w = ct_hmalloc(sizeof(float) * rows * cols), c->ref = ct_hmalloc(sizeof(float) * n * rows);
+    c->wb = ct_hmalloc(sizeof(uint16_t) * rows * cols);
+    ct_fill_normal(c->x, n * ldx, 1.0f);
+    ct_fill_normal(c->w, rows * cols, 0.05f);
+    ct_to_bf16(c->w, c->wb, rows * cols);
+    ct_from_bf16(c->wb, c->w, rows * cols);
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t k = 0; k < cols; k++) c->xr[j * cols + k] = ct_bf16_round(c->x[j * ldx + k]);
+    kn_sgemm_nt(n, rows, cols, c->xr, cols, c->w, cols, 0.0f, c->ref, rows);
+    c->x_d = ct_upload(c->x, sizeof(float) * n * ldx);
+    c->w_d = ct_upload(c->wb, sizeof(uint16_t) * rows * cols);
+    c->y_d = ct_dmalloc(sizeof(float) * n * ldy);
+}
+
+/* The device result against ref (relative 1e-5), the padding between y rows untouched (0xff bytes: NaN);
+ * frees the case */
+static void bf16_case_check(struct bf16_case *c, const char *what)
+{
+    const int64_t n = c->n, rows = c->rows, ldy = c->ldy;
+    float *got = dl_f32(c->y_d, n * ldy), *g2 = ct_hmalloc(sizeof(float) * n * rows);
+    for (int64_t j = 0; j < n; j++) memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+    expect_close(what, g2, c->ref, n * rows, 1e-5);
+    int untouched = 1;
+    for (int64_t j = 0; j + 1 < n; j++)
+        for (int64_t r = rows; r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
+    CHECK_MSG(untouched, "%s: wrote past its rows", what);
+    free(got), free(g2), free(c->x), free(c->xr), free(c->w), free(c->ref), free(c->wb);
+    cudaFree(c->x_d), cudaFree(c->w_d), cudaFree(c->y_d);
+}
+
 /* Decode-sized products (kn_cuda_gemv_bf16): n = 1..4 rows of f32 x (rounded to bf16 inside) against the same
  * product of the rounded operands on the CPU; rows not a multiple of the kernel's 4, x with a row stride
  * wider than cols, y rows strided; shapes it must refuse. */
@@ -372,34 +417,15 @@ static void test_gemv(void)
     static const int64_t shapes[][2] = {{8199, 6144}, {37, 64}, {300, 2048}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int64_t n = 1; n <= KN_GEMV_MAX_N; n++) {
-            const int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 8, ldy = rows + 3;
-            float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
-            float *w = ct_hmalloc(sizeof(float) * rows * cols), *ref = ct_hmalloc(sizeof(float) * n * rows);
-            uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * rows * cols);
-            ct_fill_normal(x, n * ldx, 1.0f);
-            ct_fill_normal(w, rows * cols, 0.05f);
-            ct_to_bf16(w, wb, rows * cols);
-            ct_from_bf16(wb, w, rows * cols);
-            for (int64_t j = 0; j < n; j++)
-                for (int64_t k = 0; k < cols; k++) xr[j * cols + k] = ct_bf16_round(x[j * ldx + k]);
-            kn_sgemm_nt(n, rows, cols, xr, cols, w, cols, 0.0f, ref, rows);
-            float *x_d = ct_upload(x, sizeof(float) * n * ldx);
-            void *w_d = ct_upload(wb, sizeof(uint16_t) * rows * cols);
-            float *y_d = ct_dmalloc(sizeof(float) * n * ldy);
-            CHECK(kn_cuda_gemv_ok(n, cols, ldx));
-            OK(kn_cuda_gemv_bf16(n, rows, cols, x_d, ldx, w_d, y_d, ldy, 0, &err));
-            float *got = dl_f32(y_d, n * ldy), *g2 = ct_hmalloc(sizeof(float) * n * rows);
-            for (int64_t j = 0; j < n; j++) memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            struct bf16_case c;
+            bf16_case_make(&c, n, rows, cols, cols + 8, rows + 3);
+            CHECK(kn_cuda_gemv_ok(n, cols, c.ldx));
+            OK(kn_cuda_gemv_bf16(n, rows, cols, c.x_d, c.ldx, c.w_d, c.y_d, c.ldy, 0, &err));
             char what[96];
             snprintf(what, sizeof what, "gemv %lld x %lld, n %lld", (long long)rows, (long long)cols,
                      (long long)n);
-            expect_close(what, g2, ref, n * rows, 1e-5);
-            int untouched = 1; /* the padding between y rows stays as it was (0xff bytes: NaN) */
-            for (int64_t j = 0; j + 1 < n; j++)
-                for (int64_t r = rows; r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
-            CHECK_MSG(untouched, "%s: wrote past its rows", what);
-            free(got), free(g2), free(x), free(xr), free(w), free(ref), free(wb);
-            cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
+            bf16_case_check(&c, what);
         }
     /* f32 weights (router, index projections): against the f32 CPU product; every n up to 16 (5-8 and 9-16
      * share the kernels for 8 and 16 rows, which must neither read nor store the rows past n), with one row
@@ -446,36 +472,17 @@ static void test_gemm_small(void)
     static const int64_t shapes[][2] = {{512, 6144}, {8199, 2048}, {300, 6400}, {37, 256}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int64_t n = 1; n <= 16; n += (si == 0 ? 1 : 5)) {
-            const int64_t rows = shapes[si][0], cols = shapes[si][1], ldx = cols + 4, ldy = rows + 5;
-            float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
-            float *w = ct_hmalloc(sizeof(float) * rows * cols), *ref = ct_hmalloc(sizeof(float) * n * rows);
-            uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * rows * cols);
-            ct_fill_normal(x, n * ldx, 1.0f);
-            ct_fill_normal(w, rows * cols, 0.05f);
-            ct_to_bf16(w, wb, rows * cols);
-            ct_from_bf16(wb, w, rows * cols);
-            for (int64_t j = 0; j < n; j++)
-                for (int64_t k = 0; k < cols; k++) xr[j * cols + k] = ct_bf16_round(x[j * ldx + k]);
-            kn_sgemm_nt(n, rows, cols, xr, cols, w, cols, 0.0f, ref, rows);
-            float *x_d = ct_upload(x, sizeof(float) * n * ldx);
-            void *w_d = ct_upload(wb, sizeof(uint16_t) * rows * cols);
-            float *y_d = ct_dmalloc(sizeof(float) * n * ldy);
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            struct bf16_case c;
+            bf16_case_make(&c, n, rows, cols, cols + 4, rows + 5);
             const size_t wsb = kn_cuda_gemm_small_ws(n, rows, cols);
             void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
-            CHECK(kn_cuda_gemm_small_ok(n, cols, ldx));
-            OK(kn_cuda_gemm_small_bf16(n, rows, cols, x_d, ldx, w_d, y_d, ldy, ws_d, wsb, 0, &err));
-            float *got = dl_f32(y_d, n * ldy), *g2 = ct_hmalloc(sizeof(float) * n * rows);
-            for (int64_t j = 0; j < n; j++) memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+            CHECK(kn_cuda_gemm_small_ok(n, cols, c.ldx));
+            OK(kn_cuda_gemm_small_bf16(n, rows, cols, c.x_d, c.ldx, c.w_d, c.y_d, c.ldy, ws_d, wsb, 0, &err));
             char what[96];
             snprintf(what, sizeof what, "gemm small %lld x %lld, n %lld%s", (long long)rows, (long long)cols,
                      (long long)n, wsb ? ", k split" : "");
-            expect_close(what, g2, ref, n * rows, 1e-5);
-            int untouched = 1;
-            for (int64_t j = 0; j + 1 < n; j++)
-                for (int64_t r = rows; r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
-            CHECK_MSG(untouched, "%s: wrote past its rows", what);
-            free(got), free(g2), free(x), free(xr), free(w), free(ref), free(wb);
-            cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
+            bf16_case_check(&c, what);
             if (ws_d) cudaFree(ws_d);
         }
     struct mm_err e2 = {0};
