@@ -834,12 +834,22 @@ static struct fused_cfg fused_config(const struct kn_cuda_msa_shape *sh, const s
         if (cluster_capacity(f.ns, f.kern, f.smem, f.threads) >= rows) return f;
     }
     f.ns = ns0 > DEC_PORTABLE_SPLIT ? DEC_PORTABLE_SPLIT : ns0;
+    if (want >= 1 && f.ns > want) f.ns = want; /* KN_CUDA_FUSED_SPLIT below 8 caps this route too */
     f.stages = DEC_STAGES;
-    f.smem = fused_smem(DEC_SMEM(128), DEC_STAGES, xchg && f.ns > 1, DEC_WARPS);
     f.threads = DEC_THREADS;
-    f.kern =
-        f.ns > 1 ? k_attn_decode<128, true, true, DEC_STAGES> : k_attn_decode<128, true, false, DEC_STAGES>;
+    f.smem = fused_smem(DEC_SMEM(128), DEC_STAGES, xchg && f.ns > 1, DEC_WARPS);
+    f.kern = k_attn_decode<128, true, true, DEC_STAGES>;
     if (f.ns > 1 && !cluster_capacity(f.ns, f.kern, f.smem, f.threads)) f.ns = 0; /* cannot launch: unfused */
+    /* fewer splits until every row's cluster is resident at once: each CTA selects its row's blocks
+     * whatever its share of pages, so a second wave of clusters costs a whole selection and more than the
+     * pages it spreads. Measured at 32K and 128K (bench/cuda/README.md): 4 splits beat 5-8 at 16 rows, 3
+     * beat 4-8 at 32 rows, 2 beat 3-5 at 64, 1 beat 2 at 128 (a 2-split cluster per row: 66 fit) */
+    if (!kn_cuda_knob("KN_CUDA_FUSED_WAVES", 0))
+        while (f.ns > 1 && cluster_capacity(f.ns, f.kern, f.smem, f.threads) < rows) f.ns--;
+    if (f.ns == 1) {
+        f.smem = fused_smem(DEC_SMEM(128), DEC_STAGES, 0, DEC_WARPS);
+        f.kern = k_attn_decode<128, true, false, DEC_STAGES>;
+    }
     return f;
 }
 

@@ -582,17 +582,18 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
     /* selection and attention in one call (the fused decode route where it applies; otherwise select then
      * attention): its selections against the CPU's (near ties excepted), its output against the CPU's
      * attention over the selections it made. Also with each of the fused route's options (KN_CUDA_* knobs:
-     * no programmatic launch, dynamic pages, the even-split, per-page and stream index scans, the previous
-     * default (persistent) scan, the ring scan with per-lane copies, the late
-     * trigger, top-k's previous gather with a branch per value, at most 8 splits (portable clusters, three
-     * stages) instead of up to 16, 16 splits packed instead of one CTA per SM, the pulled merge (peers read
-     * each other's partials between two cluster barriers: the previous default) and its serial form, the
+     * the split count of any number of waves, no programmatic launch, dynamic pages, the even-split, per-page
+     * and stream index scans, the previous default (persistent) scan, the ring scan with per-lane copies, the
+     * late trigger, top-k's previous gather with a branch per value, at most 8 splits (portable clusters,
+     * three stages) instead of up to 16, 16 splits packed instead of one CTA per SM, the pulled merge (peers
+     * read each other's partials between two cluster barriers: the previous default) and its serial form, the
      * split selection (each CTA of a cluster selects from its slice of the row, lists exchanged, merged by
      * rank or by one warp: KN_CUDA_TOPK_SPLIT=1, 2), the previous tail (4 warps per CTA, top-k's store per
      * value) and the default with its 8 warps (KN_CUDA_TAIL_WARPS=4) or its gather by candidate mask
-     * (KN_CUDA_TOPK_BF=1) undone). */
+     * (KN_CUDA_TOPK_BF=1) undone, 3 and 1 splits). */
     static const char *const knob_sets[] = {
         "",
+        "KN_CUDA_FUSED_WAVES=1", /* the split count before the one-wave rule: changes bigger batches */
         "KN_CUDA_PDL=0",
         "KN_CUDA_STEAL=1",
         "KN_CUDA_IDX=1",
@@ -619,6 +620,9 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
         "KN_CUDA_TAIL_WARPS=4 KN_CUDA_TOPK_BF=1",
         "KN_CUDA_TAIL_WARPS=4",
         "KN_CUDA_TOPK_BF=1",
+        /* 3 splits (a cluster of 3) and 1 (no cluster, no merge) */
+        "KN_CUDA_FUSED_SPLIT=3",
+        "KN_CUDA_FUSED_SPLIT=1",
     };
     for (int fp8 = 0; fp8 < 2; fp8++)
         for (size_t knob = 0; knob < sizeof knob_sets / sizeof knob_sets[0]; knob++) {
@@ -626,7 +630,7 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             if (knob && (!fast_attn_ok || w->f32)) continue;
             /* the split and merge options change something only for decode batches of a few rows (wide
              * splits); bigger batches and prefill keep the first ten (their CPU references are slow) */
-            if (knob >= 10 && (qs.qb.n > 16 || qs.qb.max_q_per_seq > 4)) continue;
+            if (knob >= 11 && (qs.qb.n > 16 || qs.qb.max_q_per_seq > 4)) continue;
             char env[128], *save = NULL;
             snprintf(env, sizeof env, "%s", knob_sets[knob]);
             for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
