@@ -322,17 +322,24 @@ static void dbatch_make(struct dbatch *d, int32_t n, int32_t n_seqs, const int32
 
 /* batch decode queries, one per sequence at position ctx - 1, every sequence on pages 0..nb-1 (the layer and
  * tail benchmarks: all read the same cache) */
-static void dbatch_shared_pages(struct dbatch *d, int32_t batch, int32_t nb, int64_t ctx)
+/* batch sequences of ctx tokens each, one query each at the end; all share pages 0..nb-1, or with own set
+ * sequence s has pages s nb .. s nb + nb - 1 (as in a serving cache: no sharing through L2) */
+static void dbatch_pages(struct dbatch *d, int32_t batch, int32_t nb, int64_t ctx, int own)
 {
     int32_t *bt = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)nb * batch);
     int32_t *qseq = (int32_t *)hmalloc(sizeof(int32_t) * (size_t)batch);
     int64_t *pos = (int64_t *)hmalloc(sizeof(int64_t) * (size_t)batch);
     for (int32_t s = 0; s < batch; s++) {
-        for (int32_t b = 0; b < nb; b++) bt[(size_t)s * nb + b] = b;
+        for (int32_t b = 0; b < nb; b++) bt[(size_t)s * nb + b] = own ? s * nb + b : b;
         qseq[s] = s, pos[s] = ctx - 1;
     }
     dbatch_make(d, batch, batch, qseq, pos, bt, nb);
     free(bt), free(qseq), free(pos);
+}
+
+static void dbatch_shared_pages(struct dbatch *d, int32_t batch, int32_t nb, int64_t ctx)
+{
+    dbatch_pages(d, batch, nb, ctx, 0);
 }
 
 static void dbatch_free(struct dbatch *d)
@@ -1312,6 +1319,11 @@ static const struct layer_route g_routes[] = {
     {"unfused", "KN_CUDA_FUSED_DECODE=0", 1},
     {"fused", "", 1}, /* the default: up to 16 splits, one CTA per SM, partials pushed to the head owner */
     {"fused 8", "KN_CUDA_FUSED_SPLIT=8", 1},
+    {"fused 4", "KN_CUDA_FUSED_SPLIT=4", 1},      /* fewer splits: for batches that fill the GPU with rows */
+    {"fused, waves", "KN_CUDA_FUSED_WAVES=1", 1}, /* the previous split count: 2 CTAs per SM, any waves */
+    {"fused 3", "KN_CUDA_FUSED_SPLIT=3", 1},
+    {"fused 2", "KN_CUDA_FUSED_SPLIT=2", 1},
+    {"fused 1", "KN_CUDA_FUSED_SPLIT=1", 1},
     {"fused, pull merge", "KN_CUDA_MERGE_PUSH=0",
      1}, /* the previous merge: two cluster barriers, peers read */
     {"fused, serial merge", "KN_CUDA_MERGE_PUSH=0 KN_CUDA_MERGE_SERIAL=1", 0},
@@ -1358,11 +1370,11 @@ static int route_on(const struct layer_route *r)
 
 static void set_route(const struct layer_route *r)
 {
-    static const char *knobs[] = {"KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",       "KN_CUDA_PDL",
-                                  "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK",  "KN_CUDA_MERGE_SERIAL",
-                                  "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF",
-                                  "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH",  "KN_CUDA_IDX_TILE",
-                                  "KN_CUDA_IDX_LINES",    "KN_CUDA_IDX_EVICT",   "KN_CUDA_TAIL_WARPS"};
+    static const char *knobs[] = {
+        "KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",        "KN_CUDA_PDL",        "KN_CUDA_FUSED_SPLIT",
+        "KN_CUDA_FUSED_PACK",   "KN_CUDA_MERGE_SERIAL", "KN_CUDA_IDX",        "KN_CUDA_IDX_TRIGGER",
+        "KN_CUDA_TOPK_BF",      "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH", "KN_CUDA_IDX_TILE",
+        "KN_CUDA_IDX_LINES",    "KN_CUDA_IDX_EVICT",    "KN_CUDA_TAIL_WARPS", "KN_CUDA_FUSED_WAVES"};
     env_set(knobs, sizeof knobs / sizeof knobs[0], r ? r->env : NULL);
 }
 
@@ -1602,30 +1614,37 @@ static void layer_profile(struct layer_dec_arg *a, const char *label, const char
 
 static void bench_layer_decode(int prof_only)
 {
-    printf("== one MSA decode layer at 1M (index + top-k + sparse attention) vs dense attention, by route\n");
-    const int64_t ctx = g_quick ? 65536 : 1048576;
+    printf("== one MSA decode layer (index + top-k + sparse attention) vs dense attention, by route\n");
+    /* KN_BENCH_DEC_CTX=tokens (a multiple of the block, 4K-1M): the context of every sequence, e.g. the
+     * whole-model bench's 32K */
+    const char *ce = getenv("KN_BENCH_DEC_CTX");
+    const int64_t cx = ce ? atoll(ce) : 0;
+    const int64_t ctx = cx >= 4096 && cx <= 1048576 && cx % M3.block == 0 ? cx : g_quick ? 65536 : 1048576;
     const int32_t nb = (int32_t)(ctx / M3.block);
     /* KN_BENCH_DEC_BATCH=n (1-64, default 1): n sequences at the same context sharing their K/V and index
      * pages (one block table for all), one decode query each */
     const char *be = getenv("KN_BENCH_DEC_BATCH");
     const int32_t batch = be && atoi(be) >= 1 && atoi(be) <= 64 ? atoi(be) : 1;
+    /* KN_BENCH_DEC_OWN=1: every sequence has its own pages (np = batch x nb of them) */
+    const int own = getenv("KN_BENCH_DEC_OWN") != NULL && batch > 1;
+    const int32_t np = own ? nb * batch : nb;
     struct layer_dec_arg a;
     memset(&a, 0, sizeof(a));
-    const size_t kv = (size_t)nb * M3.block * M3.n_kv * M3.head_dim * 2;
+    const size_t kv = (size_t)np * M3.block * M3.n_kv * M3.head_dim * 2;
     a.c.k = dmalloc(kv);
     a.c.v = dmalloc(kv);
-    a.c.idx = dmalloc((size_t)nb * M3.block * M3.idx_dim * 2);
+    a.c.idx = dmalloc((size_t)np * M3.block * M3.idx_dim * 2);
     a.c.idx_dtype = KN_IDX_BF16;
-    a.c.n_pages = nb;
+    a.c.n_pages = np;
     fill_bf16(a.c.k, (int64_t)(kv / 2), 41, 1.0f);
     fill_bf16(a.c.v, (int64_t)(kv / 2), 42, 1.0f);
-    fill_bf16(a.c.idx, (int64_t)nb * M3.block * M3.idx_dim, 43, 1.0f);
-    uint8_t *idx8 = (uint8_t *)dmalloc((size_t)nb * M3.block * M3.idx_dim);
-    float *sc8 = (float *)dmalloc((size_t)nb * M3.block * 4);
-    k_quant_fp8<<<(unsigned)((nb * (int64_t)M3.block + 7) / 8), 256>>>(
-        (const uint16_t *)a.c.idx, (int64_t)nb * M3.block, M3.idx_dim, idx8, sc8);
+    fill_bf16(a.c.idx, (int64_t)np * M3.block * M3.idx_dim, 43, 1.0f);
+    uint8_t *idx8 = (uint8_t *)dmalloc((size_t)np * M3.block * M3.idx_dim);
+    float *sc8 = (float *)dmalloc((size_t)np * M3.block * 4);
+    k_quant_fp8<<<(unsigned)((np * (int64_t)M3.block + 7) / 8), 256>>>(
+        (const uint16_t *)a.c.idx, (int64_t)np * M3.block, M3.idx_dim, idx8, sc8);
     CK(cudaGetLastError());
-    dbatch_shared_pages(&a.b, batch, nb, ctx);
+    dbatch_pages(&a.b, batch, nb, ctx, own);
     for (int k = 0; k < 4; k++) {
         a.qi[k] = (float *)dmalloc(sizeof(float) * batch * M3.n_idx_heads * M3.idx_dim);
         fill_f32(a.qi[k], (int64_t)batch * M3.n_idx_heads * M3.idx_dim, 44 + k, 1.0f);
@@ -1639,7 +1658,8 @@ static void bench_layer_decode(int prof_only)
     a.ws_bytes = w1 > w3 ? w1 : w3;
     a.ws = dmalloc(a.ws_bytes);
     char cfg[96];
-    snprintf(cfg, sizeof cfg, "decode ctx %lldK batch %d", (long long)(ctx / 1024), (int)batch);
+    snprintf(cfg, sizeof cfg, "decode ctx %lldK batch %d%s", (long long)(ctx / 1024), (int)batch,
+             own ? " own pages" : "");
     const int iters = g_quick ? 5 : 50;
     const struct kn_cuda_cache cb = a.c;
     struct kn_cuda_cache c8 = a.c;
@@ -1763,7 +1783,11 @@ static void run_tail(void *p, int it)
 static void bench_tail(void)
 {
     printf("== the fused decode tail alone on given scores (1M context), by route\n");
-    const int64_t ctx = g_quick ? 65536 : 1048576;
+    /* KN_BENCH_DEC_CTX=tokens (a multiple of the block, 4K-1M): the context of every sequence, e.g. the
+     * whole-model bench's 32K */
+    const char *ce = getenv("KN_BENCH_DEC_CTX");
+    const int64_t cx = ce ? atoll(ce) : 0;
+    const int64_t ctx = cx >= 4096 && cx <= 1048576 && cx % M3.block == 0 ? cx : g_quick ? 65536 : 1048576;
     const int32_t nb = (int32_t)(ctx / M3.block);
     struct tail_arg a;
     memset(&a, 0, sizeof(a));
@@ -2120,42 +2144,63 @@ static void bench_skinny(void)
     fill_f32(a.x, 16 * 8192, 92, 1.0f);
     a.ws_bytes = sizeof(float) * 8 * 16 * 8199; /* >= kn_cuda_gemm_small_ws of every shape below */
     a.ws = dmalloc(a.ws_bytes);
-    static const int routes[] = {0, 1, 4};
+    /* 5 / 6: the tensor-core product with its k split summed by a second kernel / in clusters, forced
+     * (KN_CUDA_GS_CLUSTER=0 / 2; "tc" chooses by the waves) */
+    static const int routes[] = {0, 1, 4, 5, 6};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t ri = 0; ri < sizeof routes / sizeof routes[0]; ri++) {
-                const int gv = routes[ri];
+                const int gv = routes[ri] >= 5 ? 4 : routes[ri];
                 a.rows = shapes[si][0], a.cols = shapes[si][1], a.n = ns[ni], a.gemv = gv, a.w = w;
                 if (gv == 1 && !kn_cuda_gemv_ok(a.n, a.cols, a.cols)) continue;
                 if (gv == 4 && !kn_cuda_gemm_small_ok(a.n, a.cols, a.cols)) continue;
+                if (routes[ri] >= 5 && kn_cuda_gemm_small_ws(a.n, a.rows, a.cols) == 0)
+                    continue; /* no split */
+                if (routes[ri] >= 5) setenv("KN_CUDA_GS_CLUSTER", routes[ri] == 5 ? "0" : "2", 1);
                 const double wbytes = (double)a.rows * a.cols * 2;
                 a.n_sets = (int32_t)(pool / (size_t)wbytes);
                 if (a.n_sets > 64) a.n_sets = 64;
                 char cfg[96];
                 snprintf(cfg, sizeof cfg, "%lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
                          (long long)a.n);
-                time_emit_stream(gv == 4 ? "tc"
-                                 : gv    ? "gemv"
-                                         : "cublas",
+                time_emit_stream(routes[ri] == 6   ? "tc cluster"
+                                 : routes[ri] == 5 ? "tc sum"
+                                 : gv == 4         ? "tc"
+                                 : gv              ? "gemv"
+                                                   : "cublas",
                                  cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30, 20, 0);
+                unsetenv("KN_CUDA_GS_CLUSTER");
             }
-    /* f32 weights (the index projections and the router): cuBLAS f32 against kn_cuda_gemv_f32 */
+    /* f32 weights (the index projections and the router): cuBLAS f32 against kn_cuda_gemv_f32, with its plan
+     * and with weight rows per CTA / inner-dimension split forced (KN_CUDA_GEMV_F32_R / _KS; "R8" only from
+     * n 5 on, a split only where the chunks divide) */
     static const int64_t f32_shapes[][2] = {{512, 6144}, {128, 6144}, {512, 4096}};
-    static const int64_t f32_ns[] = {1, 2, 8, 16};
+    static const int64_t f32_ns[] = {1, 2, 4, 8, 12, 16};
+    static const struct {
+        const char *name, *r, *ks;
+    } f32_routes[] = {{"cublas", NULL, NULL},    {"gemv", NULL, NULL},      {"gemv R1", "1", "1"},
+                      {"gemv R1 ks2", "1", "2"}, {"gemv R1 ks4", "1", "4"}, {"gemv R4", "4", "1"},
+                      {"gemv R4 ks2", "4", "2"}, {"gemv R4 ks4", "4", "4"}, {"gemv R4 ks8", "4", "8"},
+                      {"gemv R8", "8", "1"},     {"gemv R8 ks2", "8", "2"}, {"gemv R8 ks4", "8", "4"}};
     for (size_t si = 0; si < sizeof f32_shapes / sizeof f32_shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof f32_ns / sizeof f32_ns[0]; ni++)
-            for (int gv = 2; gv < 4; gv++) {
-                a.rows = f32_shapes[si][0], a.cols = f32_shapes[si][1], a.n = f32_ns[ni], a.gemv = gv,
+            for (size_t ri = 0; ri < sizeof f32_routes / sizeof f32_routes[0]; ri++) {
+                a.rows = f32_shapes[si][0], a.cols = f32_shapes[si][1], a.n = f32_ns[ni], a.gemv = ri ? 3 : 2,
                 a.w = w;
-                if (gv == 3 && !kn_cuda_gemv_f32_ok(a.n, a.cols, a.cols)) continue;
+                const char *fr = f32_routes[ri].r, *fk = f32_routes[ri].ks;
+                if (fr && fr[0] == '8' && a.n <= 4) continue;
+                if (ri && !kn_cuda_gemv_f32_ok(a.n, a.cols, a.cols)) continue;
+                if (fr) setenv("KN_CUDA_GEMV_F32_R", fr, 1);
+                if (fk) setenv("KN_CUDA_GEMV_F32_KS", fk, 1);
                 const double wbytes = (double)a.rows * a.cols * 4;
                 a.n_sets = (int32_t)(pool / (size_t)wbytes);
                 if (a.n_sets > 64) a.n_sets = 64;
                 char cfg[96];
                 snprintf(cfg, sizeof cfg, "f32 %lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
                          (long long)a.n);
-                time_emit_stream(gv == 3 ? "gemv" : "cublas", cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30,
-                                 20, 0);
+                time_emit_stream(f32_routes[ri].name, cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30, 20, 0);
+                unsetenv("KN_CUDA_GEMV_F32_R");
+                unsetenv("KN_CUDA_GEMV_F32_KS");
             }
     cudaFree(w), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb), cudaFree(a.ws);
     kn_cuda_blas_destroy(a.bl);

@@ -283,14 +283,14 @@ int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx);
 /** Most activation rows kn_cuda_gemv_f32 takes. */
 #define KN_GEMV_F32_MAX_N 16
 /** kn_cuda_gemv_bf16 with f32 weights (the router and index projections): y = x . W^T, f32 throughout, up to
- * KN_GEMV_F32_MAX_N rows. Needs kn_cuda_gemv_f32_ok(n, cols, ldx) (cols a multiple of 32) and 16-byte aligned
- * x and W. */
+ * KN_GEMV_F32_MAX_N rows; where the weight rows alone would not fill the GPU the inner dimension is split
+ * over a cluster of CTAs whose sums are added in a fixed order (sm_90). Needs kn_cuda_gemv_f32_ok(n, cols,
+ * ldx) (cols a multiple of 32) and 16-byte aligned x and W. */
 int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx, const float *w,
                          float *y, int64_t ldy, cudaStream_t stream, struct mm_err *err);
 int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx);
-/** Whether kn_cuda_gemv_f32 gives each output row its own CTA for this many rows (fewer rows than 4 per SM):
- * then it is faster than cuBLAS at every row count up to 16, else only up to 8. */
-int kn_cuda_gemv_f32_row_ctas(int64_t rows);
+/** How many CTAs kn_cuda_gemv_f32 splits the inner dimension over for this shape (1: none). */
+int kn_cuda_gemv_f32_split(int64_t n, int64_t rows, int64_t cols);
 /** Decode products at up to 16 activation rows on the tensor cores (kn_gemm_small.cu): y[n][rows] = bf16(x[n]
  * [cols]) . W^T, W bf16 [rows][cols] contiguous, f32 sums. Needs kn_cuda_gemm_small_ok(n, cols, ldx) (cols a
  * multiple of 256), 16-byte aligned x and W, and a workspace of kn_cuda_gemm_small_ws(n, rows, cols) bytes

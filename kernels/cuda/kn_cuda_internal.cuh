@@ -243,4 +243,9 @@ int32_t kn_check_msa_args(const struct kn_cuda_msa_shape *sh, const struct kn_cu
 /* Streaming multiprocessors of the current device (cached). */
 int32_t kn_cuda_sm_count(void);
 
+/* The end of an inner-dimension split over ks CTAs: y[t][r] (row stride ldy) = the sum over s of
+ * part[s][t][r] ([ks][n][rows]), in order, so the result does not depend on which CTA finished first. */
+cudaError_t kn_ksplit_sum(const float *part, int32_t n, int64_t rows, int32_t ks, float *y, int64_t ldy,
+                          cudaStream_t stream);
+
 #endif

@@ -106,6 +106,24 @@ int32_t kn_check_msa_args(const struct kn_cuda_msa_shape *sh, const struct kn_cu
     return MM_OK;
 }
 
+__global__ void k_ksplit_sum(const float *__restrict__ part, int32_t n, int64_t rows, int32_t ks,
+                             float *__restrict__ y, int64_t ldy)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * rows) return;
+    const int64_t t = i / rows, r = i % rows;
+    float s = 0.0f;
+    for (int32_t k = 0; k < ks; k++) s += part[((int64_t)k * n + t) * rows + r];
+    y[t * ldy + r] = s;
+}
+
+cudaError_t kn_ksplit_sum(const float *part, int32_t n, int64_t rows, int32_t ks, float *y, int64_t ldy,
+                          cudaStream_t stream)
+{
+    k_ksplit_sum<<<(unsigned)kn_cdiv((int64_t)n * rows, 256), 256, 0, stream>>>(part, n, rows, ks, y, ldy);
+    return cudaGetLastError();
+}
+
 /* Not cached: getenv is cheap next to a launch, and benchmarks flip the knobs between measurements. */
 int kn_cuda_knob(const char *name, int dflt)
 {

@@ -9,11 +9,13 @@
  * 32-wide block is permuted the same way for both operands (logical k 2tig+j <-> physical 8tig+j, logical
  * 2tig+8+j <-> 8tig+2+j for the first k-step, +4 for the second), which a dot product allows. A CTA of 8
  * warps takes 16 weight rows and splits the inner dimension over its warps (and over ksplit CTAs when the
- * rows alone give fewer than ~2 CTAs per SM: partial sums in a workspace, summed in order by a second
- * kernel, so the result does not depend on timing). f32 sums; x rounded to bf16 as the bf16 path's
- * conversion does. kn_cuda_gemm_small_prefer says where it beats cuBLAS (measured: bench/cuda/README.md
- * "Decode products at 3-16 rows"). */
+ * rows alone give fewer than ~2 CTAs per SM: the ksplit CTAs form a cluster and add their sums in rank order
+ * through distributed shared memory, so the result does not depend on timing; the workspace and second
+ * kernel of the first version remain behind KN_CUDA_GS_CLUSTER=0). f32 sums; x rounded to bf16 as the bf16
+ * path's conversion does. kn_cuda_gemm_small_prefer says where it beats cuBLAS (measured:
+ * bench/cuda/README.md "Decode products at 3-16 rows"). */
 #include "kn_cuda_internal.cuh"
+#include "kn_msa_kernels.cuh" /* kn_cuda_knob */
 
 #include <cuda_bf16.h>
 
@@ -45,12 +47,16 @@ __device__ __forceinline__ void gs_block(float (&acc)[NT][4], uint4 a0, uint4 a8
 
 /* The end of a tile: each warp's C fragments (acc[t][0..1] = row gid, tokens 8t + 2tig and +1; acc[t][2..3]
  * = row gid + 8, same tokens) summed over the 8 warps in order in shared memory and stored to
- * dst[tok * ld + r0 + r] for the tokens < n and rows < rows that exist */
+ * dst[tok * ld + r0 + r] for the tokens < n and rows < rows that exist. cluster = ks > 1: the ks CTAs of a
+ * k split form one cluster and add their sums through distributed shared memory (CTA z sums the outputs
+ * e = z mod ks of all ks CTAs in rank order: the result does not depend on timing), so the split needs no
+ * workspace and no second launch. */
 template <int NT>
 __device__ __forceinline__ void gs_store(float (&acc)[NT][4], int32_t n, int64_t rows, int64_t r0,
-                                         float *__restrict__ dst, int64_t ld)
+                                         float *__restrict__ dst, int64_t ld, int cluster = 1)
 {
     __shared__ float part[GS_WARPS][GS_ROWS][NT * 8];
+    __shared__ float tot[GS_ROWS * NT * 8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -62,12 +68,27 @@ __device__ __forceinline__ void gs_store(float (&acc)[NT][4], int32_t n, int64_t
     __syncthreads();
     for (int e = threadIdx.x; e < GS_ROWS * NT * 8; e += GS_WARPS * 32) {
         const int r = e / (NT * 8), tok = e % (NT * 8);
-        if (tok >= n || r0 + r >= rows) continue;
+        if (cluster == 1 && (tok >= n || r0 + r >= rows)) continue;
         float v = 0.0f;
 #pragma unroll
         for (int w = 0; w < GS_WARPS; w++) v += part[w][r][tok];
+        if (cluster == 1)
+            dst[tok * ld + r0 + r] = v;
+        else
+            tot[e] = v;
+    }
+    if (cluster == 1) return;
+    kn_cluster_sync();
+    const int z = (int)kn_cluster_rank();
+    for (int e = threadIdx.x; e < GS_ROWS * NT * 8; e += GS_WARPS * 32) {
+        const int r = e / (NT * 8), tok = e % (NT * 8);
+        if (e % cluster != z || tok >= n || r0 + r >= rows) continue;
+        const uint32_t at = (uint32_t)__cvta_generic_to_shared(&tot[e]);
+        float v = 0.0f;
+        for (int c = 0; c < cluster; c++) v += kn_ld_cluster_f32(kn_cluster_map(at, (uint32_t)c));
         dst[tok * ld + r0 + r] = v;
     }
+    kn_cluster_sync(); /* the peers have read this CTA's sums */
 }
 
 /* PIPE 0: a plain loop (unrolled by 4, what the compiler makes of it); PIPE 1: the loads of the next
@@ -123,23 +144,12 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
     for (; b < blocks; b++)
         gs_block<NT>(acc, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z, x, ldx, n, kt + 32 * b,
                      gid);
-    /* ksplit > 1: this CTA's partial sums go to its slice of the workspace, [ksplit][n][rows] */
-    if (ksplit == 1)
-        gs_store<NT>(acc, n, rows, r0, y, ldy);
+    /* ksplit > 1: a cluster of the ksplit CTAs sums in gs_store, or (part_ws given: the previous route,
+     * KN_CUDA_GS_CLUSTER=0) this CTA's partial sums go to its slice of the workspace, [ksplit][n][rows] */
+    if (ksplit == 1 || !part_ws)
+        gs_store<NT>(acc, n, rows, r0, y, ldy, ksplit);
     else
         gs_store<NT>(acc, n, rows, r0, part_ws + (int64_t)blockIdx.y * n * rows, rows);
-}
-
-/* ksplit > 1: y[t][r] = sum over s of part_ws[s][t][r], in order */
-__global__ void k_gemm_small_sum(const float *__restrict__ part_ws, int32_t n, int64_t rows, int32_t ksplit,
-                                 float *__restrict__ y, int64_t ldy)
-{
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)n * rows) return;
-    const int64_t t = i / rows, r = i % rows;
-    float s = 0.0f;
-    for (int32_t k = 0; k < ksplit; k++) s += part_ws[((int64_t)k * n + t) * rows + r];
-    y[t * ldy + r] = s;
 }
 
 /* Inner-dimension split: enough CTAs for ~2 per SM, a whole number of 32-wide blocks per warp */
@@ -162,6 +172,26 @@ extern "C" int kn_cuda_gemm_small_prefer(int64_t n, int64_t rows, int64_t cols)
      * more than this kernel (52-69 %); everywhere else (fewer tiles than SMs, odd row counts) it reads them
      * at 8-45 % against 17-69 % here (session 3 run 3) */
     return n >= 1 && n <= 16 && !(rows % 128 == 0 && rows * cols >= ((int64_t)32 << 20));
+}
+
+/* CTAs of kern resident at once on the device (asked once per kernel variant) */
+static int64_t gs_slots(void (*kern)(const float *, int64_t, int32_t, const uint4 *, int64_t, int64_t,
+                                     int32_t, float *, int64_t, float *))
+{
+    static struct {
+        const void *k;
+        int occ;
+    } memo[4];
+    for (int i = 0; i < 4; i++) {
+        if (memo[i].k == (const void *)kern) return (int64_t)memo[i].occ * kn_cuda_sm_count();
+        if (memo[i].k) continue;
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, GS_WARPS * 32, 0) != cudaSuccess || n < 1)
+            (void)cudaGetLastError(), n = 1;
+        memo[i].k = (const void *)kern, memo[i].occ = n;
+        return (int64_t)n * kn_cuda_sm_count();
+    }
+    return kn_cuda_sm_count();
 }
 
 /* Workspace bytes for a k split of ks: one [n][rows] slice of partial sums per part (none unsplit) */
@@ -199,11 +229,27 @@ extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols
                  float *) = n > 8                    ? k_gemm_small<2, 0>
                             : blocks >= 3 * GS_GROUP ? k_gemm_small<1, 1>
                                                      : k_gemm_small<1, 0>;
-    kern<<<grid, GS_WARPS * 32, 0, stream>>>(x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, pw);
-    if (ks > 1)
-        k_gemm_small_sum<<<(unsigned)kn_cdiv(n * rows, 256), 256, 0, stream>>>((const float *)ws, (int32_t)n,
-                                                                               rows, ks, y, ldy);
-    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemm_small_bf16", err);
+    /* the k split's sums: in a cluster of its CTAs where the grid runs in one wave, else through the
+     * workspace and a second kernel (clusters in several waves measured slower: 2048 x 6144 at 16 rows 30 %
+     * of copy against 39 %; one wave faster in every case, e.g. 512 x 6144 22 % against 20 %;
+     * KN_CUDA_GS_CLUSTER=0 / 2 force the workspace / the cluster, for the benchmark) */
+    const int knob = kn_cuda_knob_int("KN_CUDA_GS_CLUSTER", 1);
+    const int cl = ks > 1 && (knob == 2 || (knob == 1 && (int64_t)grid.x * ks <= gs_slots(kern)));
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(GS_WARPS * 32, 1, 1);
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = (unsigned)ks;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = cl ? 1 : 0;
+    cudaError_t e =
+        cudaLaunchKernelEx(&cfg, kern, x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, cl ? NULL : pw);
+    if (e == cudaSuccess && ks > 1 && !cl) e = kn_ksplit_sum(pw, (int32_t)n, rows, ks, y, ldy, stream);
+    return kn_cuda_check(e, "kn_cuda_gemm_small_bf16", err);
 }
 
 /* MoE products grouped by expert on the device: blockIdx.y = expert e, whose rows are off[e] .. off[e + 1]

@@ -11,6 +11,7 @@
  * product is exact in f32, sums are f32 (lane, then warp shuffles, then the 8 warps in order). The result
  * differs from cuBLAS's only by the order of the f32 sums. */
 #include "kn_cuda_internal.cuh"
+#include "kn_msa_kernels.cuh" /* kn_cuda_knob_int */
 
 #include <cuda_bf16.h>
 
@@ -22,31 +23,84 @@ __device__ __forceinline__ float gv_bf16r(float v)
     return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-/* The end of a tile: each warp's partial sums over the quad of lanes, then over the 8 warps (in order, in
- * shared memory), stored to y[j][r0 + r] for the rows that exist. */
+/* Sums over the 32 lanes of a warp of V values per lane, V a power of two: a transpose reduction (at each
+ * shuffle distance O a lane keeps one half of its CNT values and adds the partner's copy of that half, so a
+ * warp issues V - 1 shuffles in all instead of 5 V). Afterwards this lane holds the sums of values base ..
+ * base + C - 1 in a[0 .. C), C = max(V / 32, 1); with V < 32, 32 / V neighbouring lanes hold the same. A
+ * template recursion, so that every index is a constant and a[] stays in registers. */
+template <int CNT, int O, int V>
+__device__ __forceinline__ void gv_warp_reduce(float (&a)[V], int lane, int &base)
+{
+    if constexpr (O > 0) {
+        if constexpr (CNT >= 2) {
+            constexpr int H = CNT / 2;
+            const bool up = lane & O;
+#pragma unroll
+            for (int i = 0; i < H; i++) {
+                const float send = up ? a[i] : a[i + H], keep = up ? a[i + H] : a[i];
+                a[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+            }
+            base += up ? H : 0;
+            gv_warp_reduce<H, O / 2>(a, lane, base);
+        } else {
+            a[0] += __shfl_xor_sync(0xffffffffu, a[0], O);
+            gv_warp_reduce<1, O / 2>(a, lane, base);
+        }
+    }
+}
+
+/* The end of a tile: acc[r][j] summed over the lanes and then over the 8 warps (in order, in shared memory),
+ * stored to y[j * ldy + r0 + r] for the rows that exist. With an inner-dimension split (ks > 1 CTAs of a
+ * row tile, launched as one cluster) the CTAs' sums meet through distributed shared memory:
+ * CTA z of the cluster adds output e = z (mod ks) of all ks CTAs in rank order, so the result does not depend
+ * on timing, and no workspace or second launch is needed. */
 template <int R, int N>
 __device__ __forceinline__ void gv_store(float (&acc)[R][N], int64_t rows, float *__restrict__ y, int64_t ldy,
-                                         int64_t r0, int32_t n = N)
+                                         int64_t r0, int32_t n = N, int ks = 1)
 {
-    __shared__ float part[GV_WARPS][R * N];
+    constexpr int V = R * N;
+    __shared__ float part[GV_WARPS][V];
+    __shared__ float tot[V];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float a[V];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int j = 0; j < N; j++) {
-            float s = acc[r][j];
+        for (int j = 0; j < N; j++) a[r * N + j] = acc[r][j];
+    if constexpr ((V & (V - 1)) == 0) {
+        constexpr int C = V >= 32 ? V / 32 : 1, dup = V >= 32 ? 1 : 32 / V;
+        int base = 0;
+        gv_warp_reduce<V, 16>(a, lane, base);
+        if (lane % dup == 0)
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) part[warp][r * N + j] = s;
+            for (int i = 0; i < C; i++) part[warp][base + i] = a[i];
+    } else {
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            const float s = kn_warp_sum(a[e]);
+            if (lane == 0) part[warp][e] = s;
         }
-    __syncthreads();
-    if (threadIdx.x < R * N) {
-        const int r = threadIdx.x / N, j = threadIdx.x % N;
-        float s = 0.0f;
-#pragma unroll
-        for (int v = 0; v < GV_WARPS; v++) s += part[v][threadIdx.x];
-        if (r0 + r < rows && j < n) y[j * ldy + r0 + r] = s;
     }
+    __syncthreads();
+    const int e = threadIdx.x, r = e / N, j = e % N;
+    const bool out = e < V && r0 + r < rows && j < n;
+    float s = 0.0f;
+    if (e < V)
+#pragma unroll
+        for (int v = 0; v < GV_WARPS; v++) s += part[v][e];
+    if (ks == 1) {
+        if (out) y[j * ldy + r0 + r] = s;
+        return;
+    }
+    if (e < V) tot[e] = s;
+    kn_cluster_sync();
+    if (out && e % ks == (int)kn_cluster_rank()) {
+        const uint32_t at = (uint32_t)__cvta_generic_to_shared(&tot[e]);
+        float t = 0.0f;
+        for (int z = 0; z < ks; z++) t += kn_ld_cluster_f32(kn_cluster_map(at, (uint32_t)z));
+        y[j * ldy + r0 + r] = t;
+    }
+    kn_cluster_sync(); /* the peers have read this CTA's sums */
 }
 
 /* One CTA's GV_ROWS output rows r0.. of y[j][r] = bf16(x[j]) . W[r] for j < N (W rows x cols, contiguous). */
@@ -95,9 +149,12 @@ __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx
 
 /* The same with f32 weights (the MoE router and the index projections, kept in f32 because their outputs
  * pick experts and blocks): a 16-byte chunk is 4 weights, x is used as it is (no rounding), f32 products.
- * R output rows per CTA (4, or 1 where rows / 4 CTAs would leave SMs idle: the 128- and 512-row index
- * projections); N >= n activation rows (N 8 serves n 5-8 and N 16 n 9-16: rows j >= n are neither read nor
- * stored; N <= 4 is n exactly). */
+ * R output rows per CTA and the inner dimension split over ks = gridDim.y CTAs (clusters, summed in
+ * gv_store): every CTA reads its k slice of the n activation rows once for its R weight rows, so the
+ * activations' traffic is rows / R x n x cols x 4 bytes (with one row per CTA at 16 rows, 32x the weight
+ * bytes). The activation loads are predicated, not branched around, so that a lane issues all of them before
+ * its first product. gv_f32_plan picks R and ks. N >= n activation rows (N 8 serves n 5-8 and N 16 n 9-16:
+ * rows j >= n are neither read nor stored; N <= 4 is n exactly). */
 template <int R, int N>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_f32(const float *__restrict__ x, int64_t ldx, const float4 *__restrict__ w, int64_t rows,
@@ -105,8 +162,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * R, chunks_row = cols / 4;
-    const int chunks = (int)(chunks_row / GV_WARPS);
-    const int64_t c0 = (int64_t)warp * chunks;
+    const int chunks = (int)(chunks_row / gridDim.y / GV_WARPS);
+    const int64_t c0 = ((int64_t)blockIdx.y * GV_WARPS + warp) * chunks;
     const int32_t nn = N <= 4 ? N : n; /* a constant where the kernel is the row count's own */
     float acc[R][N];
 #pragma unroll
@@ -123,8 +180,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
         const int64_t k = (c0 + c) * 4;
 #pragma unroll
         for (int j = 0; j < N; j++) {
-            if (j >= nn) break;
-            const float4 xv = __ldg(reinterpret_cast<const float4 *>(x + j * ldx + k));
+            const float4 xv = j < nn ? __ldg(reinterpret_cast<const float4 *>(x + j * ldx + k))
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 float s = acc[r][j];
@@ -136,7 +193,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
             }
         }
     }
-    gv_store<R, N>(acc, rows, y, ldy, r0, nn);
+    gv_store<R, N>(acc, rows, y, ldy, r0, nn, (int)gridDim.y);
 }
 
 template <int N>
@@ -173,9 +230,10 @@ static int gv_shape_ok(int64_t n, int64_t max_n, int64_t cols, int64_t ldx, int 
 template <typename W>
 using gv_kernel = void (*)(const float *, int64_t, const W *, int64_t, int64_t, float *, int64_t, int32_t);
 
-/* Argument checks and the launch of the kernel for n rows (k[n - 1]) shared by the bf16 and f32 products */
-template <typename W, int K>
-static int32_t gv_run(const gv_kernel<W> (&k)[K], int rpc, int shape_ok, const char *what, int64_t n,
+/* Argument checks and the launch of kernel k over rows / rpc x ks CTAs (ks > 1: clusters of the ks CTAs of
+ * a row tile) shared by the bf16 and f32 products */
+template <typename W>
+static int32_t gv_run(gv_kernel<W> k, int rpc, int32_t ks, int shape_ok, const char *what, int64_t n,
                       int64_t rows, int64_t cols, const float *x, int64_t ldx, const void *w, float *y,
                       int64_t ldy, cudaStream_t stream, struct mm_err *err)
 {
@@ -184,9 +242,19 @@ static int32_t gv_run(const gv_kernel<W> (&k)[K], int rpc, int shape_ok, const c
         return mm_err_set(err, MM_INVALID, "%s: bad arguments (n %lld rows %lld cols %lld)", what,
                           (long long)n, (long long)rows, (long long)cols);
     if (rows == 0) return MM_OK;
-    k[n - 1]<<<(unsigned)kn_cdiv(rows, rpc), GV_WARPS * 32, 0, stream>>>(x, ldx, (const W *)w, rows, cols, y,
-                                                                         ldy, (int32_t)n);
-    return kn_cuda_check(cudaGetLastError(), what, err);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = dim3((unsigned)kn_cdiv(rows, rpc), (unsigned)ks, 1);
+    cfg.blockDim = dim3(GV_WARPS * 32, 1, 1);
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = (unsigned)ks;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = ks > 1 ? 1 : 0;
+    return kn_cuda_check(cudaLaunchKernelEx(&cfg, k, x, ldx, (const W *)w, rows, cols, y, ldy, (int32_t)n),
+                         what, err);
 }
 
 extern "C" int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx)
@@ -200,8 +268,9 @@ extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, cons
 {
     static const gv_kernel<uint4> k[KN_GEMV_MAX_N] = {k_gemv_bf16<1>, k_gemv_bf16<2>, k_gemv_bf16<3>,
                                                       k_gemv_bf16<4>};
-    return gv_run(k, GV_ROWS, kn_cuda_gemv_ok(n, cols, ldx), "kn_cuda_gemv_bf16", n, rows, cols, x, ldx, w, y,
-                  ldy, stream, err);
+    const int ok = kn_cuda_gemv_ok(n, cols, ldx);
+    return gv_run(ok ? k[n - 1] : k[0], GV_ROWS, 1, ok, "kn_cuda_gemv_bf16", n, rows, cols, x, ldx, w, y, ldy,
+                  stream, err);
 }
 
 extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols,
@@ -227,27 +296,58 @@ extern "C" int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx)
     return gv_shape_ok(n, KN_GEMV_F32_MAX_N, cols, ldx, 4);
 }
 
+/* The f32 kernel for r weight rows per CTA (1, 4 or 8; 8 only from 5 activation rows on) and kernel index
+ * ki = n <= 4 ? n - 1 : n <= 8 ? 4 : 5 (N 8 serves 5-8 rows, N 16 9-16) */
+static gv_kernel<float4> gv_f32_kernel(int r, int ki)
+{
+    static const gv_kernel<float4> k1[6] = {k_gemv_f32<1, 1>, k_gemv_f32<1, 2>, k_gemv_f32<1, 3>,
+                                            k_gemv_f32<1, 4>, k_gemv_f32<1, 8>, k_gemv_f32<1, 16>};
+    static const gv_kernel<float4> k4[6] = {k_gemv_f32<4, 1>, k_gemv_f32<4, 2>, k_gemv_f32<4, 3>,
+                                            k_gemv_f32<4, 4>, k_gemv_f32<4, 8>, k_gemv_f32<4, 16>};
+    static const gv_kernel<float4> k8[2] = {k_gemv_f32<8, 8>, k_gemv_f32<8, 16>};
+    return r == 1 ? k1[ki] : r == 8 && ki >= 4 ? k8[ki - 4] : k4[ki];
+}
+
+/* Rows per CTA and inner-dimension split of the f32 product (see k_gemv_f32), as measured on an H200
+ * (bench/cuda/README.md, "f32 products"): at 1-4 activation rows 1 weight row per CTA where 4 would give
+ * fewer CTAs than 4 per SM, else 4; from 5 rows on 8 weight rows per CTA for weights of at least 2 rows per
+ * SM (half the activation traffic of 4), else 1; then a 2-way split where the tiles are fewer than the SMs
+ * (more CTAs in the one wave; 4- and 8-way splits and second waves measured slower: the product is latency-
+ * bound). KN_CUDA_GEMV_F32_R (1, 4, 8) and KN_CUDA_GEMV_F32_KS (1, 2, 4, 8) force the choice (benchmark). */
+struct gv_plan {
+    int r, ki;
+    int32_t ks;
+};
+
+static struct gv_plan gv_f32_plan(int64_t n, int64_t rows, int64_t cols)
+{
+    struct gv_plan p;
+    const int64_t sms = kn_cuda_sm_count(), chunks = cols / 4;
+    p.ki = n <= 4 ? (int)n - 1 : n <= 8 ? 4 : 5;
+    const int fr = kn_cuda_knob_int("KN_CUDA_GEMV_F32_R", 0),
+              fks = kn_cuda_knob_int("KN_CUDA_GEMV_F32_KS", 0);
+    if (fr == 1 || fr == 4 || (fr == 8 && n > 4))
+        p.r = fr;
+    else if (n <= 4)
+        p.r = rows < GV_ROWS * sms ? 1 : GV_ROWS;
+    else
+        p.r = rows >= 2 * sms ? 8 : 1;
+    int ks = fks == 1 || fks == 2 || fks == 4 || fks == 8 ? fks : kn_cdiv(rows, p.r) < sms ? 2 : 1;
+    p.ks = chunks % ((int64_t)GV_WARPS * ks) == 0 ? ks : 1;
+    return p;
+}
+
+extern "C" int kn_cuda_gemv_f32_split(int64_t n, int64_t rows, int64_t cols)
+{
+    return n >= 1 && n <= KN_GEMV_F32_MAX_N && rows >= 1 && cols >= 1 ? gv_f32_plan(n, rows, cols).ks : 1;
+}
+
 extern "C" int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                     const float *w, float *y, int64_t ldy, cudaStream_t stream,
                                     struct mm_err *err)
 {
-    static const gv_kernel<float4> k4[KN_GEMV_F32_MAX_N] = {
-        k_gemv_f32<4, 1>,  k_gemv_f32<4, 2>,  k_gemv_f32<4, 3>,  k_gemv_f32<4, 4>,
-        k_gemv_f32<4, 8>,  k_gemv_f32<4, 8>,  k_gemv_f32<4, 8>,  k_gemv_f32<4, 8>,
-        k_gemv_f32<4, 16>, k_gemv_f32<4, 16>, k_gemv_f32<4, 16>, k_gemv_f32<4, 16>,
-        k_gemv_f32<4, 16>, k_gemv_f32<4, 16>, k_gemv_f32<4, 16>, k_gemv_f32<4, 16>};
-    static const gv_kernel<float4> k1[KN_GEMV_F32_MAX_N] = {
-        k_gemv_f32<1, 1>,  k_gemv_f32<1, 2>,  k_gemv_f32<1, 3>,  k_gemv_f32<1, 4>,
-        k_gemv_f32<1, 8>,  k_gemv_f32<1, 8>,  k_gemv_f32<1, 8>,  k_gemv_f32<1, 8>,
-        k_gemv_f32<1, 16>, k_gemv_f32<1, 16>, k_gemv_f32<1, 16>, k_gemv_f32<1, 16>,
-        k_gemv_f32<1, 16>, k_gemv_f32<1, 16>, k_gemv_f32<1, 16>, k_gemv_f32<1, 16>};
-    const int one = kn_cuda_gemv_f32_row_ctas(rows);
-    return gv_run(one ? k1 : k4, one ? 1 : GV_ROWS, kn_cuda_gemv_f32_ok(n, cols, ldx), "kn_cuda_gemv_f32", n,
-                  rows, cols, x, ldx, w, y, ldy, stream, err);
-}
-
-extern "C" int kn_cuda_gemv_f32_row_ctas(int64_t rows)
-{
-    /* one row per CTA where 4 would give fewer CTAs than SMs */
-    return rows < (int64_t)GV_ROWS * kn_cuda_sm_count();
+    const int ok = kn_cuda_gemv_f32_ok(n, cols, ldx);
+    const struct gv_plan p = ok && rows > 0 ? gv_f32_plan(n, rows, cols) : gv_plan{GV_ROWS, 0, 1};
+    return gv_run(gv_f32_kernel(p.r, p.ki), p.r, p.ks, ok, "kn_cuda_gemv_f32", n, rows, cols, x, ldx, w, y,
+                  ldy, stream, err);
 }

@@ -428,12 +428,21 @@ static void test_gemv(void)
             bf16_case_check(&c, what);
         }
     /* f32 weights (router, index projections): against the f32 CPU product; every n up to 16 (5-8 and 9-16
-     * share the kernels for 8 and 16 rows, which must neither read nor store the rows past n), with one row
-     * per CTA (130 rows) and four (600 rows: more than 4 per SM on any GPU up to 150 SMs) */
-    CHECK(kn_cuda_gemv_f32_row_ctas(130) && !kn_cuda_gemv_f32_row_ctas((int64_t)1 << 20));
-    for (int pass = 0; pass < 2 * KN_GEMV_F32_MAX_N; pass++) {
-        const int64_t n = pass % KN_GEMV_F32_MAX_N + 1, rows = pass < KN_GEMV_F32_MAX_N ? 130 : 600;
-        const int64_t cols = rows == 130 ? 6144 + 32 : 1024 + 32, ldx = cols + 4;
+     * share the kernels for 8 and 16 rows, which must neither read nor store the rows past n), on shapes that
+     * take every plan: 100 x 6144 and 21 x 2048 (one weight row per CTA, fewer tiles than SMs: the inner
+     * dimension split over a 2-CTA cluster; rows not a multiple of 8), 600 x 1056 (4 or 8 rows per CTA, no
+     * split: 1056 / 4 chunks are not a multiple of 16) */
+    static const int64_t f32_shapes[][2] = {{100, 6144}, {600, 1056}, {21, 2048}};
+    /* the plan, then forced by the benchmark knobs: 8 weight rows per CTA (from 5 activation rows on), and 1
+     * row per CTA at every n with a 2-way split */
+    static const char *f32_knobs[][2] = {{NULL, NULL}, {"8", NULL}, {"1", "2"}};
+    int split_seen = 0;
+    for (int pass = 0; pass < 9 * KN_GEMV_F32_MAX_N; pass++) {
+        const int cfg = pass / (3 * KN_GEMV_F32_MAX_N), si = pass / KN_GEMV_F32_MAX_N % 3;
+        if (f32_knobs[cfg][0]) setenv("KN_CUDA_GEMV_F32_R", f32_knobs[cfg][0], 1);
+        if (f32_knobs[cfg][1]) setenv("KN_CUDA_GEMV_F32_KS", f32_knobs[cfg][1], 1);
+        const int64_t n = pass % KN_GEMV_F32_MAX_N + 1, rows = f32_shapes[si][0];
+        const int64_t cols = f32_shapes[si][1], ldx = cols + 4;
         float *x = ct_hmalloc(sizeof(float) * n * ldx), *xs = ct_hmalloc(sizeof(float) * n * cols);
         float *w = ct_hmalloc(sizeof(float) * rows * cols), *ref = ct_hmalloc(sizeof(float) * n * rows);
         ct_fill_normal(x, n * ldx, 1.0f);
@@ -442,12 +451,15 @@ static void test_gemv(void)
         kn_sgemm_nt(n, rows, cols, xs, cols, w, cols, 0.0f, ref, rows);
         float *x_d = ct_upload(x, sizeof(float) * n * ldx), *w_d = ct_upload(w, sizeof(float) * rows * cols);
         float *y_d = ct_dmalloc(sizeof(float) * (n + 1) * rows); /* one row more: must stay untouched */
+        split_seen += kn_cuda_gemv_f32_split(n, rows, cols) > 1;
         CHECK(kn_cuda_gemv_f32_ok(n, cols, ldx));
         OK(kn_cuda_gemv_f32(n, rows, cols, x_d, ldx, w_d, y_d, rows, 0, &err));
         float *got = dl_f32(y_d, (n + 1) * rows);
         int untouched = 1;
-        for (int64_t r = 0; r < rows; r++) untouched &= isnan(got[n * rows + r]);
-        CHECK_MSG(untouched, "gemv f32 n %lld: stored past row n", (long long)n);
+        for (int64_t r = 0; r < n * rows + rows; r++)
+            untouched &= r < n * rows ? !isnan(got[r]) : isnan(got[r]);
+        CHECK_MSG(untouched, "gemv f32 %lld x %lld n %lld: a row not stored, or stored past row n",
+                  (long long)rows, (long long)cols, (long long)n);
         char what[96];
         snprintf(what, sizeof what, "gemv f32 %lld x %lld, n %lld", (long long)rows, (long long)cols,
                  (long long)n);
@@ -455,6 +467,11 @@ static void test_gemv(void)
         free(got), free(x), free(xs), free(w), free(ref);
         cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
     }
+    unsetenv("KN_CUDA_GEMV_F32_R");
+    unsetenv("KN_CUDA_GEMV_F32_KS");
+    /* 100 x 6144 and 21 x 2048 split at every n in every configuration, 600 x 1056 never */
+    CHECK_MSG(split_seen == 6 * KN_GEMV_F32_MAX_N, "gemv f32: %d of %d cases split the inner dimension",
+              split_seen, 6 * KN_GEMV_F32_MAX_N);
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemv_f32_ok(1, 48, 48) && kn_cuda_gemv_f32_ok(KN_GEMV_F32_MAX_N, 64, 64) &&
           !kn_cuda_gemv_f32_ok(KN_GEMV_F32_MAX_N + 1, 64, 64));
@@ -469,21 +486,31 @@ static void test_gemv(void)
  * multiple of 16, x and y with wider row strides; against the CPU product of the rounded operands. */
 static void test_gemm_small(void)
 {
-    static const int64_t shapes[][2] = {{512, 6144}, {8199, 2048}, {300, 6400}, {37, 256}};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int64_t n = 1; n <= 16; n += (si == 0 ? 1 : 5)) {
-            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+    /* knob: KN_CUDA_GS_CLUSTER for the pass (NULL: the default, a cluster where the split runs in one wave);
+     * the last passes force the k split's sums through the workspace and a second kernel ("0": 512 x 6144)
+     * and into clusters in several waves ("2": 2048 x 6144, 512 CTAs) */
+    static const struct {
+        int64_t rows, cols, n_step;
+        const char *knob;
+    } cases[] = {{512, 6144, 1, NULL}, {8199, 2048, 5, NULL}, {300, 6400, 5, NULL},
+                 {37, 256, 5, NULL},   {512, 6144, 1, "0"},   {2048, 6144, 7, "2"}};
+    for (size_t si = 0; si < sizeof cases / sizeof cases[0]; si++)
+        for (int64_t n = 1; n <= 16; n += cases[si].n_step) {
+            if (cases[si].knob) setenv("KN_CUDA_GS_CLUSTER", cases[si].knob, 1);
+            const int64_t rows = cases[si].rows, cols = cases[si].cols;
             struct bf16_case c;
             bf16_case_make(&c, n, rows, cols, cols + 4, rows + 5);
             const size_t wsb = kn_cuda_gemm_small_ws(n, rows, cols);
             void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
             CHECK(kn_cuda_gemm_small_ok(n, cols, c.ldx));
             OK(kn_cuda_gemm_small_bf16(n, rows, cols, c.x_d, c.ldx, c.w_d, c.y_d, c.ldy, ws_d, wsb, 0, &err));
-            char what[96];
-            snprintf(what, sizeof what, "gemm small %lld x %lld, n %lld%s", (long long)rows, (long long)cols,
-                     (long long)n, wsb ? ", k split" : "");
+            char what[112];
+            snprintf(what, sizeof what, "gemm small %lld x %lld, n %lld%s%s", (long long)rows,
+                     (long long)cols, (long long)n, wsb ? ", k split, GS_CLUSTER=" : "",
+                     wsb ? (cases[si].knob ? cases[si].knob : "default") : "");
             bf16_case_check(&c, what);
             if (ws_d) cudaFree(ws_d);
+            unsetenv("KN_CUDA_GS_CLUSTER");
         }
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemm_small_ok(17, 256, 256) && !kn_cuda_gemm_small_ok(4, 128, 128));

@@ -695,8 +695,8 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
         /* decode-sized in the bf16 mode: cuBLAS's f32 products read these weights at 3-13 % of copy at 1-16
          * rows, the slowest operations of a decode step (kn_bench --only skinny); the exact mode keeps cuBLAS
          */
-        if (!c->fp32 && c->gemv && (n <= 8 || kn_cuda_gemv_f32_row_ctas(w->rows)) &&
-            kn_cuda_gemv_f32_ok(n, w->cols, ldx) && (uintptr_t)x % 16 == 0 && (uintptr_t)w->f32 % 16 == 0) {
+        if (!c->fp32 && c->gemv && kn_cuda_gemv_f32_ok(n, w->cols, ldx) && (uintptr_t)x % 16 == 0 &&
+            (uintptr_t)w->f32 % 16 == 0) {
             if (kn_cuda_gemv_f32(n, w->rows, w->cols, x, ldx, w->f32, y, ldy, ST, &e__))
                 fail(c, &e__, "linear (gemv f32)");
             return;
