@@ -196,6 +196,21 @@ int32_t kn_cuda_rope_table(const int64_t *pos, int64_t n, int32_t rot, double th
 int32_t kn_cuda_rope_apply(float *x, int64_t n, int32_t n_heads, int32_t head_dim, int64_t stride,
                            const float *cos_t, const float *sin_t, int32_t table_stride, int32_t rot,
                            cudaStream_t stream, struct mm_err *err);
+/** One tensor of kn_cuda_head_norm_rope: rows of n_heads heads of head_dim floats (n_heads * head_dim
+ * apart), its norm weight w [head_dim], and the dims its RoPE rotates (even, <= head_dim; 0: none). */
+struct kn_norm_rope_part {
+    float *x;
+    const float *w;
+    int32_t n_heads, head_dim, rot;
+};
+/** Most tensors one kn_cuda_head_norm_rope call takes (q, k, index q, index k). */
+#define KN_NORM_ROPE_MAX_PARTS 4
+/** kn_cuda_head_rmsnorm then kn_cuda_rope_apply on each of n_parts tensors of n rows, in one launch: the
+ * same arithmetic in the same order, so the same bits as the separate calls (one warp per (row, head)). RoPE
+ * tables cos/sin [n][table_stride]; a part's rot must not exceed table_stride. */
+int32_t kn_cuda_head_norm_rope(const struct kn_norm_rope_part *parts, int32_t n_parts, int64_t n,
+                               const float *cos_t, const float *sin_t, int32_t table_stride, float eps,
+                               cudaStream_t stream, struct mm_err *err);
 /** out = (clamp(up) + 1) * g * sigmoid(alpha g) with g = min(gate, limit); gate/up rows of dim with strides;
  * out f32 or bf16 rows of dim (stride out_stride). */
 int32_t kn_cuda_swiglu(const float *gate, const float *up, int64_t in_stride, int64_t n, int32_t dim,

@@ -2,6 +2,8 @@
  * FP8 block dequantization. All arithmetic in fp32; statistics of a row reduced by one warp or one CTA. */
 #include "kn_cuda_internal.cuh"
 
+#include <string.h>
+
 #define OPS_THREADS 256
 
 static int32_t bad(struct mm_err *err, const char *what)
@@ -185,6 +187,78 @@ extern "C" int32_t kn_cuda_rope_apply(float *x, int64_t n, int32_t n_heads, int3
     k_rope_apply<<<(unsigned)kn_cdiv(items, 256), 256, 0, stream>>>(x, n, n_heads, head_dim, stride, cos_t,
                                                                     sin_t, table_stride, rot);
     KN_LAUNCHED("kn_cuda_rope_apply");
+    return MM_OK;
+}
+
+/* ---- per-head norm and RoPE of several tensors in one launch (a layer's q, k, index q and key) ---- */
+
+struct nr_args {
+    struct kn_norm_rope_part p[KN_NORM_ROPE_MAX_PARTS];
+    int32_t n_parts, heads; /* heads: of all parts, per row */
+    int64_t n;
+    const float *ct, *st;
+    int32_t ts;
+    float eps;
+};
+
+/* one warp per (row, head of any part): k_head_rmsnorm's loop, then k_rope_apply's over the head's pairs
+ * (after __syncwarp: a lane rotates values other lanes normalized) */
+__global__ void k_head_norm_rope(const nr_args a)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (item >= a.n * a.heads) return;
+    const int64_t i = item / a.heads;
+    int32_t h = (int32_t)(item % a.heads), nh = 0, hd = 0, rot = 0;
+    float *x = NULL;
+    const float *w = NULL;
+#pragma unroll
+    for (int k = 0; k < KN_NORM_ROPE_MAX_PARTS; k++) /* constant indices: the parts stay in parameter space */
+        if (k < a.n_parts && !x) {
+            if (h < a.p[k].n_heads)
+                x = a.p[k].x, w = a.p[k].w, nh = a.p[k].n_heads, hd = a.p[k].head_dim, rot = a.p[k].rot;
+            else
+                h -= a.p[k].n_heads;
+        }
+    float *p = x + i * ((int64_t)nh * hd) + (int64_t)h * hd;
+    float ss = 0.0f;
+    for (int32_t j = lane; j < hd; j += 32) ss += p[j] * p[j];
+    ss = kn_warp_sum(ss);
+    const float inv = rsqrtf(ss / (float)hd + a.eps);
+    for (int32_t j = lane; j < hd; j += 32) p[j] = p[j] * inv * (1.0f + w[j]);
+    __syncwarp();
+    const int32_t half = rot / 2;
+    for (int32_t j = lane; j < half; j += 32) {
+        const float c0 = a.ct[i * a.ts + j], s0 = a.st[i * a.ts + j];
+        const float c1 = a.ct[i * a.ts + j + half], s1 = a.st[i * a.ts + j + half];
+        const float va = p[j], vb = p[j + half];
+        p[j] = va * c0 - vb * s0;
+        p[j + half] = vb * c1 + va * s1;
+    }
+}
+
+extern "C" int32_t kn_cuda_head_norm_rope(const struct kn_norm_rope_part *parts, int32_t n_parts, int64_t n,
+                                          const float *cos_t, const float *sin_t, int32_t table_stride,
+                                          float eps, cudaStream_t stream, struct mm_err *err)
+{
+    nr_args a;
+    memset(&a, 0, sizeof a);
+    if (n < 0 || n_parts < 1 || n_parts > KN_NORM_ROPE_MAX_PARTS || !parts)
+        return bad(err, "kn_cuda_head_norm_rope");
+    for (int32_t k = 0; k < n_parts; k++) {
+        const struct kn_norm_rope_part *q = &parts[k];
+        if (q->n_heads <= 0 || q->head_dim <= 0 || q->rot < 0 || q->rot % 2 || q->rot > q->head_dim ||
+            (q->rot > 0 && (q->rot > table_stride || (n > 0 && (!cos_t || !sin_t)))) ||
+            (n > 0 && (!q->x || !q->w)) || a.heads > INT32_MAX - q->n_heads)
+            return bad(err, "kn_cuda_head_norm_rope");
+        a.p[k] = *q;
+        a.heads += q->n_heads;
+    }
+    a.n_parts = n_parts, a.n = n, a.ct = cos_t, a.st = sin_t, a.ts = table_stride, a.eps = eps;
+    const int64_t items = n * a.heads;
+    if (items == 0) return MM_OK;
+    k_head_norm_rope<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(a);
+    KN_LAUNCHED("kn_cuda_head_norm_rope");
     return MM_OK;
 }
 

@@ -105,7 +105,48 @@ static void test_norms(void)
     OK(kn_cuda_rope_apply(xh_d, n, heads, hd, (int64_t)heads * hd, ct_d, st_d, rot, rot, 0, &err));
     got = dl_f32(xh_d, n * heads * hd);
     expect_close("rope apply", got, xh, n * heads * hd, 1e-6);
-    free(got), free(gc), free(gs), free(ct), free(st), free(xh), free(x), free(w), free(b), free(ref);
+    free(got);
+
+    /* norm + RoPE of four tensors in one launch (a layer's q, k, index q and key; the last one not rotated):
+     * the same bits as the separate calls */
+    {
+        static const int32_t shp[KN_NORM_ROPE_MAX_PARTS][3] = {
+            {5, 128, 64}, {2, 128, 64}, {4, 64, 32}, {1, 96, 0}};
+        struct kn_norm_rope_part parts[KN_NORM_ROPE_MAX_PARTS];
+        float *sep[KN_NORM_ROPE_MAX_PARTS], *fus[KN_NORM_ROPE_MAX_PARTS];
+        float *wn_d = ct_upload(w, sizeof(float) * 128); /* the norm weights: the first head_dim of w */
+        for (int k = 0; k < KN_NORM_ROPE_MAX_PARTS; k++) {
+            const int64_t e = n * shp[k][0] * shp[k][1];
+            float *h = ct_hmalloc(sizeof(float) * e);
+            ct_fill_normal(h, e, 1.5f);
+            sep[k] = ct_upload(h, sizeof(float) * e), fus[k] = ct_upload(h, sizeof(float) * e);
+            free(h);
+            const int64_t stride = (int64_t)shp[k][0] * shp[k][1];
+            OK(kn_cuda_head_rmsnorm(sep[k], n, shp[k][0], shp[k][1], stride, wn_d, 1e-6f, 0, &err));
+            if (shp[k][2])
+                OK(kn_cuda_rope_apply(sep[k], n, shp[k][0], shp[k][1], stride, ct_d, st_d, rot, shp[k][2], 0,
+                                      &err));
+            parts[k] = (struct kn_norm_rope_part){fus[k], wn_d, shp[k][0], shp[k][1], shp[k][2]};
+        }
+        OK(kn_cuda_head_norm_rope(parts, KN_NORM_ROPE_MAX_PARTS, n, ct_d, st_d, rot, 1e-6f, 0, &err));
+        for (int k = 0; k < KN_NORM_ROPE_MAX_PARTS; k++) {
+            const int64_t e = n * shp[k][0] * shp[k][1];
+            float *a = dl_f32(sep[k], e), *f = dl_f32(fus[k], e);
+            CHECK_MSG(!memcmp(a, f, sizeof(float) * e),
+                      "head norm + rope, part %d: differs from the separate calls", k);
+            free(a), free(f);
+            cudaFree(sep[k]), cudaFree(fus[k]);
+        }
+        printf("  %-28s bitwise equal to the separate calls\n", "head norm + rope (4 parts)");
+        /* a rotation wider than the table or odd is refused */
+        struct mm_err e3 = {0};
+        parts[0].rot = rot + 2;
+        CHECK(kn_cuda_head_norm_rope(parts, 1, n, ct_d, st_d, rot, 1e-6f, 0, &e3) == MM_INVALID);
+        parts[0].rot = 3;
+        CHECK(kn_cuda_head_norm_rope(parts, 1, n, ct_d, st_d, rot, 1e-6f, 0, &e3) == MM_INVALID);
+        cudaFree(wn_d);
+    }
+    free(gc), free(gs), free(ct), free(st), free(xh), free(x), free(w), free(b), free(ref);
     cudaFree(x_d), cudaFree(w_d), cudaFree(b_d), cudaFree(o_d), cudaFree(xh_d), cudaFree(pos_d),
         cudaFree(ct_d);
     cudaFree(st_d);

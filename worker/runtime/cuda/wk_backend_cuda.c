@@ -995,6 +995,54 @@ static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *i
     run_op(c, ex_attn_msa, &a, sizeof a);
 }
 
+/* One layer's attention (attn_layer): the per-head norms and RoPE of q, k (and the index query and key) in
+ * one launch (kn_cuda_head_norm_rope: the same bits as head_rmsnorm + rope per tensor), then the cache
+ * writes and the attention as the separate ops do them. A decode step launched 8 tiny kernels per MSA layer
+ * for the norms and rotations alone. */
+struct a_norm_rope {
+    struct kn_norm_rope_part parts[KN_NORM_ROPE_MAX_PARTS];
+    int32_t n_parts;
+    int64_t n;
+    const float *cos_t, *sin_t;
+    int32_t table_stride;
+    float eps;
+};
+
+static void ex_norm_rope(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_norm_rope *a = args;
+    struct mm_err e__ = {0};
+    if (kn_cuda_head_norm_rope(a->parts, a->n_parts, a->n, a->cos_t, a->sin_t, a->table_stride, a->eps, ST,
+                               &e__))
+        fail(c, &e__, "head norm + rope");
+}
+
+static void cu_attn_layer(void *ctx, const struct wk_attn_layer *l)
+{
+    struct cuda_be *c = ctx;
+    const int32_t hd = c->geom.head_dim;
+    struct a_norm_rope a;
+    memset(&a, 0, sizeof a);
+    a.n = c->b->n_tokens, a.cos_t = l->cos_t, a.sin_t = l->sin_t, a.table_stride = l->table_stride;
+    a.eps = l->eps;
+    a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->q, l->q_norm->f32, l->n_heads, hd, l->rot};
+    a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->k, l->k_norm->f32, c->geom.n_kv, hd, l->rot};
+    if (l->msa) {
+        const int32_t nih = l->msa->n_idx_heads, idim = l->msa->idx_dim;
+        a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->iq, l->iq_norm->f32, nih, idim, l->irot};
+        a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->ik, l->ik_norm->f32, 1, idim, l->irot};
+    }
+    run_op(c, ex_norm_rope, &a, sizeof a);
+    cu_kv_write(c, l->layer, l->k, l->v);
+    if (l->msa) {
+        cu_idx_write(c, l->layer, l->ik);
+        cu_attn_msa(c, l->layer, l->q, l->iq, l->n_heads, l->scale, l->msa, l->sel, l->out);
+    } else {
+        cu_attn_dense(c, l->layer, l->q, l->n_heads, l->scale, l->out);
+    }
+}
+
 /* Routed experts: fp32 router and routing on the GPU, then products per (token, expert) pair (up to
  * MOE_PAIRS_MAX pairs) or grouped by expert on the device (more pairs), weighted combine; no host read in
  * the bf16 mode. The fp32 mode (and weights without 16-byte aligned bf16 copies) groups on the host: it reads
@@ -1337,6 +1385,7 @@ static const char *op_key(wk_step_fn fn, const void *args, char *buf, size_t n)
                  {ex_rmsnorm, "rmsnorm"},
                  {ex_head_rmsnorm, "head rmsnorm"},
                  {ex_rope, "rope"},
+                 {ex_norm_rope, "head norm + rope"},
                  {ex_add, "add"},
                  {ex_swiglu, "swiglu"},
                  {ex_cache_write, "cache write"},
@@ -1380,6 +1429,7 @@ static const struct wk_backend_iface cuda_iface = {
     .layernorm = cu_layernorm,
     .gelu = cu_gelu,
     .attn_full = cu_attn_full,
+    .attn_layer = cu_attn_layer,
     .cache_page_bytes = cu_cache_page_bytes,
 };
 
