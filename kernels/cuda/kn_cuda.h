@@ -180,6 +180,11 @@ int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, const struct kn
 int32_t kn_cuda_rmsnorm(const float *x, int64_t x_stride, const float *w, int64_t n, int32_t dim, float eps,
                         void *out, int64_t out_stride, int32_t out_bf16, cudaStream_t stream,
                         struct mm_err *err);
+/** y += x over n rows of dim, then out = Gemma RMSNorm of y (f32, rows of dim) in one launch (a cluster of 8
+ * CTAs per row): y bit for bit as kn_cuda_add, out as kn_cuda_rmsnorm up to the order of the sum of squares
+ * (fixed: the same bits run to run). y and out must not overlap. */
+int32_t kn_cuda_add_rmsnorm(float *y, const float *x, const float *w, int64_t n, int32_t dim, float eps,
+                            float *out, cudaStream_t stream, struct mm_err *err);
 /** Per-head Gemma RMSNorm in place: n rows of n_heads heads (head_dim each, rows stride apart), one weight.
  */
 int32_t kn_cuda_head_rmsnorm(float *x, int64_t n, int32_t n_heads, int32_t head_dim, int64_t stride,

@@ -2,6 +2,8 @@
  * keys and values to the paged caches. */
 #include "kn_msa_kernels.cuh"
 
+#include <string.h>
+
 /* Queries of one sequence up to which the per-(query, KV group) paged kernels beat the tiled prefill ones. */
 #define KN_DECODE_MAX_Q 4
 /* The fused prefill selection with wgmma (kn_msa_index_prefill_wgmma.cu, four one-slab warpgroups) instead
@@ -318,12 +320,23 @@ extern "C" int32_t kn_cuda_dense_attention(const struct kn_cuda_msa_shape *sh,
 
 /* ---- appending keys and values ---- */
 
-__global__ void k_append_kv(const float *__restrict__ k, const float *__restrict__ v, int64_t kv_stride,
-                            const int32_t *__restrict__ qseq, const int64_t *__restrict__ pos,
-                            const int32_t *__restrict__ bt, int32_t bt_stride, int32_t block, int32_t width,
-                            void *__restrict__ kc, void *__restrict__ vc, int64_t total, int32_t f32)
+/* Test hook (declared only by test_kn_cuda_msa): the index append holds its writes back this long after it
+ * has triggered its dependents. A setter rather than a knob so that production appends read no environment.
+ */
+static int64_t g_append_delay_ns;
+extern "C" void kn_cuda_test_append_delay_us(int32_t us)
 {
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    g_append_delay_ns = us > 0 ? (int64_t)us * 1000 : 0;
+}
+
+/* K and V rows: one thread per element t < total of the tokens' rows */
+__device__ __forceinline__ void append_kv(int64_t t, const float *__restrict__ k, const float *__restrict__ v,
+                                          int64_t kv_stride, const int32_t *__restrict__ qseq,
+                                          const int64_t *__restrict__ pos, const int32_t *__restrict__ bt,
+                                          int32_t bt_stride, int32_t block, int32_t width,
+                                          void *__restrict__ kc, void *__restrict__ vc, int64_t total,
+                                          int32_t f32)
+{
     if (t >= total) return;
     const int32_t i = (int32_t)(t / width), e = (int32_t)(t % width);
     const int64_t p = pos[i];
@@ -338,17 +351,15 @@ __global__ void k_append_kv(const float *__restrict__ k, const float *__restrict
     }
 }
 
-/* one warp per token; FP8: scale = amax / 448 so the largest element maps to the top of e4m3's range.
- * Triggers programmatic dependents at entry: a decode index scan launched with KN_CUDA_IDX_PDL=1 may start
- * its part that does not read these rows (kn_msa_index_decode_ring.cu). delay_ns (tests only,
- * kn_cuda_test_append_delay_us): hold the writes back that long, so that a test can tell a scan that reads
- * the new rows before its griddepcontrol.wait. */
-__global__ void k_append_idx(const float *__restrict__ kidx, int64_t stride, const int32_t *__restrict__ qseq,
-                             const int64_t *__restrict__ pos, const int32_t *__restrict__ bt,
-                             int32_t bt_stride, int32_t block, int32_t dim, int32_t dtype,
-                             void *__restrict__ cache, float *__restrict__ scale, int32_t n, int64_t delay_ns)
+/* Index keys: one warp per token i < n; FP8: scale = amax / 448 so the largest element maps to the top of
+ * e4m3's range. delay_ns (tests only, kn_cuda_test_append_delay_us): hold the writes back that long, so that
+ * a test can tell a scan that reads the new rows before its griddepcontrol.wait. */
+__device__ __forceinline__ void append_idx(int64_t i, const float *__restrict__ kidx, int64_t stride,
+                                           const int32_t *__restrict__ qseq, const int64_t *__restrict__ pos,
+                                           const int32_t *__restrict__ bt, int32_t bt_stride, int32_t block,
+                                           int32_t dim, int32_t dtype, void *__restrict__ cache,
+                                           float *__restrict__ scale, int32_t n, int64_t delay_ns)
 {
-    kn_griddep_launch();
     if (delay_ns > 0) {
         uint64_t t0, t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -356,7 +367,6 @@ __global__ void k_append_idx(const float *__restrict__ kidx, int64_t stride, con
         while (t - t0 < (uint64_t)delay_ns);
     }
     const int lane = threadIdx.x & 31;
-    const int64_t i = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (i >= n) return;
     const int64_t p = pos[i];
     const int64_t page = bt[(int64_t)qseq[i] * bt_stride + p / block];
@@ -380,13 +390,32 @@ __global__ void k_append_idx(const float *__restrict__ kidx, int64_t stride, con
     if (lane == 0) scale[row] = s;
 }
 
-/* Test hook (declared only by test_kn_cuda_msa): the index append holds its writes back this long after it
- * has triggered its dependents. A setter rather than a knob so that production appends read no environment.
- */
-static int64_t g_append_delay_ns;
-extern "C" void kn_cuda_test_append_delay_us(int32_t us)
+struct append_args {
+    const float *k, *v, *kidx;
+    int64_t kv_stride, kidx_stride;
+    const int32_t *qseq;
+    const int64_t *pos;
+    const int32_t *bt;
+    int32_t bt_stride, block, width, idx_dim, idx_dtype, n, kv_f32;
+    void *kc, *vc, *ic;
+    float *iscale;
+    int64_t kv_total, kv_blocks, delay_ns;
+};
+
+/* One launch for a step's K/V rows (CTAs below kv_blocks, a thread per element) and index keys (the CTAs
+ * after, a warp per token). Triggers programmatic dependents at entry: a decode index scan launched with
+ * KN_CUDA_IDX_PDL=1 may start its part that does not read these rows (kn_msa_index_decode_ring.cu). */
+__global__ void k_append(const append_args a)
 {
-    g_append_delay_ns = us > 0 ? (int64_t)us * 1000 : 0;
+    kn_griddep_launch();
+    const int64_t b = blockIdx.x;
+    if (b < a.kv_blocks)
+        append_kv(b * blockDim.x + threadIdx.x, a.k, a.v, a.kv_stride, a.qseq, a.pos, a.bt, a.bt_stride,
+                  a.block, a.width, a.kc, a.vc, a.kv_total, a.kv_f32);
+    else
+        append_idx((b - a.kv_blocks) * (blockDim.x >> 5) + (threadIdx.x >> 5), a.kidx, a.kidx_stride, a.qseq,
+                   a.pos, a.bt, a.bt_stride, a.block, a.idx_dim, a.idx_dtype, a.ic, a.iscale, a.n,
+                   a.delay_ns);
 }
 
 extern "C" int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -403,18 +432,17 @@ extern "C" int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, cons
     if ((!k) != (!v) || (k && kv_stride < width) || (kidx && kidx_stride < sh->idx_dim))
         return mm_err_set(err, MM_INVALID, "%s: only one of k/v, or strides %lld/%lld too small", what,
                           (long long)kv_stride, (long long)kidx_stride);
-    if (k) {
-        const int64_t total = (int64_t)qb->n * width;
-        k_append_kv<<<(unsigned)kn_cdiv(total, 256), 256, 0, stream>>>(
-            k, v, kv_stride, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, sh->block, width, c->k, c->v,
-            total, c->kv_dtype == KN_KV_F32);
-        KN_LAUNCHED(what);
-    }
-    if (kidx) {
-        k_append_idx<<<(unsigned)kn_cdiv(qb->n, 8), 256, 0, stream>>>(
-            kidx, kidx_stride, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, sh->block, sh->idx_dim,
-            c->idx_dtype, c->idx, c->idx_scale, qb->n, g_append_delay_ns);
-        KN_LAUNCHED(what);
-    }
+    append_args a;
+    memset(&a, 0, sizeof a);
+    a.k = k, a.v = v, a.kidx = kidx, a.kv_stride = kv_stride, a.kidx_stride = kidx_stride;
+    a.qseq = qb->qseq, a.pos = qb->pos, a.bt = qb->block_table, a.bt_stride = qb->bt_stride;
+    a.block = sh->block, a.width = width, a.idx_dim = sh->idx_dim, a.idx_dtype = c->idx_dtype, a.n = qb->n;
+    a.kv_f32 = c->kv_dtype == KN_KV_F32, a.kc = c->k, a.vc = c->v, a.ic = c->idx, a.iscale = c->idx_scale;
+    a.kv_total = k ? (int64_t)qb->n * width : 0, a.kv_blocks = kn_cdiv(a.kv_total, 256);
+    a.delay_ns = g_append_delay_ns;
+    const int64_t blocks = a.kv_blocks + (kidx ? kn_cdiv(qb->n, 8) : 0);
+    if (blocks == 0) return MM_OK;
+    k_append<<<(unsigned)blocks, 256, 0, stream>>>(a);
+    KN_LAUNCHED(what);
     return MM_OK;
 }

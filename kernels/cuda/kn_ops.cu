@@ -54,6 +54,64 @@ __global__ void __launch_bounds__(OPS_THREADS)
         store_out(out, r * os + j, xr[j] * inv * (1.0f + w[j]), bf16);
 }
 
+/* y += x, then out = RMSNorm(y), a cluster of AR_CL CTAs per row (a decode step has 1-16 rows of 4-8K: one
+ * CTA per row would leave the add on a handful of SMs): each CTA adds and squares its slice, the slices' sums
+ * meet through distributed shared memory and are added in rank order in every CTA (all agree, run to run),
+ * then each CTA normalizes its slice. */
+#define AR_CL 8
+
+__global__ void __launch_bounds__(OPS_THREADS)
+    k_add_rmsnorm(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w,
+                  int32_t dim, float eps, float *__restrict__ out)
+{
+    __shared__ float mine, all[AR_CL];
+    const int64_t r = blockIdx.x / AR_CL;
+    const int32_t z = (int32_t)kn_cluster_rank(), per = (dim + AR_CL - 1) / AR_CL, lo = z * per;
+    const int32_t hi = lo + per < dim ? lo + per : dim;
+    float *yr = y + r * dim;
+    const float *xr = x + r * dim;
+    float ss = 0.0f;
+    for (int32_t j = lo + threadIdx.x; j < hi; j += OPS_THREADS) {
+        const float v = yr[j] + xr[j];
+        yr[j] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss);
+    if (threadIdx.x == 0) mine = ss;
+    kn_cluster_sync();
+    if (threadIdx.x < AR_CL)
+        all[threadIdx.x] =
+            kn_ld_cluster_f32(kn_cluster_map((uint32_t)__cvta_generic_to_shared(&mine), threadIdx.x));
+    kn_cluster_sync(); /* every CTA has read the others' sums (and all[] is complete here) */
+    float tot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < AR_CL; c++) tot += all[c];
+    const float inv = rsqrtf(tot / (float)dim + eps);
+    for (int32_t j = lo + threadIdx.x; j < hi; j += OPS_THREADS)
+        out[r * dim + j] = yr[j] * inv * (1.0f + w[j]);
+}
+
+extern "C" int32_t kn_cuda_add_rmsnorm(float *y, const float *x, const float *w, int64_t n, int32_t dim,
+                                       float eps, float *out, cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || dim <= 0 || n > INT32_MAX / AR_CL || (n > 0 && (!y || !x || !w || !out)))
+        return bad(err, "kn_cuda_add_rmsnorm");
+    if (n == 0) return MM_OK;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = dim3((unsigned)(n * AR_CL), 1, 1);
+    cfg.blockDim = dim3(OPS_THREADS, 1, 1);
+    cfg.stream = stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = AR_CL;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    KN_CU(cudaLaunchKernelEx(&cfg, k_add_rmsnorm, y, x, w, dim, eps, out), "kn_cuda_add_rmsnorm");
+    return MM_OK;
+}
+
 extern "C" int32_t kn_cuda_rmsnorm(const float *x, int64_t x_stride, const float *w, int64_t n, int32_t dim,
                                    float eps, void *out, int64_t out_stride, int32_t out_bf16,
                                    cudaStream_t stream, struct mm_err *err)

@@ -174,6 +174,12 @@ struct wk_backend_iface {
      * bit for bit. Lets a backend run the per-token work in the same parallel step as the attention. */
     void (*attn_layer)(void *ctx, const struct wk_attn_layer *a);
 
+    /** y += x over n rows of dim, then out = Gemma RMSNorm of y (the residual add and the next norm) in one
+     * step: y as add, out as rmsnorm up to the summation order of the norm. Optional: NULL means add then
+     * rmsnorm. */
+    void (*add_rmsnorm)(void *ctx, float *y, const float *x, const struct wk_weight *w, int64_t n,
+                        int32_t dim, float eps, float *out);
+
     /** Bytes one page of geometry g (g->n_pages ignored) takes in this backend's cache: K, V and index keys
      * in the element types it stores (fp16/bf16/fp8 caches take less than fp32). The runtime sizes the pool
      * and reports bytes_per_page with it. Optional: NULL means fp32 elements. */

@@ -318,6 +318,19 @@ static void lin_n(struct wk_engine *e, int32_t n_w, const struct wk_weight *cons
         for (int32_t i = 0; i < n_w; i++) B->linear(e->be.ctx, w[i], NULL, x, T, y[i]);
 }
 
+/* The residual add and the RMSNorm after it: one backend step when the backend offers it. */
+static void add_norm(struct wk_engine *e, float *y, const float *x, const struct wk_weight *w, int64_t T,
+                     int32_t H, float eps, float *out)
+{
+    const struct wk_backend_iface *B = e->be.iface;
+    if (B->add_rmsnorm) {
+        B->add_rmsnorm(e->be.ctx, y, x, w, T, H, eps, out);
+    } else {
+        B->add(e->be.ctx, y, x, T * H);
+        B->rmsnorm(e->be.ctx, y, w, T, H, eps, out);
+    }
+}
+
 static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *sel)
 {
     const struct wk_text_config *t = &e->cfg.text;
@@ -331,7 +344,8 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
         rot < t->idx_dim ? rot : t->idx_dim; /* the reference truncates the table to the index dim */
     for (int32_t l = 0; l < t->n_layers; l++) {
         const struct wk_layer_w *w = &e->w.layers[l];
-        PROF(P_NORM, B->rmsnorm(bc, a->x, w->in_norm, T, H, eps, a->h));
+        /* later layers' input norm: the previous layer's last residual add did it */
+        if (l == 0) PROF(P_NORM, B->rmsnorm(bc, a->x, w->in_norm, T, H, eps, a->h));
         PROF(P_QKV, {
             /* every projection of the normed input in one step (the index ones of an MSA layer too) */
             const struct wk_weight *pw[5] = {w->q, w->k, w->v, w->iq, w->ik};
@@ -386,11 +400,8 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
                 PROF(P_ATTN_DENSE, B->attn_dense(bc, l, a->q, nh, scale, a->attn));
             }
         }
-        PROF(P_OPROJ, {
-            B->linear(bc, w->o, NULL, a->attn, T, a->tmp);
-            B->add(bc, a->x, a->tmp, T * H);
-        });
-        PROF(P_NORM, B->rmsnorm(bc, a->x, w->post_norm, T, H, eps, a->h));
+        PROF(P_OPROJ, B->linear(bc, w->o, NULL, a->attn, T, a->tmp));
+        PROF(P_NORM, add_norm(e, a->x, a->tmp, w->post_norm, T, H, eps, a->h));
         if (t->layer_moe[l]) {
             struct wk_moe m = {w->router,
                                w->router_bias,
@@ -426,9 +437,10 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
                 B->linear(bc, w->down, NULL, a->g, T, a->tmp);
             });
         }
-        PROF(P_OTHER, B->add(bc, a->x, a->tmp, T * H));
+        const struct wk_weight *next = l + 1 < t->n_layers ? e->w.layers[l + 1].in_norm : e->w.final_norm;
+        PROF(P_NORM, add_norm(e, a->x, a->tmp, next, T, H, eps, a->h));
     }
-    PROF(P_NORM, B->rmsnorm(bc, a->x, e->w.final_norm, T, H, eps, a->h));
+    if (t->n_layers == 0) PROF(P_NORM, B->rmsnorm(bc, a->x, e->w.final_norm, T, H, eps, a->h));
 }
 
 /* Logits for the rows the items asked for, up to LOGIT_ROWS consecutive rows per product. */

@@ -68,6 +68,34 @@ static void test_norms(void)
     expect_close("rmsnorm bf16 out", got, ref, n * dim, 4e-3);
     free(got);
 
+    /* the residual add and the norm in one launch: y the same bits as kn_cuda_add, out as kn_cuda_rmsnorm up
+     * to the order of the sum of squares (a cluster per row), the same bits on a second run */
+    {
+        float *r = ct_hmalloc(sizeof(float) * n * dim);
+        ct_fill_normal(r, n * dim, 1.0f);
+        float *y1 = ct_upload(x, sizeof(float) * n * dim), *y2 = ct_upload(x, sizeof(float) * n * dim);
+        float *r_d = ct_upload(r, sizeof(float) * n * dim), *o2_d = ct_dmalloc(sizeof(float) * n * dim);
+        OK(kn_cuda_add(y1, r_d, n * dim, 0, &err));
+        OK(kn_cuda_rmsnorm(y1, dim, w_d, n, dim, 1e-6f, o_d, dim, 0, 0, &err));
+        OK(kn_cuda_add_rmsnorm(y2, r_d, w_d, n, dim, 1e-6f, o2_d, 0, &err));
+        float *a1 = dl_f32(y1, n * dim), *a2 = dl_f32(y2, n * dim);
+        float *n1 = dl_f32(o_d, n * dim), *n2 = dl_f32(o2_d, n * dim);
+        CHECK_MSG(!memcmp(a1, a2, sizeof(float) * n * dim),
+                  "add + rmsnorm: the sum differs from kn_cuda_add");
+        expect_close("add + rmsnorm", n2, n1, n * dim, 1e-6);
+        float *y3 = ct_upload(x, sizeof(float) * n * dim);
+        OK(kn_cuda_add_rmsnorm(y3, r_d, w_d, n, dim, 1e-6f, o2_d, 0, &err));
+        float *n3 = dl_f32(o2_d, n * dim);
+        CHECK_MSG(!memcmp(n2, n3, sizeof(float) * n * dim),
+                  "add + rmsnorm: not the same bits on a second run");
+        free(n3);
+        cudaFree(y3);
+        struct mm_err e3 = {0};
+        CHECK(kn_cuda_add_rmsnorm(y2, r_d, w_d, n, 0, 1e-6f, o2_d, 0, &e3) == MM_INVALID);
+        free(r), free(a1), free(a2), free(n1), free(n2);
+        cudaFree(y1), cudaFree(y2), cudaFree(r_d), cudaFree(o2_d);
+    }
+
     kn_layernorm(x, dim, w, b, n, dim, 1e-5f, ref, dim);
     OK(kn_cuda_layernorm(x_d, dim, w_d, b_d, n, dim, 1e-5f, o_d, dim, 0, 0, &err));
     got = dl_f32(o_d, n * dim);

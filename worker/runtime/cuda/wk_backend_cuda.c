@@ -57,6 +57,8 @@ struct cuda_be {
     int32_t idx_dtype;  /* KN_IDX_BF16, KN_IDX_FP8 or KN_IDX_F32 */
     int32_t kv_dtype;   /* KN_KV_BF16, or KN_KV_F32 in the fp32 mode */
     int32_t gemv;       /* decode-sized products on kn_cuda_gemv_bf16 (MMGW_CUDA_GEMV=0: cuBLAS for all) */
+    int32_t add_norm;   /* the residual add and the next norm in one launch (MMGW_CUDA_ADD_NORM=0: two) */
+    int32_t append_one; /* an MSA layer's K/V and index-key appends in one launch (MMGW_CUDA_APPEND_ONE=0) */
     int32_t small_gemm; /* 3-16-row products on kn_cuda_gemm_small_bf16 where it wins (MMGW_CUDA_SMALL_GEMM=0:
                            off) */
     int32_t failed;
@@ -789,6 +791,42 @@ static void cu_add(void *ctx, float *y, const float *x, int64_t n)
     run_op(ctx, ex_add, &a, sizeof a);
 }
 
+/* The residual add and the next RMSNorm in one launch (kn_cuda_add_rmsnorm: the same bits as add + rmsnorm)
+ */
+struct a_add_rmsnorm {
+    float *y;
+    const float *x;
+    const struct wk_weight *w;
+    int64_t n;
+    int32_t dim;
+    float eps;
+    float *out;
+};
+
+static void ex_add_rmsnorm(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_add_rmsnorm *a = args;
+    struct mm_err e__ = {0};
+    if (kn_cuda_add_rmsnorm(a->y, a->x, a->w->f32, a->n, a->dim, a->eps, a->out, ST, &e__))
+        fail(c, &e__, "add + rmsnorm");
+}
+
+static void cu_add_rmsnorm(void *ctx, float *y, const float *x, const struct wk_weight *w, int64_t n,
+                           int32_t dim, float eps, float *out)
+{
+    struct cuda_be *c = ctx;
+    if (!c->add_norm) { /* MMGW_CUDA_ADD_NORM=0: the two launches (for comparisons) */
+        cu_add(ctx, y, x, n * dim);
+        cu_rmsnorm(ctx, y, w, n, dim, eps, out);
+        return;
+    }
+    struct a_add_rmsnorm a;
+    memset(&a, 0, sizeof a);
+    a.y = y, a.x = x, a.w = w, a.n = n, a.dim = dim, a.eps = eps, a.out = out;
+    run_op(ctx, ex_add_rmsnorm, &a, sizeof a);
+}
+
 struct a_swiglu {
     const float *gate, *up;
     int64_t n;
@@ -832,24 +870,21 @@ static struct kn_cuda_msa_shape shape(const struct cuda_be *c, int32_t n_heads, 
 
 /* kv_write (k, v) and idx_write (k = the index keys, v = NULL) */
 struct a_cache_write {
-    int32_t layer, idx;
-    const float *k, *v;
+    int32_t layer;
+    const float *k, *v; /* K/V rows, or NULL */
+    const float *kidx;  /* index keys, or NULL */
 };
 
+/* one kn_cuda_cache_append (one launch) for the K/V rows and/or the index keys given */
 static void ex_cache_write(void *ctx, const void *args)
 {
     struct cuda_be *c = ctx;
     const struct a_cache_write *a = args;
     struct mm_err e__ = {0};
     struct kn_cuda_msa_shape s = shape(c, c->geom.n_kv, 1.0f, NULL);
-    if (a->idx) {
-        if (kn_cuda_cache_append(&s, &c->qb, &c->layer[a->layer], NULL, NULL, 0, a->k, c->geom.idx_dim, ST,
-                                 &e__))
-            fail(c, &e__, "idx_write");
-    } else if (kn_cuda_cache_append(&s, &c->qb, &c->layer[a->layer], a->k, a->v,
-                                    (int64_t)c->geom.n_kv * c->geom.head_dim, NULL, 0, ST, &e__)) {
-        fail(c, &e__, "kv_write");
-    }
+    if (kn_cuda_cache_append(&s, &c->qb, &c->layer[a->layer], a->k, a->v,
+                             (int64_t)c->geom.n_kv * c->geom.head_dim, a->kidx, c->geom.idx_dim, ST, &e__))
+        fail(c, &e__, a->k ? "kv_write" : "idx_write");
 }
 
 static void cu_kv_write(void *ctx, int32_t layer, const float *k, const float *v)
@@ -864,7 +899,7 @@ static void cu_idx_write(void *ctx, int32_t layer, const float *idx_k)
 {
     struct a_cache_write a;
     memset(&a, 0, sizeof a);
-    a.layer = layer, a.idx = 1, a.k = idx_k;
+    a.layer = layer, a.kidx = idx_k;
     run_op(ctx, ex_cache_write, &a, sizeof a);
 }
 
@@ -996,9 +1031,9 @@ static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *i
 }
 
 /* One layer's attention (attn_layer): the per-head norms and RoPE of q, k (and the index query and key) in
- * one launch (kn_cuda_head_norm_rope: the same bits as head_rmsnorm + rope per tensor), then the cache
- * writes and the attention as the separate ops do them. A decode step launched 8 tiny kernels per MSA layer
- * for the norms and rotations alone. */
+ * one launch (kn_cuda_head_norm_rope: the same bits as head_rmsnorm + rope per tensor), the cache writes
+ * of K, V and the index key in one more, then the attention as the separate ops do it. A decode step launched
+ * 8 tiny kernels per MSA layer for the norms and rotations alone. */
 struct a_norm_rope {
     struct kn_norm_rope_part parts[KN_NORM_ROPE_MAX_PARTS];
     int32_t n_parts;
@@ -1034,9 +1069,12 @@ static void cu_attn_layer(void *ctx, const struct wk_attn_layer *l)
         a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->ik, l->ik_norm->f32, 1, idim, l->irot};
     }
     run_op(c, ex_norm_rope, &a, sizeof a);
-    cu_kv_write(c, l->layer, l->k, l->v);
+    struct a_cache_write w; /* K/V and index keys in one append (MMGW_CUDA_APPEND_ONE=0: two) */
+    memset(&w, 0, sizeof w);
+    w.layer = l->layer, w.k = l->k, w.v = l->v, w.kidx = l->msa && c->append_one ? l->ik : NULL;
+    run_op(c, ex_cache_write, &w, sizeof w);
+    if (l->msa && !c->append_one) cu_idx_write(c, l->layer, l->ik);
     if (l->msa) {
-        cu_idx_write(c, l->layer, l->ik);
         cu_attn_msa(c, l->layer, l->q, l->iq, l->n_heads, l->scale, l->msa, l->sel, l->out);
     } else {
         cu_attn_dense(c, l->layer, l->q, l->n_heads, l->scale, l->out);
@@ -1383,6 +1421,7 @@ static const char *op_key(wk_step_fn fn, const void *args, char *buf, size_t n)
         const char *name;
     } names[] = {{ex_embed, "embed"},
                  {ex_rmsnorm, "rmsnorm"},
+                 {ex_add_rmsnorm, "add + rmsnorm"},
                  {ex_head_rmsnorm, "head rmsnorm"},
                  {ex_rope, "rope"},
                  {ex_norm_rope, "head norm + rope"},
@@ -1430,6 +1469,7 @@ static const struct wk_backend_iface cuda_iface = {
     .gelu = cu_gelu,
     .attn_full = cu_attn_full,
     .attn_layer = cu_attn_layer,
+    .add_rmsnorm = cu_add_rmsnorm,
     .cache_page_bytes = cu_cache_page_bytes,
 };
 
@@ -1466,6 +1506,9 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     c->small_gemm = !(sg && !strcmp(sg, "0"));
     const char *gv = getenv("MMGW_CUDA_GEMV");
     c->gemv = !(gv && !strcmp(gv, "0"));
+    const char *an = getenv("MMGW_CUDA_ADD_NORM"), *ao = getenv("MMGW_CUDA_APPEND_ONE");
+    c->add_norm = !(an && !strcmp(an, "0"));
+    c->append_one = !(ao && !strcmp(ao, "0"));
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
     c->graphs = !(gr && !strcmp(gr, "0"));
     if (c->graphs) c->steps = wk_steps_new(); /* NULL (out of memory): steps run without graphs */
