@@ -297,6 +297,13 @@ int32_t kn_cuda_gemm_f32(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k
  * kn_cuda_gemv_ok(n, cols, ldx) and 16-byte aligned x and W. */
 int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx, const void *w,
                           float *y, int64_t ldy, cudaStream_t stream, struct mm_err *err);
+/** Most weights one kn_cuda_gemv_bf16_multi call takes. */
+#define KN_GEMV_MULTI_MAX 8
+/** kn_cuda_gemv_bf16 for n_w (<= KN_GEMV_MULTI_MAX) weights w[i] [rows[i]][cols] that read the same x, in one
+ * launch: y[i] [n][rows[i]] (row stride rows[i]), the same bits as one call per weight. */
+int32_t kn_cuda_gemv_bf16_multi(int32_t n_w, const void *const *w, const int64_t *rows, float *const *y,
+                                int64_t n, int64_t cols, const float *x, int64_t ldx, cudaStream_t stream,
+                                struct mm_err *err);
 /** Whether kn_cuda_gemv_bf16 takes these shapes: 1 <= n <= KN_GEMV_MAX_N, cols a multiple of 64, ldx >= cols
  * and a multiple of 4. */
 int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx);

@@ -14,6 +14,7 @@
 #include "kn_msa_kernels.cuh" /* kn_cuda_knob_int */
 
 #include <cuda_bf16.h>
+#include <string.h>
 
 #define GV_WARPS 8
 #define GV_ROWS 4
@@ -205,6 +206,29 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     gv_tile<N>(x, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
 }
 
+/* Several weights of the same width that read the same x (q/k/v, gate/up): weight i = blockIdx.y, its tiles
+ * along x (CTAs past its rows exit); each tile is k_gemv_bf16's, so the outputs are the same bits. */
+struct gv_multi {
+    const uint4 *w[KN_GEMV_MULTI_MAX];
+    float *y[KN_GEMV_MULTI_MAX];
+    int64_t rows[KN_GEMV_MULTI_MAX];
+};
+
+template <int N>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_bf16_multi(const float *__restrict__ x, int64_t ldx, int64_t cols, const gv_multi m)
+{
+    const uint4 *w = m.w[0];
+    float *y = m.y[0];
+    int64_t rows = m.rows[0];
+#pragma unroll
+    for (int k = 1; k < KN_GEMV_MULTI_MAX; k++) /* constant indices: m stays in parameter space */
+        if (k == (int)blockIdx.y) w = m.w[k], y = m.y[k], rows = m.rows[k];
+    const int64_t r0 = (int64_t)blockIdx.x * GV_ROWS;
+    if (r0 >= rows) return;
+    gv_tile<N>(x, ldx, w, rows, cols, y, rows, r0);
+}
+
 /* MoE decode: pair p = blockIdx.y multiplies x row p / xdiv by its expert's weight (tables w_a, and w_b for
  * blockIdx.z = 1, indexed by expert[p]) into row p of y_a (y_b). */
 __global__ void __launch_bounds__(GV_WARPS * 32)
@@ -271,6 +295,32 @@ extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, cons
     const int ok = kn_cuda_gemv_ok(n, cols, ldx);
     return gv_run(ok ? k[n - 1] : k[0], GV_ROWS, 1, ok, "kn_cuda_gemv_bf16", n, rows, cols, x, ldx, w, y, ldy,
                   stream, err);
+}
+
+extern "C" int32_t kn_cuda_gemv_bf16_multi(int32_t n_w, const void *const *w, const int64_t *rows,
+                                           float *const *y, int64_t n, int64_t cols, const float *x,
+                                           int64_t ldx, cudaStream_t stream, struct mm_err *err)
+{
+    gv_multi m;
+    memset(&m, 0, sizeof m);
+    int64_t tiles = 0;
+    int ok = n_w >= 1 && n_w <= KN_GEMV_MULTI_MAX && w && rows && y && kn_cuda_gemv_ok(n, cols, ldx) && x &&
+             (uintptr_t)x % 16 == 0;
+    for (int32_t i = 0; ok && i < n_w; i++) {
+        ok = w[i] && y[i] && rows[i] >= 0 && (uintptr_t)w[i] % 16 == 0;
+        if (!ok) break;
+        m.w[i] = (const uint4 *)w[i], m.y[i] = y[i], m.rows[i] = rows[i];
+        if (kn_cdiv(rows[i], GV_ROWS) > tiles) tiles = kn_cdiv(rows[i], GV_ROWS);
+    }
+    if (!ok || tiles > INT32_MAX)
+        return mm_err_set(err, MM_INVALID,
+                          "kn_cuda_gemv_bf16_multi: bad arguments (%d weights, n %lld cols %lld)", (int)n_w,
+                          (long long)n, (long long)cols);
+    if (tiles == 0) return MM_OK;
+    static void (*const k[KN_GEMV_MAX_N])(const float *, int64_t, int64_t, const gv_multi) = {
+        k_gemv_bf16_multi<1>, k_gemv_bf16_multi<2>, k_gemv_bf16_multi<3>, k_gemv_bf16_multi<4>};
+    k[n - 1]<<<dim3((unsigned)tiles, (unsigned)n_w), GV_WARPS * 32, 0, stream>>>(x, ldx, cols, m);
+    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_bf16_multi", err);
 }
 
 extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols,

@@ -496,6 +496,49 @@ static void test_gemv(void)
                      (long long)n);
             bf16_case_check(&c, what);
         }
+    /* several weights with one x in one launch (q/k/v, gate/up): the same bits as one kn_cuda_gemv_bf16 each;
+     * rows of different tile counts (CTAs past a weight's rows exit) */
+    for (int64_t n = 1; n <= 2; n++) {
+        static const int64_t mrows[3] = {300, 37, 129};
+        const int64_t cols = 2048, ldx = cols + 4;
+        float *x = ct_hmalloc(sizeof(float) * n * ldx);
+        ct_fill_normal(x, n * ldx, 1.0f);
+        float *x_d = ct_upload(x, sizeof(float) * n * ldx);
+        const void *wd[3];
+        float *ys[3], *ym[3];
+        for (int k = 0; k < 3; k++) {
+            float *wf = ct_hmalloc(sizeof(float) * mrows[k] * cols);
+            uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * mrows[k] * cols);
+            ct_fill_normal(wf, mrows[k] * cols, 0.05f);
+            ct_to_bf16(wf, wb, mrows[k] * cols);
+            wd[k] = ct_upload(wb, sizeof(uint16_t) * mrows[k] * cols);
+            ys[k] = ct_dmalloc(sizeof(float) * n * mrows[k]),
+            ym[k] = ct_dmalloc(sizeof(float) * n * mrows[k]);
+            OK(kn_cuda_gemv_bf16(n, mrows[k], cols, x_d, ldx, wd[k], ys[k], mrows[k], 0, &err));
+            free(wf), free(wb);
+        }
+        OK(kn_cuda_gemv_bf16_multi(3, wd, mrows, ym, n, cols, x_d, ldx, 0, &err));
+        for (int k = 0; k < 3; k++) {
+            float *a = dl_f32(ys[k], n * mrows[k]), *b = dl_f32(ym[k], n * mrows[k]);
+            CHECK_MSG(!memcmp(a, b, sizeof(float) * n * mrows[k]), "gemv multi n %lld weight %d: differs",
+                      (long long)n, k);
+            free(a), free(b);
+            cudaFree((void *)wd[k]), cudaFree(ys[k]), cudaFree(ym[k]);
+        }
+        free(x);
+        cudaFree(x_d);
+    }
+    printf("  %-28s bitwise equal to one call per weight\n", "gemv multi (3 weights)");
+    {
+        struct mm_err e3 = {0};
+        const void *w0[1] = {(const void *)16};
+        int64_t r0[1] = {4};
+        float *y0[1] = {(float *)16};
+        CHECK(kn_cuda_gemv_bf16_multi(KN_GEMV_MULTI_MAX + 1, w0, r0, y0, 1, 64, (const float *)16, 64, 0,
+                                      &e3) == MM_INVALID);
+        CHECK(kn_cuda_gemv_bf16_multi(1, w0, r0, y0, KN_GEMV_MAX_N + 1, 64, (const float *)16, 64, 0, &e3) ==
+              MM_INVALID);
+    }
     /* f32 weights (router, index projections): against the f32 CPU product; every n up to 16 (5-8 and 9-16
      * share the kernels for 8 and 16 rows, which must neither read nor store the rows past n), on shapes that
      * take every plan: 100 x 6144 and 21 x 2048 (one weight row per CTA, fewer tiles than SMs: the inner

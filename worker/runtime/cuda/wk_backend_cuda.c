@@ -59,6 +59,7 @@ struct cuda_be {
     int32_t gemv;       /* decode-sized products on kn_cuda_gemv_bf16 (MMGW_CUDA_GEMV=0: cuBLAS for all) */
     int32_t add_norm;   /* the residual add and the next norm in one launch (MMGW_CUDA_ADD_NORM=0: two) */
     int32_t append_one; /* an MSA layer's K/V and index-key appends in one launch (MMGW_CUDA_APPEND_ONE=0) */
+    int32_t multi;      /* linear_multi groups the 1-2-row bf16 products (MMGW_CUDA_LINEAR_MULTI=0: not) */
     int32_t small_gemm; /* 3-16-row products on kn_cuda_gemm_small_bf16 where it wins (MMGW_CUDA_SMALL_GEMM=0:
                            off) */
     int32_t failed;
@@ -769,6 +770,60 @@ static void cu_linear(void *ctx, const struct wk_weight *w, const struct wk_weig
     run_op(ctx, ex_linear, &a, sizeof a);
 }
 
+/* Products of several weights with one input (q/k/v and the index projections, gate/up): the bf16 weights
+ * that take the decode gemv (1-2 rows) in one launch (kn_cuda_gemv_bf16_multi, the same bits as one each),
+ * every other weight as linear does it. */
+struct a_linear_multi {
+    int32_t n_w;
+    const struct wk_weight *w[WK_LINEAR_MULTI_MAX];
+    const float *x;
+    int64_t n;
+    float *y[WK_LINEAR_MULTI_MAX];
+};
+
+static void ex_linear_multi(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_linear_multi *a = args;
+    struct mm_err e__ = {0};
+    const void *gw[WK_LINEAR_MULTI_MAX];
+    int64_t rows[WK_LINEAR_MULTI_MAX], cols = -1;
+    float *gy[WK_LINEAR_MULTI_MAX];
+    int32_t ng = 0, grouped[WK_LINEAR_MULTI_MAX] = {0};
+    for (int32_t i = 0; i < a->n_w && ng < KN_GEMV_MULTI_MAX; i++) {
+        const struct wk_weight *w = a->w[i];
+        if (!c->multi || c->fp32 || !c->gemv || a->n > 2 || !w->bf16 || (cols >= 0 && w->cols != cols) ||
+            !kn_cuda_gemv_ok(a->n, w->cols, w->cols) || (uintptr_t)a->x % 16 || (uintptr_t)w->bf16 % 16)
+            continue;
+        cols = w->cols, gw[ng] = w->bf16, rows[ng] = w->rows, gy[ng] = a->y[i], grouped[i] = 1, ng++;
+    }
+    if (ng >= 2) {
+        if (kn_cuda_gemv_bf16_multi(ng, gw, rows, gy, a->n, cols, a->x, cols, ST, &e__))
+            fail(c, &e__, "linear (gemv multi)");
+    } else {
+        memset(grouped, 0, sizeof grouped);
+    }
+    for (int32_t i = 0; i < a->n_w; i++)
+        if (!grouped[i]) gemm(c, a->w[i], a->x, a->w[i]->cols, a->n, a->y[i], a->w[i]->rows);
+}
+
+static void cu_linear_multi(void *ctx, int32_t n_w, const struct wk_weight *const *w, const float *x,
+                            int64_t n, float *const *y)
+{
+    struct cuda_be *c = ctx;
+    if (n_w < 1 || n_w > WK_LINEAR_MULTI_MAX) {
+        struct mm_err e__ = {0};
+        mm_err_set(&e__, MM_INVALID, "%d weights (at most %d)", (int)n_w, WK_LINEAR_MULTI_MAX);
+        fail(c, &e__, "linear_multi");
+        return;
+    }
+    struct a_linear_multi a;
+    memset(&a, 0, sizeof a);
+    a.n_w = n_w, a.x = x, a.n = n;
+    for (int32_t i = 0; i < n_w; i++) a.w[i] = w[i], a.y[i] = y[i];
+    run_op(c, ex_linear_multi, &a, sizeof a);
+}
+
 struct a_add {
     float *y;
     const float *x;
@@ -1407,9 +1462,16 @@ static void cu_destroy(void *ctx)
     free(c);
 }
 
-/* MMGW_CUDA_OP_TIMING's key of an operation: its name, and the weight shape and rows of a product */
-static const char *op_key(wk_step_fn fn, const void *args, char *buf, size_t n)
+/* MMGW_CUDA_OP_TIMING's key of an operation: its name, and the weight shape and rows of a product. Not
+ * inlined: inlined into run_op for another operation's arguments, GCC's bounds check sees them read as a
+ * product's (under an fn test it cannot follow) and warns. */
+__attribute__((noinline)) static const char *op_key(wk_step_fn fn, const void *args, char *buf, size_t n)
 {
+    if (fn == ex_linear_multi) {
+        const struct a_linear_multi *a = args;
+        snprintf(buf, n, "linear multi, %d weights, %lld rows", (int)a->n_w, (long long)a->n);
+        return buf;
+    }
     if (fn == ex_linear) {
         const struct a_linear *a = args;
         snprintf(buf, n, "linear %lld x %lld, %s%lld rows", (long long)a->w->rows, (long long)a->w->cols,
@@ -1468,6 +1530,7 @@ static const struct wk_backend_iface cuda_iface = {
     .layernorm = cu_layernorm,
     .gelu = cu_gelu,
     .attn_full = cu_attn_full,
+    .linear_multi = cu_linear_multi,
     .attn_layer = cu_attn_layer,
     .add_rmsnorm = cu_add_rmsnorm,
     .cache_page_bytes = cu_cache_page_bytes,
@@ -1509,6 +1572,8 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     const char *an = getenv("MMGW_CUDA_ADD_NORM"), *ao = getenv("MMGW_CUDA_APPEND_ONE");
     c->add_norm = !(an && !strcmp(an, "0"));
     c->append_one = !(ao && !strcmp(ao, "0"));
+    const char *lm = getenv("MMGW_CUDA_LINEAR_MULTI");
+    c->multi = !(lm && !strcmp(lm, "0"));
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
     c->graphs = !(gr && !strcmp(gr, "0"));
     if (c->graphs) c->steps = wk_steps_new(); /* NULL (out of memory): steps run without graphs */
