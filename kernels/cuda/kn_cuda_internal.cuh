@@ -192,6 +192,23 @@ static cudaError_t kn_launch_pdl(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *a
 
 /* ---- thread-block clusters (sm_90): rank, barrier, distributed shared memory ---- */
 
+/* Host side: cfg launches grid x threads on stream, as clusters of cx x cy CTAs when cx * cy > 1 (the
+ * attribute goes in *at, which must outlive the launch call). */
+static inline void kn_cluster_cfg(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *at, dim3 grid,
+                                  unsigned threads, cudaStream_t stream, unsigned cx, unsigned cy)
+{
+    *cfg = cudaLaunchConfig_t{};
+    cfg->gridDim = grid;
+    cfg->blockDim = dim3(threads, 1, 1);
+    cfg->stream = stream;
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = cx;
+    at->val.clusterDim.y = cy;
+    at->val.clusterDim.z = 1;
+    cfg->attrs = at;
+    cfg->numAttrs = cx * cy > 1 ? 1 : 0;
+}
+
 __device__ __forceinline__ uint32_t kn_cluster_rank(void)
 {
     uint32_t r;

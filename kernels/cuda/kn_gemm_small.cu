@@ -235,17 +235,9 @@ extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols
      * KN_CUDA_GS_CLUSTER=0 / 2 force the workspace / the cluster, for the benchmark) */
     const int knob = kn_cuda_knob_int("KN_CUDA_GS_CLUSTER", 1);
     const int cl = ks > 1 && (knob == 2 || (knob == 1 && (int64_t)grid.x * ks <= gs_slots(kern)));
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(GS_WARPS * 32, 1, 1);
-    cfg.stream = stream;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = (unsigned)ks;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = cl ? 1 : 0;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at;
+    kn_cluster_cfg(&cfg, &at, grid, GS_WARPS * 32, stream, 1, cl ? (unsigned)ks : 1);
     cudaError_t e =
         cudaLaunchKernelEx(&cfg, kern, x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, cl ? NULL : pw);
     if (e == cudaSuccess && ks > 1 && !cl) e = kn_ksplit_sum(pw, (int32_t)n, rows, ks, y, ldy, stream);

@@ -266,17 +266,10 @@ static int32_t gv_run(gv_kernel<W> k, int rpc, int32_t ks, int shape_ok, const c
         return mm_err_set(err, MM_INVALID, "%s: bad arguments (n %lld rows %lld cols %lld)", what,
                           (long long)n, (long long)rows, (long long)cols);
     if (rows == 0) return MM_OK;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    cfg.gridDim = dim3((unsigned)kn_cdiv(rows, rpc), (unsigned)ks, 1);
-    cfg.blockDim = dim3(GV_WARPS * 32, 1, 1);
-    cfg.stream = stream;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 1;
-    at[0].val.clusterDim.y = (unsigned)ks;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = ks > 1 ? 1 : 0;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at;
+    kn_cluster_cfg(&cfg, &at, dim3((unsigned)kn_cdiv(rows, rpc), (unsigned)ks, 1), GV_WARPS * 32, stream, 1,
+                   (unsigned)ks);
     return kn_cuda_check(cudaLaunchKernelEx(&cfg, k, x, ldx, (const W *)w, rows, cols, y, ldy, (int32_t)n),
                          what, err);
 }

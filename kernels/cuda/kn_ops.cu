@@ -97,17 +97,9 @@ extern "C" int32_t kn_cuda_add_rmsnorm(float *y, const float *x, const float *w,
     if (n < 0 || dim <= 0 || n > INT32_MAX / AR_CL || (n > 0 && (!y || !x || !w || !out)))
         return bad(err, "kn_cuda_add_rmsnorm");
     if (n == 0) return MM_OK;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    cfg.gridDim = dim3((unsigned)(n * AR_CL), 1, 1);
-    cfg.blockDim = dim3(OPS_THREADS, 1, 1);
-    cfg.stream = stream;
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = AR_CL;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at;
+    kn_cluster_cfg(&cfg, &at, dim3((unsigned)(n * AR_CL), 1, 1), OPS_THREADS, stream, AR_CL, 1);
     KN_CU(cudaLaunchKernelEx(&cfg, k_add_rmsnorm, y, x, w, dim, eps, out), "kn_cuda_add_rmsnorm");
     return MM_OK;
 }

@@ -606,8 +606,10 @@ static void cu_set_rows(void *ctx, float *out, int32_t dim, const int64_t *rows,
     if (kn_cuda_scatter_rows(out, dim, rd, dd, n_rows, ST, &e__)) fail(c, &e__, "set_rows");
 }
 
+/* out = RMSNorm(x), or with y: y += x, then out = RMSNorm(y) (add_rmsnorm) */
 struct a_rmsnorm {
     const float *x;
+    float *y;
     const struct wk_weight *w;
     int64_t n;
     int32_t dim;
@@ -620,8 +622,9 @@ static void ex_rmsnorm(void *ctx, const void *args)
     struct cuda_be *c = ctx;
     const struct a_rmsnorm *a = args;
     struct mm_err e__ = {0};
-    if (kn_cuda_rmsnorm(a->x, a->dim, a->w->f32, a->n, a->dim, a->eps, a->out, a->dim, 0, ST, &e__))
-        fail(c, &e__, "rmsnorm");
+    if (a->y ? kn_cuda_add_rmsnorm(a->y, a->x, a->w->f32, a->n, a->dim, a->eps, a->out, ST, &e__)
+             : kn_cuda_rmsnorm(a->x, a->dim, a->w->f32, a->n, a->dim, a->eps, a->out, a->dim, 0, ST, &e__))
+        fail(c, &e__, a->y ? "add + rmsnorm" : "rmsnorm");
 }
 
 static void cu_rmsnorm(void *ctx, const float *x, const struct wk_weight *w, int64_t n, int32_t dim,
@@ -846,27 +849,7 @@ static void cu_add(void *ctx, float *y, const float *x, int64_t n)
     run_op(ctx, ex_add, &a, sizeof a);
 }
 
-/* The residual add and the next RMSNorm in one launch (kn_cuda_add_rmsnorm: the same bits as add + rmsnorm)
- */
-struct a_add_rmsnorm {
-    float *y;
-    const float *x;
-    const struct wk_weight *w;
-    int64_t n;
-    int32_t dim;
-    float eps;
-    float *out;
-};
-
-static void ex_add_rmsnorm(void *ctx, const void *args)
-{
-    struct cuda_be *c = ctx;
-    const struct a_add_rmsnorm *a = args;
-    struct mm_err e__ = {0};
-    if (kn_cuda_add_rmsnorm(a->y, a->x, a->w->f32, a->n, a->dim, a->eps, a->out, ST, &e__))
-        fail(c, &e__, "add + rmsnorm");
-}
-
+/* The residual add and the next RMSNorm in one launch (kn_cuda_add_rmsnorm: ex_rmsnorm with y) */
 static void cu_add_rmsnorm(void *ctx, float *y, const float *x, const struct wk_weight *w, int64_t n,
                            int32_t dim, float eps, float *out)
 {
@@ -876,10 +859,10 @@ static void cu_add_rmsnorm(void *ctx, float *y, const float *x, const struct wk_
         cu_rmsnorm(ctx, y, w, n, dim, eps, out);
         return;
     }
-    struct a_add_rmsnorm a;
+    struct a_rmsnorm a;
     memset(&a, 0, sizeof a);
     a.y = y, a.x = x, a.w = w, a.n = n, a.dim = dim, a.eps = eps, a.out = out;
-    run_op(ctx, ex_add_rmsnorm, &a, sizeof a);
+    run_op(ctx, ex_rmsnorm, &a, sizeof a);
 }
 
 struct a_swiglu {
@@ -1472,6 +1455,7 @@ __attribute__((noinline)) static const char *op_key(wk_step_fn fn, const void *a
         snprintf(buf, n, "linear multi, %d weights, %lld rows", (int)a->n_w, (long long)a->n);
         return buf;
     }
+    if (fn == ex_rmsnorm) return ((const struct a_rmsnorm *)args)->y ? "add + rmsnorm" : "rmsnorm";
     if (fn == ex_linear) {
         const struct a_linear *a = args;
         snprintf(buf, n, "linear %lld x %lld, %s%lld rows", (long long)a->w->rows, (long long)a->w->cols,
@@ -1482,8 +1466,6 @@ __attribute__((noinline)) static const char *op_key(wk_step_fn fn, const void *a
         wk_step_fn fn;
         const char *name;
     } names[] = {{ex_embed, "embed"},
-                 {ex_rmsnorm, "rmsnorm"},
-                 {ex_add_rmsnorm, "add + rmsnorm"},
                  {ex_head_rmsnorm, "head rmsnorm"},
                  {ex_rope, "rope"},
                  {ex_norm_rope, "head norm + rope"},
