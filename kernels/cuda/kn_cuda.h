@@ -202,11 +202,13 @@ int32_t kn_cuda_rope_apply(float *x, int64_t n, int32_t n_heads, int32_t head_di
                            const float *cos_t, const float *sin_t, int32_t table_stride, int32_t rot,
                            cudaStream_t stream, struct mm_err *err);
 /** One tensor of kn_cuda_head_norm_rope: rows of n_heads heads of head_dim floats (n_heads * head_dim
- * apart), its norm weight w [head_dim], and the dims its RoPE rotates (even, <= head_dim; 0: none). */
+ * apart), its norm weight w [head_dim], the dims its RoPE rotates (even, <= head_dim; 0: none), and where to
+ * put a bf16 copy of the result in the same layout (NULL: none; what kn_cuda_convert would make of it). */
 struct kn_norm_rope_part {
     float *x;
     const float *w;
     int32_t n_heads, head_dim, rot;
+    void *bf16;
 };
 /** Most tensors one kn_cuda_head_norm_rope call takes (q, k, index q, index k). */
 #define KN_NORM_ROPE_MAX_PARTS 4

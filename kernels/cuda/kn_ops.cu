@@ -262,15 +262,18 @@ __global__ void k_head_norm_rope(const nr_args a)
     int32_t h = (int32_t)(item % a.heads), nh = 0, hd = 0, rot = 0;
     float *x = NULL;
     const float *w = NULL;
+    uint16_t *bf = NULL;
 #pragma unroll
     for (int k = 0; k < KN_NORM_ROPE_MAX_PARTS; k++) /* constant indices: the parts stay in parameter space */
         if (k < a.n_parts && !x) {
             if (h < a.p[k].n_heads)
-                x = a.p[k].x, w = a.p[k].w, nh = a.p[k].n_heads, hd = a.p[k].head_dim, rot = a.p[k].rot;
+                x = a.p[k].x, w = a.p[k].w, nh = a.p[k].n_heads, hd = a.p[k].head_dim, rot = a.p[k].rot,
+                bf = (uint16_t *)a.p[k].bf16;
             else
                 h -= a.p[k].n_heads;
         }
-    float *p = x + i * ((int64_t)nh * hd) + (int64_t)h * hd;
+    const int64_t off = i * ((int64_t)nh * hd) + (int64_t)h * hd;
+    float *p = x + off;
     float ss = 0.0f;
     for (int32_t j = lane; j < hd; j += 32) ss += p[j] * p[j];
     ss = kn_warp_sum(ss);
@@ -285,6 +288,9 @@ __global__ void k_head_norm_rope(const nr_args a)
         p[j] = va * c0 - vb * s0;
         p[j + half] = vb * c1 + va * s1;
     }
+    if (!bf) return;
+    __syncwarp(); /* the rotated values other lanes wrote */
+    for (int32_t j = lane; j < hd; j += 32) bf[off + j] = kn_f32_to_bf16(p[j]);
 }
 
 extern "C" int32_t kn_cuda_head_norm_rope(const struct kn_norm_rope_part *parts, int32_t n_parts, int64_t n,

@@ -154,9 +154,21 @@ static void test_norms(void)
             if (shp[k][2])
                 OK(kn_cuda_rope_apply(sep[k], n, shp[k][0], shp[k][1], stride, ct_d, st_d, rot, shp[k][2], 0,
                                       &err));
-            parts[k] = (struct kn_norm_rope_part){fus[k], wn_d, shp[k][0], shp[k][1], shp[k][2]};
+            parts[k] = (struct kn_norm_rope_part){fus[k], wn_d, shp[k][0], shp[k][1], shp[k][2], NULL};
         }
+        /* the first part (q) also as bf16, against kn_cuda_convert of the separate result */
+        const int64_t e0 = n * shp[0][0] * shp[0][1];
+        uint16_t *q16_d = ct_dmalloc(sizeof(uint16_t) * e0), *c16_d = ct_dmalloc(sizeof(uint16_t) * e0);
+        parts[0].bf16 = q16_d;
         OK(kn_cuda_head_norm_rope(parts, KN_NORM_ROPE_MAX_PARTS, n, ct_d, st_d, rot, 1e-6f, 0, &err));
+        OK(kn_cuda_convert(sep[0], c16_d, e0, 1, 0, &err));
+        uint16_t *q16 = ct_hmalloc(sizeof(uint16_t) * e0), *c16 = ct_hmalloc(sizeof(uint16_t) * e0);
+        ct_download(q16, q16_d, sizeof(uint16_t) * e0);
+        ct_download(c16, c16_d, sizeof(uint16_t) * e0);
+        CHECK_MSG(!memcmp(q16, c16, sizeof(uint16_t) * e0),
+                  "head norm + rope: the bf16 copy differs from a convert");
+        free(q16), free(c16);
+        cudaFree(q16_d), cudaFree(c16_d);
         for (int k = 0; k < KN_NORM_ROPE_MAX_PARTS; k++) {
             const int64_t e = n * shp[k][0] * shp[k][1];
             float *a = dl_f32(sep[k], e), *f = dl_f32(fus[k], e);
@@ -165,9 +177,10 @@ static void test_norms(void)
             free(a), free(f);
             cudaFree(sep[k]), cudaFree(fus[k]);
         }
-        printf("  %-28s bitwise equal to the separate calls\n", "head norm + rope (4 parts)");
+        printf("  %-28s bitwise equal to the separate calls (and a convert)\n", "head norm + rope (4 parts)");
         /* a rotation wider than the table or odd is refused */
         struct mm_err e3 = {0};
+        parts[0].bf16 = NULL;
         parts[0].rot = rot + 2;
         CHECK(kn_cuda_head_norm_rope(parts, 1, n, ct_d, st_d, rot, 1e-6f, 0, &e3) == MM_INVALID);
         parts[0].rot = 3;

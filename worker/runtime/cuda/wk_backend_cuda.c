@@ -60,6 +60,8 @@ struct cuda_be {
     int32_t add_norm;   /* the residual add and the next norm in one launch (MMGW_CUDA_ADD_NORM=0: two) */
     int32_t append_one; /* an MSA layer's K/V and index-key appends in one launch (MMGW_CUDA_APPEND_ONE=0) */
     int32_t multi;      /* linear_multi groups the 1-2-row bf16 products (MMGW_CUDA_LINEAR_MULTI=0: not) */
+    int32_t q16; /* attn_layer's norm + RoPE launch writes the attention's bf16 q: 2 single-token steps (the
+                    default), 0 never, 1 always (MMGW_CUDA_Q16=0 / 1) */
     int32_t small_gemm; /* 3-16-row products on kn_cuda_gemm_small_bf16 where it wins (MMGW_CUDA_SMALL_GEMM=0:
                            off) */
     int32_t failed;
@@ -942,7 +944,8 @@ static void cu_idx_write(void *ctx, int32_t layer, const float *idx_k)
 }
 
 /* q f32 -> bf16 scratch; out bf16 scratch -> f32 after the attention (f32 caches: both used as they are) */
-static int attn_io(struct cuda_be *c, const float *q, float *out, int64_t elems, void **qb, void **ob)
+static int attn_io(struct cuda_be *c, const float *q, float *out, int64_t elems, int q_ready, void **qb,
+                   void **ob)
 {
     struct mm_err e__ = {0};
     if (c->kv_dtype == KN_KV_F32) {
@@ -953,6 +956,7 @@ static int attn_io(struct cuda_be *c, const float *q, float *out, int64_t elems,
     *qb = grow(c, &c->qb16, (size_t)elems * 2);
     *ob = grow(c, &c->ob16, (size_t)elems * 2);
     if (!*qb || !*ob) return -1;
+    if (q_ready) return 0; /* attn_layer's norm + RoPE launch wrote the bf16 q into qb16 */
     if (kn_cuda_convert(q, *qb, elems, 1, ST, &e__)) {
         fail(c, &e__, "attention (q)");
         return -1;
@@ -961,7 +965,7 @@ static int attn_io(struct cuda_be *c, const float *q, float *out, int64_t elems,
 }
 
 struct a_attn_dense {
-    int32_t layer, n_heads;
+    int32_t layer, n_heads, q_ready;
     const float *q;
     float scale;
     float *out;
@@ -978,7 +982,7 @@ static void ex_attn_dense(void *ctx, const void *args)
     struct kn_cuda_msa_shape s = shape(c, n_heads, scale, NULL);
     const int64_t elems = c->b->n_tokens * n_heads * c->geom.head_dim;
     void *qb, *ob;
-    if (attn_io(c, q, out, elems, &qb, &ob)) return;
+    if (attn_io(c, q, out, elems, a->q_ready, &qb, &ob)) return;
     size_t wsb = kn_cuda_dense_attention_ws(&s, &c->qb, KN_PATH_AUTO);
     void *ws = grow(c, &c->ws, wsb);
     if (!ws) return;
@@ -998,7 +1002,8 @@ static void cu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_he
 }
 
 static void attn_msa(struct cuda_be *c, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
-                     float scale, const struct wk_msa_params *p, const struct wk_sel_out *so, float *out)
+                     float scale, const struct wk_msa_params *p, const struct wk_sel_out *so, float *out,
+                     int q_ready)
 {
     struct mm_err e__ = {0};
     if (p->n_idx_heads != c->geom.n_kv) {
@@ -1009,7 +1014,7 @@ static void attn_msa(struct cuda_be *c, int32_t layer, const float *q, const flo
     struct kn_cuda_msa_shape s = shape(c, n_heads, scale, p);
     const int64_t T = c->b->n_tokens, elems = T * n_heads * c->geom.head_dim;
     void *qb, *ob;
-    if (attn_io(c, q, out, elems, &qb, &ob)) return;
+    if (attn_io(c, q, out, elems, q_ready, &qb, &ob)) return;
     int32_t *sel = grow(c, &c->sel, sizeof(int32_t) * (size_t)(T * p->n_idx_heads * p->topk));
     /* selection and attention in one call: a decode step runs the fused route (two kernels) */
     void *ws = grow(c, &c->ws, kn_cuda_msa_select_attend_ws(&s, &c->qb, p->topk, KN_PATH_AUTO));
@@ -1040,7 +1045,7 @@ static void attn_msa(struct cuda_be *c, int32_t layer, const float *q, const flo
 }
 
 struct a_attn_msa {
-    int32_t layer, n_heads;
+    int32_t layer, n_heads, q_ready;
     const float *q, *idx_q;
     float scale;
     struct wk_msa_params p;
@@ -1050,22 +1055,30 @@ struct a_attn_msa {
 static void ex_attn_msa(void *ctx, const void *args)
 {
     const struct a_attn_msa *a = args;
-    attn_msa(ctx, a->layer, a->q, a->idx_q, a->n_heads, a->scale, &a->p, NULL, a->out);
+    attn_msa(ctx, a->layer, a->q, a->idx_q, a->n_heads, a->scale, &a->p, NULL, a->out, a->q_ready);
 }
 
-static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
-                        float scale, const struct wk_msa_params *p, const struct wk_sel_out *so, float *out)
+/* q_ready: the bf16 q is in qb16 already (attn_layer's norm + RoPE launch wrote it) */
+static void msa_op(struct cuda_be *c, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
+                   float scale, const struct wk_msa_params *p, const struct wk_sel_out *so, float *out,
+                   int q_ready)
 {
-    struct cuda_be *c = ctx;
     if (so && so->sel) { /* the selections are copied out for the caller: runs now */
         flush(c);
-        attn_msa(c, layer, q, idx_q, n_heads, scale, p, so, out);
+        attn_msa(c, layer, q, idx_q, n_heads, scale, p, so, out, q_ready);
         return;
     }
     struct a_attn_msa a;
     memset(&a, 0, sizeof a);
     a.layer = layer, a.n_heads = n_heads, a.q = q, a.idx_q = idx_q, a.scale = scale, a.p = *p, a.out = out;
+    a.q_ready = q_ready;
     run_op(c, ex_attn_msa, &a, sizeof a);
+}
+
+static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
+                        float scale, const struct wk_msa_params *p, const struct wk_sel_out *so, float *out)
+{
+    msa_op(ctx, layer, q, idx_q, n_heads, scale, p, so, out, 0);
 }
 
 /* One layer's attention (attn_layer): the per-head norms and RoPE of q, k (and the index query and key) in
@@ -1074,7 +1087,7 @@ static void cu_attn_msa(void *ctx, int32_t layer, const float *q, const float *i
  * 8 tiny kernels per MSA layer for the norms and rotations alone. */
 struct a_norm_rope {
     struct kn_norm_rope_part parts[KN_NORM_ROPE_MAX_PARTS];
-    int32_t n_parts;
+    int32_t n_parts, q16; /* q16: part 0 (q) also as bf16 into qb16, the attention's input */
     int64_t n;
     const float *cos_t, *sin_t;
     int32_t table_stride;
@@ -1086,7 +1099,13 @@ static void ex_norm_rope(void *ctx, const void *args)
     struct cuda_be *c = ctx;
     const struct a_norm_rope *a = args;
     struct mm_err e__ = {0};
-    if (kn_cuda_head_norm_rope(a->parts, a->n_parts, a->n, a->cos_t, a->sin_t, a->table_stride, a->eps, ST,
+    struct kn_norm_rope_part parts[KN_NORM_ROPE_MAX_PARTS];
+    memcpy(parts, a->parts, sizeof parts);
+    if (a->q16) { /* the buffer attn_io hands the attention (grown here, at run time, like there) */
+        parts[0].bf16 = grow(c, &c->qb16, (size_t)(a->n * parts[0].n_heads * parts[0].head_dim) * 2);
+        if (!parts[0].bf16) return;
+    }
+    if (kn_cuda_head_norm_rope(parts, a->n_parts, a->n, a->cos_t, a->sin_t, a->table_stride, a->eps, ST,
                                &e__))
         fail(c, &e__, "head norm + rope");
 }
@@ -1099,13 +1118,18 @@ static void cu_attn_layer(void *ctx, const struct wk_attn_layer *l)
     memset(&a, 0, sizeof a);
     a.n = c->b->n_tokens, a.cos_t = l->cos_t, a.sin_t = l->sin_t, a.table_stride = l->table_stride;
     a.eps = l->eps;
-    a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->q, l->q_norm->f32, l->n_heads, hd, l->rot};
-    a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->k, l->k_norm->f32, c->geom.n_kv, hd, l->rot};
+    a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->q, l->q_norm->f32, l->n_heads, hd, l->rot, NULL};
+    a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->k, l->k_norm->f32, c->geom.n_kv, hd, l->rot, NULL};
     if (l->msa) {
         const int32_t nih = l->msa->n_idx_heads, idim = l->msa->idx_dim;
-        a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->iq, l->iq_norm->f32, nih, idim, l->irot};
-        a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->ik, l->ik_norm->f32, 1, idim, l->irot};
+        a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->iq, l->iq_norm->f32, nih, idim, l->irot, NULL};
+        a.parts[a.n_parts++] = (struct kn_norm_rope_part){l->ik, l->ik_norm->f32, 1, idim, l->irot, NULL};
     }
+    /* the attention's bf16 q from this launch instead of a conversion of its own (which also leaves the
+     * append right before the index scan, whose programmatic launch then overlaps it): at one token per step
+     * +1.7 % tok/s, at 4 and 16 sequences 3-6 % slower (u run 10, not analysed); so single-token steps only
+     */
+    a.q16 = c->kv_dtype != KN_KV_F32 && (c->q16 == 1 || (c->q16 == 2 && a.n == 1));
     run_op(c, ex_norm_rope, &a, sizeof a);
     struct a_cache_write w; /* K/V and index keys in one append (MMGW_CUDA_APPEND_ONE=0: two) */
     memset(&w, 0, sizeof w);
@@ -1113,9 +1137,13 @@ static void cu_attn_layer(void *ctx, const struct wk_attn_layer *l)
     run_op(c, ex_cache_write, &w, sizeof w);
     if (l->msa && !c->append_one) cu_idx_write(c, l->layer, l->ik);
     if (l->msa) {
-        cu_attn_msa(c, l->layer, l->q, l->iq, l->n_heads, l->scale, l->msa, l->sel, l->out);
+        msa_op(c, l->layer, l->q, l->iq, l->n_heads, l->scale, l->msa, l->sel, l->out, a.q16);
     } else {
-        cu_attn_dense(c, l->layer, l->q, l->n_heads, l->scale, l->out);
+        struct a_attn_dense d;
+        memset(&d, 0, sizeof d);
+        d.layer = l->layer, d.n_heads = l->n_heads, d.q = l->q, d.scale = l->scale, d.out = l->out;
+        d.q_ready = a.q16;
+        run_op(c, ex_attn_dense, &d, sizeof d);
     }
 }
 
@@ -1554,8 +1582,9 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     const char *an = getenv("MMGW_CUDA_ADD_NORM"), *ao = getenv("MMGW_CUDA_APPEND_ONE");
     c->add_norm = !(an && !strcmp(an, "0"));
     c->append_one = !(ao && !strcmp(ao, "0"));
-    const char *lm = getenv("MMGW_CUDA_LINEAR_MULTI");
+    const char *lm = getenv("MMGW_CUDA_LINEAR_MULTI"), *q16 = getenv("MMGW_CUDA_Q16");
     c->multi = !(lm && !strcmp(lm, "0"));
+    c->q16 = q16 && !strcmp(q16, "0") ? 0 : q16 && !strcmp(q16, "1") ? 1 : 2;
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
     c->graphs = !(gr && !strcmp(gr, "0"));
     if (c->graphs) c->steps = wk_steps_new(); /* NULL (out of memory): steps run without graphs */
