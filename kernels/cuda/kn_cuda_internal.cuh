@@ -260,6 +260,13 @@ int32_t kn_check_msa_args(const struct kn_cuda_msa_shape *sh, const struct kn_cu
 /* Streaming multiprocessors of the current device (cached). */
 int32_t kn_cuda_sm_count(void);
 
+/* Tuning knobs from the environment, read at each call so that a benchmark or a test can compare settings
+ * in one process: kn_cuda_knob is "0" off, anything else on, unset or empty dflt; kn_cuda_knob_int is atoi,
+ * unset or empty dflt. The MSA knobs are listed in kn_msa_kernels.cuh, the sparse-prefill ones in
+ * kn_cuda_knobs.h; the products' (KN_CUDA_GEMV_F32_R / _KS, KN_CUDA_GS_CLUSTER) where they are read. */
+int kn_cuda_knob(const char *name, int dflt);
+int kn_cuda_knob_int(const char *name, int dflt);
+
 /* The end of an inner-dimension split over ks CTAs: y[t][r] (row stride ldy) = the sum over s of
  * part[s][t][r] ([ks][n][rows]), in order, so the result does not depend on which CTA finished first. */
 cudaError_t kn_ksplit_sum(const float *part, int32_t n, int64_t rows, int32_t ks, float *y, int64_t ldy,

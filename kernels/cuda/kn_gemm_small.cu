@@ -15,7 +15,6 @@
  * path's conversion does. kn_cuda_gemm_small_prefer says where it beats cuBLAS (measured:
  * bench/cuda/README.md "Decode products at 3-16 rows"). */
 #include "kn_cuda_internal.cuh"
-#include "kn_msa_kernels.cuh" /* kn_cuda_knob */
 
 #include <cuda_bf16.h>
 

@@ -11,7 +11,6 @@
  * product is exact in f32, sums are f32 (lane, then warp shuffles, then the 8 warps in order). The result
  * differs from cuBLAS's only by the order of the f32 sums. */
 #include "kn_cuda_internal.cuh"
-#include "kn_msa_kernels.cuh" /* kn_cuda_knob_int */
 
 #include <cuda_bf16.h>
 #include <string.h>

@@ -78,11 +78,9 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
                              const struct kn_cuda_cache *c, const void *q, const float *scores,
                              int32_t score_stride, int32_t *sel, int32_t sel_stride, void *out,
                              cudaStream_t stream, struct mm_err *err);
-/* Tuning knobs from the environment ("0" off, anything else on, unset: dflt), read at each call so that
- * benchmarks can compare settings in one run: KN_CUDA_FUSED_DECODE (default on), KN_CUDA_PDL (on),
- * KN_CUDA_STEAL (off: measured slower, see docs/design/cuda.md). */
-int kn_cuda_knob(const char *name, int dflt);
-/* The same for an integer setting (unset or empty: dflt, else atoi). KN_CUDA_IDX picks the
+/* The MSA kernels' tuning knobs (read with kn_cuda_knob / kn_cuda_knob_int, kn_cuda_internal.cuh):
+ * KN_CUDA_FUSED_DECODE (default on), KN_CUDA_PDL (on), KN_CUDA_STEAL (off: measured slower, see
+ * docs/design/cuda.md). Integer settings: KN_CUDA_IDX picks the
  * decode index scan: unset = automatic (see kn_index_scores_decode), 0 persistent with chunks of 8 pages per
  * CTA, 1 persistent with an even split over 2 x SMs CTAs, 2 one short CTA per page
  * (kn_msa_index_decode_pages.cu; FP8: two pages), 3 a persistent grid-stride stream over (query, page) items
@@ -98,7 +96,6 @@ int kn_cuda_knob(const char *name, int dflt);
  * KN_CUDA_IDX_TRIGGER=1: the persistent scan lets the fused decode tail
  * launch only when its CTAs finish (default: at their entry). KN_CUDA_TOPK_BF=0: top-k gathers its candidates
  * with a branch per value (the previous code) instead of a store per value. */
-int kn_cuda_knob_int(const char *name, int dflt);
 
 /* kn_msa_prefill.cu: KV-block-major sparse prefill with partial outputs and a merge */
 int kn_attn_prefill_supported(const struct kn_cuda_msa_shape *sh, int32_t sel_stride);
