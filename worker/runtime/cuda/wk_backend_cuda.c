@@ -993,12 +993,19 @@ static void ex_attn_dense(void *ctx, const void *args)
     if (ob != out && kn_cuda_convert(ob, out, elems, 0, ST, &e__)) fail(c, &e__, "attn_dense (out)");
 }
 
-static void cu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_heads, float scale, float *out)
+/* q_ready: the bf16 q is in qb16 already (attn_layer's norm + RoPE launch wrote it) */
+static void dense_op(struct cuda_be *c, int32_t layer, const float *q, int32_t n_heads, float scale,
+                     float *out, int q_ready)
 {
     struct a_attn_dense a;
     memset(&a, 0, sizeof a);
-    a.layer = layer, a.n_heads = n_heads, a.q = q, a.scale = scale, a.out = out;
-    run_op(ctx, ex_attn_dense, &a, sizeof a);
+    a.layer = layer, a.n_heads = n_heads, a.q = q, a.scale = scale, a.out = out, a.q_ready = q_ready;
+    run_op(c, ex_attn_dense, &a, sizeof a);
+}
+
+static void cu_attn_dense(void *ctx, int32_t layer, const float *q, int32_t n_heads, float scale, float *out)
+{
+    dense_op(ctx, layer, q, n_heads, scale, out, 0);
 }
 
 static void attn_msa(struct cuda_be *c, int32_t layer, const float *q, const float *idx_q, int32_t n_heads,
@@ -1136,15 +1143,10 @@ static void cu_attn_layer(void *ctx, const struct wk_attn_layer *l)
     w.layer = l->layer, w.k = l->k, w.v = l->v, w.kidx = l->msa && c->append_one ? l->ik : NULL;
     run_op(c, ex_cache_write, &w, sizeof w);
     if (l->msa && !c->append_one) cu_idx_write(c, l->layer, l->ik);
-    if (l->msa) {
+    if (l->msa)
         msa_op(c, l->layer, l->q, l->iq, l->n_heads, l->scale, l->msa, l->sel, l->out, a.q16);
-    } else {
-        struct a_attn_dense d;
-        memset(&d, 0, sizeof d);
-        d.layer = l->layer, d.n_heads = l->n_heads, d.q = l->q, d.scale = l->scale, d.out = l->out;
-        d.q_ready = a.q16;
-        run_op(c, ex_attn_dense, &d, sizeof d);
-    }
+    else
+        dense_op(c, l->layer, l->q, l->n_heads, l->scale, l->out, a.q16);
 }
 
 /* Routed experts: fp32 router and routing on the GPU, then products per (token, expert) pair (up to
