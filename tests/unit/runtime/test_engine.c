@@ -8,6 +8,7 @@
 #include "mkdemo.h"
 #include "mmgw_test.h"
 #include "wk_engine.h"
+#include "wk_engine_int.h" /* the backend table, to offer the forward an optional fused op */
 
 static char dir[256];
 static struct wk_engine *E;
@@ -194,6 +195,47 @@ static void test_prefix_and_fork(void)
     free(got);
 }
 
+/* The forward with a backend that offers add_rmsnorm (the residual add and the next norm in one op): here the
+ * op is the CPU backend's add then rmsnorm, so the logits must be the same bits as without it, and the op
+ * must replace both residual adds of every layer (the next layer's input norm and the final norm inside it).
+ */
+static const struct wk_backend_iface *plain_be;
+static int64_t fused_calls;
+
+static void add_rmsnorm_composed(void *ctx, float *y, const float *x, const struct wk_weight *w, int64_t n,
+                                 int32_t dim, float eps, float *out)
+{
+    fused_calls++;
+    plain_be->add(ctx, y, x, n * dim);
+    plain_be->rmsnorm(ctx, y, w, n, dim, eps, out);
+}
+
+static void test_fused_add_norm(void)
+{
+    enum { N = 40 };
+    int32_t ids[N];
+    prompt(ids, N, 9);
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    /* a prefill of 30 tokens, then one token per step (decode) */
+    struct wk_seq *s1 = run_chunks(ids, 30, 30, a);
+    wk_seq_free(E, s1);
+    s1 = run_chunks(ids, N, 1, a);
+    plain_be = E->be.iface;
+    struct wk_backend_iface fused = *plain_be;
+    fused.add_rmsnorm = add_rmsnorm_composed;
+    E->be.iface = &fused;
+    struct wk_seq *s2 = run_chunks(ids, N, 1, b);
+    E->be.iface = plain_be;
+    CHECK_MSG(!memcmp(a, b, sizeof(float) * N * V), "add_rmsnorm offered: logits differ (max %.3g)",
+              maxdiff(a, b, (int64_t)N * V));
+    const int64_t layers = E->cfg.text.n_layers;
+    CHECK_MSG(fused_calls == 2 * layers * N, "add_rmsnorm: %lld calls for %d steps of %lld layers",
+              (long long)fused_calls, N, (long long)layers);
+    wk_seq_free(E, s1);
+    wk_seq_free(E, s2);
+    free(a), free(b);
+}
+
 static void test_refusals(void)
 {
     struct mm_err err = {0};
@@ -364,6 +406,7 @@ int main(void)
     test_chunking();
     test_batching();
     test_prefix_and_fork();
+    test_fused_add_norm();
     test_refusals();
     test_media();
     wk_engine_close(E);
