@@ -5,6 +5,7 @@
 # measurement) and eval.tar.gz (mmgw-run outputs).
 #
 #   OUT=/some/dir bench/cuda/device_run.sh [steps...]     steps: build tests goldens sass bench torch model moe
+#                                                         layers (not in the default list)
 #
 # Build inputs: the standalone CMake project bench/cuda/device (-DSNAP/-DJANSSON_ROOT) so that only the CUDA
 # toolkit, libc and a carried libjansson are needed there. Prepare here, then carry .carry:
@@ -119,5 +120,15 @@ if has moe; then
         --set shared_inter=1024 --set no_vision=1
     run model_bench_moe 120 $B/bin/model_bench --model $M --ctx 32768 --batch ${MOE_BATCH:-1,4,16} --steps 64 \
         --pages 8000 --out "$OUT/model_moe.tsv"
+fi
+if has layers; then
+    # the MSA decode layer at the model's contexts and batches with a page set per sequence, the default split
+    # count against the previous one (bench/cuda/README.md "Whole-model decode, fourth session")
+    for ctx in ${LAYER_CTX:-32768 131072}; do
+        for b in ${LAYER_BATCH:-4 8 16 32 64}; do
+            KN_BENCH_DEC_CTX=$ctx KN_BENCH_DEC_BATCH=$b KN_BENCH_DEC_OWN=1 KN_BENCH_DEC_ROUTES="fused|fused, waves" \
+                run layer_${ctx}_b$b 120 $B/bin/kn_bench --only layerdec --out "$OUT/layer_${ctx}_b$b.tsv"
+        done
+    done
 fi
 log "done"
