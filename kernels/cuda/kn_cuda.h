@@ -323,7 +323,9 @@ int kn_cuda_gemv_f32_split(int64_t n, int64_t rows, int64_t cols);
 /** Decode products at up to 16 activation rows on the tensor cores (kn_gemm_small.cu): y[n][rows] = bf16(x[n]
  * [cols]) . W^T, W bf16 [rows][cols] contiguous, f32 sums. Needs kn_cuda_gemm_small_ok(n, cols, ldx) (cols a
  * multiple of 256), 16-byte aligned x and W, and a workspace of kn_cuda_gemm_small_ws(n, rows, cols) bytes
- * (0 when the rows alone fill the GPU). */
+ * (0 when the rows alone fill the GPU). Where the inner dimension is split, the split's CTAs add their sums
+ * in a cluster if the grid runs in one wave; only a split in several waves goes through the workspace (it is
+ * required whenever the size says so, whichever way the call goes). */
 int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                 const void *w, float *y, int64_t ldy, void *ws, size_t ws_bytes,
                                 cudaStream_t stream, struct mm_err *err);
