@@ -1213,6 +1213,21 @@ struct a_moe_dev { /* both MoE routes without the host */
     float scale, alpha, limit;
 };
 
+/* The end of both MoE routes without the host: out = the pairs' expert outputs eo weighted by wts, summed per
+ * token (inv: where each pair's row went in the expert-sorted order, NULL for pair order) */
+static void moe_combine_out(struct cuda_be *c, const struct a_moe_dev *a, const float *eo, const int32_t *inv,
+                            const float *wts, const char *what)
+{
+    struct mm_err e__ = {0};
+    cudaError_t ce = cudaMemsetAsync(a->out, 0, sizeof(float) * (size_t)(a->n * a->H), ST);
+    if (ce != cudaSuccess) {
+        failc(c, ce, what);
+        return;
+    }
+    if (kn_cuda_moe_combine(eo, inv, wts, a->n, a->K, a->H, a->out, a->H, ST, &e__))
+        fail(c, &e__, "moe (combine)");
+}
+
 static void ex_moe_pairs(void *ctx, const void *args)
 {
     struct cuda_be *c = ctx;
@@ -1238,13 +1253,7 @@ static void ex_moe_pairs(void *ctx, const void *args)
         fail(c, &e__, "moe (pairs)");
         return;
     }
-    cudaError_t ce = cudaMemsetAsync(a->out, 0, sizeof(float) * (size_t)(n * a->H), ST);
-    if (ce != cudaSuccess) {
-        failc(c, ce, "moe (pairs)");
-        return;
-    }
-    if (kn_cuda_moe_combine(eo, NULL, wts, n, a->K, a->H, a->out, a->H, ST, &e__))
-        fail(c, &e__, "moe (combine)");
+    moe_combine_out(c, a, eo, NULL, wts, "moe (pairs)");
 }
 
 /* More pairs, still without the host: the routed rows sorted by expert on the device (kn_cuda_moe_sort),
@@ -1283,13 +1292,7 @@ static void ex_moe_grouped(void *ctx, const void *args)
         fail(c, &e__, "moe (grouped)");
         return;
     }
-    cudaError_t ce = cudaMemsetAsync(a->out, 0, sizeof(float) * (size_t)(n * a->H), ST);
-    if (ce != cudaSuccess) {
-        failc(c, ce, "moe (grouped)");
-        return;
-    }
-    if (kn_cuda_moe_combine(eo, inv, wts, n, a->K, a->H, a->out, a->H, ST, &e__))
-        fail(c, &e__, "moe (combine)");
+    moe_combine_out(c, a, eo, inv, wts, "moe (grouped)");
 }
 
 /* Most (token, expert) pairs that take the per-pair route: each pair reads its expert's weights, so once
