@@ -2124,6 +2124,19 @@ static void run_skinny(void *p, int it)
     }
 }
 
+/* One cell of the skinny bench: a->rows x a->cols weights of elem bytes, rotated among as many sets as the
+ * pool holds (at most 64), timed and reported as route "rows x cols, n" (with "f32 " for 4-byte weights) */
+static void skinny_cell(struct skinny_arg *a, size_t pool, int elem, const char *route)
+{
+    const double wbytes = (double)a->rows * a->cols * elem;
+    a->n_sets = (int32_t)(pool / (size_t)wbytes);
+    if (a->n_sets > 64) a->n_sets = 64;
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "%s%lld x %lld, n %lld", elem == 4 ? "f32 " : "", (long long)a->rows,
+             (long long)a->cols, (long long)a->n);
+    time_emit_stream(route, cfg, run_skinny, a, wbytes, g_quick ? 5 : 30, 20, 0);
+}
+
 static void bench_skinny(void)
 {
     printf(
@@ -2157,18 +2170,12 @@ static void bench_skinny(void)
                 if (routes[ri] >= 5 && kn_cuda_gemm_small_ws(a.n, a.rows, a.cols) == 0)
                     continue; /* no split */
                 if (routes[ri] >= 5) setenv("KN_CUDA_GS_CLUSTER", routes[ri] == 5 ? "0" : "2", 1);
-                const double wbytes = (double)a.rows * a.cols * 2;
-                a.n_sets = (int32_t)(pool / (size_t)wbytes);
-                if (a.n_sets > 64) a.n_sets = 64;
-                char cfg[96];
-                snprintf(cfg, sizeof cfg, "%lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
-                         (long long)a.n);
-                time_emit_stream(routes[ri] == 6   ? "tc cluster"
-                                 : routes[ri] == 5 ? "tc sum"
-                                 : gv == 4         ? "tc"
-                                 : gv              ? "gemv"
-                                                   : "cublas",
-                                 cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30, 20, 0);
+                skinny_cell(&a, pool, 2,
+                            routes[ri] == 6   ? "tc cluster"
+                            : routes[ri] == 5 ? "tc sum"
+                            : gv == 4         ? "tc"
+                            : gv              ? "gemv"
+                                              : "cublas");
                 unsetenv("KN_CUDA_GS_CLUSTER");
             }
     /* f32 weights (the index projections and the router): cuBLAS f32 against kn_cuda_gemv_f32, with its plan
@@ -2192,13 +2199,7 @@ static void bench_skinny(void)
                 if (ri && !kn_cuda_gemv_f32_ok(a.n, a.cols, a.cols)) continue;
                 if (fr) setenv("KN_CUDA_GEMV_F32_R", fr, 1);
                 if (fk) setenv("KN_CUDA_GEMV_F32_KS", fk, 1);
-                const double wbytes = (double)a.rows * a.cols * 4;
-                a.n_sets = (int32_t)(pool / (size_t)wbytes);
-                if (a.n_sets > 64) a.n_sets = 64;
-                char cfg[96];
-                snprintf(cfg, sizeof cfg, "f32 %lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
-                         (long long)a.n);
-                time_emit_stream(f32_routes[ri].name, cfg, run_skinny, &a, wbytes, g_quick ? 5 : 30, 20, 0);
+                skinny_cell(&a, pool, 4, f32_routes[ri].name);
                 unsetenv("KN_CUDA_GEMV_F32_R");
                 unsetenv("KN_CUDA_GEMV_F32_KS");
             }

@@ -648,6 +648,36 @@ static void test_gemm_small(void)
                                   NULL, 0, 0, &e2) == MM_INVALID);
 }
 
+/* The expert weights of the MoE product tests: two tables (gate, up) of E experts of rows x cols, random,
+ * rounded to bf16 (w: the rounded values in f32, for the CPU reference), uploaded (w_d), and the device table
+ * of the 2 E per-expert pointers (tab_d: gate experts first). Draws after the caller's activations. */
+struct expert_tabs {
+    float *w;
+    uint16_t *wb;
+    void *w_d, *tab_d;
+};
+
+static void expert_tabs_make(struct expert_tabs *t, int E, int64_t rows, int64_t cols)
+{
+    const int64_t elems = 2 * E * rows * cols;
+    t->w = ct_hmalloc(sizeof(float) * elems);
+    t->wb = ct_hmalloc(sizeof(uint16_t) * elems);
+    ct_fill_normal(t->w, elems, 0.05f);
+    ct_to_bf16(t->w, t->wb, elems);
+    ct_from_bf16(t->wb, t->w, elems);
+    t->w_d = ct_upload(t->wb, sizeof(uint16_t) * elems);
+    const void **tab = ct_hmalloc(sizeof(void *) * 2 * E);
+    for (int e = 0; e < 2 * E; e++) tab[e] = (const uint16_t *)t->w_d + (int64_t)e * rows * cols;
+    t->tab_d = ct_upload(tab, sizeof(void *) * 2 * E);
+    free(tab);
+}
+
+static void expert_tabs_free(struct expert_tabs *t)
+{
+    free(t->w), free(t->wb);
+    cudaFree(t->w_d), cudaFree(t->tab_d);
+}
+
 /* MoE products grouped by expert on the device (kn_cuda_gemm_small_experts_bf16): experts with 0, 1, 5, 16,
  * 17 and 40 rows (one 16-row chunk, a partial chunk, several chunks), rows not a multiple of 16, inner
  * dimensions of 512 and 96 (a multiple of 32, not of 256: warps with no k blocks), gate and up
@@ -661,18 +691,13 @@ static void test_gemm_small_experts(int64_t cols)
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + cnt[e];
     const int64_t P = off[E], rows = 40, ldx = cols + 4, ldy = rows + 3;
     float *x = ct_hmalloc(sizeof(float) * P * ldx), *xr = ct_hmalloc(sizeof(float) * P * cols);
-    float *w = ct_hmalloc(sizeof(float) * 2 * E * rows * cols);
-    uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * 2 * E * rows * cols);
     ct_fill_normal(x, P * ldx, 1.0f);
-    ct_fill_normal(w, 2 * E * rows * cols, 0.05f);
-    ct_to_bf16(w, wb, 2 * E * rows * cols);
-    ct_from_bf16(wb, w, 2 * E * rows * cols);
+    struct expert_tabs et;
+    expert_tabs_make(&et, E, rows, cols);
+    const float *w = et.w;
+    void *tab_d = et.tab_d;
     for (int64_t p = 0; p < P; p++)
         for (int64_t k = 0; k < cols; k++) xr[p * cols + k] = ct_bf16_round(x[p * ldx + k]);
-    void *w_d = ct_upload(wb, sizeof(uint16_t) * 2 * E * rows * cols);
-    const void *tab[2 * E];
-    for (int e = 0; e < 2 * E; e++) tab[e] = (const uint16_t *)w_d + (int64_t)e * rows * cols;
-    void *tab_d = ct_upload(tab, sizeof tab);
     int32_t *off_d = ct_upload(off, sizeof off);
     float *x_d = ct_upload(x, sizeof(float) * P * ldx);
     float *ya_d = ct_dmalloc(sizeof(float) * P * ldy), *yb_d = ct_dmalloc(sizeof(float) * P * ldy);
@@ -707,8 +732,9 @@ static void test_gemm_small_experts(int64_t cols)
     CHECK(kn_cuda_gemm_small_experts_bf16(E, off_d, rows, 100, x_d, 100, (const void *const *)tab_d, NULL,
                                           ya_d, NULL, ldy, 0, &e2) == MM_INVALID);
     OK(kn_cuda_gemm_small_experts_bf16(0, NULL, rows, cols, NULL, ldx, NULL, NULL, NULL, NULL, ldy, 0, &err));
-    free(x), free(xr), free(w), free(wb), free(ref), free(g2);
-    cudaFree(w_d), cudaFree(tab_d), cudaFree(off_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
+    free(x), free(xr), free(ref), free(g2);
+    expert_tabs_free(&et);
+    cudaFree(off_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
 }
 
 /* MoE decode products (kn_cuda_gemv_experts_bf16): n tokens x K experts each, every pair's expert weight
@@ -720,17 +746,12 @@ static void test_gemv_experts(void)
     const int64_t rows = 37, cols = 128;
     const int32_t ids[P] = {4, 0, 2, 2, 1, 3};
     float *x = ct_hmalloc(sizeof(float) * NT * cols), *xr = ct_hmalloc(sizeof(float) * NT * cols);
-    float *w = ct_hmalloc(sizeof(float) * 2 * E * rows * cols);
-    uint16_t *wb = ct_hmalloc(sizeof(uint16_t) * 2 * E * rows * cols);
     ct_fill_normal(x, NT * cols, 1.0f);
-    ct_fill_normal(w, 2 * E * rows * cols, 0.05f);
-    ct_to_bf16(w, wb, 2 * E * rows * cols);
-    ct_from_bf16(wb, w, 2 * E * rows * cols);
+    struct expert_tabs et;
+    expert_tabs_make(&et, E, rows, cols);
+    const float *w = et.w;
+    void *tab_d = et.tab_d;
     for (int64_t i = 0; i < NT * cols; i++) xr[i] = ct_bf16_round(x[i]);
-    void *w_d = ct_upload(wb, sizeof(uint16_t) * 2 * E * rows * cols);
-    const void *tab[2 * E];
-    for (int e = 0; e < 2 * E; e++) tab[e] = (const uint16_t *)w_d + (int64_t)e * rows * cols;
-    void *tab_d = ct_upload(tab, sizeof tab);
     int32_t *ids_d = ct_upload(ids, sizeof ids);
     float *x_d = ct_upload(x, sizeof(float) * NT * cols);
     float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
@@ -776,9 +797,9 @@ static void test_gemv_experts(void)
     struct mm_err e2 = {0};
     CHECK(kn_cuda_gemv_experts_bf16(P, 0, rows, cols, x_d, cols, ids_d, (const void *const *)tab_d, NULL,
                                     ya_d, NULL, rows, 0, &e2) == MM_INVALID);
-    free(gc), free(got), free(ref), free(x), free(xr), free(w), free(wb), free(xp), free(xpr), free(yc),
-        free(rc);
-    cudaFree(w_d), cudaFree(tab_d), cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
+    free(gc), free(got), free(ref), free(x), free(xr), free(xp), free(xpr), free(yc), free(rc);
+    expert_tabs_free(&et);
+    cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
     cudaFree(xp_d), cudaFree(wts_d), cudaFree(yc_d);
 }
 
