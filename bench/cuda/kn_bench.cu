@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -101,6 +102,16 @@ static int cmp_double(const void *a, const void *b)
 
 typedef void (*bench_fn)(void *arg, int iter);
 
+static double host_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+/* time_ms's median host time inside f (the calls' own CPU cost: argument checks, knobs, launches), us */
+static double g_host_us;
+
 /* Median milliseconds of iters runs of f (after warm runs), each bracketed by events. */
 static double time_ms(bench_fn f, void *arg, int warm, int iters)
 {
@@ -110,9 +121,12 @@ static double time_ms(bench_fn f, void *arg, int warm, int iters)
     for (int i = 0; i < warm; i++) f(arg, i);
     CK(cudaDeviceSynchronize());
     double *t = (double *)hmalloc(sizeof(double) * (size_t)iters);
+    double *h = (double *)hmalloc(sizeof(double) * (size_t)iters);
     for (int i = 0; i < iters; i++) {
         CK(cudaEventRecord(a, 0));
+        const double h0 = host_us();
         f(arg, warm + i);
+        h[i] = host_us() - h0;
         CK(cudaEventRecord(b, 0));
         CK(cudaEventSynchronize(b));
         float ms = 0;
@@ -121,8 +135,11 @@ static double time_ms(bench_fn f, void *arg, int warm, int iters)
     }
     CK(cudaGetLastError());
     qsort(t, (size_t)iters, sizeof(double), cmp_double);
+    qsort(h, (size_t)iters, sizeof(double), cmp_double);
     double med = t[iters / 2];
+    g_host_us = h[iters / 2];
     free(t);
+    free(h);
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     return med;
@@ -416,6 +433,19 @@ static void bench_ceilings(void)
     /* the floor under every small kernel on this machine: an empty launch */
     emit("ceiling", "empty kernel, synced per call", "launch floor", time_ms(run_empty, NULL, 10, 50) * 1e3,
          "us");
+    emit("ceiling", "empty kernel, synced per call", "host time", g_host_us, "us");
+    /* what one knob read (kn_cuda_knob: a getenv of an unset name) costs with this process's environment */
+    {
+        extern char **environ;
+        int n_env = 0;
+        while (environ[n_env]) n_env++;
+        volatile int sink = 0;
+        const double h0 = host_us();
+        for (int i = 0; i < 10000; i++) sink += getenv("KN_CUDA_NOT_A_KNOB") != NULL;
+        char cfg2[64];
+        snprintf(cfg2, sizeof cfg2, "getenv of an unset name, %d variables", n_env);
+        emit("ceiling", cfg2, "host time", (host_us() - h0) / 10000 * 1e3, "ns");
+    }
     emit("ceiling", "empty kernel, back to back", "launch floor",
          time_b2b_ms(run_empty, NULL, 10, 9, 50) * 1e3, "us");
 }
@@ -486,6 +516,14 @@ static const struct idx_variant g_idx_variants[] = {
     {"append + index fp8", 1, 0, 1, ""},
     {"append + index bf16 no pdl", 0, 0, 1, "KN_CUDA_IDX_PDL=0"},
     {"append + index fp8 no pdl", 1, 0, 1, "KN_CUDA_IDX_PDL=0"},
+    /* where the FP8 scan loses against a read of its bytes (timing only: KN_CUDA_IDX_DIAG gives wrong scores;
+     * bit 0 no scale copies, bit 1 no products) and the grid sweeping the sequence together (INTER) */
+    {"index fp8 diag no scales", 1, 0, 0, "KN_CUDA_IDX_DIAG=1 KN_CUDA_IDX_PDL=0"},
+    {"index fp8 diag no math", 1, 0, 0, "KN_CUDA_IDX_DIAG=2 KN_CUDA_IDX_PDL=0"},
+    {"index fp8 diag neither", 1, 0, 0, "KN_CUDA_IDX_DIAG=3 KN_CUDA_IDX_PDL=0"},
+    {"index bf16 diag no math", 0, 0, 0, "KN_CUDA_IDX_DIAG=2 KN_CUDA_IDX_PDL=0"},
+    {"index fp8 inter", 1, 0, 0, "KN_CUDA_IDX_INTER=1 KN_CUDA_IDX_PDL=0"},
+    {"index bf16 inter", 0, 0, 0, "KN_CUDA_IDX_INTER=1 KN_CUDA_IDX_PDL=0"},
 };
 
 /* Knob strings ("KEY=VAL KEY=VAL", as the routes of every section give them): the next pair of *k, advanced
@@ -511,7 +549,7 @@ static void idx_set_env(const char *env)
 {
     static const char *const knobs[] = {"KN_CUDA_IDX",       "KN_CUDA_IDX_TILE",  "KN_CUDA_IDX_LINES",
                                         "KN_CUDA_IDX_EVICT", "KN_CUDA_IDX_SPLIT", "KN_CUDA_IDX_CHUNK",
-                                        "KN_CUDA_IDX_PDL"};
+                                        "KN_CUDA_IDX_PDL",   "KN_CUDA_IDX_DIAG",  "KN_CUDA_IDX_INTER"};
     env_set(knobs, sizeof knobs / sizeof knobs[0], env);
 }
 
@@ -578,6 +616,7 @@ static void time_emit_stream(const char *name, const char *cfg, bench_fn f, void
     double ms = time_ms(f, arg, 3, iters);
     double tbs = bytes / (ms * 1e-3) / 1e12;
     emit(name, cfg, "time", ms * 1e3, "us");
+    emit(name, cfg, "host time", g_host_us, "us");
     if (with_bw) emit(name, cfg, "bandwidth", tbs, "TB/s");
     emit(name, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
     ms = time_b2b_ms(f, arg, 3, g_quick ? 3 : 9, reps);
@@ -1352,6 +1391,8 @@ static const struct layer_route g_routes[] = {
     {"fused, previous tail", "KN_CUDA_TAIL_WARPS=4 KN_CUDA_TOPK_BF=1", 1},
     {"fused, 4 warps", "KN_CUDA_TAIL_WARPS=4", 1},
     {"fused, topk store", "KN_CUDA_TOPK_BF=1", 1},
+    /* the shared-memory limits raised by a driver call at every launch (before kn_smem_attr's table) */
+    {"fused, attr each call", "KN_CUDA_ATTR_MEMO=0", 1},
 };
 
 /* KN_BENCH_DEC_ROUTES="name|name|...": time and profile only these routes (all when unset), so that a short
@@ -1370,11 +1411,12 @@ static int route_on(const struct layer_route *r)
 
 static void set_route(const struct layer_route *r)
 {
-    static const char *knobs[] = {
-        "KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",        "KN_CUDA_PDL",        "KN_CUDA_FUSED_SPLIT",
-        "KN_CUDA_FUSED_PACK",   "KN_CUDA_MERGE_SERIAL", "KN_CUDA_IDX",        "KN_CUDA_IDX_TRIGGER",
-        "KN_CUDA_TOPK_BF",      "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH", "KN_CUDA_IDX_TILE",
-        "KN_CUDA_IDX_LINES",    "KN_CUDA_IDX_EVICT",    "KN_CUDA_TAIL_WARPS", "KN_CUDA_FUSED_WAVES"};
+    static const char *knobs[] = {"KN_CUDA_FUSED_DECODE", "KN_CUDA_STEAL",       "KN_CUDA_PDL",
+                                  "KN_CUDA_FUSED_SPLIT",  "KN_CUDA_FUSED_PACK",  "KN_CUDA_MERGE_SERIAL",
+                                  "KN_CUDA_IDX",          "KN_CUDA_IDX_TRIGGER", "KN_CUDA_TOPK_BF",
+                                  "KN_CUDA_TOPK_SPLIT",   "KN_CUDA_MERGE_PUSH",  "KN_CUDA_IDX_TILE",
+                                  "KN_CUDA_IDX_LINES",    "KN_CUDA_IDX_EVICT",   "KN_CUDA_TAIL_WARPS",
+                                  "KN_CUDA_FUSED_WAVES",  "KN_CUDA_ATTR_MEMO"};
     env_set(knobs, sizeof knobs / sizeof knobs[0], r ? r->env : NULL);
 }
 
@@ -1693,6 +1735,11 @@ static void bench_layer_decode(int prof_only)
                     double ms = time_ms(run_layer_dec, &a, 3, iters);
                     snprintf(name, sizeof name, "MSA %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
                     emit(pass ? "layer" : "layer pass 1", cfg, name, ms * 1e3, "us");
+                    if (pass) { /* the call's CPU time: what a synced call adds to the GPU's */
+                        snprintf(name, sizeof name, "host time %s %s", fp8 ? "fp8" : "bf16",
+                                 g_routes[r].name);
+                        emit("layer", cfg, name, g_host_us, "us");
+                    }
                     if (!pass || batch > 1) continue;
                     snprintf(name, sizeof name, "speedup %s %s", fp8 ? "fp8" : "bf16", g_routes[r].name);
                     emit("layer", cfg, name, dense_ms / ms, "x vs ours");

@@ -121,7 +121,7 @@ int32_t kn_attn_dense_prefill(const struct kn_cuda_msa_shape *sh, const struct k
     a.hpg = sh->n_heads / sh->n_kv;
     a.scale_log2 = sh->scale * 1.4426950408889634f;
     a.out = (uint16_t *)out;
-    KN_CU(cudaFuncSetAttribute(k_attn_dense, cudaFuncAttributeMaxDynamicSharedMemorySize, DN_SMEM),
+    KN_CU(kn_smem_attr((const void *)k_attn_dense, DN_SMEM),
           "kn_cuda attention (dense prefill): shared memory");
     const int64_t gx = (int64_t)qb->n_tiles * (KN_CUDA_QTILE / DN_WARPS);
     if (gx > INT32_MAX || sh->n_kv > 65535)

@@ -260,6 +260,11 @@ int32_t kn_check_msa_args(const struct kn_cuda_msa_shape *sh, const struct kn_cu
 /* Streaming multiprocessors of the current device (cached). */
 int32_t kn_cuda_sm_count(void);
 
+/* Raise kern's dynamic shared-memory limit to at least smem bytes on the current device: the driver call only
+ * the first time a kernel needs more than before (a host cost of every synced decode layer otherwise; table
+ * of kn_cuda_util.cu, 64 kernels; past that, every call). KN_CUDA_ATTR_MEMO=0: the call every time. */
+cudaError_t kn_smem_attr(const void *kern, int smem);
+
 /* Tuning knobs from the environment, read at each call so that a benchmark or a test can compare settings
  * in one process: kn_cuda_knob is "0" off, anything else on, unset or empty dflt; kn_cuda_knob_int is atoi,
  * unset or empty dflt. The MSA knobs are listed in kn_msa_kernels.cuh, the sparse-prefill ones in

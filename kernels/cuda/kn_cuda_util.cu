@@ -1,6 +1,7 @@
 /* Device facts, error mapping, and host-side planning of a step's query batch. */
 #include "kn_cuda_internal.cuh"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,32 @@ int32_t kn_cuda_sm_count(void)
             sms = 132;
     }
     return sms;
+}
+
+cudaError_t kn_smem_attr(const void *kern, int smem)
+{
+    static struct {
+        const void *kern;
+        int dev, smem;
+    } memo[64];
+    static int n_memo;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    int dev = 0;
+    if (!kn_cuda_knob("KN_CUDA_ATTR_MEMO", 1) || cudaGetDevice(&dev) != cudaSuccess)
+        return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    pthread_mutex_lock(&mu);
+    int k = 0;
+    while (k < n_memo && (memo[k].kern != kern || memo[k].dev != dev)) k++;
+    cudaError_t e = cudaSuccess;
+    if (k == n_memo || memo[k].smem < smem) {
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess && k == n_memo && n_memo < 64)
+            memo[n_memo++] = {kern, dev, smem};
+        else if (e == cudaSuccess && k < n_memo)
+            memo[k].smem = smem;
+    }
+    pthread_mutex_unlock(&mu);
+    return e;
 }
 
 extern "C" int32_t kn_cuda_qbatch_plan(int32_t n, int32_t n_seqs, const int32_t *qseq_h, const int64_t *pos_h,

@@ -730,13 +730,11 @@ int32_t kn_attn_decode(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_
         return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (decode): %lld rows", (long long)rows);
     const dim3 grid((unsigned)rows, (unsigned)a.n_split);
     if (dec_half(sh, qb, dense)) {
-        KN_CU(cudaFuncSetAttribute(k_attn_decode<64, false, false, DEC_STAGES>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(64)),
+        KN_CU(kn_smem_attr((const void *)k_attn_decode<64, false, false, DEC_STAGES>, DEC_SMEM(64)),
               "kn_cuda attention (decode): shared memory");
         k_attn_decode<64, false, false, DEC_STAGES><<<grid, DEC_THREADS, DEC_SMEM(64), stream>>>(a);
     } else {
-        KN_CU(cudaFuncSetAttribute(k_attn_decode<128, false, false, DEC_STAGES>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_SMEM(128)),
+        KN_CU(kn_smem_attr((const void *)k_attn_decode<128, false, false, DEC_STAGES>, DEC_SMEM(128)),
               "kn_cuda attention (decode): shared memory");
         k_attn_decode<128, false, false, DEC_STAGES><<<grid, DEC_THREADS, DEC_SMEM(128), stream>>>(a);
     }
@@ -788,7 +786,7 @@ static int cluster_capacity(int32_t ns, void (*kern)(const dec_args), int32_t sm
     cfg.dynamicSmemBytes = (size_t)smem;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    cudaError_t e = kn_smem_attr((const void *)kern, smem);
     if (e == cudaSuccess && ns > DEC_PORTABLE_SPLIT)
         e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, kern, &cfg);
@@ -917,8 +915,7 @@ int32_t kn_attn_decode_fused(const struct kn_cuda_msa_shape *sh, const struct kn
     cfg.dynamicSmemBytes = (size_t)f.smem;
     cfg.stream = stream;
     void (*kern)(const dec_args) = f.kern;
-    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, f.smem),
-          "kn_cuda fused decode: shared memory");
+    KN_CU(kn_smem_attr((const void *)kern, f.smem), "kn_cuda fused decode: shared memory");
     cudaError_t e = kn_launch_pdl(&cfg, at, na, pdl, kern, a);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* not sticky: the caller may take the unfused route instead */

@@ -74,13 +74,24 @@ __device__ __forceinline__ void irg_cp4(uint32_t dst, const void *src)
  *    scales) and reads back only its own copies: no synchronisation beyond its own wait_group. A warp's copy
  *    instruction covers 8 rows x 64 bytes: 8 half lines.
  *  - 1: the warp copies the tile as it lies in memory (lane L: bytes 16 L + 512 j, 4 whole 128-byte lines per
- *    instruction; FP8 scales: 64 bytes by lanes 0-3), rows stored with the chunk index XOR 4 on odd rows so
- *    that the read-back (lane: row gid, chunks tig + 4c) is free of bank conflicts; lanes read each other's
- *    copies, so a __syncwarp follows the wait. Fewer, whole-line requests for the same bytes. */
+ *    instruction; FP8 scales per page in buffers of their own, irg_scale_bytes), rows stored with the chunk
+ * index XOR 4 on odd rows so that the read-back (lane: row gid, chunks tig + 4c) is free of bank conflicts;
+ * lanes read each other's copies, so a __syncwarp follows the wait. Fewer, whole-line requests for the same
+ * bytes. */
 template <int DI, bool FP8, bool LINES> __host__ __device__ constexpr int irg_tile_u4()
 {
-    return LINES ? 16 * idx_cfg<DI, FP8>::ROWB / 16 + (FP8 ? 4 : 0)
-                 : idx_cfg<DI, FP8>::LOADS * 32 + (FP8 ? 16 : 0);
+    return LINES ? 16 * idx_cfg<DI, FP8>::ROWB / 16 : idx_cfg<DI, FP8>::LOADS * 32 + (FP8 ? 16 : 0);
+}
+
+/* FP8 scales in the line layout: a warp copies the scales of its part of a page (tpp x 64 bytes: 512 at block
+ * 128) with one instruction at the page's first step, into the next of ST buffers after the rings, instead of
+ * 64 bytes with each tile: a 128-byte request per 4 KB step measured ~1.2 us of the 39 us FP8 scan at 1M
+ * batch 1 (run r1: 38.9 -> 37.7 us with no scale copies at all). ST buffers: the page being read, the pages
+ * of the ST - 1 steps in flight, and the one issued reuses the buffer of a page read at least one iteration
+ * before (as the ring slots). Bytes of the scale buffers of a CTA: */
+__host__ __device__ constexpr int irg_scale_bytes(int st, int block, int parts)
+{
+    return IRG_WARPS * st * (block / 16 / parts) * 64;
 }
 
 template <int DI, bool FP8, int ST, int TPS, bool LINES> __host__ __device__ constexpr int irg_smem_bytes()
@@ -111,7 +122,8 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
                         const int32_t *__restrict__ qseq, const int32_t *__restrict__ bt, int32_t bt_stride,
                         const uint8_t *__restrict__ keys, const float *__restrict__ kscale, int32_t n,
                         int32_t nh, int32_t block, int32_t chunk, int32_t parts, float *__restrict__ scores,
-                        int32_t score_stride, int32_t evict, int32_t unsafe_own, unsigned long long *prof)
+                        int32_t score_stride, int32_t evict, int32_t unsafe_own, int32_t diag, int32_t inter,
+                        unsigned long long *prof)
 {
     kn_griddep_launch(); /* the fused decode tail may be scheduled as this grid drains */
     const uint64_t t_entry = prof ? kn_prof_ns() : 0;
@@ -131,9 +143,12 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
         prof += (((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * IRG_WARPS + w) * KN_PROF_IDX_SLOTS;
         if (lane == 0) prof[KN_PROF_IDX_ENTRY] = t_entry, prof[KN_PROF_IDX_EXIT] = t_entry;
     }
-    const int32_t b_begin = blockIdx.x * chunk;
-    int32_t ib = b_begin + w / parts;
-    const int32_t lim = min(nb, b_begin + chunk);
+    /* inter (KN_CUDA_IDX_INTER, parts 1 only): CTA x takes pages groups x + w, then that plus groups x the
+     * grid, ... (the grid sweeps the sequence together) instead of a contiguous chunk */
+    const int32_t b_begin = inter ? 0 : blockIdx.x * chunk;
+    int32_t ib = inter ? (int32_t)blockIdx.x * groups + w : b_begin + w / parts;
+    const int32_t gstep = inter ? groups * (int32_t)gridDim.x : groups;
+    const int32_t lim = inter ? nb : min(nb, b_begin + chunk);
     if (ib >= lim) {
         if (prof && lane == 0) prof[KN_PROF_IDX_FIRST] = 0, prof[KN_PROF_IDX_INFO] = kn_prof_smid();
         if (parts == 1) return; /* split pages: the CTA's final combine needs every warp at its barrier */
@@ -142,13 +157,12 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
     /* Lane constants. Copy side: source offset in a tile, destination offset in a slot (keys), scale
      * destination relative to it. Read side: uint4 offsets of the lane's chunks for even / odd c. */
     int64_t src_off;
-    uint32_t kdst, sdst;
+    uint32_t kdst, sdst = 0;
     int ro_e, ro_o;
     if (LINES) {
         const int row = 16 * lane / ROWB, ch = lane % (ROWB / 16); /* of copy j = 0; j adds 512 / ROWB rows */
         src_off = 16 * lane;
         kdst = (uint32_t)(row * ROWB + (ch ^ (4 * (row & 1))) * 16);
-        sdst = (uint32_t)(TILEB + 16 * lane) - kdst;
         const int odd = gid & 1, base = gid * ROWB / 16 + tig;
         ro_e = base + 4 * odd, ro_o = base - 4 * odd;
     } else {
@@ -160,7 +174,7 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
 
     /* issue side: the page being copied (block ib), the next one (ibn, pgn), this lane's source pointers */
     const int64_t src_off0 = src_off + (int64_t)it_begin * TILEB; /* the warp's first tile of a page */
-    const int sc_off0 = it_begin * 16 + (LINES ? 4 * (lane & 3) : gid);
+    const int sc_off0 = it_begin * 16 + (LINES ? 0 : gid);
     int64_t pg = ib < lim ? btr[ib] : 0, pgn = 0;
     const uint8_t *src = keys + pg * block * ROWB + src_off0;
     const float *ssrc = kscale + pg * block + sc_off0;
@@ -171,6 +185,10 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
 
     extern __shared__ uint4 irg_smem[];
     const uint4 *ring = irg_smem + (size_t)w * ST * SLOT;
+    constexpr bool PSC = FP8 && LINES; /* scales per page (irg_scale_bytes) */
+    const int scu4 = tpp * 4;          /* uint4 of scales of the warp's part of a page */
+    const uint4 *sbuf = irg_smem + (size_t)IRG_WARPS * ST * SLOT + (size_t)w * ST * scu4;
+    int wbuf = 0, rbuf = 0; /* scale buffers of the next page issued / of the page being read */
     const uint32_t ring0 = kn_smem_addr(ring) + kdst, ring_end = ring0 + ST * SLOTB;
     uint32_t dst = ring0;
 
@@ -187,13 +205,19 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
                 kn_griddep_wait(); /* the append of this step has completed and is visible */
                 wait_own = false;
             }
+            if (PSC && it == it_begin) { /* the scales of this part of the page, to the next buffer */
+                if (!(diag & 1)) {
+                    const uint32_t sd = kn_smem_addr(sbuf + wbuf * scu4);
+                    for (int o = lane; o < scu4; o += 32) irg_cp16_pol(sd + 16 * o, ssrc + 4 * o, pol);
+                }
+                wbuf = wbuf + 1 == ST ? 0 : wbuf + 1;
+            }
 #pragma unroll
             for (int tt = 0; tt < TPS; tt++) {
                 if (LINES) {
 #pragma unroll
                     for (int j = 0; j < TILEB / 512; j++)
                         irg_cp16_pol(dst + tt * TU4 * 16 + 512 * j, src + tt * TILEB + 512 * j, pol);
-                    if (FP8) irg_cp16_if_pol(lane < 4, dst + sdst + tt * TU4 * 16, ssrc + tt * 16, pol);
                 } else {
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
@@ -206,7 +230,7 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
                 }
             }
             if (it <= mid && mid < it + TPS) {
-                ibn = ib + groups;
+                ibn = ib + gstep;
                 pgn = ibn < lim ? btr[ibn] : 0;
             }
             qb_[ST - 2] = ib, qt_[ST - 2] = it;
@@ -232,7 +256,8 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
     kn_griddep_wait(); /* the query and the score rows: after the kernel before this one (PDL) */
     uint32_t bq[C::KS][2];
     idx_query_frags<DI, FP8>(q, i, nh, gid, tig, bq);
-    float *part = reinterpret_cast<float *>(irg_smem + IRG_WARPS * ST * SLOT); /* [page][part][4] */
+    /* [page][part][4], after the rings and the scale buffers */
+    float *part = reinterpret_cast<float *>(irg_smem + IRG_WARPS * ST * (SLOT + (PSC ? scu4 : 0)));
 
     const uint4 *rd = ring;
     float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -254,10 +279,15 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
                 for (int c = 0; c < C::CH; c++)
                     cur[tt].r[h * C::CH + c] = LINES ? t[((c & 1) ? ro_o : ro_e) + h * ROWB / 2 + 4 * c]
                                                      : t[lane + (h * C::CH + c) * 32];
-            if (FP8) {
-                const float *sc = reinterpret_cast<const float *>(t + (LINES ? TILEB / 16 : C::LOADS * 32));
-                cur[tt].sc[0] = sc[LINES ? gid : lane];
-                cur[tt].sc[1] = sc[LINES ? gid + 8 : 32 + lane];
+            if (PSC) {
+                const float *sc =
+                    reinterpret_cast<const float *>(sbuf + rbuf * scu4) + (tile - it_begin + tt) * 16;
+                cur[tt].sc[0] = sc[gid];
+                cur[tt].sc[1] = sc[gid + 8];
+            } else if (FP8) {
+                const float *sc = reinterpret_cast<const float *>(t + C::LOADS * 32);
+                cur[tt].sc[0] = sc[lane];
+                cur[tt].sc[1] = sc[32 + lane];
             }
         }
         rd += SLOT;
@@ -267,7 +297,15 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
 #pragma unroll
         for (int tt = 0; tt < TPS; tt++) {
             float c[4];
-            idx_tile_scores<DI, FP8>(cur[tt], bq, c);
+            if (diag & 2) { /* timing only: no products, the loaded words folded so that they stay live */
+                uint32_t x = 0;
+#pragma unroll
+                for (int r = 0; r < C::LOADS; r++)
+                    x ^= cur[tt].r[r].x ^ cur[tt].r[r].y ^ cur[tt].r[r].z ^ cur[tt].r[r].w;
+                c[0] = c[1] = c[2] = c[3] = __uint_as_float(x & 0x3fffffffu) * cur[tt].sc[0];
+            } else {
+                idx_tile_scores<DI, FP8>(cur[tt], bq, c);
+            }
             idx_tile_max(c, t0 + tt * 16, gid, p, mx0, mx1);
         }
         if (tile + TPS == it_end) {
@@ -279,6 +317,7 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
                     make_float2(mx0, mx1);
             mx0 = mx1 = -INFINITY;
             pages_done++;
+            rbuf = rbuf + 1 == ST ? 0 : rbuf + 1;
         }
     }
     kn_cp_async_wait<0>();
@@ -345,16 +384,12 @@ static void launch_ring(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
                         const struct kn_cuda_cache *c, const float *q, float *scores, int32_t score_stride,
                         cudaStream_t stream)
 {
-    static bool attr_set; /* raise the dynamic shared-memory limit once, not at every launch */
-    constexpr int ring_smem = irg_smem_bytes<DI, FP8, ST, TPS, LINES>();
     auto kern = k_index_decode_ring<DI, FP8, ST, TPS, LINES>;
-    if (!attr_set) {
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             ring_smem + IRG_PART_SLOTS * 16);
-        attr_set = true;
-    }
     const struct irg_split sp = irg_pick_split(sh, qb, TPS);
-    const int smem = ring_smem + (sp.parts > 1 ? sp.chunk * sp.parts * 16 : 0);
+    const int smem = irg_smem_bytes<DI, FP8, ST, TPS, LINES>() +
+                     (FP8 && LINES ? irg_scale_bytes(ST, sh->block, sp.parts) : 0) +
+                     (sp.parts > 1 ? sp.chunk * sp.parts * 16 : 0);
+    (void)kn_smem_attr((const void *)kern, smem); /* a failure shows as the launch's error */
     /* Programmatic dependent launch after the previous kernel (see the kernel), one query per sequence only
      * (several would make more than the last page fresh). KN_CUDA_IDX_PDL unset: on up to 32768 pages in all
      * (1M tokens at batch 1, 128K-512K at batch 8), where the scan's launch and first copies overlapping the
@@ -372,10 +407,14 @@ static void launch_ring(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     cfg.dynamicSmemBytes = (size_t)smem;
     cfg.stream = stream;
     const int32_t evict = kn_cuda_knob_int("KN_CUDA_IDX_EVICT", 1), unsafe_own = pdl == 2;
+    /* KN_CUDA_IDX_DIAG (timing only, wrong scores): bit 0 skips the FP8 scale copies, bit 1 the products */
+    const int32_t diag = kn_cuda_knob_int("KN_CUDA_IDX_DIAG", 0);
+    const int32_t inter = sp.parts == 1 && kn_cuda_knob_int("KN_CUDA_IDX_INTER", 0) != 0;
     /* a launch error stays pending for the caller's KN_LAUNCHED */
     (void)kn_launch_pdl(&cfg, at, 0, pdl != 0, kern, q, qb->pos, qb->qseq, qb->block_table, qb->bt_stride,
                         (const uint8_t *)c->idx, (const float *)c->idx_scale, qb->n, sh->n_idx_heads,
-                        sh->block, sp.chunk, sp.parts, scores, score_stride, evict, unsafe_own, g_irg_prof);
+                        sh->block, sp.chunk, sp.parts, scores, score_stride, evict, unsafe_own, diag, inter,
+                        g_irg_prof);
 }
 
 int32_t kn_index_scores_decode_ring(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -387,9 +426,11 @@ int32_t kn_index_scores_decode_ring(const struct kn_cuda_msa_shape *sh, const st
     /* bf16: one 4 KB tile per step, 2 in flight per warp (as the persistent scan); FP8: two 2 KB tiles per
      * step, 2 steps in flight (KN_CUDA_IDX_TILE=1: one tile per step, 4 in flight, as the persistent scan's
      * FP8 ring). Whole-line copies unless KN_CUDA_IDX_LINES=0 (each lane copies its own chunks; FP8 needs
-     * 16-byte aligned scales for the line layout). */
-    const bool lines = kn_cuda_knob_int("KN_CUDA_IDX_LINES", 1) != 0 &&
-                       ((uintptr_t)c->idx_scale % 16 == 0 || c->idx_dtype != KN_IDX_FP8);
+     * 16-byte aligned scales for the line layout, and blocks of at most 1024 so that the scale buffers fit).
+     */
+    const bool lines =
+        kn_cuda_knob_int("KN_CUDA_IDX_LINES", 1) != 0 &&
+        (c->idx_dtype != KN_IDX_FP8 || ((uintptr_t)c->idx_scale % 16 == 0 && sh->block <= 1024));
     const bool fp8_t16 = kn_cuda_knob_int("KN_CUDA_IDX_TILE", 2) == 1;
     if (c->idx_dtype != KN_IDX_FP8) {
         if (lines)

@@ -195,8 +195,7 @@ int32_t kn_select_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cu
     if (qb->n_tiles == 0) return MM_OK;
     if (!qb->tiles) return mm_err_set(err, MM_INVALID, "kn_cuda_msa_select: the batch has no tiles");
     const int smem = 2 * PI_STAGE_BYTES;
-    KN_CU(cudaFuncSetAttribute(k_select_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-          "kn_cuda_msa_select: shared memory");
+    KN_CU(kn_smem_attr((const void *)k_select_prefill, smem), "kn_cuda_msa_select: shared memory");
     k_select_prefill<<<qb->n_tiles, PI_WARPS * 32, smem, stream>>>(
         q, qb->tiles, qb->qseq, qb->pos, qb->block_table, qb->bt_stride, (const uint16_t *)c->idx, qb->n,
         sh->n_idx_heads, sh->topk, sh->n_local, sel, sel_stride);

@@ -321,8 +321,7 @@ int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct
     a.sel_stride = sel_stride;
     void (*kern)(pw_args) = variant == 2 ? k_select_prefill_wgmma<2> : k_select_prefill_wgmma<1>;
     const int threads = variant == 2 ? 128 * 2 + 32 : 128 * 4 + 32;
-    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, PW_SMEM),
-          "kn_cuda_msa_select (wgmma): shared memory");
+    KN_CU(kn_smem_attr((const void *)kern, PW_SMEM), "kn_cuda_msa_select (wgmma): shared memory");
     kern<<<(unsigned)qb->n_tiles, threads, PW_SMEM, stream>>>(a);
     KN_LAUNCHED("kn_cuda_msa_select (fused prefill, wgmma)");
     return MM_OK;

@@ -496,8 +496,7 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     a.part_l = w.part_l;
     a.tile_off = w.tile_off;
     a.prefetch = kn_cuda_knob("KN_CUDA_PF_PREFETCH", KN_PF_PREFETCH);
-    KN_CU(cudaFuncSetAttribute(k_pf_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, PF_SMEM),
-          "kn_cuda attention (prefill): shared memory");
+    KN_CU(kn_smem_attr((const void *)k_pf_attn, PF_SMEM), "kn_cuda attention (prefill): shared memory");
     const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;
     int64_t grid = 2 * (int64_t)kn_cuda_sm_count();
     if (grid > max_tiles) grid = max_tiles;

@@ -1234,8 +1234,7 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
                             : v == KN_PF_UK_LOOKAHEAD
                                 ? (dyn ? k_pf_union<0, 0, 1, 1, 1> : k_pf_union<0, 0, 1, 1>)
                                 : k_pf_union<0, 0, 0>;
-    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, PU_SMEM),
-          "kn_cuda attention (prefill union): shared memory");
+    KN_CU(kn_smem_attr((const void *)kern, PU_SMEM), "kn_cuda attention (prefill union): shared memory");
     const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;
     kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a);
     KN_LAUNCHED("kn_cuda attention (prefill union)");
@@ -1284,7 +1283,7 @@ int32_t kn_pf_union_pairs_launch(const struct kn_cuda_msa_shape *sh, const struc
     k_pf_pair_items<<<(unsigned)((max_items + 255) / 256), 256, 0, stream>>>(a);
     KN_LAUNCHED("kn_cuda attention (prefill pairs, wgmma items)");
     void (*kern)(pu_args) = k_pf_union<0, 0, 1, 0, 0, 1>;
-    KN_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, PU_SMEM),
+    KN_CU(kn_smem_attr((const void *)kern, PU_SMEM),
           "kn_cuda attention (prefill pairs, wgmma): shared memory");
     const int64_t grid = kn_cuda_sm_count() < max_items ? kn_cuda_sm_count() : max_items;
     kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a);
