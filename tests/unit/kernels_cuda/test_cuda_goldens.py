@@ -88,29 +88,33 @@ with tempfile.TemporaryDirectory() as tmp:
     prod = os.path.join(tmp, "bf16.safetensors")
     mmgw_run(prod, {})
     # decode steps as graphs: the golden cases decode together in a batch that shrinks as they finish (few
-    # equal steps), so two text prompts generate 40 tokens each, one after the other (--sequential: 39 equal
-    # decode steps per case but where a 16-token block begins), with graphs and without
+    # equal steps), so text prompts generate 40 tokens each: two one after the other (--sequential: 39 equal
+    # decode steps per case but where a 16-token block begins), then three at once (a batch of 3: graphs for
+    # batches above 2 since MMGW_CUDA_GRAPH_BATCH's default of 64), each with graphs and without
     g = load(gold)
-    long_in = os.path.join(tmp, "long_greedy.safetensors")
-    write_i32_safetensors(long_in, {f"{c}/{k}": v for c in ("text_short", "long")
+
+    def graphs_vs_plain(name, cases, args):
+        src = os.path.join(tmp, name + "_in.safetensors")
+        write_i32_safetensors(src, {f"{c}/{k}": v for c in cases
                                     for k, v in (("ids", g[c + "/ids"]), ("greedy", np.zeros(40, np.int32)))})
-    with_g = os.path.join(tmp, "graphs.safetensors")
-    counts = graph_counts(mmgw_run(with_g, {"MMGW_LOG_LEVEL": "info"}, long_in, ("--sequential",)))
-    ok = counts is not None and counts[0] > 0 and counts[1] > 0
-    failed |= not ok
-    print(f"decode step graphs: replayed / captured / one by one = {counts}", "PASS" if ok else "FAIL")
-    plain = os.path.join(tmp, "nographs.safetensors")
-    counts0 = graph_counts(mmgw_run(plain, {"MMGW_CUDA_GRAPHS": "0", "MMGW_LOG_LEVEL": "info"}, long_in,
-                                    ("--sequential",)))
-    ok = counts0 is None or counts0[0] == 0
-    a, b = load(with_g), load(plain)
-    for c in sorted({k[:-7] for k in a if k.endswith("/greedy")}):
-        same = bool((a[c + "/greedy"] == b[c + "/greedy"]).all() and (a[c + "/argmax"] == b[c + "/argmax"]).all())
-        d = float(np.max(np.abs(a[c + "/logits_last8"].astype(np.float64) - b[c + "/logits_last8"])))
-        ok &= same
-        print(f"graphs vs no graphs {c:12s} greedy and argmax equal: {same}  largest logit difference {d:.3g}")
-    failed |= not ok
-    print("graphs vs no graphs:", "PASS" if ok else "FAIL")
+        with_g = os.path.join(tmp, name + "_graphs.safetensors")
+        counts = graph_counts(mmgw_run(with_g, {"MMGW_LOG_LEVEL": "info"}, src, args))
+        ok = counts is not None and counts[0] > 0 and counts[1] > 0
+        print(f"decode step graphs ({name}): replayed / captured / one by one = {counts}", "PASS" if ok else "FAIL")
+        plain = os.path.join(tmp, name + "_nographs.safetensors")
+        counts0 = graph_counts(mmgw_run(plain, {"MMGW_CUDA_GRAPHS": "0", "MMGW_LOG_LEVEL": "info"}, src, args))
+        ok_plain = counts0 is None or counts0[0] == 0
+        a, b = load(with_g), load(plain)
+        for c in sorted({k[:-7] for k in a if k.endswith("/greedy")}):
+            same = bool((a[c + "/greedy"] == b[c + "/greedy"]).all() and (a[c + "/argmax"] == b[c + "/argmax"]).all())
+            d = float(np.max(np.abs(a[c + "/logits_last8"].astype(np.float64) - b[c + "/logits_last8"])))
+            ok_plain &= same
+            print(f"graphs vs no graphs ({name}) {c:12s} greedy and argmax equal: {same}  largest logit difference {d:.3g}")
+        print(f"graphs vs no graphs ({name}):", "PASS" if ok_plain else "FAIL")
+        return ok and ok_plain
+
+    failed |= not graphs_vs_plain("sequential", ("text_short", "long"), ("--sequential",))
+    failed |= not graphs_vs_plain("batch3", ("text_short", "long", "text_sparse"), ())
     ref, out = load(gold), load(prod)
     for c in sorted({k[:-4] for k in ref if k.endswith("/ids")}):
         agree = float((ref[c + "/argmax"] == out[c + "/argmax"]).mean())

@@ -21,8 +21,9 @@
 
 #define ST (c->stream)
 
-/* Largest decode batch run as graphs (see cu_batch_begin) */
-#define WK_CUDA_GRAPH_MAX_BATCH 2
+/* Largest decode batch run as graphs by default (see cu_batch_begin; MMGW_CUDA_GRAPH_BATCH=N overrides, 0:
+ * none). Measured up to 32 sequences. */
+#define WK_CUDA_GRAPH_MAX_BATCH 64
 
 struct wk_weight {
     int64_t rows, cols;
@@ -42,6 +43,7 @@ struct cuda_be {
     /* decode steps as graphs (wk_cuda_steps.h): MMGW_CUDA_GRAPHS=0 turns them off */
     struct wk_steps *steps;
     int32_t graphs;       /* on, and no capture has failed */
+    int32_t graph_batch;  /* largest decode batch run as graphs (MMGW_CUDA_GRAPH_BATCH) */
     int32_t defer;        /* this step's operations are recorded (a decode step with graphs on) */
     uint64_t scratch_gen; /* bumped whenever a scratch buffer moves: part of a segment's key */
     /* MMGW_CUDA_STEP_TIMING=1: where a decode step's time goes, logged at the end (GPU time of its segments
@@ -518,13 +520,15 @@ static int32_t cu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_err
     c->qb.block_table = (const int32_t *)(d + ((const uint8_t *)bt - h0));
     c->qb.bt_stride = bt_stride;
     c->ids.p = d + ((const uint8_t *)ids - h0);
-    /* decode steps (one new token per sequence) of 1-2 sequences are recorded and run as graphs, where they
-     * measured 1.3-1.6x faster; prefill steps are few, long and of changing shapes: launched directly. Batch
-     * 16 measured level to 14 % slower under graphs (its products run on cuBLAS inside the graph) and level
-     * without; batch 4 the same with and without (bench/cuda/README.md "Whole-model decode") */
+    /* decode steps (one new token per sequence) of up to graph_batch sequences are recorded and run as
+     * graphs: 1.3-1.6x faster at 1-2 sequences (second session); at 4-32 sequences +4 to +12 % since the
+     * products at 3-16 rows run on our kernels (this session, bench/cuda/README.md "Whole-model decode, fifth
+     * session": eager steps there leave the GPU idle ~40 % of the time, the host launching ~83 kernels per
+     * step). Batch 16 had measured level to 14 % slower when its products ran on cuBLAS. Prefill steps are
+     * few, long and of changing shapes: launched directly. */
     const int decode = c->qb.max_q_per_seq == 1 && b->n_tokens == S;
     c->op_step = c->optime && decode;
-    c->defer = c->graphs && c->steps && decode && !c->op_step && b->n_tokens <= WK_CUDA_GRAPH_MAX_BATCH;
+    c->defer = c->graphs && c->steps && decode && !c->op_step && b->n_tokens <= c->graph_batch;
     return MM_OK;
 }
 
@@ -1592,6 +1596,8 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     c->q16 = q16 && !strcmp(q16, "0") ? 0 : q16 && !strcmp(q16, "1") ? 1 : 2;
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
     c->graphs = !(gr && !strcmp(gr, "0"));
+    const char *gb = getenv("MMGW_CUDA_GRAPH_BATCH");
+    c->graph_batch = gb && atoi(gb) >= 0 ? atoi(gb) : WK_CUDA_GRAPH_MAX_BATCH;
     if (c->graphs) c->steps = wk_steps_new(); /* NULL (out of memory): steps run without graphs */
     mm_log_info("cuda", "backend on the GPU: %s products, %s K/V cache, %s index cache",
                 c->fp32 ? "fp32" : "bf16", c->kv_dtype == KN_KV_F32 ? "f32" : "bf16",

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mm_clock.h"
 #include "mm_log.h"
 
 #define OT_PER_STEP 2048 /* operations timed per step */
@@ -12,7 +13,7 @@
 
 struct ot_key {
     char key[64];
-    double us;
+    double us, host_us; /* GPU time; host time inside the operation's calls */
     int64_t calls;
 };
 
@@ -20,7 +21,11 @@ struct wk_optime {
     cudaStream_t stream;
     cudaEvent_t ev[2 * OT_PER_STEP];
     char keys[OT_PER_STEP][64];
-    int32_t n, open; /* intervals this step; an interval begun and not ended */
+    int32_t n, open;               /* intervals this step; an interval begun and not ended */
+    int64_t h_begin, h_end;        /* host clock at the open interval's start, at the last end (0: none) */
+    double host[OT_PER_STEP];      /* host us of each interval */
+    double host_gap, host_between; /* host us between operations within steps / from a step's last
+                                      operation to the next step's first (its sync, sampling, planning) */
     struct ot_key tot[OT_KEYS];
     int32_t n_keys;
     int64_t steps;
@@ -52,6 +57,14 @@ void wk_optime_begin(struct wk_optime *t, const char *key)
     t->open = 0;
     if (t->n >= OT_PER_STEP) return;
     snprintf(t->keys[t->n], sizeof t->keys[t->n], "%s", key);
+    const int64_t now = mm_now_ns();
+    if (t->h_end > 0) {
+        if (t->n)
+            t->host_gap += 1e-3 * (double)(now - t->h_end);
+        else
+            t->host_between += 1e-3 * (double)(now - t->h_end);
+    }
+    t->h_begin = now;
     cudaEventRecord(t->ev[2 * t->n], t->stream);
     t->open = 1;
 }
@@ -60,6 +73,8 @@ void wk_optime_end(struct wk_optime *t)
 {
     if (!t->open) return;
     cudaEventRecord(t->ev[2 * t->n + 1], t->stream);
+    t->h_end = mm_now_ns();
+    t->host[t->n] = 1e-3 * (double)(t->h_end - t->h_begin);
     t->n++;
     t->open = 0;
 }
@@ -78,6 +93,7 @@ void wk_optime_step_done(struct wk_optime *t)
             t->n_keys++;
         }
         t->tot[k].us += 1e3 * ms;
+        t->tot[k].host_us += t->host[i];
         t->tot[k].calls++;
     }
     (void)cudaGetLastError();
@@ -98,12 +114,15 @@ void wk_optime_log(const struct wk_optime *t)
     if (!s) return;
     memcpy(s, t->tot, sizeof *s * (size_t)t->n_keys);
     qsort(s, (size_t)t->n_keys, sizeof *s, by_time);
-    double sum = 0;
-    for (int32_t k = 0; k < t->n_keys; k++) sum += s[k].us;
-    mm_log_info("cuda", "operation GPU time over %lld decode steps: %.1f us per step in all",
-                (long long)t->steps, sum / (double)t->steps);
+    double sum = 0, hsum = 0;
+    for (int32_t k = 0; k < t->n_keys; k++) sum += s[k].us, hsum += s[k].host_us;
+    const double st = (double)t->steps;
+    mm_log_info("cuda",
+                "operation GPU time over %lld decode steps: %.1f us per step in all; host %.1f us inside the "
+                "operations, %.1f between them, %.1f between steps",
+                (long long)t->steps, sum / st, hsum / st, t->host_gap / st, t->host_between / st);
     for (int32_t k = 0; k < t->n_keys; k++)
-        mm_log_info("cuda", "  %-40s %9.1f us per step %6.1f calls per step", s[k].key,
-                    s[k].us / (double)t->steps, (double)s[k].calls / (double)t->steps);
+        mm_log_info("cuda", "  %-40s %9.1f us per step %6.1f calls per step  host %7.1f us per step",
+                    s[k].key, s[k].us / st, (double)s[k].calls / st, s[k].host_us / st);
     free(s);
 }

@@ -1,6 +1,7 @@
 /* GPU time per kind of operation, for profiling the CUDA backend's decode steps (MMGW_CUDA_OP_TIMING=1):
  * events around every operation run one by one, summed by a key (operation and shape) once the step has
- * synchronised, and logged as a table at the end. Costs an event pair per operation; off by default. */
+ * synchronised, and logged as a table at the end, with the host time spent inside each kind (its checks and
+ * launches) and between operations. Costs an event pair per operation; off by default. */
 #ifndef WK_CUDA_OPTIME_H
 #define WK_CUDA_OPTIME_H
 
