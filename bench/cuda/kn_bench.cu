@@ -2204,26 +2204,34 @@ static void bench_skinny(void)
     fill_f32(a.x, 16 * 8192, 92, 1.0f);
     a.ws_bytes = sizeof(float) * 8 * 16 * 8199; /* >= kn_cuda_gemm_small_ws of every shape below */
     a.ws = dmalloc(a.ws_bytes);
-    /* 5 / 6: the tensor-core product with its k split summed by a second kernel / in clusters, forced
-     * (KN_CUDA_GS_CLUSTER=0 / 2; "tc" chooses by the waves) */
-    static const int routes[] = {0, 1, 4, 5, 6};
+    /* 5 / 6: the tensor-core product's 16-row route with its k split summed by a second kernel / in
+     * clusters, forced (KN_CUDA_GS_CLUSTER=0 / 2; "tc" chooses by the waves); 7: the 16-row route where the
+     * row route would apply (KN_CUDA_GS_ROWS=0; the default from 128 rows: 128 rows per CTA) */
+    static const int routes[] = {0, 1, 4, 7, 5, 6};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t ri = 0; ri < sizeof routes / sizeof routes[0]; ri++) {
                 const int gv = routes[ri] >= 5 ? 4 : routes[ri];
+                if (routes[ri] >= 5) setenv("KN_CUDA_GS_ROWS", "0", 1);
                 a.rows = shapes[si][0], a.cols = shapes[si][1], a.n = ns[ni], a.gemv = gv, a.w = w;
                 if (gv == 1 && !kn_cuda_gemv_ok(a.n, a.cols, a.cols)) continue;
                 if (gv == 4 && !kn_cuda_gemm_small_ok(a.n, a.cols, a.cols)) continue;
-                if (routes[ri] >= 5 && kn_cuda_gemm_small_ws(a.n, a.rows, a.cols) == 0)
+                if ((routes[ri] == 5 || routes[ri] == 6) && kn_cuda_gemm_small_ws(a.n, a.rows, a.cols) == 0) {
+                    unsetenv("KN_CUDA_GS_ROWS");
                     continue; /* no split */
-                if (routes[ri] >= 5) setenv("KN_CUDA_GS_CLUSTER", routes[ri] == 5 ? "0" : "2", 1);
-                skinny_cell(&a, pool, 2,
-                            routes[ri] == 6   ? "tc cluster"
-                            : routes[ri] == 5 ? "tc sum"
-                            : gv == 4         ? "tc"
-                            : gv              ? "gemv"
-                                              : "cublas");
+                }
+                if (routes[ri] == 5 || routes[ri] == 6)
+                    setenv("KN_CUDA_GS_CLUSTER", routes[ri] == 5 ? "0" : "2", 1);
+                if (routes[ri] != 7 || a.rows >= 128)
+                    skinny_cell(&a, pool, 2,
+                                routes[ri] == 7   ? "tc 16-row"
+                                : routes[ri] == 6 ? "tc cluster"
+                                : routes[ri] == 5 ? "tc sum"
+                                : gv == 4         ? "tc"
+                                : gv              ? "gemv"
+                                                  : "cublas");
                 unsetenv("KN_CUDA_GS_CLUSTER");
+                unsetenv("KN_CUDA_GS_ROWS");
             }
     /* f32 weights (the index projections and the router): cuBLAS f32 against kn_cuda_gemv_f32, with its plan
      * and with weight rows per CTA / inner-dimension split forced (KN_CUDA_GEMV_F32_R / _KS; "R8" only from

@@ -151,6 +151,124 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
         gs_store<NT>(acc, n, rows, r0, part_ws + (int64_t)blockIdx.y * n * rows, rows);
 }
 
+/* The row route (KN_CUDA_GS_ROWS; by default for weights of 2048+ rows and 4096+ columns): a CTA's 8 warps
+ * take 16 weight rows each (128 in all) over the CTA's whole slice of the inner dimension, and the slice's
+ * activations are staged once in shared memory as bf16 B fragments ([32-wide block][tile][lane] uint4) that
+ * all 8 warps read. The route above gives each CTA 16 rows, so every CTA re-reads its slice of x as f32 from
+ * L2: at 16 activation rows twice the weight bytes, which held 2048 x 6144 at ~30 % of copy (ncu, this
+ * session). Here x costs a quarter of the weight bytes at 16 rows; no sums across warps; a k split over CTAs
+ * (enough CTAs for ~2 per SM) adds its partial sums through the workspace and kn_ksplit_sum, in order. */
+#define GR_ROWS (GS_WARPS * GS_ROWS)
+#define GR_SMEM_MAX (64 << 10)
+
+template <int NT, int PIPE>
+__global__ void __launch_bounds__(GS_WARPS * 32, 2)
+    k_gemm_rows(const float *__restrict__ x, int64_t ldx, int32_t n, const uint4 *__restrict__ w,
+                int64_t rows, int64_t cols, int32_t kspan, float *__restrict__ dst, int64_t ld, int64_t slice)
+{
+    extern __shared__ uint4 gr_xs[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const int64_t kb = (int64_t)blockIdx.y * kspan;
+    const int blocks = kspan / 32;
+    for (int e = threadIdx.x; e < blocks * NT * 32; e += GS_WARPS * 32) {
+        const int l = e & 31, t = (e >> 5) % NT, j = e / (32 * NT), tok = 8 * t + (l >> 2);
+        const int64_t k = kb + 32 * j + 8 * (l & 3);
+        float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
+        if (tok < n) {
+            xa = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k));
+            xb = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k + 4));
+        }
+        gr_xs[e] = make_uint4(kn_pack_bf16(xa.x, xa.y), kn_pack_bf16(xa.z, xa.w), kn_pack_bf16(xb.x, xb.y),
+                              kn_pack_bf16(xb.z, xb.w));
+    }
+    __syncthreads();
+    const int64_t r0 = (int64_t)blockIdx.x * GR_ROWS + (int64_t)warp * GS_ROWS;
+    if (r0 >= rows) return; /* no barrier follows */
+    const int64_t chunks_row = cols / 8;
+    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
+    const uint4 *wa = w + (r0 + gid) * chunks_row + (kb >> 3) + tig;
+    const uint4 *wb = w + (r0 + gid + 8) * chunks_row + (kb >> 3) + tig;
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
+    auto blk = [&](int j, uint4 a0, uint4 a8) {
+        const uint32_t af0[4] = {a0.x, a8.x, a0.y, a8.y}, af1[4] = {a0.z, a8.z, a0.w, a8.w};
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint4 bx = gr_xs[(j * NT + t) * 32 + lane];
+            const uint32_t b0[2] = {bx.x, bx.y}, b1[2] = {bx.z, bx.w};
+            kn_mma_bf16(acc[t], af0, b0);
+            kn_mma_bf16(acc[t], af1, b1);
+        }
+    };
+    int j = 0;
+    if (PIPE) { /* as k_gemm_small: the next group's weight loads in flight while this group computes */
+        const int groups = blocks / GS_GROUP;
+        uint4 c0[GS_GROUP], c8[GS_GROUP];
+        if (groups > 0)
+#pragma unroll
+            for (int u = 0; u < GS_GROUP; u++)
+                c0[u] = ra ? __ldcs(wa + 4 * u) : z, c8[u] = rb ? __ldcs(wb + 4 * u) : z;
+        for (int g = 0; g < groups; g++) {
+            uint4 n0[GS_GROUP], n8[GS_GROUP];
+            const bool more = g + 1 < groups;
+#pragma unroll
+            for (int u = 0; u < GS_GROUP; u++) {
+                const int nb = (g + 1) * GS_GROUP + u;
+                n0[u] = more && ra ? __ldcs(wa + 4 * nb) : z;
+                n8[u] = more && rb ? __ldcs(wb + 4 * nb) : z;
+            }
+#pragma unroll
+            for (int u = 0; u < GS_GROUP; u++) blk(g * GS_GROUP + u, c0[u], c8[u]);
+#pragma unroll
+            for (int u = 0; u < GS_GROUP; u++) c0[u] = n0[u], c8[u] = n8[u];
+        }
+        j = groups * GS_GROUP;
+    }
+#pragma unroll 4
+    for (; j < blocks; j++) blk(j, ra ? __ldcs(wa + 4 * j) : z, rb ? __ldcs(wb + 4 * j) : z);
+    /* acc[t][0..1]: row gid, tokens 8t + 2tig (+1); acc[t][2..3]: row gid + 8 */
+    float *out = dst + (int64_t)blockIdx.y * slice;
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tok = 8 * t + 2 * tig + h;
+            if (tok >= n) continue;
+            if (ra) out[tok * ld + r0 + gid] = acc[t][h];
+            if (rb) out[tok * ld + r0 + gid + 8] = acc[t][2 + h];
+        }
+}
+
+/* The row route's split of the inner dimension (0: the route does not apply): the largest divisor of the
+ * 32-wide blocks (at most 64) that keeps the CTAs within ~2 per SM, then larger while the staged
+ * activations exceed GR_SMEM_MAX. Where (KN_CUDA_GS_ROWS=1, the default): weights of at least 2048 rows and
+ * 4096 columns, where it measured level or faster (% of copy, 16 rows: 2048 x 6144 45 against 30, 8199 x
+ * 6144 72 against 52, 6144 x 8192 72 against 47; 4 rows: 8199 x 6144 77 against 63); on 512 x 6144 (a
+ * 64-way split, 3 blocks per warp) 15-16 against 19-22 and on 6144 x 2048 at 1-8 rows 48-50 against 55 it
+ * lost (bench/cuda/README.md "Whole-model decode, fifth session"). 2: wherever there are 128 rows (tests),
+ * 0: never. */
+static int32_t gr_ksplit(int64_t n, int64_t rows, int64_t cols)
+{
+    const int knob = kn_cuda_knob_int("KN_CUDA_GS_ROWS", 1);
+    if (knob == 0 || rows < GR_ROWS || (knob == 1 && (rows < 2048 || cols < 4096))) return 0;
+    const int64_t tiles = kn_cdiv(rows, GR_ROWS), want = 2 * (int64_t)kn_cuda_sm_count(), nb = cols / 32;
+    const int64_t tile_bytes = (n > 8 ? 2 : 1) * 512; /* staged bytes per 32-wide block */
+    int32_t ks = 1;
+    for (int64_t d = 2; d <= nb && d <= 64; d++)
+        if (nb % d == 0 && tiles * d <= want) ks = (int32_t)d;
+    while (nb / ks * tile_bytes > GR_SMEM_MAX) {
+        int64_t d = ks + 1;
+        while (d <= nb && nb % d) d++;
+        if (d > nb || d > 64) return 0;
+        ks = (int32_t)d;
+    }
+    return ks;
+}
+
 /* Inner-dimension split: enough CTAs for ~2 per SM, a whole number of 32-wide blocks per warp */
 static int32_t gs_ksplit(int64_t rows, int64_t cols)
 {
@@ -201,14 +319,37 @@ static size_t gs_ws_bytes(int32_t ks, int64_t n, int64_t rows)
 
 extern "C" size_t kn_cuda_gemm_small_ws(int64_t n, int64_t rows, int64_t cols)
 {
-    return gs_ws_bytes(gs_ksplit(rows, cols), n, rows);
+    const int32_t kr = gr_ksplit(n, rows, cols);
+    return gs_ws_bytes(kr ? kr : gs_ksplit(rows, cols), n, rows);
+}
+
+/* The row route (see k_gemm_rows): partial sums of a k split into the workspace, then kn_ksplit_sum */
+static cudaError_t gr_launch(int64_t n, int64_t rows, int64_t cols, int32_t ks, const float *x, int64_t ldx,
+                             const uint4 *w, float *y, int64_t ldy, float *ws, cudaStream_t stream)
+{
+    const int32_t kspan = (int32_t)(cols / ks);
+    const int nt = n > 8 ? 2 : 1, blocks = kspan / 32;
+    const int smem = blocks * nt * 512;
+    void (*kern)(const float *, int64_t, int32_t, const uint4 *, int64_t, int64_t, int32_t, float *, int64_t,
+                 int64_t) = nt == 2 ? (blocks >= 2 * GS_GROUP ? k_gemm_rows<2, 1> : k_gemm_rows<2, 0>)
+                                    : (blocks >= 2 * GS_GROUP ? k_gemm_rows<1, 1> : k_gemm_rows<1, 0>);
+    cudaError_t e = kn_smem_attr((const void *)kern, smem);
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)kn_cdiv(rows, GR_ROWS), (unsigned)ks);
+    if (ks == 1) {
+        kern<<<grid, GS_WARPS * 32, smem, stream>>>(x, ldx, (int32_t)n, w, rows, cols, kspan, y, ldy, 0);
+        return cudaGetLastError();
+    }
+    kern<<<grid, GS_WARPS * 32, smem, stream>>>(x, ldx, (int32_t)n, w, rows, cols, kspan, ws, rows, n * rows);
+    e = cudaGetLastError();
+    return e == cudaSuccess ? kn_ksplit_sum(ws, (int32_t)n, rows, ks, y, ldy, stream) : e;
 }
 
 extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
                                            const void *w, float *y, int64_t ldy, void *ws, size_t ws_bytes,
                                            cudaStream_t stream, struct mm_err *err)
 {
-    const int32_t ks = gs_ksplit(rows, cols);
+    const int32_t kr = gr_ksplit(n, rows, cols), ks = kr ? kr : gs_ksplit(rows, cols);
     const size_t ws_need = gs_ws_bytes(ks, n, rows);
     if (rows < 0 || !kn_cuda_gemm_small_ok(n, cols, ldx) || ldy < rows || !x || !w || !y ||
         (uintptr_t)x % 16 || (uintptr_t)w % 16 || kn_cdiv(rows, GS_ROWS) > INT32_MAX || ws_bytes < ws_need ||
@@ -217,6 +358,10 @@ extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols
                           "kn_cuda_gemm_small_bf16: bad arguments (n %lld rows %lld cols %lld)", (long long)n,
                           (long long)rows, (long long)cols);
     if (rows == 0) return MM_OK;
+    if (kr)
+        return kn_cuda_check(
+            gr_launch(n, rows, cols, kr, x, ldx, (const uint4 *)w, y, ldy, (float *)ws, stream),
+            "kn_cuda_gemm_small_bf16", err);
     /* the pipelined loads where each warp has at least 3 groups of blocks and one tile of activations: there
      * they measured 55 -> 69 % of copy (8199 x 6144, n 1-4); with fewer blocks, or 2 tiles (80 registers),
      * the plain loop's occupancy wins (session 3 run 3, bench/cuda/README.md) */

@@ -608,20 +608,27 @@ static void test_gemv(void)
 /* Decode products at up to 16 rows on the tensor cores (kn_cuda_gemm_small_bf16): every n from 1 to 16 on a
  * shape that splits the inner dimension over CTAs (512 rows), the LM head's odd row count, a long inner
  * dimension that takes the pipelined loads with a remainder (300 x 6400: 25 blocks per warp), rows not a
- * multiple of 16, x and y with wider row strides; against the CPU product of the rounded operands. */
+ * multiple of 16, x and y with wider row strides; against the CPU product of the rounded operands. Both
+ * routes: the row route (k_gemm_rows: 128 rows per CTA, activations staged in shared memory, a k split of up
+ * to 64 CTAs summed through the workspace) by default for 2048+ rows and 4096+ columns and forced elsewhere
+ * (KN_CUDA_GS_ROWS=2: odd rows, partial 128-row tiles, 50- and 64-way splits), the 16-row route otherwise
+ * and forced (KN_CUDA_GS_ROWS=0). */
 static void test_gemm_small(void)
 {
-    /* knob: KN_CUDA_GS_CLUSTER for the pass (NULL: the default, a cluster where the split runs in one wave);
-     * the last passes force the k split's sums through the workspace and a second kernel ("0": 512 x 6144)
-     * and into clusters in several waves ("2": 2048 x 6144, 512 CTAs) */
+    /* knob: KN_CUDA_GS_CLUSTER for the pass on the 16-row route (NULL: the default, a cluster where the
+     * split runs in one wave; "0": the workspace and a second kernel, 512 x 6144; "2": clusters in several
+     * waves, 2048 x 6144, 512 CTAs); rows: KN_CUDA_GS_ROWS (NULL: the default) */
     static const struct {
         int64_t rows, cols, n_step;
-        const char *knob;
-    } cases[] = {{512, 6144, 1, NULL}, {8199, 2048, 5, NULL}, {300, 6400, 5, NULL},
-                 {37, 256, 5, NULL},   {512, 6144, 1, "0"},   {2048, 6144, 7, "2"}};
+        const char *knob, *rows_knob;
+    } cases[] = {{512, 6144, 1, NULL, NULL},  {8199, 2048, 5, NULL, NULL}, {300, 6400, 5, NULL, NULL},
+                 {2048, 6144, 3, NULL, NULL}, {37, 256, 5, NULL, NULL},    {512, 6144, 3, NULL, "2"},
+                 {8199, 2048, 5, NULL, "2"},  {300, 6400, 5, NULL, "2"},   {6144, 2048, 5, NULL, "2"},
+                 {2048, 6144, 5, NULL, "0"},  {512, 6144, 1, "0", NULL},   {2048, 6144, 7, "2", "0"}};
     for (size_t si = 0; si < sizeof cases / sizeof cases[0]; si++)
         for (int64_t n = 1; n <= 16; n += cases[si].n_step) {
             if (cases[si].knob) setenv("KN_CUDA_GS_CLUSTER", cases[si].knob, 1);
+            if (cases[si].rows_knob) setenv("KN_CUDA_GS_ROWS", cases[si].rows_knob, 1);
             const int64_t rows = cases[si].rows, cols = cases[si].cols;
             struct bf16_case c;
             bf16_case_make(&c, n, rows, cols, cols + 4, rows + 5);
@@ -629,13 +636,15 @@ static void test_gemm_small(void)
             void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
             CHECK(kn_cuda_gemm_small_ok(n, cols, c.ldx));
             OK(kn_cuda_gemm_small_bf16(n, rows, cols, c.x_d, c.ldx, c.w_d, c.y_d, c.ldy, ws_d, wsb, 0, &err));
-            char what[112];
-            snprintf(what, sizeof what, "gemm small %lld x %lld, n %lld%s%s", (long long)rows,
-                     (long long)cols, (long long)n, wsb ? ", k split, GS_CLUSTER=" : "",
+            char what[128];
+            snprintf(what, sizeof what, "gemm small %lld x %lld, n %lld, GS_ROWS=%s%s%s", (long long)rows,
+                     (long long)cols, (long long)n, cases[si].rows_knob ? cases[si].rows_knob : "default",
+                     wsb ? ", k split, GS_CLUSTER=" : "",
                      wsb ? (cases[si].knob ? cases[si].knob : "default") : "");
             bf16_case_check(&c, what);
             if (ws_d) cudaFree(ws_d);
             unsetenv("KN_CUDA_GS_CLUSTER");
+            unsetenv("KN_CUDA_GS_ROWS");
         }
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemm_small_ok(17, 256, 256) && !kn_cuda_gemm_small_ok(4, 128, 128));
