@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2)
  * 4096 columns, where it measured level or faster (% of copy, 16 rows: 2048 x 6144 45 against 30, 8199 x
  * 6144 72 against 52, 6144 x 8192 72 against 47; 4 rows: 8199 x 6144 77 against 63); on 512 x 6144 (a
  * 64-way split, 3 blocks per warp) 15-16 against 19-22 and on 6144 x 2048 at 1-8 rows 48-50 against 55 it
- * lost (bench/cuda/README.md "Whole-model decode, fifth session"). 2: wherever there are 128 rows (tests),
+ * lost (bench/cuda/README.md "Fifth session"). 2: wherever there are 128 rows (tests),
  * 0: never. */
 static int32_t gr_ksplit(int64_t n, int64_t rows, int64_t cols)
 {

@@ -521,11 +521,11 @@ static int32_t cu_batch_begin(void *ctx, const struct wk_batch *b, struct mm_err
     c->qb.bt_stride = bt_stride;
     c->ids.p = d + ((const uint8_t *)ids - h0);
     /* decode steps (one new token per sequence) of up to graph_batch sequences are recorded and run as
-     * graphs: 1.3-1.6x faster at 1-2 sequences (second session); at 4-32 sequences +4 to +12 % since the
-     * products at 3-16 rows run on our kernels (this session, bench/cuda/README.md "Whole-model decode, fifth
-     * session": eager steps there leave the GPU idle ~40 % of the time, the host launching ~83 kernels per
-     * step). Batch 16 had measured level to 14 % slower when its products ran on cuBLAS. Prefill steps are
-     * few, long and of changing shapes: launched directly. */
+     * graphs: 1.3-1.6x faster at 1-2 sequences (second session); at 4-32 sequences +4 to +16 % since the
+     * products at 3-16 rows run on our kernels (bench/cuda/README.md "Fifth session": eager steps left the
+     * GPU idle ~40 % of a batch-16 step, the host launching ~83 kernels per step). Batch 16 had measured
+     * level to 14 % slower when its products ran on cuBLAS. Prefill steps are few, long and of changing
+     * shapes: launched directly. */
     const int decode = c->qb.max_q_per_seq == 1 && b->n_tokens == S;
     c->op_step = c->optime && decode;
     c->defer = c->graphs && c->steps && decode && !c->op_step && b->n_tokens <= c->graph_batch;
