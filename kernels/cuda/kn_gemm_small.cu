@@ -90,30 +90,14 @@ __device__ __forceinline__ void gs_store(float (&acc)[NT][4], int32_t n, int64_t
     kn_cluster_sync(); /* the peers have read this CTA's sums */
 }
 
-/* PIPE 0: a plain loop (unrolled by 4, what the compiler makes of it); PIPE 1: the loads of the next
- * GS_GROUP blocks issued before the current group's products (two register sets), so each warp keeps a
- * group of weight loads in flight while it computes */
-template <int NT, int PIPE>
-__global__ void __launch_bounds__(GS_WARPS * 32)
-    k_gemm_small(const float *__restrict__ x, int64_t ldx, int32_t n, const uint4 *__restrict__ w,
-                 int64_t rows, int64_t cols, int32_t ksplit, float *__restrict__ y, int64_t ldy,
-                 float *__restrict__ part_ws)
+/* A warp's stream over its weight rows gid and gid + 8 (wa, wb; rows that do not exist read as zeros): blocks
+ * 32-wide k blocks, each handed to blk(b, a0, a8). PIPE 1: the next GS_GROUP blocks' loads are issued before
+ * the current group's products (two register sets); PIPE 0 and the remainder: a plain loop unrolled by 4. */
+template <int PIPE, typename F>
+__device__ __forceinline__ void gs_stream(int blocks, const uint4 *__restrict__ wa,
+                                          const uint4 *__restrict__ wb, bool ra, bool rb, F &&blk)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS;
-    const int64_t kspan = cols / ksplit, k_begin = blockIdx.y * kspan + (int64_t)warp * (kspan / GS_WARPS);
-    const int blocks = (int)(kspan / GS_WARPS / 32); /* 32-wide k blocks of this warp */
-    const int64_t chunks_row = cols / 8;
-    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
-    const uint4 *wa = w + (r0 + gid) * chunks_row + (k_begin >> 3) + tig;
-    const uint4 *wb = w + (r0 + gid + 8) * chunks_row + (k_begin >> 3) + tig;
     const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-    const int64_t kt = k_begin + 8 * tig;
-    float acc[NT][4];
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
     int b = 0;
     if (PIPE) {
         const int groups = blocks / GS_GROUP;
@@ -132,17 +116,42 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
                 n8[u] = more && rb ? __ldcs(wb + 4 * nb) : z;
             }
 #pragma unroll
-            for (int u = 0; u < GS_GROUP; u++)
-                gs_block<NT>(acc, c0[u], c8[u], x, ldx, n, kt + 32 * (g * GS_GROUP + u), gid);
+            for (int u = 0; u < GS_GROUP; u++) blk(g * GS_GROUP + u, c0[u], c8[u]);
 #pragma unroll
             for (int u = 0; u < GS_GROUP; u++) c0[u] = n0[u], c8[u] = n8[u];
         }
         b = groups * GS_GROUP;
     }
 #pragma unroll 4
-    for (; b < blocks; b++)
-        gs_block<NT>(acc, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z, x, ldx, n, kt + 32 * b,
-                     gid);
+    for (; b < blocks; b++) blk(b, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z);
+}
+
+/* PIPE 0: a plain loop (unrolled by 4, what the compiler makes of it); PIPE 1: the loads of the next
+ * GS_GROUP blocks issued before the current group's products (two register sets), so each warp keeps a
+ * group of weight loads in flight while it computes */
+template <int NT, int PIPE>
+__global__ void __launch_bounds__(GS_WARPS * 32)
+    k_gemm_small(const float *__restrict__ x, int64_t ldx, int32_t n, const uint4 *__restrict__ w,
+                 int64_t rows, int64_t cols, int32_t ksplit, float *__restrict__ y, int64_t ldy,
+                 float *__restrict__ part_ws)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS;
+    const int64_t kspan = cols / ksplit, k_begin = blockIdx.y * kspan + (int64_t)warp * (kspan / GS_WARPS);
+    const int blocks = (int)(kspan / GS_WARPS / 32); /* 32-wide k blocks of this warp */
+    const int64_t chunks_row = cols / 8;
+    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
+    const uint4 *wa = w + (r0 + gid) * chunks_row + (k_begin >> 3) + tig;
+    const uint4 *wb = w + (r0 + gid + 8) * chunks_row + (k_begin >> 3) + tig;
+    const int64_t kt = k_begin + 8 * tig;
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
+    gs_stream<PIPE>(blocks, wa, wb, ra, rb, [&](int b, uint4 a0, uint4 a8) {
+        gs_block<NT>(acc, a0, a8, x, ldx, n, kt + 32 * b, gid);
+    });
     /* ksplit > 1: a cluster of the ksplit CTAs sums in gs_store, or (part_ws given: the previous route,
      * KN_CUDA_GS_CLUSTER=0) this CTA's partial sums go to its slice of the workspace, [ksplit][n][rows] */
     if (ksplit == 1 || !part_ws)
@@ -188,7 +197,6 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2)
     const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
     const uint4 *wa = w + (r0 + gid) * chunks_row + (kb >> 3) + tig;
     const uint4 *wb = w + (r0 + gid + 8) * chunks_row + (kb >> 3) + tig;
-    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++)
@@ -204,32 +212,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2)
             kn_mma_bf16(acc[t], af1, b1);
         }
     };
-    int j = 0;
-    if (PIPE) { /* as k_gemm_small: the next group's weight loads in flight while this group computes */
-        const int groups = blocks / GS_GROUP;
-        uint4 c0[GS_GROUP], c8[GS_GROUP];
-        if (groups > 0)
-#pragma unroll
-            for (int u = 0; u < GS_GROUP; u++)
-                c0[u] = ra ? __ldcs(wa + 4 * u) : z, c8[u] = rb ? __ldcs(wb + 4 * u) : z;
-        for (int g = 0; g < groups; g++) {
-            uint4 n0[GS_GROUP], n8[GS_GROUP];
-            const bool more = g + 1 < groups;
-#pragma unroll
-            for (int u = 0; u < GS_GROUP; u++) {
-                const int nb = (g + 1) * GS_GROUP + u;
-                n0[u] = more && ra ? __ldcs(wa + 4 * nb) : z;
-                n8[u] = more && rb ? __ldcs(wb + 4 * nb) : z;
-            }
-#pragma unroll
-            for (int u = 0; u < GS_GROUP; u++) blk(g * GS_GROUP + u, c0[u], c8[u]);
-#pragma unroll
-            for (int u = 0; u < GS_GROUP; u++) c0[u] = n0[u], c8[u] = n8[u];
-        }
-        j = groups * GS_GROUP;
-    }
-#pragma unroll 4
-    for (; j < blocks; j++) blk(j, ra ? __ldcs(wa + 4 * j) : z, rb ? __ldcs(wb + 4 * j) : z);
+    gs_stream<PIPE>(blocks, wa, wb, ra, rb, blk);
     /* acc[t][0..1]: row gid, tokens 8t + 2tig (+1); acc[t][2..3]: row gid + 8 */
     float *out = dst + (int64_t)blockIdx.y * slice;
 #pragma unroll
