@@ -126,9 +126,7 @@ __device__ __forceinline__ void gs_stream(int blocks, const uint4 *__restrict__ 
     for (; b < blocks; b++) blk(b, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z);
 }
 
-/* PIPE 0: a plain loop (unrolled by 4, what the compiler makes of it); PIPE 1: the loads of the next
- * GS_GROUP blocks issued before the current group's products (two register sets), so each warp keeps a
- * group of weight loads in flight while it computes */
+/* The 16-row route: 16 weight rows per CTA, the inner dimension split over its 8 warps (PIPE: gs_stream's) */
 template <int NT, int PIPE>
 __global__ void __launch_bounds__(GS_WARPS * 32)
     k_gemm_small(const float *__restrict__ x, int64_t ldx, int32_t n, const uint4 *__restrict__ w,

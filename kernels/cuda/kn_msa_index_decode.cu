@@ -205,13 +205,8 @@ static void launch_index_decode(const struct kn_cuda_msa_shape *sh, const struct
                                 const struct kn_cuda_cache *c, const float *q, float *scores,
                                 int32_t score_stride, int32_t *steal, cudaStream_t stream)
 {
-    static bool attr_set; /* raise the dynamic shared-memory limit once, not at every launch */
     const int smem = idx_smem_bytes<DI, FP8>(ST);
-    if (!attr_set) {
-        cudaFuncSetAttribute(k_index_decode<DI, FP8, STEAL, ST, MINB>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        attr_set = true;
-    }
+    (void)kn_smem_attr((const void *)k_index_decode<DI, FP8, STEAL, ST, MINB>, smem); /* fails at launch */
     /* static split: one wave of resident CTAs (MINB per SM) when the work allows. Two per SM: chunks of a
      * multiple of IDX_WARPS pages (every warp the same count). One per SM: any chunk, so that every SM gets
      * a CTA (rounding up to 8 pages would leave some idle); warps differ by at most one page. */

@@ -74,10 +74,10 @@ __device__ __forceinline__ void irg_cp4(uint32_t dst, const void *src)
  *    scales) and reads back only its own copies: no synchronisation beyond its own wait_group. A warp's copy
  *    instruction covers 8 rows x 64 bytes: 8 half lines.
  *  - 1: the warp copies the tile as it lies in memory (lane L: bytes 16 L + 512 j, 4 whole 128-byte lines per
- *    instruction; FP8 scales per page in buffers of their own, irg_scale_bytes), rows stored with the chunk
- * index XOR 4 on odd rows so that the read-back (lane: row gid, chunks tig + 4c) is free of bank conflicts;
- * lanes read each other's copies, so a __syncwarp follows the wait. Fewer, whole-line requests for the same
- * bytes. */
+ *    instruction; FP8 scales per page in buffers of their own, irg_scale_bytes), rows stored with the
+ *    chunk index XOR 4 on odd rows so that the read-back (lane: row gid, chunks tig + 4c) is free of bank
+ *    conflicts; lanes read each other's copies, so a __syncwarp follows the wait. Fewer, whole-line requests
+ *    for the same bytes. */
 template <int DI, bool FP8, bool LINES> __host__ __device__ constexpr int irg_tile_u4()
 {
     return LINES ? 16 * idx_cfg<DI, FP8>::ROWB / 16 : idx_cfg<DI, FP8>::LOADS * 32 + (FP8 ? 16 : 0);
@@ -154,8 +154,9 @@ __global__ void __launch_bounds__(IRG_WARPS * 32, 2)
         if (parts == 1) return; /* split pages: the CTA's final combine needs every warp at its barrier */
     }
 
-    /* Lane constants. Copy side: source offset in a tile, destination offset in a slot (keys), scale
-     * destination relative to it. Read side: uint4 offsets of the lane's chunks for even / odd c. */
+    /* Lane constants. Copy side: source offset in a tile, destination offset in a slot (keys), and (per-lane
+     * layout) the scale destination relative to it. Read side: uint4 offsets of the lane's chunks for even /
+     * odd c. */
     int64_t src_off;
     uint32_t kdst, sdst = 0;
     int ro_e, ro_o;

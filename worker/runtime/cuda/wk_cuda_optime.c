@@ -21,11 +21,11 @@ struct wk_optime {
     cudaStream_t stream;
     cudaEvent_t ev[2 * OT_PER_STEP];
     char keys[OT_PER_STEP][64];
-    int32_t n, open;               /* intervals this step; an interval begun and not ended */
-    int64_t h_begin, h_end;        /* host clock at the open interval's start, at the last end (0: none) */
-    double host[OT_PER_STEP];      /* host us of each interval */
-    double host_gap, host_between; /* host us between operations within steps / from a step's last
-                                      operation to the next step's first (its sync, sampling, planning) */
+    int32_t n, open;          /* intervals this step; an interval begun and not ended */
+    int64_t h_begin, h_end;   /* host clock at the open interval's start, at the step's last end */
+    double host[OT_PER_STEP]; /* host us of each interval */
+    double host_gap;          /* host us between operations within steps (the time from one step to the next
+                                 is not counted: untimed prefill steps may run in between) */
     struct ot_key tot[OT_KEYS];
     int32_t n_keys;
     int64_t steps;
@@ -58,12 +58,7 @@ void wk_optime_begin(struct wk_optime *t, const char *key)
     if (t->n >= OT_PER_STEP) return;
     snprintf(t->keys[t->n], sizeof t->keys[t->n], "%s", key);
     const int64_t now = mm_now_ns();
-    if (t->h_end > 0) {
-        if (t->n)
-            t->host_gap += 1e-3 * (double)(now - t->h_end);
-        else
-            t->host_between += 1e-3 * (double)(now - t->h_end);
-    }
+    if (t->n) t->host_gap += 1e-3 * (double)(now - t->h_end);
     t->h_begin = now;
     cudaEventRecord(t->ev[2 * t->n], t->stream);
     t->open = 1;
@@ -119,8 +114,8 @@ void wk_optime_log(const struct wk_optime *t)
     const double st = (double)t->steps;
     mm_log_info("cuda",
                 "operation GPU time over %lld decode steps: %.1f us per step in all; host %.1f us inside the "
-                "operations, %.1f between them, %.1f between steps",
-                (long long)t->steps, sum / st, hsum / st, t->host_gap / st, t->host_between / st);
+                "operations, %.1f between them",
+                (long long)t->steps, sum / st, hsum / st, t->host_gap / st);
     for (int32_t k = 0; k < t->n_keys; k++)
         mm_log_info("cuda", "  %-40s %9.1f us per step %6.1f calls per step  host %7.1f us per step",
                     s[k].key, s[k].us / st, (double)s[k].calls / st, s[k].host_us / st);
