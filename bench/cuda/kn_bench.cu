@@ -2145,15 +2145,29 @@ struct skinny_arg {
     void *ws; /* kn_cuda_gemm_small_bf16's k-split workspace */
     size_t ws_bytes;
     int gemv; /* 0 cuBLAS bf16, 1 kn_cuda_gemv_bf16, 2 cuBLAS f32, 3 kn_cuda_gemv_f32, 4
-                 kn_cuda_gemm_small_bf16 */
+                 kn_cuda_gemm_small_bf16, 5 kn_cuda_gemv_f32_multi (one weight), 6 the index projections
+                 (rows - 128 and 128 rows of one set) by kn_cuda_gemv_f32_multi, 7 the same by two
+                 kn_cuda_gemv_f32 calls */
 };
 
 static void run_skinny(void *p, int it)
 {
     struct skinny_arg *a = (struct skinny_arg *)p;
-    const int f32w = a->gemv == 2 || a->gemv == 3; /* f32 weights: twice the bytes per set */
+    const int f32w = a->gemv == 2 || a->gemv == 3 || a->gemv >= 5; /* f32 weights: twice the bytes per set */
     const uint16_t *w = a->w + (int64_t)(it % a->n_sets) * a->rows * a->cols * (f32w ? 2 : 1);
-    if (a->gemv == 2) { /* f32 weights: cuBLAS's f32 product (no TF32) */
+    if (a->gemv >= 5) {
+        const int two = a->gemv >= 6;
+        const float *ws[2] = {(const float *)w, (const float *)w + (a->rows - 128) * a->cols};
+        const int64_t rs[2] = {two ? a->rows - 128 : a->rows, 128};
+        float *ys[2] = {a->y, a->y + 16 * rs[0]};
+        if (a->gemv == 7)
+            for (int i = 0; i < 2; i++)
+                KC(kn_cuda_gemv_f32(a->n, rs[i], a->cols, a->x, a->cols, ws[i], ys[i], rs[i], g_stream,
+                                    &g_err));
+        else
+            KC(kn_cuda_gemv_f32_multi(two ? 2 : 1, ws, rs, ys, a->n, a->cols, a->x, a->cols, g_stream,
+                                      &g_err));
+    } else if (a->gemv == 2) { /* f32 weights: cuBLAS's f32 product (no TF32) */
         KC(kn_cuda_gemm_f32(a->bl, a->n, a->rows, a->cols, a->x, a->cols, (const float *)w, a->cols, 0.0f,
                             a->y, a->rows, &g_err));
     } else if (a->gemv == 3) {
@@ -2208,7 +2222,9 @@ static void bench_skinny(void)
      * clusters, forced (KN_CUDA_GS_CLUSTER=0 / 2; "tc" chooses by the waves); 7: the 16-row route where the
      * row route would apply (KN_CUDA_GS_ROWS=0; the default from 128 rows: 128 rows per CTA) */
     static const int routes[] = {0, 1, 4, 7, 5, 6};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    /* KN_BENCH_SKINNY_F32=1: the f32 products only */
+    const size_t n_shapes = getenv("KN_BENCH_SKINNY_F32") ? 0 : sizeof shapes / sizeof shapes[0];
+    for (size_t si = 0; si < n_shapes; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t ri = 0; ri < sizeof routes / sizeof routes[0]; ri++) {
                 const int gv = routes[ri] >= 5 ? 4 : routes[ri];
@@ -2250,14 +2266,38 @@ static void bench_skinny(void)
                 a.rows = f32_shapes[si][0], a.cols = f32_shapes[si][1], a.n = f32_ns[ni], a.gemv = ri ? 3 : 2,
                 a.w = w;
                 const char *fr = f32_routes[ri].r, *fk = f32_routes[ri].ks;
-                if (fr && fr[0] == '8' && a.n <= 4) continue;
+                const int last = ri + 1 == sizeof f32_routes / sizeof f32_routes[0];
+                if (fr && fr[0] == '8' && a.n <= 4 && !last) continue;
                 if (ri && !kn_cuda_gemv_f32_ok(a.n, a.cols, a.cols)) continue;
                 if (fr) setenv("KN_CUDA_GEMV_F32_R", fr, 1);
                 if (fk) setenv("KN_CUDA_GEMV_F32_KS", fk, 1);
-                skinny_cell(&a, pool, 4, f32_routes[ri].name);
+                if (!(fr && fr[0] == '8' && a.n <= 4)) skinny_cell(&a, pool, 4, f32_routes[ri].name);
                 unsetenv("KN_CUDA_GEMV_F32_R");
                 unsetenv("KN_CUDA_GEMV_F32_KS");
+                /* after the last forced route: the staged route (x in shared memory once per 32 rows) */
+                if (last && kn_cuda_gemv_f32_multi_ok(a.n, a.cols, a.cols)) {
+                    a.gemv = 5;
+                    skinny_cell(&a, pool, 4, "staged");
+                }
             }
+    /* an MSA layer's two index projections (iq 512 rows, ik 128 rows, both over the hidden size): two
+     * kn_cuda_gemv_f32 calls (the backend before) against one kn_cuda_gemv_f32_multi launch */
+    for (size_t ni = 0; ni < sizeof f32_ns / sizeof f32_ns[0]; ni++)
+        for (int g = 7; g >= 4; g--) { /* 5, 4: the staged launch with a 4- / 2-way split forced */
+            a.rows = 640, a.cols = 6144, a.n = f32_ns[ni], a.gemv = g >= 6 ? g : 6, a.w = w;
+            if (g <= 6 && !kn_cuda_gemv_f32_multi_ok(a.n, a.cols, a.cols)) continue;
+            if (g <= 5) setenv("KN_CUDA_GEMV_F32_STAGED_KS", g == 5 ? "4" : "2", 1);
+            a.n_sets = (int32_t)(pool / ((size_t)a.rows * a.cols * 4));
+            if (a.n_sets > 64) a.n_sets = 64;
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "f32 iq 512 + ik 128 x 6144, n %lld", (long long)a.n);
+            time_emit_stream(g == 7   ? "two gemv"
+                             : g == 6 ? "staged multi"
+                             : g == 5 ? "staged multi ks4"
+                                      : "staged multi ks2",
+                             cfg, run_skinny, &a, (double)a.rows * a.cols * 4, g_quick ? 5 : 30, 20, 0);
+            unsetenv("KN_CUDA_GEMV_F32_STAGED_KS");
+        }
     cudaFree(w), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb), cudaFree(a.ws);
     kn_cuda_blas_destroy(a.bl);
 }

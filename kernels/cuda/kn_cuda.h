@@ -318,6 +318,16 @@ int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx);
 int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx, const float *w,
                          float *y, int64_t ldy, cudaStream_t stream, struct mm_err *err);
 int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx);
+/** kn_cuda_gemv_f32 for n_w (<= KN_GEMV_MULTI_MAX) f32 weights w[i] [rows[i]][cols] that read the same x
+ * (y[i] [n][rows[i]]), in one launch: each CTA stages its slice of x in shared memory once for 32 weight
+ * rows (the index projections at 3-16 rows: kn_gemv.cu). Sums in a fixed order, not kn_cuda_gemv_f32's.
+ * Needs kn_cuda_gemv_f32_multi_ok(n, cols, ldx) and 16-byte aligned x and W. */
+int32_t kn_cuda_gemv_f32_multi(int32_t n_w, const float *const *w, const int64_t *rows, float *const *y,
+                               int64_t n, int64_t cols, const float *x, int64_t ldx, cudaStream_t stream,
+                               struct mm_err *err);
+/** Whether kn_cuda_gemv_f32_multi takes these shapes: 1 <= n <= KN_GEMV_F32_MAX_N, cols a multiple of 128,
+ * ldx >= cols and a multiple of 4. */
+int kn_cuda_gemv_f32_multi_ok(int64_t n, int64_t cols, int64_t ldx);
 /** How many CTAs kn_cuda_gemv_f32 splits the inner dimension over for this shape (1: none). */
 int kn_cuda_gemv_f32_split(int64_t n, int64_t rows, int64_t cols);
 /** Decode products at up to 16 activation rows on the tensor cores (kn_gemm_small.cu): y[n][rows] = bf16(x[n]

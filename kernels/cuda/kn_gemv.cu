@@ -196,6 +196,124 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     gv_store<R, N>(acc, rows, y, ldy, r0, nn, (int)gridDim.y);
 }
 
+/* The staged f32 route (kn_cuda_gemv_f32_multi): several f32 weights of one width that read the same x (the
+ * index projections iq and ik of an MSA layer), GF_ROWS weight rows of one weight per CTA. The CTA first
+ * copies its k slice of the n activation rows into shared memory; warp w then streams weight rows 4w..4w+3 of
+ * the tile over it, lane l the 16-byte chunks l, l + 32, ... of the slice, so each x value read from shared
+ * memory feeds 4 weight rows and x crosses L2 once per 32 weight rows. k_gemv_f32 reads its slice of x from
+ * L2 once per 1-8 weight rows: at 16 activation rows that is 2-16x the weight bytes, and the index
+ * projections ran at 7-21 % of copy there. Sums: a lane's chunks in order, the lanes by gv_warp_reduce, then
+ * the ks slices of a tile (one cluster) in rank order through distributed shared memory: deterministic, but
+ * not k_gemv_f32's order. N >= n (4, 8 or 16); rows j >= n are zeros in shared memory and not stored. */
+#define GF_ROWS 32
+#define GF_SMEM_MAX (96 * 1024) /* the staged slice: two CTAs per SM */
+
+struct gf_multi {
+    const float4 *w[KN_GEMV_MULTI_MAX];
+    float *y[KN_GEMV_MULTI_MAX];
+    int64_t rows[KN_GEMV_MULTI_MAX];
+    int32_t tile0[KN_GEMV_MULTI_MAX]; /* first tile of each weight (INT32_MAX past the last) */
+};
+
+template <int N>
+__global__ void __launch_bounds__(GV_WARPS * 32, 2)
+    k_gemv_f32_staged(const float *__restrict__ x, int64_t ldx, int64_t cols, int32_t n, const gf_multi m)
+{
+    extern __shared__ float4 gf_x[]; /* [N][kc4] */
+    __shared__ float tot[GF_ROWS * N];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float4 *w = m.w[0];
+    float *y = m.y[0];
+    int64_t rows = m.rows[0];
+    int32_t t0 = 0;
+#pragma unroll
+    for (int k = 1; k < KN_GEMV_MULTI_MAX; k++) /* constant indices: m stays in parameter space */
+        if ((int32_t)blockIdx.x >= m.tile0[k]) w = m.w[k], y = m.y[k], rows = m.rows[k], t0 = m.tile0[k];
+    const int64_t r0 = (int64_t)((int32_t)blockIdx.x - t0) * GF_ROWS, cols4 = cols / 4;
+    const int ks = (int)gridDim.y;
+    const int kc4 = (int)(cols4 / ks);            /* this CTA's 16-byte chunks of a row */
+    const int64_t c0 = (int64_t)blockIdx.y * kc4; /* the first of them */
+    const int64_t rw = r0 + 4 * warp;             /* this warp's first weight row */
+    bool ok[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) ok[r] = rw + r < rows;
+    const float4 *wr = w + rw * cols4 + c0;
+    /* this lane's weight chunks into L2 while x is staged: the loop below then waits for L2, not for HBM,
+     * at each of its few (kc4 / 32) steps */
+    for (int c = lane; c < kc4; c += 32)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            if (ok[r]) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wr + r * cols4 + c));
+    /* the slice by asynchronous copies, all in flight at once (rows j >= n zero-filled) */
+    const uint32_t xs = kn_smem_addr(gf_x);
+    for (int e = threadIdx.x; e < N * kc4; e += GV_WARPS * 32) {
+        const int j = e / kc4, c = e - j * kc4;
+        const bool in = j < n;
+        kn_cp_async16(xs + 16u * (uint32_t)e,
+                      in ? (const void *)(x + j * ldx + 4 * (c0 + c)) : (const void *)x, in ? 16 : 0);
+    }
+    kn_cp_async_commit();
+    kn_cp_async_wait<0>();
+    __syncthreads();
+    float acc[4][N];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) acc[r][j] = 0.0f;
+    constexpr int UNROLL = N == 16 ? 1 : 2; /* 16 rows: two chunks in flight would spill at 128 registers */
+#pragma unroll UNROLL
+    for (int c = lane; c < kc4; c += 32) {
+        float4 wv[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            wv[r] = ok[r] ? __ldcs(wr + r * cols4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const float4 xv = gf_x[j * kc4 + c];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                float s = acc[r][j];
+                s = fmaf(wv[r].x, xv.x, s);
+                s = fmaf(wv[r].y, xv.y, s);
+                s = fmaf(wv[r].z, xv.z, s);
+                s = fmaf(wv[r].w, xv.w, s);
+                acc[r][j] = s;
+            }
+        }
+    }
+    /* the lanes' sums: this warp's 4 rows x N values, C per lane from index base (V = 4N >= 16) */
+    constexpr int V = 4 * N, C = V >= 32 ? V / 32 : 1, dup = V >= 32 ? 1 : 32 / V;
+    float a[V];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int j = 0; j < N; j++) a[r * N + j] = acc[r][j];
+    int base = 0;
+    gv_warp_reduce<V, 16>(a, lane, base);
+    if (lane % dup == 0)
+#pragma unroll
+        for (int i = 0; i < C; i++) tot[warp * V + base + i] = a[i]; /* [row 4 warp + r][j] */
+    if (ks == 1)
+        __syncthreads();
+    else
+        kn_cluster_sync(); /* also a CTA barrier: every peer's tot is complete */
+    const int zr = ks == 1 ? 0 : (int)kn_cluster_rank();
+    for (int e = threadIdx.x; e < GF_ROWS * N; e += GV_WARPS * 32) {
+        const int r = e / N, j = e - r * N;
+        if (j >= n || r0 + r >= rows || e % ks != zr) continue;
+        float t;
+        if (ks == 1) {
+            t = tot[e];
+        } else {
+            const uint32_t at = (uint32_t)__cvta_generic_to_shared(&tot[e]);
+            t = 0.0f;
+            for (int z = 0; z < ks; z++) t += kn_ld_cluster_f32(kn_cluster_map(at, (uint32_t)z));
+        }
+        y[j * rows + r0 + r] = t;
+    }
+    if (ks > 1) kn_cluster_sync(); /* the peers have read this CTA's sums */
+}
+
 template <int N>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_bf16(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w, int64_t rows,
@@ -392,4 +510,67 @@ extern "C" int32_t kn_cuda_gemv_f32(int64_t n, int64_t rows, int64_t cols, const
     const struct gv_plan p = ok && rows > 0 ? gv_f32_plan(n, rows, cols) : gv_plan{GV_ROWS, 0, 1};
     return gv_run(gv_f32_kernel(p.r, p.ki), p.r, p.ks, ok, "kn_cuda_gemv_f32", n, rows, cols, x, ldx, w, y,
                   ldy, stream, err);
+}
+
+/* The staged route's inner-dimension split: a divisor of cols / 128 (whole chunks per lane), at most 8 (a
+ * portable cluster), large enough for the staged x to fit GF_SMEM_MAX; the smallest that gives every SM a
+ * CTA (KN_CUDA_GEMV_F32_STAGED_KS: the smallest from this one on), else the largest there is; 0: none. */
+static int32_t gf_split(int32_t nt, int64_t tiles, int64_t cols)
+{
+    const int64_t units = cols / 128, sms = kn_cuda_sm_count();
+    const int64_t smin = kn_cdiv((int64_t)nt * cols * 4, GF_SMEM_MAX);
+    int64_t want = kn_cdiv(sms, tiles > 0 ? tiles : 1);
+    const int32_t force = kn_cuda_knob_int("KN_CUDA_GEMV_F32_STAGED_KS", 0); /* benchmark: this split */
+    if (force >= 1) want = force;
+    if (want > 8) want = 8;
+    if (want < smin) want = smin;
+    for (int64_t ks = want; ks <= 8; ks++)
+        if (units % ks == 0) return (int32_t)ks;
+    for (int64_t ks = want - 1; ks >= smin && ks >= 1; ks--)
+        if (units % ks == 0) return (int32_t)ks;
+    return 0;
+}
+
+extern "C" int kn_cuda_gemv_f32_multi_ok(int64_t n, int64_t cols, int64_t ldx)
+{
+    const int32_t nt = n <= 4 ? 4 : n <= 8 ? 8 : 16;
+    return n >= 1 && n <= KN_GEMV_F32_MAX_N && cols > 0 && cols % 128 == 0 && ldx >= cols && ldx % 4 == 0 &&
+           gf_split(nt, 1, cols) > 0;
+}
+
+extern "C" int32_t kn_cuda_gemv_f32_multi(int32_t n_w, const float *const *w, const int64_t *rows,
+                                          float *const *y, int64_t n, int64_t cols, const float *x,
+                                          int64_t ldx, cudaStream_t stream, struct mm_err *err)
+{
+    gf_multi m;
+    memset(&m, 0, sizeof m);
+    int64_t tiles = 0;
+    int ok = n_w >= 1 && n_w <= KN_GEMV_MULTI_MAX && w && rows && y &&
+             kn_cuda_gemv_f32_multi_ok(n, cols, ldx) && x && (uintptr_t)x % 16 == 0;
+    for (int32_t i = 0; ok && i < n_w; i++) {
+        ok = w[i] && y[i] && rows[i] >= 0 && (uintptr_t)w[i] % 16 == 0;
+        if (!ok) break;
+        m.w[i] = (const float4 *)w[i], m.y[i] = y[i], m.rows[i] = rows[i], m.tile0[i] = (int32_t)tiles;
+        tiles += kn_cdiv(rows[i], GF_ROWS);
+        ok = tiles < INT32_MAX / 2;
+    }
+    if (!ok)
+        return mm_err_set(err, MM_INVALID,
+                          "kn_cuda_gemv_f32_multi: bad arguments (%d weights, n %lld cols %lld)", (int)n_w,
+                          (long long)n, (long long)cols);
+    for (int32_t i = n_w; i < KN_GEMV_MULTI_MAX; i++) m.tile0[i] = INT32_MAX;
+    if (tiles == 0) return MM_OK;
+    const int32_t nt = n <= 4 ? 4 : n <= 8 ? 8 : 16, ks = gf_split(nt, tiles, cols);
+    void (*k)(const float *, int64_t, int64_t, int32_t, const gf_multi) = nt == 4   ? k_gemv_f32_staged<4>
+                                                                          : nt == 8 ? k_gemv_f32_staged<8>
+                                                                                    : k_gemv_f32_staged<16>;
+    const size_t smem = (size_t)nt * (size_t)cols * 4 / (size_t)ks;
+    if (kn_smem_attr((const void *)k, smem) != cudaSuccess)
+        return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_f32_multi: shared memory", err);
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute at;
+    kn_cluster_cfg(&cfg, &at, dim3((unsigned)tiles, (unsigned)ks, 1), GV_WARPS * 32, stream, 1, (unsigned)ks);
+    cfg.dynamicSmemBytes = smem;
+    return kn_cuda_check(cudaLaunchKernelEx(&cfg, k, x, ldx, cols, (int32_t)n, m), "kn_cuda_gemv_f32_multi",
+                         err);
 }

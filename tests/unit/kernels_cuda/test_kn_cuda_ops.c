@@ -597,6 +597,66 @@ static void test_gemv(void)
     /* 100 x 6144 and 21 x 2048 split at every n in every configuration, 600 x 1056 never */
     CHECK_MSG(split_seen == 6 * KN_GEMV_F32_MAX_N, "gemv f32: %d of %d cases split the inner dimension",
               split_seen, 6 * KN_GEMV_F32_MAX_N);
+    /* the staged f32 route (kn_cuda_gemv_f32_multi): an MSA layer's index projections (512 and 128 rows) and
+     * a weight with a partial 32-row tile (37 rows) in one launch, at every n (the 4-, 8- and 16-row kernels
+     * must neither read nor store rows past n), over 6144 and 1024 columns (8-way splits in clusters), and
+     * 128 columns (no split); against the f32 CPU product, twice with the same bits */
+    static const int64_t mf_cols[3] = {6144, 1024, 128};
+    static const int64_t mf_rows[3] = {512, 128, 37};
+    for (int ci = 0; ci < 3; ci++)
+        for (int64_t n = 1; n <= KN_GEMV_F32_MAX_N; n++) {
+            const int64_t cols = mf_cols[ci], ldx = cols + 4;
+            float *x = ct_hmalloc(sizeof(float) * n * ldx), *xs = ct_hmalloc(sizeof(float) * n * cols);
+            ct_fill_normal(x, n * ldx, 1.0f);
+            for (int64_t j = 0; j < n; j++) memcpy(xs + j * cols, x + j * ldx, sizeof(float) * cols);
+            float *x_d = ct_upload(x, sizeof(float) * n * ldx);
+            const float *wd[3];
+            float *yd[3], *yd2[3], *wh[3];
+            for (int k = 0; k < 3; k++) {
+                wh[k] = ct_hmalloc(sizeof(float) * mf_rows[k] * cols);
+                ct_fill_normal(wh[k], mf_rows[k] * cols, 0.05f);
+                wd[k] = ct_upload(wh[k], sizeof(float) * mf_rows[k] * cols);
+                yd[k] = ct_dmalloc(sizeof(float) * (n + 1) * mf_rows[k]); /* a row more: must stay NaN */
+                yd2[k] = ct_dmalloc(sizeof(float) * n * mf_rows[k]);
+            }
+            CHECK(kn_cuda_gemv_f32_multi_ok(n, cols, ldx));
+            OK(kn_cuda_gemv_f32_multi(3, wd, mf_rows, yd, n, cols, x_d, ldx, 0, &err));
+            OK(kn_cuda_gemv_f32_multi(3, wd, mf_rows, yd2, n, cols, x_d, ldx, 0, &err));
+            for (int k = 0; k < 3; k++) {
+                const int64_t rows = mf_rows[k];
+                float *ref = ct_hmalloc(sizeof(float) * n * rows);
+                kn_sgemm_nt(n, rows, cols, xs, cols, wh[k], cols, 0.0f, ref, rows);
+                float *got = dl_f32(yd[k], (n + 1) * rows), *got2 = dl_f32(yd2[k], n * rows);
+                int untouched = 1;
+                for (int64_t r = 0; r < n * rows + rows; r++)
+                    untouched &= r < n * rows ? !isnan(got[r]) : isnan(got[r]);
+                CHECK_MSG(untouched,
+                          "gemv f32 multi %lld x %lld n %lld: a row not stored, or stored past row n",
+                          (long long)rows, (long long)cols, (long long)n);
+                CHECK_MSG(!memcmp(got, got2, sizeof(float) * n * rows),
+                          "gemv f32 multi %lld x %lld n %lld: two calls differ", (long long)rows,
+                          (long long)cols, (long long)n);
+                char what[96];
+                snprintf(what, sizeof what, "gemv f32 multi %lld x %lld, n %lld", (long long)rows,
+                         (long long)cols, (long long)n);
+                expect_close(what, got, ref, n * rows, 1e-6);
+                free(ref), free(got), free(got2), free(wh[k]);
+                cudaFree((void *)wd[k]), cudaFree(yd[k]), cudaFree(yd2[k]);
+            }
+            free(x), free(xs);
+            cudaFree(x_d);
+        }
+    {
+        struct mm_err e3 = {0};
+        const float *w0[1] = {(const float *)16};
+        int64_t r0[1] = {4};
+        float *y0[1] = {(float *)16};
+        CHECK(!kn_cuda_gemv_f32_multi_ok(1, 64, 64) && !kn_cuda_gemv_f32_multi_ok(17, 128, 128) &&
+              kn_cuda_gemv_f32_multi_ok(16, 128, 128));
+        CHECK(kn_cuda_gemv_f32_multi(1, w0, r0, y0, 1, 64, (const float *)16, 64, 0, &e3) == MM_INVALID);
+        CHECK(kn_cuda_gemv_f32_multi(KN_GEMV_MULTI_MAX + 1, w0, r0, y0, 1, 128, (const float *)16, 128, 0,
+                                     &e3) == MM_INVALID);
+    }
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemv_f32_ok(1, 48, 48) && kn_cuda_gemv_f32_ok(KN_GEMV_F32_MAX_N, 64, 64) &&
           !kn_cuda_gemv_f32_ok(KN_GEMV_F32_MAX_N + 1, 64, 64));

@@ -24,6 +24,11 @@
 /* Largest decode batch run as graphs by default (see cu_batch_begin; MMGW_CUDA_GRAPH_BATCH=N overrides, 0:
  * none). Measured up to 32 sequences. */
 #define WK_CUDA_GRAPH_MAX_BATCH 64
+/* Default of MMGW_CUDA_F32_STAGED: the fewest activation rows at which linear_multi's f32 weights take the
+ * staged launch (kn_cuda_gemv_f32_multi). Measured (s5, dense 32K): batch 16 +3 % decode tok/s, the layer's
+ * 5-weight product 88 -> 61 us; at batch 1 it read 2 % slower in two of two rounds although the product's
+ * GPU time was equal, so 1-2 rows keep one kn_cuda_gemv_f32 each. */
+#define WK_CUDA_F32_STAGED_MIN 3
 
 struct wk_weight {
     int64_t rows, cols;
@@ -66,6 +71,8 @@ struct cuda_be {
                     default), 0 never, 1 always (MMGW_CUDA_Q16=0 / 1) */
     int32_t small_gemm; /* 3-16-row products on kn_cuda_gemm_small_bf16 where it wins (MMGW_CUDA_SMALL_GEMM=0:
                            off) */
+    int32_t f32_staged; /* linear_multi's f32 weights (the index projections) in one staged launch from this
+                           many activation rows on (MMGW_CUDA_F32_STAGED; 0: one kn_cuda_gemv_f32 each) */
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -811,6 +818,26 @@ static void ex_linear_multi(void *ctx, const void *args)
             fail(c, &e__, "linear (gemv multi)");
     } else {
         memset(grouped, 0, sizeof grouped);
+    }
+    /* the f32 weights (an MSA layer's index projections) at up to 16 rows: one staged launch, x read into
+     * shared memory once per 32 weight rows (kn_gemv.cu); one kn_cuda_gemv_f32 each read it from L2 once
+     * per 1-8 rows */
+    const float *fw[WK_LINEAR_MULTI_MAX];
+    int64_t frows[WK_LINEAR_MULTI_MAX], fcols = -1;
+    float *fy[WK_LINEAR_MULTI_MAX];
+    int32_t nf = 0, fgrouped[WK_LINEAR_MULTI_MAX] = {0};
+    if (c->f32_staged > 0 && a->n >= c->f32_staged && !c->fp32 && c->gemv && (uintptr_t)a->x % 16 == 0)
+        for (int32_t i = 0; i < a->n_w && nf < KN_GEMV_MULTI_MAX; i++) {
+            const struct wk_weight *w = a->w[i];
+            if (grouped[i] || !w->f32 || w->bf16 || (fcols >= 0 && w->cols != fcols) ||
+                !kn_cuda_gemv_f32_multi_ok(a->n, w->cols, w->cols) || (uintptr_t)w->f32 % 16)
+                continue;
+            fcols = w->cols, fw[nf] = w->f32, frows[nf] = w->rows, fy[nf] = a->y[i], fgrouped[i] = 1, nf++;
+        }
+    if (nf >= 2) {
+        if (kn_cuda_gemv_f32_multi(nf, fw, frows, fy, a->n, fcols, a->x, fcols, ST, &e__))
+            fail(c, &e__, "linear (f32 staged)");
+        for (int32_t i = 0; i < a->n_w; i++) grouped[i] |= fgrouped[i];
     }
     for (int32_t i = 0; i < a->n_w; i++)
         if (!grouped[i]) gemm(c, a->w[i], a->x, a->w[i]->cols, a->n, a->y[i], a->w[i]->rows);
@@ -1594,6 +1621,8 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     const char *lm = getenv("MMGW_CUDA_LINEAR_MULTI"), *q16 = getenv("MMGW_CUDA_Q16");
     c->multi = !(lm && !strcmp(lm, "0"));
     c->q16 = q16 && !strcmp(q16, "0") ? 0 : q16 && !strcmp(q16, "1") ? 1 : 2;
+    const char *fs = getenv("MMGW_CUDA_F32_STAGED");
+    c->f32_staged = fs && atoi(fs) >= 0 ? atoi(fs) : WK_CUDA_F32_STAGED_MIN;
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
     c->graphs = !(gr && !strcmp(gr, "0"));
     const char *gb = getenv("MMGW_CUDA_GRAPH_BATCH");
