@@ -2147,15 +2147,27 @@ struct skinny_arg {
     int gemv; /* 0 cuBLAS bf16, 1 kn_cuda_gemv_bf16, 2 cuBLAS f32, 3 kn_cuda_gemv_f32, 4
                  kn_cuda_gemm_small_bf16, 5 kn_cuda_gemv_f32_multi (one weight), 6 the index projections
                  (rows - 128 and 128 rows of one set) by kn_cuda_gemv_f32_multi, 7 the same by two
-                 kn_cuda_gemv_f32 calls */
+                 kn_cuda_gemv_f32 calls, 8 two bf16 weights of rows / 2 by kn_cuda_gemm_small_bf16_multi, 9
+                 the same by two kn_cuda_gemm_small_bf16 calls */
 };
 
 static void run_skinny(void *p, int it)
 {
     struct skinny_arg *a = (struct skinny_arg *)p;
-    const int f32w = a->gemv == 2 || a->gemv == 3 || a->gemv >= 5; /* f32 weights: twice the bytes per set */
+    const int f32w = a->gemv == 2 || a->gemv == 3 || (a->gemv >= 5 && a->gemv <= 7); /* twice the bytes */
     const uint16_t *w = a->w + (int64_t)(it % a->n_sets) * a->rows * a->cols * (f32w ? 2 : 1);
-    if (a->gemv >= 5) {
+    if (a->gemv >= 8) {
+        const int64_t half = a->rows / 2;
+        const void *ws2[2] = {w, w + half * a->cols};
+        float *ys[2] = {a->y, a->y + 16 * half};
+        if (a->gemv == 9)
+            for (int i = 0; i < 2; i++)
+                KC(kn_cuda_gemm_small_bf16(a->n, half, a->cols, a->x, a->cols, ws2[i], ys[i], half, a->ws,
+                                           a->ws_bytes, g_stream, &g_err));
+        else
+            KC(kn_cuda_gemm_small_bf16_multi(2, ws2, a->n, half, a->cols, a->x, a->cols, ys, half, a->ws,
+                                             a->ws_bytes, g_stream, &g_err));
+    } else if (a->gemv >= 5) {
         const int two = a->gemv >= 6;
         const float *ws[2] = {(const float *)w, (const float *)w + (a->rows - 128) * a->cols};
         const int64_t rs[2] = {two ? a->rows - 128 : a->rows, 128};
@@ -2249,6 +2261,18 @@ static void bench_skinny(void)
                 unsetenv("KN_CUDA_GS_CLUSTER");
                 unsetenv("KN_CUDA_GS_ROWS");
             }
+    /* gate and up of the dense synthetic model (2 x 2048 x 6144): two row-route launches against one */
+    for (size_t ni = 0; n_shapes && ni < sizeof ns / sizeof ns[0]; ni++)
+        for (int g = 9; g >= 8; g--) {
+            a.rows = 4096, a.cols = 6144, a.n = ns[ni], a.gemv = g, a.w = w;
+            if (a.n < 3 || !kn_cuda_gemm_small_multi_ok(2, a.n, 2048, a.cols, a.cols)) continue;
+            a.n_sets = (int32_t)(pool / ((size_t)a.rows * a.cols * 2));
+            if (a.n_sets > 64) a.n_sets = 64;
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "gate + up 2 x 2048 x 6144, n %lld", (long long)a.n);
+            time_emit_stream(g == 9 ? "two tc" : "tc x2", cfg, run_skinny, &a, (double)a.rows * a.cols * 2,
+                             g_quick ? 5 : 30, 20, 0);
+        }
     /* f32 weights (the index projections and the router): cuBLAS f32 against kn_cuda_gemv_f32, with its plan
      * and with weight rows per CTA / inner-dimension split forced (KN_CUDA_GEMV_F32_R / _KS; "R8" only from
      * n 5 on, a split only where the chunks divide) */

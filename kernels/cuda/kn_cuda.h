@@ -344,6 +344,17 @@ int kn_cuda_gemm_small_ok(int64_t n, int64_t cols, int64_t ldx);
  * (measured on an H200: cuBLAS wins only on large weights whose rows fill its 128-row tiles). */
 int kn_cuda_gemm_small_prefer(int64_t n, int64_t rows, int64_t cols);
 size_t kn_cuda_gemm_small_ws(int64_t n, int64_t rows, int64_t cols);
+/** kn_cuda_gemm_small_bf16 for n_w (1 or 2) weights w[i] of one shape [rows][cols] that read the same x (gate
+ * and up), y[i] [n][ldy], in one launch of the row route (k split chosen for their rows together). Needs
+ * kn_cuda_gemm_small_multi_ok(n_w, n, rows, cols, ldx) and kn_cuda_gemm_small_multi_ws(...) workspace bytes.
+ */
+int32_t kn_cuda_gemm_small_bf16_multi(int32_t n_w, const void *const *w, int64_t n, int64_t rows,
+                                      int64_t cols, const float *x, int64_t ldx, float *const *y, int64_t ldy,
+                                      void *ws, size_t ws_bytes, cudaStream_t stream, struct mm_err *err);
+/** Whether the row route takes n_w weights of rows x cols together: where it takes each alone (by default
+ * 2048+ rows and 4096+ columns). */
+int kn_cuda_gemm_small_multi_ok(int32_t n_w, int64_t n, int64_t rows, int64_t cols, int64_t ldx);
+size_t kn_cuda_gemm_small_multi_ws(int32_t n_w, int64_t n, int64_t rows, int64_t cols);
 /** MoE products grouped by expert without the host (kn_gemm_small.cu): for each expert e < n_exp, rows
  * off[e] .. off[e + 1] (device offsets, from kn_cuda_moe_sort) of y_a = bf16(x rows) . W^T with W = w_a[e]
  * (device table of bf16 [rows][cols] pointers, 16-byte aligned), and of y_b from w_b[e] when w_b is not

@@ -170,10 +170,14 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
 
 template <int NT, int PIPE>
 __global__ void __launch_bounds__(GS_WARPS * 32, 2)
-    k_gemm_rows(const float *__restrict__ x, int64_t ldx, int32_t n, const uint4 *__restrict__ w,
-                int64_t rows, int64_t cols, int32_t kspan, float *__restrict__ dst, int64_t ld, int64_t slice)
+    k_gemm_rows(const float *__restrict__ x, int64_t ldx, int32_t n, const uint4 *__restrict__ w0,
+                const uint4 *__restrict__ w1, int64_t rows, int64_t cols, int32_t kspan,
+                float *__restrict__ dst0, float *__restrict__ dst1, int64_t ld, int64_t slice)
 {
     extern __shared__ uint4 gr_xs[];
+    /* blockIdx.z: which of two weights of the same shape that read the same x (gate and up in one launch) */
+    const uint4 *__restrict__ w = blockIdx.z ? w1 : w0;
+    float *__restrict__ dst = blockIdx.z ? dst1 : dst0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     const int64_t kb = (int64_t)blockIdx.y * kspan;
     const int blocks = kspan / 32;
@@ -304,26 +308,35 @@ extern "C" size_t kn_cuda_gemm_small_ws(int64_t n, int64_t rows, int64_t cols)
     return gs_ws_bytes(kr ? kr : gs_ksplit(rows, cols), n, rows);
 }
 
-/* The row route (see k_gemm_rows): partial sums of a k split into the workspace, then kn_ksplit_sum */
+/* The row route (see k_gemm_rows) for n_w (1 or 2) weights w[i] of one shape: partial sums of a k split into
+ * the workspace (weight i's [ks][n][rows] after weight i - 1's), then kn_ksplit_sum for each */
 static cudaError_t gr_launch(int64_t n, int64_t rows, int64_t cols, int32_t ks, const float *x, int64_t ldx,
-                             const uint4 *w, float *y, int64_t ldy, float *ws, cudaStream_t stream)
+                             int32_t n_w, const uint4 *const *w, float *const *y, int64_t ldy, float *ws,
+                             cudaStream_t stream)
 {
     const int32_t kspan = (int32_t)(cols / ks);
     const int nt = n > 8 ? 2 : 1, blocks = kspan / 32;
     const int smem = blocks * nt * 512;
-    void (*kern)(const float *, int64_t, int32_t, const uint4 *, int64_t, int64_t, int32_t, float *, int64_t,
-                 int64_t) = nt == 2 ? (blocks >= 2 * GS_GROUP ? k_gemm_rows<2, 1> : k_gemm_rows<2, 0>)
-                                    : (blocks >= 2 * GS_GROUP ? k_gemm_rows<1, 1> : k_gemm_rows<1, 0>);
+    void (*kern)(const float *, int64_t, int32_t, const uint4 *, const uint4 *, int64_t, int64_t, int32_t,
+                 float *, float *, int64_t, int64_t) =
+        nt == 2 ? (blocks >= 2 * GS_GROUP ? k_gemm_rows<2, 1> : k_gemm_rows<2, 0>)
+                : (blocks >= 2 * GS_GROUP ? k_gemm_rows<1, 1> : k_gemm_rows<1, 0>);
     cudaError_t e = kn_smem_attr((const void *)kern, smem);
     if (e != cudaSuccess) return e;
-    const dim3 grid((unsigned)kn_cdiv(rows, GR_ROWS), (unsigned)ks);
+    const dim3 grid((unsigned)kn_cdiv(rows, GR_ROWS), (unsigned)ks, (unsigned)n_w);
+    const uint4 *w1 = n_w > 1 ? w[1] : w[0];
     if (ks == 1) {
-        kern<<<grid, GS_WARPS * 32, smem, stream>>>(x, ldx, (int32_t)n, w, rows, cols, kspan, y, ldy, 0);
+        kern<<<grid, GS_WARPS * 32, smem, stream>>>(x, ldx, (int32_t)n, w[0], w1, rows, cols, kspan, y[0],
+                                                    n_w > 1 ? y[1] : y[0], ldy, 0);
         return cudaGetLastError();
     }
-    kern<<<grid, GS_WARPS * 32, smem, stream>>>(x, ldx, (int32_t)n, w, rows, cols, kspan, ws, rows, n * rows);
+    const int64_t part = (int64_t)ks * n * rows;
+    kern<<<grid, GS_WARPS * 32, smem, stream>>>(x, ldx, (int32_t)n, w[0], w1, rows, cols, kspan, ws,
+                                                ws + part, rows, n * rows);
     e = cudaGetLastError();
-    return e == cudaSuccess ? kn_ksplit_sum(ws, (int32_t)n, rows, ks, y, ldy, stream) : e;
+    for (int32_t i = 0; i < n_w && e == cudaSuccess; i++)
+        e = kn_ksplit_sum(ws + i * part, (int32_t)n, rows, ks, y[i], ldy, stream);
+    return e;
 }
 
 extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
@@ -339,10 +352,11 @@ extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols
                           "kn_cuda_gemm_small_bf16: bad arguments (n %lld rows %lld cols %lld)", (long long)n,
                           (long long)rows, (long long)cols);
     if (rows == 0) return MM_OK;
-    if (kr)
-        return kn_cuda_check(
-            gr_launch(n, rows, cols, kr, x, ldx, (const uint4 *)w, y, ldy, (float *)ws, stream),
-            "kn_cuda_gemm_small_bf16", err);
+    if (kr) {
+        const uint4 *wv = (const uint4 *)w;
+        return kn_cuda_check(gr_launch(n, rows, cols, kr, x, ldx, 1, &wv, &y, ldy, (float *)ws, stream),
+                             "kn_cuda_gemm_small_bf16", err);
+    }
     /* the pipelined loads where each warp has at least 3 groups of blocks and one tile of activations: there
      * they measured 55 -> 69 % of copy (8199 x 6144, n 1-4); with fewer blocks, or 2 tiles (80 registers),
      * the plain loop's occupancy wins (session 3 run 3, bench/cuda/README.md) */
@@ -367,6 +381,41 @@ extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols
         cudaLaunchKernelEx(&cfg, kern, x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, cl ? NULL : pw);
     if (e == cudaSuccess && ks > 1 && !cl) e = kn_ksplit_sum(pw, (int32_t)n, rows, ks, y, ldy, stream);
     return kn_cuda_check(e, "kn_cuda_gemm_small_bf16", err);
+}
+
+/* Two weights of one shape that read the same x (gate and up): the row route over both in one launch, its
+ * split chosen for their rows together (fewer, longer k slices than one launch each). */
+extern "C" int kn_cuda_gemm_small_multi_ok(int32_t n_w, int64_t n, int64_t rows, int64_t cols, int64_t ldx)
+{
+    /* only where each weight alone takes the row route (pairs of smaller weights are not measured) */
+    return n_w >= 1 && n_w <= 2 && rows > 0 && kn_cuda_gemm_small_ok(n, cols, ldx) &&
+           gr_ksplit(n, rows, cols) > 0 && gr_ksplit(n, n_w * rows, cols) > 0;
+}
+
+extern "C" size_t kn_cuda_gemm_small_multi_ws(int32_t n_w, int64_t n, int64_t rows, int64_t cols)
+{
+    if (!kn_cuda_gemm_small_multi_ok(n_w, n, rows, cols, cols)) return 0;
+    return (size_t)n_w * gs_ws_bytes(gr_ksplit(n, n_w * rows, cols), n, rows);
+}
+
+extern "C" int32_t kn_cuda_gemm_small_bf16_multi(int32_t n_w, const void *const *w, int64_t n, int64_t rows,
+                                                 int64_t cols, const float *x, int64_t ldx, float *const *y,
+                                                 int64_t ldy, void *ws, size_t ws_bytes, cudaStream_t stream,
+                                                 struct mm_err *err)
+{
+    int ok = kn_cuda_gemm_small_multi_ok(n_w, n, rows, cols, ldx) && w && y && x && (uintptr_t)x % 16 == 0 &&
+             ldy >= rows && kn_cdiv(rows, GR_ROWS) <= INT32_MAX;
+    for (int32_t i = 0; ok && i < n_w; i++) ok = w[i] && y[i] && (uintptr_t)w[i] % 16 == 0;
+    const size_t ws_need = ok ? kn_cuda_gemm_small_multi_ws(n_w, n, rows, cols) : 0;
+    if (!ok || ws_bytes < ws_need || (ws_need && !ws))
+        return mm_err_set(
+            err, MM_INVALID,
+            "kn_cuda_gemm_small_bf16_multi: bad arguments (%d weights, n %lld rows %lld cols %lld)", (int)n_w,
+            (long long)n, (long long)rows, (long long)cols);
+    const uint4 *wv[2] = {(const uint4 *)w[0], (const uint4 *)w[n_w > 1 ? 1 : 0]};
+    return kn_cuda_check(gr_launch(n, rows, cols, gr_ksplit(n, n_w * rows, cols), x, ldx, n_w, wv, y, ldy,
+                                   (float *)ws, stream),
+                         "kn_cuda_gemm_small_bf16_multi", err);
 }
 
 /* MoE products grouped by expert on the device: blockIdx.y = expert e, whose rows are off[e] .. off[e + 1]

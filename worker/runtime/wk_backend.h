@@ -101,6 +101,9 @@ struct wk_backend_iface {
     void (*free)(void *ctx, float *p);
     void (*upload)(void *ctx, float *dst, const float *src, int64_t n_floats);
     void (*download)(void *ctx, float *dst, const float *src, int64_t n_floats);
+    /** Optional (NULL: download() per row): rows of n floats, contiguous at src, row i to dst[i]; for a
+     * device whose every download is a round trip (a decode step's logits, one row per sequence). */
+    void (*download_rows)(void *ctx, float *const *dst, const float *src, int32_t rows, int64_t n);
 
     /* ---- weights ---- */
     int32_t (*weight_load)(void *ctx, const struct wk_wsrc *src, struct wk_weight **out, struct mm_err *err);

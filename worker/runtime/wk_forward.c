@@ -456,7 +456,10 @@ static void flush_logits(struct wk_engine *e, struct logit_run *r)
     int32_t H = e->cfg.text.hidden, V = e->cfg.text.vocab_size;
     if (!r->n) return;
     B->linear(e->be.ctx, e->w.lm_head, NULL, e->a.h + r->first * H, r->n, e->a.logits);
-    for (int32_t i = 0; i < r->n; i++) B->download(e->be.ctx, r->dst[i], e->a.logits + (int64_t)i * V, V);
+    if (B->download_rows && r->n > 1)
+        B->download_rows(e->be.ctx, r->dst, e->a.logits, r->n, V);
+    else
+        for (int32_t i = 0; i < r->n; i++) B->download(e->be.ctx, r->dst[i], e->a.logits + (int64_t)i * V, V);
     r->n = 0;
 }
 

@@ -706,6 +706,45 @@ static void test_gemm_small(void)
             unsetenv("KN_CUDA_GS_CLUSTER");
             unsetenv("KN_CUDA_GS_ROWS");
         }
+    /* two weights of one shape with one x in one row-route launch (gate and up;
+     * kn_cuda_gemm_small_bf16_multi): each against its CPU product, y rows strided (the padding untouched);
+     * 2048 x 6144 by the default rule, odd rows / partial 128-row tiles and a short inner dimension with the
+     * row route forced (GS_ROWS=2) */
+    static const struct {
+        int64_t rows, cols;
+        const char *rows_knob;
+    } mcases[] = {{2048, 6144, NULL}, {300, 6400, "2"}, {6144, 2048, "2"}};
+    int multi_runs = 0;
+    for (size_t si = 0; si < sizeof mcases / sizeof mcases[0]; si++)
+        for (int64_t n = 1; n <= 16; n += n < 13 ? 3 : 1) {
+            if (mcases[si].rows_knob) setenv("KN_CUDA_GS_ROWS", mcases[si].rows_knob, 1);
+            const int64_t rows = mcases[si].rows, cols = mcases[si].cols;
+            struct bf16_case c[2];
+            bf16_case_make(&c[0], n, rows, cols, cols + 4, rows + 5);
+            bf16_case_make(&c[1], n, rows, cols, cols + 4, rows + 5);
+            /* the second weight reads the first case's x */
+            kn_sgemm_nt(n, rows, cols, c[0].xr, cols, c[1].w, cols, 0.0f, c[1].ref, rows);
+            CHECK(kn_cuda_gemm_small_multi_ok(2, n, rows, cols, c[0].ldx));
+            const size_t wsb = kn_cuda_gemm_small_multi_ws(2, n, rows, cols);
+            void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
+            const void *pw[2] = {c[0].w_d, c[1].w_d};
+            float *py[2] = {c[0].y_d, c[1].y_d};
+            OK(kn_cuda_gemm_small_bf16_multi(2, pw, n, rows, cols, c[0].x_d, c[0].ldx, py, c[0].ldy, ws_d,
+                                             wsb, 0, &err));
+            multi_runs++;
+            for (int k = 0; k < 2; k++) {
+                char what[128];
+                snprintf(what, sizeof what, "gemm small x2 %lld x %lld, n %lld, weight %d%s", (long long)rows,
+                         (long long)cols, (long long)n, k, wsb ? ", k split" : "");
+                bf16_case_check(&c[k], what);
+            }
+            if (ws_d) cudaFree(ws_d);
+            unsetenv("KN_CUDA_GS_ROWS");
+        }
+    CHECK_MSG(multi_runs == 24, "gemm small x2: %d of 24 cases ran", multi_runs);
+    /* not where a weight alone would not take the row route (512 rows by default), nor 3 weights */
+    CHECK(!kn_cuda_gemm_small_multi_ok(2, 16, 512, 6144, 6144) &&
+          !kn_cuda_gemm_small_multi_ok(3, 16, 2048, 6144, 6144));
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemm_small_ok(17, 256, 256) && !kn_cuda_gemm_small_ok(4, 128, 128));
     /* the route: cuBLAS for large weights in whole 128-row tiles, this kernel for few tiles or odd rows */

@@ -73,6 +73,11 @@ struct cuda_be {
                            off) */
     int32_t f32_staged; /* linear_multi's f32 weights (the index projections) in one staged launch from this
                            many activation rows on (MMGW_CUDA_F32_STAGED; 0: one kn_cuda_gemv_f32 each) */
+    int32_t rows_multi; /* linear_multi's same-shape bf16 pairs at 3-16 rows (gate/up) in one row-route launch
+                           (MMGW_CUDA_ROWS_MULTI=0: one launch each) */
+    int32_t dl_rows;    /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
+    void *dl_host;      /* its pinned staging */
+    size_t dl_cap;
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -231,6 +236,35 @@ static void cu_download(void *ctx, float *dst, const float *src, int64_t n)
     flush(c);
     cudaError_t e = cudaMemcpy(dst, src, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) failc(c, e, "download");
+}
+
+/* Rows of logits, row i to dst[i]: one copy into pinned memory, then host copies. One pageable cudaMemcpy
+ * per row was a synchronous round trip each (16 per batch-16 decode step). Without pinned memory: per row. */
+static void cu_download_rows(void *ctx, float *const *dst, const float *src, int32_t rows, int64_t n)
+{
+    struct cuda_be *c = ctx;
+    if (rows <= 0 || n <= 0) return;
+    const size_t row_bytes = sizeof(float) * (size_t)n, bytes = row_bytes * (size_t)rows;
+    if (c->dl_cap < bytes && c->dl_rows) {
+        if (c->dl_host) cudaFreeHost(c->dl_host);
+        c->dl_host = NULL, c->dl_cap = 0;
+        if (cudaMallocHost(&c->dl_host, bytes) == cudaSuccess)
+            c->dl_cap = bytes;
+        else
+            (void)cudaGetLastError(), c->dl_host = NULL;
+    }
+    if (!c->dl_host || !c->dl_rows) {
+        for (int32_t i = 0; i < rows; i++) cu_download(ctx, dst[i], src + (int64_t)i * n, n);
+        return;
+    }
+    flush(c);
+    cudaError_t e = cudaMemcpy(c->dl_host, src, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        failc(c, e, "download");
+        return;
+    }
+    for (int32_t i = 0; i < rows; i++)
+        memcpy(dst[i], (const char *)c->dl_host + (size_t)i * row_bytes, row_bytes);
 }
 
 /* ---- weights ---- */
@@ -838,6 +872,32 @@ static void ex_linear_multi(void *ctx, const void *args)
         if (kn_cuda_gemv_f32_multi(nf, fw, frows, fy, a->n, fcols, a->x, fcols, ST, &e__))
             fail(c, &e__, "linear (f32 staged)");
         for (int32_t i = 0; i < a->n_w; i++) grouped[i] |= fgrouped[i];
+    }
+    /* two bf16 weights of one shape at 3-16 rows where the row route takes them together (gate and up of a
+     * dense MLP): one launch, its k split chosen for both (kn_gemm_small.cu) */
+    for (int32_t i = 0;
+         c->rows_multi && c->small_gemm && !c->fp32 && a->n >= 3 && (uintptr_t)a->x % 16 == 0 && i < a->n_w;
+         i++) {
+        const struct wk_weight *u = a->w[i];
+        if (grouped[i] || !u->bf16 || (uintptr_t)u->bf16 % 16 ||
+            !kn_cuda_gemm_small_prefer(a->n, u->rows, u->cols) ||
+            !kn_cuda_gemm_small_multi_ok(2, a->n, u->rows, u->cols, u->cols))
+            continue;
+        for (int32_t k = i + 1; k < a->n_w; k++) {
+            const struct wk_weight *v = a->w[k];
+            if (grouped[k] || !v->bf16 || (uintptr_t)v->bf16 % 16 || v->rows != u->rows || v->cols != u->cols)
+                continue;
+            const size_t wsb = kn_cuda_gemm_small_multi_ws(2, a->n, u->rows, u->cols);
+            void *ws = wsb ? grow(c, &c->small_ws, wsb) : NULL;
+            if (wsb && !ws) return;
+            const void *pw[2] = {u->bf16, v->bf16};
+            float *py[2] = {a->y[i], a->y[k]};
+            if (kn_cuda_gemm_small_bf16_multi(2, pw, a->n, u->rows, u->cols, a->x, u->cols, py, u->rows, ws,
+                                              wsb, ST, &e__))
+                fail(c, &e__, "linear (small, 2 weights)");
+            grouped[i] = grouped[k] = 1;
+            break;
+        }
     }
     for (int32_t i = 0; i < a->n_w; i++)
         if (!grouped[i]) gemm(c, a->w[i], a->x, a->w[i]->cols, a->n, a->y[i], a->w[i]->rows);
@@ -1496,6 +1556,7 @@ static void cu_destroy(void *ctx)
         wk_steps_free(c->steps);
     }
     free_cache(c);
+    if (c->dl_host) cudaFreeHost(c->dl_host);
     struct dbuf *all[] = {&c->small_ws, &c->meta,  &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
                           &c->ws,       &c->sel,   &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
                           &c->m_wts,    &c->m_off, &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
@@ -1553,6 +1614,7 @@ static const struct wk_backend_iface cuda_iface = {
     .free = cu_free,
     .upload = cu_upload,
     .download = cu_download,
+    .download_rows = cu_download_rows,
     .weight_load = cu_weight_load,
     .weight_free = cu_weight_free,
     .weight_bytes = cu_weight_bytes,
@@ -1623,6 +1685,10 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     c->q16 = q16 && !strcmp(q16, "0") ? 0 : q16 && !strcmp(q16, "1") ? 1 : 2;
     const char *fs = getenv("MMGW_CUDA_F32_STAGED");
     c->f32_staged = fs && atoi(fs) >= 0 ? atoi(fs) : WK_CUDA_F32_STAGED_MIN;
+    const char *dr = getenv("MMGW_CUDA_DOWNLOAD_ROWS");
+    c->dl_rows = !(dr && !strcmp(dr, "0"));
+    const char *rm = getenv("MMGW_CUDA_ROWS_MULTI");
+    c->rows_multi = !(rm && !strcmp(rm, "0"));
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
     c->graphs = !(gr && !strcmp(gr, "0"));
     const char *gb = getenv("MMGW_CUDA_GRAPH_BATCH");
