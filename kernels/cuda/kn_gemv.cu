@@ -407,6 +407,16 @@ extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, cons
                   stream, err);
 }
 
+/* The argument checks the products of several weights share: 1..KN_GEMV_MULTI_MAX weights and outputs, none
+ * NULL, rows >= 0, x and every weight 16-byte aligned */
+static int gv_multi_args_ok(int32_t n_w, const void *const *w, const int64_t *rows, float *const *y,
+                            const float *x)
+{
+    int ok = n_w >= 1 && n_w <= KN_GEMV_MULTI_MAX && w && rows && y && x && (uintptr_t)x % 16 == 0;
+    for (int32_t i = 0; ok && i < n_w; i++) ok = w[i] && y[i] && rows[i] >= 0 && (uintptr_t)w[i] % 16 == 0;
+    return ok;
+}
+
 extern "C" int32_t kn_cuda_gemv_bf16_multi(int32_t n_w, const void *const *w, const int64_t *rows,
                                            float *const *y, int64_t n, int64_t cols, const float *x,
                                            int64_t ldx, cudaStream_t stream, struct mm_err *err)
@@ -414,11 +424,8 @@ extern "C" int32_t kn_cuda_gemv_bf16_multi(int32_t n_w, const void *const *w, co
     gv_multi m;
     memset(&m, 0, sizeof m);
     int64_t tiles = 0;
-    int ok = n_w >= 1 && n_w <= KN_GEMV_MULTI_MAX && w && rows && y && kn_cuda_gemv_ok(n, cols, ldx) && x &&
-             (uintptr_t)x % 16 == 0;
+    const int ok = kn_cuda_gemv_ok(n, cols, ldx) && gv_multi_args_ok(n_w, w, rows, y, x);
     for (int32_t i = 0; ok && i < n_w; i++) {
-        ok = w[i] && y[i] && rows[i] >= 0 && (uintptr_t)w[i] % 16 == 0;
-        if (!ok) break;
         m.w[i] = (const uint4 *)w[i], m.y[i] = y[i], m.rows[i] = rows[i];
         if (kn_cdiv(rows[i], GV_ROWS) > tiles) tiles = kn_cdiv(rows[i], GV_ROWS);
     }
@@ -545,11 +552,9 @@ extern "C" int32_t kn_cuda_gemv_f32_multi(int32_t n_w, const float *const *w, co
     gf_multi m;
     memset(&m, 0, sizeof m);
     int64_t tiles = 0;
-    int ok = n_w >= 1 && n_w <= KN_GEMV_MULTI_MAX && w && rows && y &&
-             kn_cuda_gemv_f32_multi_ok(n, cols, ldx) && x && (uintptr_t)x % 16 == 0;
+    int ok =
+        kn_cuda_gemv_f32_multi_ok(n, cols, ldx) && gv_multi_args_ok(n_w, (const void *const *)w, rows, y, x);
     for (int32_t i = 0; ok && i < n_w; i++) {
-        ok = w[i] && y[i] && rows[i] >= 0 && (uintptr_t)w[i] % 16 == 0;
-        if (!ok) break;
         m.w[i] = (const float4 *)w[i], m.y[i] = y[i], m.rows[i] = rows[i], m.tile0[i] = (int32_t)tiles;
         tiles += kn_cdiv(rows[i], GF_ROWS);
         ok = tiles < INT32_MAX / 2;
