@@ -190,6 +190,20 @@ static cudaError_t kn_launch_pdl(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *a
     return e;
 }
 
+/* ---- the launch chain: every kernel of a model step launched as a programmatic dependent ----
+ * Between two dependent kernels of a decode step the GPU otherwise idles for the second's launch and ramp
+ * (a few us, against kernels of 2-20 us at batch 1). Kernels started through kn_launch / kn_launch_cfg get
+ * programmatic stream serialization (KN_CUDA_PDL_CHAIN=0: plain launches) and must call kn_chain_entry()
+ * before they touch global memory: it waits until the kernel before has completed and its writes are visible
+ * (so every kernel of the chain has waited for its predecessor before it ends: completion is transitive),
+ * then lets the next kernel be scheduled onto the SMs this one leaves (an L2 prefetch of the products' first
+ * weight lines before the wait measured level, t run 1, and is not kept). */
+__device__ __forceinline__ void kn_chain_entry(void)
+{
+    kn_griddep_wait();
+    kn_griddep_launch();
+}
+
 /* ---- thread-block clusters (sm_90): rank, barrier, distributed shared memory ---- */
 
 /* Host side: cfg launches grid x threads on stream, as clusters of cx x cy CTAs when cx * cy > 1 (the
@@ -276,5 +290,28 @@ int kn_cuda_knob_int(const char *name, int dflt);
  * part[s][t][r] ([ks][n][rows]), in order, so the result does not depend on which CTA finished first. */
 cudaError_t kn_ksplit_sum(const float *part, int32_t n, int64_t rows, int32_t ks, float *y, int64_t ldy,
                           cudaStream_t stream);
+
+/* The launch chain's host side (see kn_chain_entry): cfg as built (its attributes, at most 3, are copied),
+ * plus the chain's programmatic serialization; kn_launch builds a plain cfg. */
+template <typename... P, typename... A>
+static cudaError_t kn_launch_cfg(cudaLaunchConfig_t *cfg, void (*kern)(P...), A... args)
+{
+    cudaLaunchAttribute at[4];
+    const unsigned na = cfg->numAttrs < 3 ? cfg->numAttrs : 3;
+    for (unsigned i = 0; i < na; i++) at[i] = cfg->attrs[i];
+    return kn_launch_pdl(cfg, at, na, kn_cuda_knob("KN_CUDA_PDL_CHAIN", 1) != 0, kern, args...);
+}
+
+template <typename... P, typename... A>
+static cudaError_t kn_launch(void (*kern)(P...), dim3 grid, unsigned threads, size_t smem,
+                             cudaStream_t stream, A... args)
+{
+    cudaLaunchConfig_t cfg = cudaLaunchConfig_t{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    return kn_launch_cfg(&cfg, kern, args...);
+}
 
 #endif

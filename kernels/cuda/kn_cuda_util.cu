@@ -136,6 +136,7 @@ int32_t kn_check_msa_args(const struct kn_cuda_msa_shape *sh, const struct kn_cu
 __global__ void k_ksplit_sum(const float *__restrict__ part, int32_t n, int64_t rows, int32_t ks,
                              float *__restrict__ y, int64_t ldy)
 {
+    kn_chain_entry();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * rows) return;
     const int64_t t = i / rows, r = i % rows;
@@ -147,8 +148,8 @@ __global__ void k_ksplit_sum(const float *__restrict__ part, int32_t n, int64_t 
 cudaError_t kn_ksplit_sum(const float *part, int32_t n, int64_t rows, int32_t ks, float *y, int64_t ldy,
                           cudaStream_t stream)
 {
-    k_ksplit_sum<<<(unsigned)kn_cdiv((int64_t)n * rows, 256), 256, 0, stream>>>(part, n, rows, ks, y, ldy);
-    return cudaGetLastError();
+    return kn_launch(k_ksplit_sum, dim3((unsigned)kn_cdiv((int64_t)n * rows, 256)), 256, 0, stream, part, n,
+                     rows, ks, y, ldy);
 }
 
 /* Not cached: getenv is cheap next to a launch, and benchmarks flip the knobs between measurements. */

@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
                  int64_t rows, int64_t cols, int32_t ksplit, float *__restrict__ y, int64_t ldy,
                  float *__restrict__ part_ws)
 {
+    kn_chain_entry();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS;
     const int64_t kspan = cols / ksplit, k_begin = blockIdx.y * kspan + (int64_t)warp * (kspan / GS_WARPS);
@@ -174,6 +175,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2)
                 const uint4 *__restrict__ w1, int64_t rows, int64_t cols, int32_t kspan,
                 float *__restrict__ dst0, float *__restrict__ dst1, int64_t ld, int64_t slice)
 {
+    kn_chain_entry();
     extern __shared__ uint4 gr_xs[];
     /* blockIdx.z: which of two weights of the same shape that read the same x (gate and up in one launch) */
     const uint4 *__restrict__ w = blockIdx.z ? w1 : w0;
@@ -326,14 +328,12 @@ static cudaError_t gr_launch(int64_t n, int64_t rows, int64_t cols, int32_t ks, 
     const dim3 grid((unsigned)kn_cdiv(rows, GR_ROWS), (unsigned)ks, (unsigned)n_w);
     const uint4 *w1 = n_w > 1 ? w[1] : w[0];
     if (ks == 1) {
-        kern<<<grid, GS_WARPS * 32, smem, stream>>>(x, ldx, (int32_t)n, w[0], w1, rows, cols, kspan, y[0],
-                                                    n_w > 1 ? y[1] : y[0], ldy, 0);
-        return cudaGetLastError();
+        return kn_launch(kern, grid, GS_WARPS * 32, smem, stream, x, ldx, (int32_t)n, w[0], w1, rows, cols,
+                         kspan, y[0], n_w > 1 ? y[1] : y[0], ldy, (int64_t)0);
     }
     const int64_t part = (int64_t)ks * n * rows;
-    kern<<<grid, GS_WARPS * 32, smem, stream>>>(x, ldx, (int32_t)n, w[0], w1, rows, cols, kspan, ws,
-                                                ws + part, rows, n * rows);
-    e = cudaGetLastError();
+    e = kn_launch(kern, grid, GS_WARPS * 32, smem, stream, x, ldx, (int32_t)n, w[0], w1, rows, cols, kspan,
+                  ws, ws + part, rows, n * rows);
     for (int32_t i = 0; i < n_w && e == cudaSuccess; i++)
         e = kn_ksplit_sum(ws + i * part, (int32_t)n, rows, ks, y[i], ldy, stream);
     return e;
@@ -378,7 +378,7 @@ extern "C" int32_t kn_cuda_gemm_small_bf16(int64_t n, int64_t rows, int64_t cols
     cudaLaunchAttribute at;
     kn_cluster_cfg(&cfg, &at, grid, GS_WARPS * 32, stream, 1, cl ? (unsigned)ks : 1);
     cudaError_t e =
-        cudaLaunchKernelEx(&cfg, kern, x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, cl ? NULL : pw);
+        kn_launch_cfg(&cfg, kern, x, ldx, (int32_t)n, wv, rows, cols, ks, y, ldy, cl ? (float *)NULL : pw);
     if (e == cudaSuccess && ks > 1 && !cl) e = kn_ksplit_sum(pw, (int32_t)n, rows, ks, y, ldy, stream);
     return kn_cuda_check(e, "kn_cuda_gemm_small_bf16", err);
 }
@@ -429,6 +429,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
                          int64_t rows, int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b,
                          int64_t ldy)
 {
+    kn_chain_entry();
     const int e = blockIdx.y;
     const int32_t p0 = off[e], cnt = off[e + 1] - p0;
     if (cnt <= 0) return;
@@ -479,7 +480,7 @@ extern "C" int32_t kn_cuda_gemm_small_experts_bf16(int32_t n_exp, const int32_t 
                           (int)n_exp, (long long)rows, (long long)cols);
     if (n_exp == 0 || rows == 0) return MM_OK;
     const dim3 grid((unsigned)kn_cdiv(rows, GS_ROWS), (unsigned)n_exp, w_b ? 2u : 1u);
-    k_gemm_small_experts<<<grid, GS_WARPS * 32, 0, stream>>>(x, ldx, off, w_a, w_b, rows, cols, y_a, y_b,
-                                                             ldy);
-    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemm_small_experts_bf16", err);
+    return kn_cuda_check(kn_launch(k_gemm_small_experts, grid, GS_WARPS * 32, 0, stream, x, ldx, off, w_a,
+                                   w_b, rows, cols, y_a, y_b, ldy),
+                         "kn_cuda_gemm_small_experts_bf16", err);
 }

@@ -160,6 +160,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_f32(const float *__restrict__ x, int64_t ldx, const float4 *__restrict__ w, int64_t rows,
                int64_t cols, float *__restrict__ y, int64_t ldy, int32_t n)
 {
+    kn_chain_entry();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * R, chunks_row = cols / 4;
     const int chunks = (int)(chunks_row / gridDim.y / GV_WARPS);
@@ -219,6 +220,7 @@ template <int N>
 __global__ void __launch_bounds__(GV_WARPS * 32, 2)
     k_gemv_f32_staged(const float *__restrict__ x, int64_t ldx, int64_t cols, int32_t n, const gf_multi m)
 {
+    kn_chain_entry();
     extern __shared__ float4 gf_x[]; /* [N][kc4] */
     __shared__ float tot[GF_ROWS * N];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -319,6 +321,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_bf16(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w, int64_t rows,
                 int64_t cols, float *__restrict__ y, int64_t ldy, int32_t n)
 {
+    kn_chain_entry();
     (void)n; /* N == n: one kernel per row count */
     gv_tile<N>(x, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
 }
@@ -335,6 +338,7 @@ template <int N>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_bf16_multi(const float *__restrict__ x, int64_t ldx, int64_t cols, const gv_multi m)
 {
+    kn_chain_entry();
     const uint4 *w = m.w[0];
     float *y = m.y[0];
     int64_t rows = m.rows[0];
@@ -353,6 +357,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                    const void *const *__restrict__ w_a, const void *const *__restrict__ w_b, int64_t rows,
                    int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
 {
+    kn_chain_entry();
     const int64_t p = blockIdx.y;
     const int32_t e = expert[p];
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
@@ -387,8 +392,8 @@ static int32_t gv_run(gv_kernel<W> k, int rpc, int32_t ks, int shape_ok, const c
     cudaLaunchAttribute at;
     kn_cluster_cfg(&cfg, &at, dim3((unsigned)kn_cdiv(rows, rpc), (unsigned)ks, 1), GV_WARPS * 32, stream, 1,
                    (unsigned)ks);
-    return kn_cuda_check(cudaLaunchKernelEx(&cfg, k, x, ldx, (const W *)w, rows, cols, y, ldy, (int32_t)n),
-                         what, err);
+    return kn_cuda_check(kn_launch_cfg(&cfg, k, x, ldx, (const W *)w, rows, cols, y, ldy, (int32_t)n), what,
+                         err);
 }
 
 extern "C" int kn_cuda_gemv_ok(int64_t n, int64_t cols, int64_t ldx)
@@ -436,8 +441,9 @@ extern "C" int32_t kn_cuda_gemv_bf16_multi(int32_t n_w, const void *const *w, co
     if (tiles == 0) return MM_OK;
     static void (*const k[KN_GEMV_MAX_N])(const float *, int64_t, int64_t, const gv_multi) = {
         k_gemv_bf16_multi<1>, k_gemv_bf16_multi<2>, k_gemv_bf16_multi<3>, k_gemv_bf16_multi<4>};
-    k[n - 1]<<<dim3((unsigned)tiles, (unsigned)n_w), GV_WARPS * 32, 0, stream>>>(x, ldx, cols, m);
-    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_bf16_multi", err);
+    return kn_cuda_check(
+        kn_launch(k[n - 1], dim3((unsigned)tiles, (unsigned)n_w), GV_WARPS * 32, 0, stream, x, ldx, cols, m),
+        "kn_cuda_gemv_bf16_multi", err);
 }
 
 extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols,
@@ -453,9 +459,9 @@ extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_
                           (long long)pairs, (long long)rows, (long long)cols);
     if (pairs == 0 || rows == 0) return MM_OK;
     const dim3 grid((unsigned)kn_cdiv(rows, GV_ROWS), (unsigned)pairs, w_b ? 2u : 1u);
-    k_gemv_experts<<<grid, GV_WARPS * 32, 0, stream>>>(x, ldx, xdiv, expert, w_a, w_b, rows, cols, y_a, y_b,
-                                                       ldy);
-    return kn_cuda_check(cudaGetLastError(), "kn_cuda_gemv_experts_bf16", err);
+    return kn_cuda_check(kn_launch(k_gemv_experts, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a,
+                                   w_b, rows, cols, y_a, y_b, ldy),
+                         "kn_cuda_gemv_experts_bf16", err);
 }
 
 extern "C" int kn_cuda_gemv_f32_ok(int64_t n, int64_t cols, int64_t ldx)
@@ -576,6 +582,5 @@ extern "C" int32_t kn_cuda_gemv_f32_multi(int32_t n_w, const float *const *w, co
     cudaLaunchAttribute at;
     kn_cluster_cfg(&cfg, &at, dim3((unsigned)tiles, (unsigned)ks, 1), GV_WARPS * 32, stream, 1, (unsigned)ks);
     cfg.dynamicSmemBytes = smem;
-    return kn_cuda_check(cudaLaunchKernelEx(&cfg, k, x, ldx, cols, (int32_t)n, m), "kn_cuda_gemv_f32_multi",
-                         err);
+    return kn_cuda_check(kn_launch_cfg(&cfg, k, x, ldx, cols, (int32_t)n, m), "kn_cuda_gemv_f32_multi", err);
 }

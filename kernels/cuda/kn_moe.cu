@@ -15,6 +15,7 @@ __global__ void k_moe_route(const float *__restrict__ logits, const float *__res
                             int32_t n_exp, int32_t top_k, float scaling, int32_t *__restrict__ ids,
                             float *__restrict__ wts)
 {
+    kn_chain_entry();
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= n) return;
@@ -63,9 +64,9 @@ extern "C" int32_t kn_cuda_moe_route(const float *logits, const float *bias, int
         (n > 0 && (!logits || !ids || !wts)))
         return bad(err, "kn_cuda_moe_route");
     if (n == 0) return MM_OK;
-    k_moe_route<<<(unsigned)kn_cdiv(n, 8), 256, 0, stream>>>(logits, bias, n, n_exp, top_k, scaling, ids,
-                                                             wts);
-    KN_LAUNCHED("kn_cuda_moe_route");
+    KN_CU(kn_launch(k_moe_route, dim3((unsigned)kn_cdiv(n, 8)), 256, 0, stream, logits, bias, n, n_exp, top_k,
+                    scaling, ids, wts),
+          "kn_cuda_moe_route");
     return MM_OK;
 }
 
@@ -73,6 +74,7 @@ __global__ void __launch_bounds__(1024)
     k_moe_sort(const int32_t *__restrict__ ids, int64_t pairs, int32_t n_exp, int32_t *__restrict__ offsets,
                int32_t *__restrict__ perm, int32_t *__restrict__ inv)
 {
+    kn_chain_entry();
     __shared__ int32_t cnt[MOE_MAX_EXP], cur[MOE_MAX_EXP];
     for (int32_t e = threadIdx.x; e < n_exp; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
@@ -111,14 +113,15 @@ extern "C" int32_t kn_cuda_moe_sort(const int32_t *ids, int64_t n, int32_t top_k
     if (n < 0 || top_k <= 0 || n_exp <= 0 || n_exp > MOE_MAX_EXP || pairs > (1 << 24) || !offsets ||
         (pairs > 0 && (!ids || !perm || !inv)))
         return bad(err, "kn_cuda_moe_sort");
-    k_moe_sort<<<1, 1024, 0, stream>>>(ids, pairs, n_exp, offsets, perm, inv);
-    KN_LAUNCHED("kn_cuda_moe_sort");
+    KN_CU(kn_launch(k_moe_sort, dim3(1), 1024, 0, stream, ids, pairs, n_exp, offsets, perm, inv),
+          "kn_cuda_moe_sort");
     return MM_OK;
 }
 
 __global__ void k_moe_gather(const float *__restrict__ x, int64_t xs, const int32_t *__restrict__ perm,
                              int64_t m, int32_t top_k, int32_t dim, void *__restrict__ out, int32_t bf16)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= m * dim) return;
     const int64_t j = t / dim;
@@ -137,9 +140,9 @@ extern "C" int32_t kn_cuda_moe_gather(const float *x, int64_t x_stride, const in
     if (m < 0 || top_k <= 0 || dim <= 0 || (m > 0 && (!x || !perm || !out)))
         return bad(err, "kn_cuda_moe_gather");
     if (m == 0) return MM_OK;
-    k_moe_gather<<<(unsigned)kn_cdiv(m * dim, 256), 256, 0, stream>>>(x, x_stride, perm, m, top_k, dim, out,
-                                                                      out_bf16);
-    KN_LAUNCHED("kn_cuda_moe_gather");
+    KN_CU(kn_launch(k_moe_gather, dim3((unsigned)kn_cdiv(m * dim, 256)), 256, 0, stream, x, x_stride, perm, m,
+                    top_k, dim, out, out_bf16),
+          "kn_cuda_moe_gather");
     return MM_OK;
 }
 
@@ -147,6 +150,7 @@ __global__ void k_moe_combine(const float *__restrict__ e, const int32_t *__rest
                               const float *__restrict__ wts, int64_t n, int32_t top_k, int32_t dim,
                               float *__restrict__ y, int64_t ys)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n * dim) return;
     const int64_t r = t / dim;
@@ -166,8 +170,8 @@ extern "C" int32_t kn_cuda_moe_combine(const float *e, const int32_t *inv, const
     if (n < 0 || top_k <= 0 || dim <= 0 || (n > 0 && (!e || !wts || !y)))
         return bad(err, "kn_cuda_moe_combine");
     if (n == 0) return MM_OK;
-    k_moe_combine<<<(unsigned)kn_cdiv(n * dim, 256), 256, 0, stream>>>(e, inv, wts, n, top_k, dim, y,
-                                                                       y_stride);
-    KN_LAUNCHED("kn_cuda_moe_combine");
+    KN_CU(kn_launch(k_moe_combine, dim3((unsigned)kn_cdiv(n * dim, 256)), 256, 0, stream, e, inv, wts, n,
+                    top_k, dim, y, y_stride),
+          "kn_cuda_moe_combine");
     return MM_OK;
 }

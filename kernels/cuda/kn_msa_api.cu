@@ -403,11 +403,12 @@ struct append_args {
 };
 
 /* One launch for a step's K/V rows (CTAs below kv_blocks, a thread per element) and index keys (the CTAs
- * after, a warp per token). Triggers programmatic dependents at entry: a decode index scan launched with
- * KN_CUDA_IDX_PDL=1 may start its part that does not read these rows (kn_msa_index_decode_ring.cu). */
+ * after, a warp per token). A chain entry (kn_chain_entry: it waits for the kernel before, then triggers its
+ * dependents): a decode index scan launched with KN_CUDA_IDX_PDL=1 may start its part that does not read
+ * these rows (kn_msa_index_decode_ring.cu). */
 __global__ void k_append(const append_args a)
 {
-    kn_griddep_launch();
+    kn_chain_entry();
     const int64_t b = blockIdx.x;
     if (b < a.kv_blocks)
         append_kv(b * blockDim.x + threadIdx.x, a.k, a.v, a.kv_stride, a.qseq, a.pos, a.bt, a.bt_stride,
@@ -442,7 +443,6 @@ extern "C" int32_t kn_cuda_cache_append(const struct kn_cuda_msa_shape *sh, cons
     a.delay_ns = g_append_delay_ns;
     const int64_t blocks = a.kv_blocks + (kidx ? kn_cdiv(qb->n, 8) : 0);
     if (blocks == 0) return MM_OK;
-    k_append<<<(unsigned)blocks, 256, 0, stream>>>(a);
-    KN_LAUNCHED(what);
+    KN_CU(kn_launch(k_append, dim3((unsigned)blocks), 256, 0, stream, a), what);
     return MM_OK;
 }

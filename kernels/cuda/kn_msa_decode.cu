@@ -286,7 +286,9 @@ __global__ void __launch_bounds__(NW * 32) __maxnreg__(NW == DEC_TAIL_WIDE ? DEC
             static_assert(sizeof(kn_topk_smem<NT>) <= STAGES * DEC_STAGE_BYTES(ROWS),
                           "top-k scratch fits the stage area");
             const int32_t nb = own + 1, ns = a.n_split, kk = a.sel_k;
-            kn_griddep_wait(); /* the index scores */
+            kn_griddep_wait();   /* the index scores */
+            kn_griddep_launch(); /* the step's next kernel (a chain entry) may take the SMs this grid leaves
+                                  */
             DEC_PROF(KN_PROF_WAITED);
             if (CLUSTER && topk_split) {
                 /* CTA z selects the best of its slice of the row (1/n_split: 16x fewer loads and candidates

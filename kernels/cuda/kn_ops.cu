@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(OPS_THREADS)
     k_rmsnorm(const float *__restrict__ x, int64_t xs, const float *__restrict__ w, int32_t dim, float eps,
               void *out, int64_t os, int32_t bf16)
 {
+    kn_chain_entry();
     const int64_t r = blockIdx.x;
     const float *xr = x + r * xs;
     float ss = 0.0f;
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(OPS_THREADS)
     k_add_rmsnorm(float *__restrict__ y, const float *__restrict__ x, const float *__restrict__ w,
                   int32_t dim, float eps, float *__restrict__ out)
 {
+    kn_chain_entry();
     __shared__ float mine, all[AR_CL];
     const int64_t r = blockIdx.x / AR_CL;
     const int32_t z = (int32_t)kn_cluster_rank(), per = (dim + AR_CL - 1) / AR_CL, lo = z * per;
@@ -100,7 +102,7 @@ extern "C" int32_t kn_cuda_add_rmsnorm(float *y, const float *x, const float *w,
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at;
     kn_cluster_cfg(&cfg, &at, dim3((unsigned)(n * AR_CL), 1, 1), OPS_THREADS, stream, AR_CL, 1);
-    KN_CU(cudaLaunchKernelEx(&cfg, k_add_rmsnorm, y, x, w, dim, eps, out), "kn_cuda_add_rmsnorm");
+    KN_CU(kn_launch_cfg(&cfg, k_add_rmsnorm, y, x, w, dim, eps, out), "kn_cuda_add_rmsnorm");
     return MM_OK;
 }
 
@@ -111,8 +113,9 @@ extern "C" int32_t kn_cuda_rmsnorm(const float *x, int64_t x_stride, const float
     if (n < 0 || dim <= 0 || n > INT32_MAX || (n > 0 && (!x || !w || !out)))
         return bad(err, "kn_cuda_rmsnorm");
     if (n == 0) return MM_OK;
-    k_rmsnorm<<<(unsigned)n, OPS_THREADS, 0, stream>>>(x, x_stride, w, dim, eps, out, out_stride, out_bf16);
-    KN_LAUNCHED("kn_cuda_rmsnorm");
+    KN_CU(kn_launch(k_rmsnorm, dim3((unsigned)n), OPS_THREADS, 0, stream, x, x_stride, w, dim, eps, out,
+                    out_stride, out_bf16),
+          "kn_cuda_rmsnorm");
     return MM_OK;
 }
 
@@ -120,6 +123,7 @@ extern "C" int32_t kn_cuda_rmsnorm(const float *x, int64_t x_stride, const float
 __global__ void k_head_rmsnorm(float *__restrict__ x, int64_t n, int32_t heads, int32_t hd, int64_t stride,
                                const float *__restrict__ w, float eps)
 {
+    kn_chain_entry();
     const int lane = threadIdx.x & 31;
     const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (item >= n * heads) return;
@@ -139,8 +143,9 @@ extern "C" int32_t kn_cuda_head_rmsnorm(float *x, int64_t n, int32_t n_heads, in
         return bad(err, "kn_cuda_head_rmsnorm");
     const int64_t items = n * n_heads;
     if (items == 0) return MM_OK;
-    k_head_rmsnorm<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(x, n, n_heads, head_dim, stride, w, eps);
-    KN_LAUNCHED("kn_cuda_head_rmsnorm");
+    KN_CU(kn_launch(k_head_rmsnorm, dim3((unsigned)kn_cdiv(items, 8)), 256, 0, stream, x, n, n_heads,
+                    head_dim, stride, w, eps),
+          "kn_cuda_head_rmsnorm");
     return MM_OK;
 }
 
@@ -148,6 +153,7 @@ __global__ void __launch_bounds__(OPS_THREADS)
     k_layernorm(const float *__restrict__ x, int64_t xs, const float *__restrict__ w,
                 const float *__restrict__ b, int32_t dim, float eps, void *out, int64_t os, int32_t bf16)
 {
+    kn_chain_entry();
     const int64_t r = blockIdx.x;
     const float *xr = x + r * xs;
     float s = 0.0f;
@@ -167,9 +173,9 @@ extern "C" int32_t kn_cuda_layernorm(const float *x, int64_t x_stride, const flo
     if (n < 0 || dim <= 0 || n > INT32_MAX || (n > 0 && (!x || !w || !out)))
         return bad(err, "kn_cuda_layernorm");
     if (n == 0) return MM_OK;
-    k_layernorm<<<(unsigned)n, OPS_THREADS, 0, stream>>>(x, x_stride, w, b, dim, eps, out, out_stride,
-                                                         out_bf16);
-    KN_LAUNCHED("kn_cuda_layernorm");
+    KN_CU(kn_launch(k_layernorm, dim3((unsigned)n), OPS_THREADS, 0, stream, x, x_stride, w, b, dim, eps, out,
+                    out_stride, out_bf16),
+          "kn_cuda_layernorm");
     return MM_OK;
 }
 
@@ -178,6 +184,7 @@ extern "C" int32_t kn_cuda_layernorm(const float *x, int64_t x_stride, const flo
 __global__ void k_rope_table(const int64_t *__restrict__ pos, int64_t n, int32_t rot, double theta,
                              float *__restrict__ ct, float *__restrict__ st)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int32_t half = rot / 2;
     if (t >= n * half) return;
@@ -200,8 +207,9 @@ extern "C" int32_t kn_cuda_rope_table(const int64_t *pos, int64_t n, int32_t rot
         return bad(err, "kn_cuda_rope_table");
     const int64_t items = n * (rot / 2);
     if (items == 0) return MM_OK;
-    k_rope_table<<<(unsigned)kn_cdiv(items, 256), 256, 0, stream>>>(pos, n, rot, theta, cos_t, sin_t);
-    KN_LAUNCHED("kn_cuda_rope_table");
+    KN_CU(kn_launch(k_rope_table, dim3((unsigned)kn_cdiv(items, 256)), 256, 0, stream, pos, n, rot, theta,
+                    cos_t, sin_t),
+          "kn_cuda_rope_table");
     return MM_OK;
 }
 
@@ -210,6 +218,7 @@ __global__ void k_rope_apply(float *__restrict__ x, int64_t n, int32_t heads, in
                              const float *__restrict__ ct, const float *__restrict__ st, int32_t ts,
                              int32_t rot)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int32_t half = rot / 2;
     if (t >= n * heads * half) return;
@@ -234,9 +243,9 @@ extern "C" int32_t kn_cuda_rope_apply(float *x, int64_t n, int32_t n_heads, int3
         return bad(err, "kn_cuda_rope_apply");
     const int64_t items = n * n_heads * (rot / 2);
     if (items == 0) return MM_OK;
-    k_rope_apply<<<(unsigned)kn_cdiv(items, 256), 256, 0, stream>>>(x, n, n_heads, head_dim, stride, cos_t,
-                                                                    sin_t, table_stride, rot);
-    KN_LAUNCHED("kn_cuda_rope_apply");
+    KN_CU(kn_launch(k_rope_apply, dim3((unsigned)kn_cdiv(items, 256)), 256, 0, stream, x, n, n_heads,
+                    head_dim, stride, cos_t, sin_t, table_stride, rot),
+          "kn_cuda_rope_apply");
     return MM_OK;
 }
 
@@ -255,6 +264,7 @@ struct nr_args {
  * (after __syncwarp: a lane rotates values other lanes normalized) */
 __global__ void k_head_norm_rope(const nr_args a)
 {
+    kn_chain_entry();
     const int lane = threadIdx.x & 31;
     const int64_t item = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (item >= a.n * a.heads) return;
@@ -313,8 +323,8 @@ extern "C" int32_t kn_cuda_head_norm_rope(const struct kn_norm_rope_part *parts,
     a.n_parts = n_parts, a.n = n, a.ct = cos_t, a.st = sin_t, a.ts = table_stride, a.eps = eps;
     const int64_t items = n * a.heads;
     if (items == 0) return MM_OK;
-    k_head_norm_rope<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(a);
-    KN_LAUNCHED("kn_cuda_head_norm_rope");
+    KN_CU(kn_launch(k_head_norm_rope, dim3((unsigned)kn_cdiv(items, 8)), 256, 0, stream, a),
+          "kn_cuda_head_norm_rope");
     return MM_OK;
 }
 
@@ -323,6 +333,7 @@ extern "C" int32_t kn_cuda_head_norm_rope(const struct kn_norm_rope_part *parts,
 __global__ void k_swiglu(const float *__restrict__ gate, const float *__restrict__ up, int64_t is, int64_t n,
                          int32_t dim, float alpha, float limit, void *out, int64_t os, int32_t bf16)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n * dim) return;
     const int64_t r = t / dim;
@@ -338,14 +349,15 @@ extern "C" int32_t kn_cuda_swiglu(const float *gate, const float *up, int64_t in
 {
     if (n < 0 || dim <= 0 || (n > 0 && (!gate || !up || !out))) return bad(err, "kn_cuda_swiglu");
     if (n == 0) return MM_OK;
-    k_swiglu<<<(unsigned)kn_cdiv(n * dim, 256), 256, 0, stream>>>(gate, up, in_stride, n, dim, alpha, limit,
-                                                                  out, out_stride, out_bf16);
-    KN_LAUNCHED("kn_cuda_swiglu");
+    KN_CU(kn_launch(k_swiglu, dim3((unsigned)kn_cdiv(n * dim, 256)), 256, 0, stream, gate, up, in_stride, n,
+                    dim, alpha, limit, out, out_stride, out_bf16),
+          "kn_cuda_swiglu");
     return MM_OK;
 }
 
 __global__ void k_gelu(float *__restrict__ x, int64_t n, int32_t kind)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n) return;
     const float v = x[t];
@@ -363,14 +375,14 @@ extern "C" int32_t kn_cuda_gelu(float *x, int64_t n, int32_t kind, cudaStream_t 
 {
     if (n < 0 || (n > 0 && !x) || kind < 0 || kind > 2) return bad(err, "kn_cuda_gelu");
     if (n == 0) return MM_OK;
-    k_gelu<<<(unsigned)kn_cdiv(n, 256), 256, 0, stream>>>(x, n, kind);
-    KN_LAUNCHED("kn_cuda_gelu");
+    KN_CU(kn_launch(k_gelu, dim3((unsigned)kn_cdiv(n, 256)), 256, 0, stream, x, n, kind), "kn_cuda_gelu");
     return MM_OK;
 }
 
 __global__ void k_add_bias_convert(const float *__restrict__ x, const float *__restrict__ bias, int64_t n,
                                    int32_t dim, void *y, int32_t bf16)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n) return;
     store_out(y, t, x[t] + (bias ? bias[t % dim] : 0.0f), bf16);
@@ -381,13 +393,15 @@ extern "C" int32_t kn_cuda_add_bias_convert(const float *x, const float *bias, i
 {
     if (n < 0 || dim <= 0 || (n > 0 && (!x || !y))) return bad(err, "kn_cuda_add_bias_convert");
     if (n == 0) return MM_OK;
-    k_add_bias_convert<<<(unsigned)kn_cdiv(n, 256), 256, 0, stream>>>(x, bias, n, dim, y, y_bf16);
-    KN_LAUNCHED("kn_cuda_add_bias_convert");
+    KN_CU(kn_launch(k_add_bias_convert, dim3((unsigned)kn_cdiv(n, 256)), 256, 0, stream, x, bias, n, dim, y,
+                    y_bf16),
+          "kn_cuda_add_bias_convert");
     return MM_OK;
 }
 
 __global__ void k_add(float *__restrict__ y, const float *__restrict__ x, int64_t n)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t < n) y[t] += x[t];
 }
@@ -396,13 +410,13 @@ extern "C" int32_t kn_cuda_add(float *y, const float *x, int64_t n, cudaStream_t
 {
     if (n < 0 || (n > 0 && (!x || !y))) return bad(err, "kn_cuda_add");
     if (n == 0) return MM_OK;
-    k_add<<<(unsigned)kn_cdiv(n, 256), 256, 0, stream>>>(y, x, n);
-    KN_LAUNCHED("kn_cuda_add");
+    KN_CU(kn_launch(k_add, dim3((unsigned)kn_cdiv(n, 256)), 256, 0, stream, y, x, n), "kn_cuda_add");
     return MM_OK;
 }
 
 __global__ void k_convert(const void *__restrict__ src, void *__restrict__ dst, int64_t n, int32_t to_bf16)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n) return;
     if (to_bf16)
@@ -416,8 +430,8 @@ extern "C" int32_t kn_cuda_convert(const void *src, void *dst, int64_t n, int32_
 {
     if (n < 0 || (n > 0 && (!src || !dst))) return bad(err, "kn_cuda_convert");
     if (n == 0) return MM_OK;
-    k_convert<<<(unsigned)kn_cdiv(n, 256), 256, 0, stream>>>(src, dst, n, to_bf16);
-    KN_LAUNCHED("kn_cuda_convert");
+    KN_CU(kn_launch(k_convert, dim3((unsigned)kn_cdiv(n, 256)), 256, 0, stream, src, dst, n, to_bf16),
+          "kn_cuda_convert");
     return MM_OK;
 }
 
@@ -425,6 +439,7 @@ __global__ void k_embed(const uint16_t *__restrict__ table, int32_t vocab, int32
                         const int32_t *__restrict__ ids, int64_t n, float *__restrict__ out,
                         int32_t *bad_flag)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n * dim) return;
     const int64_t i = t / dim;
@@ -443,15 +458,16 @@ extern "C" int32_t kn_cuda_embed(const void *table, int32_t vocab, int32_t dim, 
     if (n < 0 || vocab <= 0 || dim <= 0 || (n > 0 && (!table || !ids || !out)))
         return bad(err, "kn_cuda_embed");
     if (n == 0) return MM_OK;
-    k_embed<<<(unsigned)kn_cdiv(n * dim, 256), 256, 0, stream>>>((const uint16_t *)table, vocab, dim, ids, n,
-                                                                 out, bad_flag);
-    KN_LAUNCHED("kn_cuda_embed");
+    KN_CU(kn_launch(k_embed, dim3((unsigned)kn_cdiv(n * dim, 256)), 256, 0, stream, (const uint16_t *)table,
+                    vocab, dim, ids, n, out, bad_flag),
+          "kn_cuda_embed");
     return MM_OK;
 }
 
 __global__ void k_dequant_fp8(const uint8_t *__restrict__ w, const float *__restrict__ scale, int64_t rows,
                               int64_t cols, int32_t bsr, int32_t bsc, uint16_t *__restrict__ out)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= rows * cols) return;
     const int64_t r = t / cols, c = t % cols, scols = (cols + bsc - 1) / bsc;
@@ -468,15 +484,16 @@ extern "C" int32_t kn_cuda_dequant_fp8_block(const uint8_t *w, const float *scal
         (rows * cols > 0 && (!w || !scale || !out_bf16)))
         return bad(err, "kn_cuda_dequant_fp8_block");
     if (rows * cols == 0) return MM_OK;
-    k_dequant_fp8<<<(unsigned)kn_cdiv(rows * cols, 256), 256, 0, stream>>>(w, scale, rows, cols, bs_rows,
-                                                                           bs_cols, (uint16_t *)out_bf16);
-    KN_LAUNCHED("kn_cuda_dequant_fp8_block");
+    KN_CU(kn_launch(k_dequant_fp8, dim3((unsigned)kn_cdiv(rows * cols, 256)), 256, 0, stream, w, scale, rows,
+                    cols, bs_rows, bs_cols, (uint16_t *)out_bf16),
+          "kn_cuda_dequant_fp8_block");
     return MM_OK;
 }
 
 __global__ void k_scatter_rows(float *__restrict__ out, int32_t dim, const int64_t *__restrict__ rows,
                                const float *__restrict__ data, int64_t n_rows)
 {
+    kn_chain_entry();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_rows * dim) return;
     out[rows[t / dim] * dim + t % dim] = data[t];
@@ -488,8 +505,9 @@ extern "C" int32_t kn_cuda_scatter_rows(float *out, int32_t dim, const int64_t *
     if (dim <= 0 || n_rows < 0 || (n_rows > 0 && (!out || !rows || !data)))
         return bad(err, "kn_cuda_scatter_rows");
     if (n_rows == 0) return MM_OK;
-    k_scatter_rows<<<(unsigned)kn_cdiv(n_rows * dim, 256), 256, 0, stream>>>(out, dim, rows, data, n_rows);
-    KN_LAUNCHED("kn_cuda_scatter_rows");
+    KN_CU(kn_launch(k_scatter_rows, dim3((unsigned)kn_cdiv(n_rows * dim, 256)), 256, 0, stream, out, dim,
+                    rows, data, n_rows),
+          "kn_cuda_scatter_rows");
     return MM_OK;
 }
 
@@ -500,6 +518,7 @@ __global__ void k_attn_full(const float *__restrict__ q, const float *__restrict
                             const float *__restrict__ v, int64_t stride, int64_t n, int32_t heads, int32_t hd,
                             float scale, float *__restrict__ out, int64_t os)
 {
+    kn_chain_entry();
     __shared__ float qs[8][FULL_MAX_DIM];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int64_t item = (int64_t)blockIdx.x * 8 + w;
@@ -555,8 +574,8 @@ extern "C" int32_t kn_cuda_attn_full(const float *q, const float *k, const float
         return bad(err, "kn_cuda_attn_full");
     const int64_t items = n * n_heads;
     if (items == 0) return MM_OK;
-    k_attn_full<<<(unsigned)kn_cdiv(items, 8), 256, 0, stream>>>(q, k, v, stride, n, n_heads, head_dim, scale,
-                                                                 out, out_stride);
-    KN_LAUNCHED("kn_cuda_attn_full");
+    KN_CU(kn_launch(k_attn_full, dim3((unsigned)kn_cdiv(items, 8)), 256, 0, stream, q, k, v, stride, n,
+                    n_heads, head_dim, scale, out, out_stride),
+          "kn_cuda_attn_full");
     return MM_OK;
 }
