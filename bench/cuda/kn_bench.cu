@@ -4,7 +4,7 @@
  * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
  *
  *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]] [--prof-raw timestamps.tsv]
- *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree
+ *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8
  */
 #include <math.h>
 #include <stdint.h>
@@ -1877,6 +1877,71 @@ static void bench_tail(void)
     cudaFree(a.c.k), cudaFree(a.c.v);
 }
 
+/* The fused prefill selection (wgmma, 4 slabs) with the FP8 index cache against the bf16 one on the same
+ * keys (FP8 = e4m3 of the bf16 keys with a scale per token), structured and random queries, 64K and 256K:
+ * time, index-score rate, and the rows whose sets differ from the bf16 kernel's. */
+static void bench_select_fp8(void)
+{
+    printf("== fused prefill selection: FP8 against bf16 index keys\n");
+    static const int64_t Ls[] = {65536, 262144};
+    for (int li = 0; li < 2; li++) {
+        const int64_t L = g_quick ? Ls[li] / 16 : Ls[li];
+        struct pf_arg a;
+        pf_setup(&a, L, 16384);
+        const struct kn_cuda_cache cb = a.c;
+        struct kn_cuda_cache c8 = a.c;
+        c8.idx = dmalloc((size_t)L * M3.idx_dim);
+        c8.idx_scale = (float *)dmalloc(sizeof(float) * (size_t)L);
+        c8.idx_dtype = KN_IDX_FP8;
+        k_quant_fp8<<<(unsigned)((L + 7) / 8), 256>>>((const uint16_t *)cb.idx, L, M3.idx_dim,
+                                                      (uint8_t *)c8.idx, (float *)c8.idx_scale);
+        CK(cudaGetLastError());
+        double flops = 0;
+        for (int64_t i = 0; i < L; i++) flops += (double)(i / M3.block + 1) * M3.block;
+        flops *= 2.0 * M3.n_idx_heads * M3.idx_dim;
+        const size_t sel_bytes = sizeof(int32_t) * (size_t)a.n_chunks * M3.n_kv * a.chunk * M3.topk;
+        int32_t *sb = (int32_t *)hmalloc(sel_bytes), *s8 = (int32_t *)hmalloc(sel_bytes);
+        setenv("KN_CUDA_SELECT_WGMMA", "1", 1);
+        a.what = 2;
+        for (int structured = 1; structured >= 0; structured--) {
+            k_fill_shared_q<<<4096, 256>>>(a.qi, L, M3.n_idx_heads * M3.idx_dim, structured ? 128 : 1,
+                                           structured ? 51 : 52, structured ? 0.05f : 0.0f);
+            CK(cudaGetLastError());
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "prefill L %lldK %s", (long long)(L / 1024),
+                     structured ? "structured" : "random");
+            double ms[2];
+            for (int fp8 = 0; fp8 < 2; fp8++) {
+                a.c = fp8 ? c8 : cb;
+                ms[fp8] = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
+                CK(cudaMemcpy(fp8 ? s8 : sb, a.sel, sel_bytes, cudaMemcpyDeviceToHost));
+            }
+            int64_t differ = 0;
+            for (size_t r = 0; r < sel_bytes / sizeof(int32_t) / M3.topk; r++) {
+                const int32_t *x = sb + r * M3.topk, *y = s8 + r * M3.topk;
+                int d = 0;
+                for (int32_t j = 0; j < M3.topk; j++) {
+                    int f = 0;
+                    for (int32_t m = 0; m < M3.topk; m++) f |= x[j] == y[m];
+                    d |= !f;
+                }
+                differ += d;
+            }
+            emit("select", cfg, "wgmma bf16 keys", ms[0], "ms");
+            emit("select", cfg, "wgmma fp8 keys", ms[1], "ms");
+            emit("select", cfg, "wgmma bf16 rate", flops / (ms[0] * 1e-3) / 1e12, "TFLOP/s");
+            emit("select", cfg, "wgmma fp8 rate", flops / (ms[1] * 1e-3) / 1e12, "TFLOP/s");
+            emit("select", cfg, "fp8 vs bf16 rows differing", 100.0 * (double)differ / ((double)M3.n_kv * L),
+                 "%");
+        }
+        unsetenv("KN_CUDA_SELECT_WGMMA");
+        a.c = cb;
+        free(sb), free(s8);
+        cudaFree(c8.idx), cudaFree(c8.idx_scale);
+        pf_free(&a);
+    }
+}
+
 static void bench_layer(void)
 {
     printf("== one MSA layer (index + top-k + sparse attention) vs dense attention, same shapes\n");
@@ -2355,8 +2420,9 @@ int main(int argc, char **argv)
                 return 1;
             }
         } else {
-            fprintf(stderr, "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
-                            "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny]\n");
+            fprintf(stderr,
+                    "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
+                    "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny,select8]\n");
             return 2;
         }
     }
@@ -2392,6 +2458,7 @@ int main(int argc, char **argv)
     if (want(only, "prefill")) bench_prefill();
     if (want(only, "layer") || want(only, "pflayer")) bench_layer(); /* pflayer: without the decode layer */
     if (want(only, "fp8agree")) bench_fp8_agree();
+    if (want(only, "select8")) bench_select_fp8();
     if (want(only, "skinny")) bench_skinny();
     /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer, "layerprof"
      * runs only the timestamp profile */

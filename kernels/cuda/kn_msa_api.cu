@@ -174,14 +174,15 @@ extern "C" int32_t kn_cuda_msa_select(const struct kn_cuda_msa_shape *sh, const 
         return mm_err_set(err, MM_INVALID, "%s: NULL q/sel or sel_stride %d", what, sel_stride);
     path = pick_select(sh, qb, c, path);
     if (path == KN_PATH_PREFILL) {
-        if (!kn_index_prefill_supported(sh, c)) /* bf16 keys only, so f32 is refused here too */
+        if (!kn_index_prefill_supported(sh, c)) /* f32 keys are refused here */
             return mm_err_set(
                 err, MM_UNSUPPORTED,
                 "%s: the fused kernel needs idx_dim 128, block 128, <= 4 index heads, topk <= 16, "
-                "bf16 keys",
+                "bf16 keys (or FP8 on an sm_90 device)",
                 what);
-        const int wgmma = select_wgmma_knob();
-        if (wgmma && kn_select_prefill_wgmma_ok())
+        int wgmma = select_wgmma_knob();
+        if (c->idx_dtype == KN_IDX_FP8 && !wgmma) wgmma = 1; /* only the wgmma kernel reads FP8 keys */
+        if (wgmma && kn_select_prefill_wgmma_ok(c->idx_dtype == KN_IDX_FP8))
             return kn_select_prefill_wgmma(sh, qb, c, q, sel, sel_stride, wgmma, stream, err);
         return kn_select_prefill(sh, qb, c, q, sel, sel_stride, stream, err);
     }

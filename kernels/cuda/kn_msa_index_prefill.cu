@@ -185,7 +185,9 @@ __global__ void __launch_bounds__(PI_WARPS * 32, 1)
 int kn_index_prefill_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c)
 {
     return sh->idx_dim == PI_DI && sh->block == PI_BLK && sh->n_idx_heads >= 1 && sh->n_idx_heads <= 4 &&
-           sh->topk <= PI_KMAX && c->idx_dtype == KN_IDX_BF16;
+           sh->topk <= PI_KMAX &&
+           (c->idx_dtype == KN_IDX_BF16 || (c->idx_dtype == KN_IDX_FP8 && (uintptr_t)c->idx_scale % 16 == 0 &&
+                                            kn_select_prefill_wgmma_ok(1)));
 }
 
 int32_t kn_select_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,

@@ -23,7 +23,15 @@
  * slab 0's maxima reduced while slab 1's product runs. Measured on an H200 (bench/cuda/README.md, "wgmma
  * selection"): variant 1 565 TFLOP/s, variant 2 479-573, the mma.sync kernel 267-306, same selections;
  * variant 1 is the default (kn_msa_api.cu). Shapes as the mma.sync kernel: idx_dim 128, block 128,
- * n_idx_heads <= 4, topk <= 16, bf16 index keys. */
+ * n_idx_heads <= 4, topk <= 16.
+ *
+ * FP8 index keys (e4m3 with a scale per token; only this kernel takes them in prefill): four producer warps
+ * copy each block's 16 KB of keys and 512 bytes of scales into one of two raw stages with cp.async, two
+ * blocks ahead, then convert the block they wait for into the bf16 stage the consumers read, k = bf16(e4m3 x
+ * scale) (one bf16 rounding of the dequantized key, like the query's), so the consumers are unchanged. The
+ * raw stages take the room of one bf16 stage (3 instead of 4). Without it an FP8 cache sent prefill selection
+ * through the decode scan and a separate top-k over a full score matrix: 6x the time to first token at 1M (t
+ * run 3). */
 #include "kn_msa_kernels.cuh"
 #include "kn_wgmma.cuh"
 
@@ -42,6 +50,12 @@
 #define PW_LI (PW_LS + 4 * PW_KMAX * PW_ROWS)
 #define PW_HEAD_BYTES (PW_LI + 4 * PW_KMAX * PW_ROWS)
 #define PW_SMEM (PW_HEAD_BYTES + 1024 + PW_SLABS * PW_SLAB_BYTES + PW_STAGES * PW_STAGE_BYTES)
+/* FP8 keys: 3 bf16 stages, then 2 raw stages of one block's e4m3 keys and its scales */
+#define PW_STAGES_FP8 3
+#define PW_RAW_KEYS (PW_BLK * PW_DI)
+#define PW_RAW_BYTES (PW_RAW_KEYS + PW_BLK * 4)
+#define PW_SMEM_FP8                                                                                          \
+    (PW_HEAD_BYTES + 1024 + PW_SLABS * PW_SLAB_BYTES + PW_STAGES_FP8 * PW_STAGE_BYTES + 2 * PW_RAW_BYTES)
 
 struct pw_args {
     const float *q;
@@ -49,7 +63,8 @@ struct pw_args {
     const int64_t *pos;
     const int32_t *bt;
     int32_t bt_stride;
-    const uint16_t *keys;
+    const void *keys;
+    const float *kscale; /* FP8 keys: a scale per token (page-major as the keys) */
     int32_t n, nh, topk, n_local, n_tiles;
     int32_t *sel;
     int32_t sel_stride;
@@ -57,6 +72,7 @@ struct pw_args {
 
 /* The producer warp: every visible block of the tile into the ring. Lane l copies 16-byte chunk l % 16 of
  * rows l / 16 + 2j (half a warp per 256-byte key row: coalesced). */
+template <int ST>
 __device__ __forceinline__ void pw_produce(const int32_t *btr, const uint16_t *keys, int32_t last_b,
                                            uint32_t s0, uint32_t kv_s, int lane)
 {
@@ -66,7 +82,7 @@ __device__ __forceinline__ void pw_produce(const int32_t *btr, const uint16_t *k
     int32_t page = btr[0];
     for (int32_t b = 0; b <= last_b; b++) {
         const int32_t next = b < last_b ? btr[b + 1] : 0; /* its latency hides under this block's copies */
-        if (b >= PW_STAGES) mb_wait(s0 + PW_BAR_EMPTY + 8 * s, ph ^ 1u);
+        if (b >= ST) mb_wait(s0 + PW_BAR_EMPTY + 8 * s, ph ^ 1u);
         const uint8_t *src = (const uint8_t *)(keys + (int64_t)page * PW_BLK * PW_DI) + r0 * 256 + c * 16;
         const uint32_t dst = kv_s + (uint32_t)s * PW_STAGE_BYTES;
 #pragma unroll 16
@@ -76,7 +92,83 @@ __device__ __forceinline__ void pw_produce(const int32_t *btr, const uint16_t *k
         }
         mb_arrive_cp_async(s0 + PW_BAR_FULL + 8 * s);
         page = next;
-        if (++s == PW_STAGES) s = 0, ph ^= 1u;
+        if (++s == ST) s = 0, ph ^= 1u;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* The producer warps for FP8 keys (see the top): PW_PROD8 of them, warp p owning rows 32 p .. 32 p + 31 of
+ * every block, so that each converts what it copied and only ever waits for its own lanes. Raw stage r holds
+ * block b's keys ([row][128] bytes, as in the cache) and then its 128 scales; lane l copies chunks l + 32 j
+ * of the warp's 4 KB of keys and (lanes 0-7) chunk l of its 128 bytes of scales. Conversion: lane l takes
+ * rows l / 8 + 4 j of the warp's and 16 keys of each (bytes 16 (l % 8)...), i.e. bf16 chunks 2 (l % 8) and
+ * 2 (l % 8) + 1 of the sw128 stage. One warp for the whole block converted at half the consumers' rate
+ * (t run 4: 265-277 against 502-572 TFLOP/s). */
+#define PW_PROD8 4
+#define PW_ROWS8 (PW_BLK / PW_PROD8)
+__device__ __forceinline__ void pw_fetch_fp8(const int32_t *btr, const uint8_t *keys, const float *kscale,
+                                             int32_t b, int32_t last_b, uint32_t raw, int pw, int lane)
+{
+    if (b <= last_b) {
+        const int64_t page = btr[b];
+        const uint32_t o = (uint32_t)pw * PW_ROWS8 * PW_DI;
+        const uint8_t *src = keys + page * PW_RAW_KEYS + o;
+#pragma unroll
+        for (int j = 0; j < PW_ROWS8 * PW_DI / 512; j++)
+            kn_cp_async16(raw + o + (uint32_t)(512 * j + 16 * lane), src + 512 * j + 16 * lane, 16);
+        if (lane < PW_ROWS8 / 4)
+            kn_cp_async16(raw + PW_RAW_KEYS + 4 * PW_ROWS8 * pw + 16 * lane,
+                          kscale + page * PW_BLK + PW_ROWS8 * pw + 4 * lane, 16);
+    }
+    kn_cp_async_commit(); /* empty past the last block: the wait_group counts stay aligned */
+}
+
+__device__ __forceinline__ void pw_produce_fp8(const int32_t *btr, const uint8_t *keys, const float *kscale,
+                                               int32_t last_b, uint32_t s0, uint32_t kv_s, uint32_t raw_s,
+                                               int pw, int lane)
+{
+    pw_fetch_fp8(btr, keys, kscale, 0, last_b, raw_s, pw, lane);
+    pw_fetch_fp8(btr, keys, kscale, 1, last_b, raw_s + PW_RAW_BYTES, pw, lane);
+    const int cp = lane & 7, r0 = PW_ROWS8 * pw + (lane >> 3);
+    int s = 0;
+    uint32_t ph = 0;
+    for (int32_t b = 0; b <= last_b; b++) {
+        const uint32_t raw = raw_s + (uint32_t)(b & 1) * PW_RAW_BYTES;
+        kn_cp_async_wait<1>(); /* this lane's copies of block b have landed */
+        __syncwarp();          /* and so have the other lanes' */
+        if (b >= PW_STAGES_FP8) mb_wait(s0 + PW_BAR_EMPTY + 8 * s, ph ^ 1u);
+        const uint32_t dst = kv_s + (uint32_t)s * PW_STAGE_BYTES;
+#pragma unroll 4
+        for (int j = 0; j < PW_ROWS8 / 4; j++) {
+            const int row = r0 + 4 * j;
+            uint32_t k8[4];
+            float sc;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(k8[0]), "=r"(k8[1]), "=r"(k8[2]), "=r"(k8[3])
+                         : "r"(raw + (uint32_t)(row * PW_DI + 16 * cp)));
+            asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(sc) : "r"(raw + PW_RAW_KEYS + 4 * row));
+            uint32_t o[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+                    (__nv_fp8x2_storage_t)(k8[e >> 1] >> (16 * (e & 1))), __NV_E4M3);
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+                o[e] = kn_pack_bf16(f.x * sc, f.y * sc);
+            }
+            asm volatile(
+                "st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + wg_sw128_off(row, 2 * cp, PW_BLK)),
+                "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3])
+                : "memory");
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                             dst + wg_sw128_off(row, 2 * cp + 1, PW_BLK)),
+                         "r"(o[4]), "r"(o[5]), "r"(o[6]), "r"(o[7])
+                         : "memory");
+        }
+        wg_fence_proxy_async(); /* these generic-proxy stores before the consumers' wgmma reads */
+        mb_arrive(s0 + PW_BAR_FULL + 8 * s);
+        __syncwarp(); /* every lane has read raw stage b & 1 before it is refilled */
+        pw_fetch_fp8(btr, keys, kscale, b + 2, last_b, raw, pw, lane);
+        if (++s == PW_STAGES_FP8) s = 0, ph ^= 1u;
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
@@ -141,7 +233,7 @@ __device__ __forceinline__ void pw_fold(float *ls, int32_t *li, int grow, int32_
 /* A consumer warp. SL slabs per warpgroup: SL = 1, four warpgroups, one product per block each (they overlap
  * each other's epilogues); SL = 2, two warpgroups, each issues both slabs' products and reduces slab 0 while
  * slab 1's runs (two accumulators: 128 registers). Global slab of (warpgroup wg, slab sl) = wg * SL + sl. */
-template <int SL>
+template <int SL, int ST>
 __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t cnt, int32_t last_b,
                                            uint32_t s0, uint32_t q_s, uint32_t kv_s, float *ls, int32_t *li,
                                            int warp, int lane)
@@ -239,7 +331,7 @@ __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t
         }
         __syncwarp();
         if (lane == 0) mb_arrive(s0 + PW_BAR_EMPTY + 8 * s); /* the stage is read: release it */
-        if (++s == PW_STAGES) s = 0, ph ^= 1u;
+        if (++s == ST) s = 0, ph ^= 1u;
         if (!work) continue;
         pw_rowmax(acc[SL - 1], rpos[SL - 1][0], rpos[SL - 1][1], kb0, tig, m[SL - 1][0], m[SL - 1][1]);
         if (owner)
@@ -259,9 +351,16 @@ __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t
         }
 }
 
-template <int SL>
-__global__ void __launch_bounds__(128 * (4 / SL) + 32, 1) k_select_prefill_wgmma(const pw_args a)
+/* threads: the consumer warpgroups, then the producer warp(s) */
+template <int SL, bool FP8> constexpr int pw_threads()
 {
+    return 128 * (4 / SL) + 32 * (FP8 ? PW_PROD8 : 1);
+}
+
+template <int SL, bool FP8>
+__global__ void __launch_bounds__(pw_threads<SL, FP8>(), 1) k_select_prefill_wgmma(const pw_args a)
+{
+    constexpr int ST = FP8 ? PW_STAGES_FP8 : PW_STAGES;
     extern __shared__ __align__(1024) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int32_t tile = a.n_tiles - 1 - (int32_t)blockIdx.x; /* the longest tiles first */
@@ -271,31 +370,39 @@ __global__ void __launch_bounds__(128 * (4 / SL) + 32, 1) k_select_prefill_wgmma
     const uint32_t s0 = kn_smem_addr(smem);
     const uint32_t q_s = (s0 + PW_HEAD_BYTES + 1023u) & ~1023u, kv_s = q_s + PW_SLABS * PW_SLAB_BYTES;
     if (tid == 0) {
-        for (int s = 0; s < PW_STAGES; s++) {
-            mb_init(s0 + PW_BAR_FULL + 8 * s, 32);            /* every producer lane, through cp.async */
+        for (int s = 0; s < ST; s++) {
+            mb_init(s0 + PW_BAR_FULL + 8 * s,
+                    FP8 ? 32 * PW_PROD8 : 32);                /* every producer lane (bf16: by cp.async) */
             mb_init(s0 + PW_BAR_EMPTY + 8 * s, 4 * (4 / SL)); /* one arrival per consumer warp */
         }
     }
     __syncthreads();
-    if (warp == 4 * (4 / SL))
-        pw_produce(btr, a.keys, last_b, s0, kv_s, lane);
-    else
-        pw_consume<SL>(a, i0, cnt, last_b, s0, q_s, kv_s, (float *)(smem + PW_LS), (int32_t *)(smem + PW_LI),
-                       warp, lane);
+    if (warp >= 4 * (4 / SL)) {
+        if (FP8)
+            pw_produce_fp8(btr, (const uint8_t *)a.keys, a.kscale, last_b, s0, kv_s,
+                           kv_s + ST * PW_STAGE_BYTES, warp - 4 * (4 / SL), lane);
+        else
+            pw_produce<ST>(btr, (const uint16_t *)a.keys, last_b, s0, kv_s, lane);
+    } else {
+        pw_consume<SL, ST>(a, i0, cnt, last_b, s0, q_s, kv_s, (float *)(smem + PW_LS),
+                           (int32_t *)(smem + PW_LI), warp, lane);
+    }
 }
 
-int kn_select_prefill_wgmma_ok(void)
+int kn_select_prefill_wgmma_ok(int fp8)
 {
-    static int ok = -1; /* an sm_90 device whose opt-in shared memory per block holds the ring */
-    if (ok < 0) {
+    static int optin = -1; /* an sm_90 device whose opt-in shared memory per block holds the ring */
+    if (optin < 0) {
         int dev = 0, major = 0, v = 0;
-        ok = cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-             major == 9 &&
-             cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-             v >= PW_SMEM;
+        optin =
+            cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    major == 9 &&
+                    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess
+                ? v
+                : 0;
     }
-    return ok;
+    return optin >= (fp8 ? PW_SMEM_FP8 : PW_SMEM);
 }
 
 int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -311,7 +418,8 @@ int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct
     a.pos = qb->pos;
     a.bt = qb->block_table;
     a.bt_stride = qb->bt_stride;
-    a.keys = (const uint16_t *)c->idx;
+    a.keys = c->idx;
+    a.kscale = (const float *)c->idx_scale;
     a.n = qb->n;
     a.nh = sh->n_idx_heads;
     a.topk = sh->topk;
@@ -319,10 +427,15 @@ int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct
     a.n_tiles = qb->n_tiles;
     a.sel = sel;
     a.sel_stride = sel_stride;
-    void (*kern)(pw_args) = variant == 2 ? k_select_prefill_wgmma<2> : k_select_prefill_wgmma<1>;
-    const int threads = variant == 2 ? 128 * 2 + 32 : 128 * 4 + 32;
-    KN_CU(kn_smem_attr((const void *)kern, PW_SMEM), "kn_cuda_msa_select (wgmma): shared memory");
-    kern<<<(unsigned)qb->n_tiles, threads, PW_SMEM, stream>>>(a);
+    const bool fp8 = c->idx_dtype == KN_IDX_FP8;
+    void (*kern)(pw_args) = variant == 2
+                                ? (fp8 ? k_select_prefill_wgmma<2, true> : k_select_prefill_wgmma<2, false>)
+                                : (fp8 ? k_select_prefill_wgmma<1, true> : k_select_prefill_wgmma<1, false>);
+    const int threads = variant == 2 ? (fp8 ? pw_threads<2, true>() : pw_threads<2, false>())
+                                     : (fp8 ? pw_threads<1, true>() : pw_threads<1, false>()),
+              smem = fp8 ? PW_SMEM_FP8 : PW_SMEM;
+    KN_CU(kn_smem_attr((const void *)kern, smem), "kn_cuda_msa_select (wgmma): shared memory");
+    kern<<<(unsigned)qb->n_tiles, threads, smem, stream>>>(a);
     KN_LAUNCHED("kn_cuda_msa_select (fused prefill, wgmma)");
     return MM_OK;
 }

@@ -48,15 +48,16 @@ int32_t kn_index_scores_decode_ring(const struct kn_cuda_msa_shape *sh, const st
                                     int32_t score_stride, cudaStream_t stream, struct mm_err *err);
 void kn_index_ring_prof(unsigned long long *buf);
 
-/* kn_msa_index_prefill.cu: fused tensor-core index scores + running top-k over query tiles */
+/* kn_msa_index_prefill.cu: fused tensor-core index scores + running top-k over query tiles (bf16 keys; FP8
+ * keys where the wgmma kernel runs: kn_index_prefill_supported says whether one of them takes c) */
 int kn_index_prefill_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c);
 int32_t kn_select_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                           const struct kn_cuda_cache *c, const float *q, int32_t *sel, int32_t sel_stride,
                           cudaStream_t stream, struct mm_err *err);
-/* kn_msa_index_prefill_wgmma.cu: the same with wgmma (sm_90a, ~225 KB of shared memory per CTA); same
- * shapes as kn_index_prefill_supported, plus kn_select_prefill_wgmma_ok() for the device. variant 1: four
- * consumer warpgroups of one 64-row slab; 2: two warpgroups of two slabs each */
-int kn_select_prefill_wgmma_ok(void);
+/* kn_msa_index_prefill_wgmma.cu: the same with wgmma (sm_90a, ~225 KB of shared memory per CTA), bf16 or
+ * FP8 keys; same shapes as kn_index_prefill_supported, plus kn_select_prefill_wgmma_ok(fp8) for the device.
+ * variant 1: four consumer warpgroups of one 64-row slab; 2: two warpgroups of two slabs each */
+int kn_select_prefill_wgmma_ok(int fp8);
 int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                 const struct kn_cuda_cache *c, const float *q, int32_t *sel,
                                 int32_t sel_stride, int variant, cudaStream_t stream, struct mm_err *err);
