@@ -100,6 +100,21 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* setenv / unsetenv of a kernel knob: the kernels cache knob values until kn_cuda_knobs_reload */
+static int knob_setenv(const char *name, const char *val, int overwrite)
+{
+    int r = setenv(name, val, overwrite);
+    kn_cuda_knobs_reload();
+    return r;
+}
+
+static int knob_unsetenv(const char *name)
+{
+    int r = unsetenv(name);
+    kn_cuda_knobs_reload();
+    return r;
+}
+
 typedef void (*bench_fn)(void *arg, int iter);
 
 static double host_us(void)
@@ -539,9 +554,9 @@ static int knob_next(const char **k, char name[64], char val[16])
 /* the knobs of `clear` (n of them) unset, then those env sets (NULL: none) */
 static void env_set(const char *const *clear, size_t n, const char *env)
 {
-    for (size_t k = 0; k < n; k++) unsetenv(clear[k]);
+    for (size_t k = 0; k < n; k++) knob_unsetenv(clear[k]);
     char name[64], val[16];
-    for (const char *k = env; knob_next(&k, name, val);) setenv(name, val, 1);
+    for (const char *k = env; knob_next(&k, name, val);) knob_setenv(name, val, 1);
 }
 
 /* Set (env) or clear (NULL) the knobs a variant may set. */
@@ -732,7 +747,7 @@ static void bench_index(int do_topk)
                  * and the fused tail's default, the mask gather (2), measured beside it */
                 static const char *const gathers[] = {"1", "2"};
                 for (int gi = 0; gi < 2; gi++) {
-                    setenv("KN_CUDA_TOPK_BF", gathers[gi], 1);
+                    knob_setenv("KN_CUDA_TOPK_BF", gathers[gi], 1);
                     char tn[32];
                     snprintf(tn, sizeof tn, "topk%s", gi ? " mask" : "");
                     double ms = time_ms(run_idx, &a, 3, iters);
@@ -741,7 +756,7 @@ static void bench_index(int do_topk)
                     snprintf(tn, sizeof tn, "topk%s b2b", gi ? " mask" : "");
                     emit(tn, cfg, "time", ms * 1e3, "us");
                 }
-                unsetenv("KN_CUDA_TOPK_BF");
+                knob_unsetenv("KN_CUDA_TOPK_BF");
             }
             for (int32_t s = 0; s < n_sets; s++) dbatch_free(&sets[s]);
             free(sets), free(cb), free(c8), free(qseq), free(pos), free(bt);
@@ -1901,7 +1916,7 @@ static void bench_select_fp8(void)
         flops *= 2.0 * M3.n_idx_heads * M3.idx_dim;
         const size_t sel_bytes = sizeof(int32_t) * (size_t)a.n_chunks * M3.n_kv * a.chunk * M3.topk;
         int32_t *sb = (int32_t *)hmalloc(sel_bytes), *s8 = (int32_t *)hmalloc(sel_bytes);
-        setenv("KN_CUDA_SELECT_WGMMA", "1", 1);
+        knob_setenv("KN_CUDA_SELECT_WGMMA", "1", 1);
         a.what = 2;
         for (int structured = 1; structured >= 0; structured--) {
             k_fill_shared_q<<<4096, 256>>>(a.qi, L, M3.n_idx_heads * M3.idx_dim, structured ? 128 : 1,
@@ -1934,7 +1949,7 @@ static void bench_select_fp8(void)
             emit("select", cfg, "fp8 vs bf16 rows differing", 100.0 * (double)differ / ((double)M3.n_kv * L),
                  "%");
         }
-        unsetenv("KN_CUDA_SELECT_WGMMA");
+        knob_unsetenv("KN_CUDA_SELECT_WGMMA");
         a.c = cb;
         free(sb), free(s8);
         cudaFree(c8.idx), cudaFree(c8.idx_scale);
@@ -1969,7 +1984,7 @@ static void bench_layer(void)
             /* KN_BENCH_LAYER_LEAN=1: the attention routes only (no selection-kernel comparison, no dense) */
             const int lean = getenv("KN_BENCH_LAYER_LEAN") != NULL;
             for (int k = 0; k < 3 && !lean; k++) {
-                setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
+                knob_setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
                 sel_k_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
                 sel_k[k] = (int32_t *)hmalloc(sel_bytes);
                 CK(cudaMemcpy(sel_k[k], a.sel, sel_bytes, cudaMemcpyDeviceToHost));
@@ -1977,10 +1992,10 @@ static void bench_layer(void)
             a.what = 3;
             double msa_k_ms[3] = {NAN, NAN, NAN};
             for (int k = 0; k < 3 && !lean; k++) {
-                setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
+                knob_setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
                 msa_k_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
             }
-            unsetenv("KN_CUDA_SELECT_WGMMA");
+            knob_unsetenv("KN_CUDA_SELECT_WGMMA");
             /* rows whose sets differ from the mma.sync kernel's (near ties: other summation order) */
             int64_t sel_rows_differ[3] = {0, 0, 0};
             for (int k = 1; k < 3 && !lean; k++)
@@ -2305,16 +2320,16 @@ static void bench_skinny(void)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t ri = 0; ri < sizeof routes / sizeof routes[0]; ri++) {
                 const int gv = routes[ri] >= 5 ? 4 : routes[ri];
-                if (routes[ri] >= 5) setenv("KN_CUDA_GS_ROWS", "0", 1);
+                if (routes[ri] >= 5) knob_setenv("KN_CUDA_GS_ROWS", "0", 1);
                 a.rows = shapes[si][0], a.cols = shapes[si][1], a.n = ns[ni], a.gemv = gv, a.w = w;
                 if (gv == 1 && !kn_cuda_gemv_ok(a.n, a.cols, a.cols)) continue;
                 if (gv == 4 && !kn_cuda_gemm_small_ok(a.n, a.cols, a.cols)) continue;
                 if ((routes[ri] == 5 || routes[ri] == 6) && kn_cuda_gemm_small_ws(a.n, a.rows, a.cols) == 0) {
-                    unsetenv("KN_CUDA_GS_ROWS");
+                    knob_unsetenv("KN_CUDA_GS_ROWS");
                     continue; /* no split */
                 }
                 if (routes[ri] == 5 || routes[ri] == 6)
-                    setenv("KN_CUDA_GS_CLUSTER", routes[ri] == 5 ? "0" : "2", 1);
+                    knob_setenv("KN_CUDA_GS_CLUSTER", routes[ri] == 5 ? "0" : "2", 1);
                 if (routes[ri] != 7 || a.rows >= 128)
                     skinny_cell(&a, pool, 2,
                                 routes[ri] == 7   ? "tc 16-row"
@@ -2323,8 +2338,8 @@ static void bench_skinny(void)
                                 : gv == 4         ? "tc"
                                 : gv              ? "gemv"
                                                   : "cublas");
-                unsetenv("KN_CUDA_GS_CLUSTER");
-                unsetenv("KN_CUDA_GS_ROWS");
+                knob_unsetenv("KN_CUDA_GS_CLUSTER");
+                knob_unsetenv("KN_CUDA_GS_ROWS");
             }
     /* gate and up of the dense synthetic model (2 x 2048 x 6144): two row-route launches against one */
     for (size_t ni = 0; n_shapes && ni < sizeof ns / sizeof ns[0]; ni++)
@@ -2358,11 +2373,11 @@ static void bench_skinny(void)
                 const int last = ri + 1 == sizeof f32_routes / sizeof f32_routes[0];
                 if (fr && fr[0] == '8' && a.n <= 4 && !last) continue;
                 if (ri && !kn_cuda_gemv_f32_ok(a.n, a.cols, a.cols)) continue;
-                if (fr) setenv("KN_CUDA_GEMV_F32_R", fr, 1);
-                if (fk) setenv("KN_CUDA_GEMV_F32_KS", fk, 1);
+                if (fr) knob_setenv("KN_CUDA_GEMV_F32_R", fr, 1);
+                if (fk) knob_setenv("KN_CUDA_GEMV_F32_KS", fk, 1);
                 if (!(fr && fr[0] == '8' && a.n <= 4)) skinny_cell(&a, pool, 4, f32_routes[ri].name);
-                unsetenv("KN_CUDA_GEMV_F32_R");
-                unsetenv("KN_CUDA_GEMV_F32_KS");
+                knob_unsetenv("KN_CUDA_GEMV_F32_R");
+                knob_unsetenv("KN_CUDA_GEMV_F32_KS");
                 /* after the last forced route: the staged route (x in shared memory once per 32 rows) */
                 if (last && kn_cuda_gemv_f32_multi_ok(a.n, a.cols, a.cols)) {
                     a.gemv = 5;
@@ -2375,7 +2390,7 @@ static void bench_skinny(void)
         for (int g = 7; g >= 4; g--) { /* 5, 4: the staged launch with a 4- / 2-way split forced */
             a.rows = 640, a.cols = 6144, a.n = f32_ns[ni], a.gemv = g >= 6 ? g : 6, a.w = w;
             if (g <= 6 && !kn_cuda_gemv_f32_multi_ok(a.n, a.cols, a.cols)) continue;
-            if (g <= 5) setenv("KN_CUDA_GEMV_F32_STAGED_KS", g == 5 ? "4" : "2", 1);
+            if (g <= 5) knob_setenv("KN_CUDA_GEMV_F32_STAGED_KS", g == 5 ? "4" : "2", 1);
             a.n_sets = (int32_t)(pool / ((size_t)a.rows * a.cols * 4));
             if (a.n_sets > 64) a.n_sets = 64;
             char cfg[96];
@@ -2385,7 +2400,7 @@ static void bench_skinny(void)
                              : g == 5 ? "staged multi ks4"
                                       : "staged multi ks2",
                              cfg, run_skinny, &a, (double)a.rows * a.cols * 4, g_quick ? 5 : 30, 20, 0);
-            unsetenv("KN_CUDA_GEMV_F32_STAGED_KS");
+            knob_unsetenv("KN_CUDA_GEMV_F32_STAGED_KS");
         }
     cudaFree(w), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb), cudaFree(a.ws);
     kn_cuda_blas_destroy(a.bl);

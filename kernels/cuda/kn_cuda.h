@@ -388,6 +388,12 @@ int32_t kn_cuda_device_count(void);
 /** Map a CUDA error to MM_ERROR with the CUDA error name in err; returns MM_OK for cudaSuccess. */
 int32_t kn_cuda_check(cudaError_t e, const char *what, struct mm_err *err);
 
+/** The kernels' tuning knobs (KN_CUDA_* environment variables) are read once per thread and cached: after
+ * changing one with setenv / unsetenv, call this so that the next kernel call sees it (tests, benchmarks). */
+void kn_cuda_knobs_reload(void);
+/** The integer value the kernels see for knob name (atoi; dflt when unset or empty), through the cache. */
+int32_t kn_cuda_knob_value(const char *name, int32_t dflt);
+
 #ifdef __cplusplus
 }
 #endif

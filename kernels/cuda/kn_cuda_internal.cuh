@@ -279,10 +279,11 @@ int32_t kn_cuda_sm_count(void);
  * of kn_cuda_util.cu, 64 kernels; past that, every call). KN_CUDA_ATTR_MEMO=0: the call every time. */
 cudaError_t kn_smem_attr(const void *kern, int smem);
 
-/* Tuning knobs from the environment, read at each call so that a benchmark or a test can compare settings
- * in one process: kn_cuda_knob is "0" off, anything else on, unset or empty dflt; kn_cuda_knob_int is atoi,
- * unset or empty dflt. The MSA knobs are listed in kn_msa_kernels.cuh, the sparse-prefill ones in
- * kn_cuda_knobs.h; the products' (KN_CUDA_GEMV_F32_R / _KS, KN_CUDA_GS_CLUSTER) where they are read. */
+/* Tuning knobs from the environment, cached per thread until kn_cuda_knobs_reload (kn_cuda.h), so that a
+ * benchmark or a test can compare settings in one process: kn_cuda_knob is "0" off, anything else on, unset
+ * or empty dflt; kn_cuda_knob_int is atoi, unset or empty dflt. The MSA knobs are listed in
+ * kn_msa_kernels.cuh, the sparse-prefill ones in kn_cuda_knobs.h; the products' (KN_CUDA_GEMV_F32_R / _KS,
+ * KN_CUDA_GS_CLUSTER) where they are read. */
 int kn_cuda_knob(const char *name, int dflt);
 int kn_cuda_knob_int(const char *name, int dflt);
 

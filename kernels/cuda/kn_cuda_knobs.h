@@ -1,9 +1,9 @@
-/* The sparse-prefill knobs: environment variables that kn_msa_prefill.cu and kn_msa_prefill_union.cu read at
- * each call (kn_cuda_knob, kn_cuda_knob_int), so that a benchmark or a test can compare routes in one
- * process. This is the one list of their names: whoever sets some of them for a route unsets all of them
- * first (bench/cuda/kn_bench.cu pf_set_route, the "[prefill union]" checks of test_kn_cuda_msa.c). The
- * defaults are the KN_PF_* macros of kn_msa_prefill_union.cuh and kn_msa_prefill.cu. Plain C, no CUDA.
- * X(name, meaning) for each knob: */
+/* The sparse-prefill knobs: environment variables that kn_msa_prefill.cu and kn_msa_prefill_union.cu read
+ * through the knob cache (kn_cuda_knob, kn_cuda_knob_int; kn_cuda_knobs_reload after a change), so that a
+ * benchmark or a test can compare routes in one process. This is the one list of their names: whoever sets
+ * some of them for a route unsets all of them first (bench/cuda/kn_bench.cu pf_set_route, the "[prefill
+ * union]" checks of test_kn_cuda_msa.c). The defaults are the KN_PF_* macros of kn_msa_prefill_union.cuh and
+ * kn_msa_prefill.cu. Plain C, no CUDA. X(name, meaning) for each knob: */
 #ifndef KN_CUDA_KNOBS_H
 #define KN_CUDA_KNOBS_H
 

@@ -2,6 +2,7 @@
 #include "kn_cuda_internal.cuh"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,16 +153,62 @@ cudaError_t kn_ksplit_sum(const float *part, int32_t n, int64_t rows, int32_t ks
                      rows, ks, y, ldy);
 }
 
-/* Not cached: getenv is cheap next to a launch, and benchmarks flip the knobs between measurements. */
-int kn_cuda_knob(const char *name, int dflt)
+/* Knob values cached per thread, keyed by the name's address (the call sites pass literals): a synced MSA
+ * decode layer reads ~17 knobs before its first launch, and getenv walks the whole environment each time
+ * (~90 ns with 37 variables: ~1.5 us of host time in front of the kernels). kn_cuda_knobs_reload starts a
+ * new generation, after which each thread reads the environment again; KN_CUDA_KNOB_CACHE=0 (seen at the
+ * first knob read or a reload) reads it at every call, as before. */
+struct knob_slot {
+    const char *name;
+    int gen, set, on, ival;
+};
+#define KNOB_SLOTS 128
+static int g_knob_gen = 1, g_knob_cache = -1;
+static __thread struct knob_slot t_knobs[KNOB_SLOTS];
+
+extern "C" void kn_cuda_knobs_reload(void)
+{
+    const char *e = getenv("KN_CUDA_KNOB_CACHE");
+    __atomic_store_n(&g_knob_cache, !(e && e[0] == '0'), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&g_knob_gen, 1, __ATOMIC_ACQ_REL);
+}
+
+static struct knob_slot knob_read(const char *name, int gen)
 {
     const char *e = getenv(name);
-    if (!e || !e[0]) return dflt;
-    return e[0] != '0';
+    struct knob_slot k = {name, gen, e && e[0], 0, 0};
+    if (k.set) k.on = e[0] != '0', k.ival = atoi(e);
+    return k;
+}
+
+static struct knob_slot knob_get(const char *name)
+{
+    int cache = __atomic_load_n(&g_knob_cache, __ATOMIC_RELAXED);
+    if (cache < 0) {
+        const char *e = getenv("KN_CUDA_KNOB_CACHE");
+        cache = !(e && e[0] == '0');
+        __atomic_store_n(&g_knob_cache, cache, __ATOMIC_RELAXED);
+    }
+    const int gen = __atomic_load_n(&g_knob_gen, __ATOMIC_ACQUIRE);
+    if (!cache) return knob_read(name, gen);
+    struct knob_slot *s = &t_knobs[((uintptr_t)name * 0x9E3779B97F4A7C15ull) >> 57]; /* top 7 bits: 128 */
+    if (s->name != name || s->gen != gen) *s = knob_read(name, gen);
+    return *s;
+}
+
+int kn_cuda_knob(const char *name, int dflt)
+{
+    const struct knob_slot k = knob_get(name);
+    return k.set ? k.on : dflt;
 }
 
 int kn_cuda_knob_int(const char *name, int dflt)
 {
-    const char *e = getenv(name);
-    return e && e[0] ? atoi(e) : dflt;
+    const struct knob_slot k = knob_get(name);
+    return k.set ? k.ival : dflt;
+}
+
+extern "C" int32_t kn_cuda_knob_value(const char *name, int32_t dflt)
+{
+    return kn_cuda_knob_int(name, dflt);
 }

@@ -13,12 +13,11 @@
 #define KN_SELECT_WGMMA_DEFAULT 1
 
 /* KN_CUDA_SELECT_WGMMA: 0 the mma.sync kernel, 1 wgmma with four one-slab warpgroups, 2 wgmma with two
- * two-slab warpgroups; unset or anything else: the default. Read at each call (benchmarks flip it). */
+ * two-slab warpgroups; unset or anything else: the default. A cached knob (benchmarks flip it). */
 static int select_wgmma_knob(void)
 {
-    const char *e = getenv("KN_CUDA_SELECT_WGMMA");
-    if (e && (e[0] == '0' || e[0] == '1' || e[0] == '2') && e[1] == 0) return e[0] - '0';
-    return KN_SELECT_WGMMA_DEFAULT;
+    const int v = kn_cuda_knob_int("KN_CUDA_SELECT_WGMMA", -1);
+    return v >= 0 && v <= 2 ? v : KN_SELECT_WGMMA_DEFAULT;
 }
 
 static int32_t pick_select(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,

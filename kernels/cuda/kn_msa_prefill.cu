@@ -20,8 +20,8 @@
  *   5. merge partials per (query, head) of the rows not handled (default: one warp per (query, group) row)
  * Shapes: head_dim 128, block 128, n_heads / n_kv <= 16, topk <= 32. The union route needs 16 heads per
  * group and query tiles (qb->tiles); without them every row takes the pair path.
- * Knobs (read at each call, for benchmarks): KN_CUDA_PREFILL_UNION=0 turns the union route off;
- * KN_CUDA_UNION_MIN=<percent> sets its minimum efficiency (0: every tile whose union fits; 101: none);
+ * Knobs (cached until kn_cuda_knobs_reload, for benchmarks): KN_CUDA_PREFILL_UNION=0 turns the union route
+ * off; KN_CUDA_UNION_MIN=<percent> sets its minimum efficiency (0: every tile whose union fits; 101: none);
  * KN_CUDA_UNION_OVERLAP=0/1 picks the union kernel's variant, KN_CUDA_UNION_KERNEL=0..8 (KN_PF_UK_*, when
  * set) any of them; KN_CUDA_UNION_RARE=0/1 the hybrid route (blocks only one query of a union warpgroup chose
  * go through the pairs, merged by the union kernel: kn_msa_prefill_union.cuh; default 1);

@@ -15,6 +15,21 @@
 #include "mm_dtype.h"
 #include "mmgw_test.h"
 
+/** setenv / unsetenv of a kernel knob: the kernels cache knob values until kn_cuda_knobs_reload. */
+static inline int knob_setenv(const char *name, const char *val, int overwrite)
+{
+    int r = setenv(name, val, overwrite);
+    kn_cuda_knobs_reload();
+    return r;
+}
+
+static inline int knob_unsetenv(const char *name)
+{
+    int r = unsetenv(name);
+    kn_cuda_knobs_reload();
+    return r;
+}
+
 /** Exit 77 (skipped) with the reason when this machine has no usable CUDA device. */
 static inline void ct_require_gpu(void)
 {

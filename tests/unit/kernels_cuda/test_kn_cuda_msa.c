@@ -341,7 +341,7 @@ static void knobs_set(const char *list)
         char *eq = strchr(t, '=');
         if (!eq) continue;
         *eq = 0;
-        setenv(t, eq + 1, 1);
+        knob_setenv(t, eq + 1, 1);
     }
 }
 
@@ -352,7 +352,7 @@ static void knobs_unset(const char *list)
     for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
         char *eq = strchr(t, '=');
         if (eq) *eq = 0;
-        unsetenv(t);
+        knob_unsetenv(t);
     }
 }
 
@@ -504,10 +504,10 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
                 if (path == KN_PATH_PREFILL && (!prefill_sel_ok || w->f32)) continue;
                 CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)nsel));
                 static const char *const knob[] = {"0", "1", "2"};
-                if (path == KN_PATH_PREFILL) setenv("KN_CUDA_SELECT_WGMMA", knob[wgmma], 1);
+                if (path == KN_PATH_PREFILL) knob_setenv("KN_CUDA_SELECT_WGMMA", knob[wgmma], 1);
                 rc = kn_cuda_msa_select(sh, &qs.qb, fp8 ? &w->c8 : &w->c, qi_d, sel_d, sel_stride, ws, wsb,
                                         path, 0, &err);
-                unsetenv("KN_CUDA_SELECT_WGMMA");
+                knob_unsetenv("KN_CUDA_SELECT_WGMMA");
                 if (rc == MM_UNSUPPORTED && fp8 && path == KN_PATH_PREFILL) { /* FP8: the wgmma kernel only */
                     printf("  select prefill fp8: not on this device (%s)\n", err.msg);
                     continue;
@@ -640,7 +640,7 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
                 char *eq = strchr(t, '=');
                 *eq = 0;
-                setenv(t, eq + 1, 1);
+                knob_setenv(t, eq + 1, 1);
             }
             size_t wsb = kn_cuda_msa_select_attend_ws(sh, &qs.qb, sel_stride, KN_PATH_AUTO);
             void *ws = ct_dmalloc(wsb);
@@ -653,7 +653,7 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
             snprintf(env, sizeof env, "%s", knob_sets[knob]);
             for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
                 *strchr(t, '=') = 0;
-                unsetenv(t);
+                knob_unsetenv(t);
             }
             CHECK_MSG(rc == MM_OK, "select_attend %s: %s", knob_sets[knob], err.msg);
             CT_CU(cudaDeviceSynchronize());
@@ -873,10 +873,10 @@ static void test_topk_long(void)
     int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)NH * n * sel_stride);
     struct mm_err err = {0};
     for (int bf = 0; bf < 2; bf++) { /* KN_CUDA_TOPK_BF: the branch-free candidate gather */
-        setenv("KN_CUDA_TOPK_BF", bf ? "1" : "0", 1);
+        knob_setenv("KN_CUDA_TOPK_BF", bf ? "1" : "0", 1);
         CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)NH * n * sel_stride));
         int32_t rc = kn_cuda_msa_topk(&sh, &qb, sc_d, stride, sel_d, sel_stride, 0, &err);
-        unsetenv("KN_CUDA_TOPK_BF");
+        knob_unsetenv("KN_CUDA_TOPK_BF");
         CHECK_MSG(rc == MM_OK, "topk long: %s", err.msg);
         ct_download(got, sel_d, sizeof(int32_t) * (size_t)NH * n * sel_stride);
         int64_t bad = 0;
@@ -1046,7 +1046,7 @@ static void test_fused_decode_scores(void)
                 snprintf(env, sizeof env, "%s", knob_sets[ks]);
                 for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
                     *strchr(t, '=') = 0;
-                    setenv(t, t + strlen(t) + 1, 1);
+                    knob_setenv(t, t + strlen(t) + 1, 1);
                 }
                 CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)G * n * sel_stride));
                 CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
@@ -1056,7 +1056,7 @@ static void test_fused_decode_scores(void)
                 snprintf(env, sizeof env, "%s", knob_sets[ks]);
                 for (char *t = strtok_r(env, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
                     *strchr(t, '=') = 0;
-                    unsetenv(t);
+                    knob_unsetenv(t);
                 }
                 CHECK_MSG(rc == MM_OK, "fused decode on given scores [%s]: %s", knob_sets[ks], err.msg);
                 CT_CU(cudaDeviceSynchronize());
@@ -1352,26 +1352,26 @@ static void test_prefill_union(void)
     uint16_t *got[NR];
     float *gotf = ct_hmalloc(sizeof(float) * (size_t)nout);
     for (int r = 0; r < NR; r++) {
-        if (k_union[r]) setenv("KN_CUDA_PREFILL_UNION", k_union[r], 1);
-        if (k_min[r]) setenv("KN_CUDA_UNION_MIN", k_min[r], 1);
-        if (k_ovl[r]) setenv("KN_CUDA_UNION_OVERLAP", k_ovl[r], 1);
-        if (k_kern[r]) setenv("KN_CUDA_UNION_KERNEL", k_kern[r], 1);
-        if (k_rare[r]) setenv("KN_CUDA_UNION_RARE", k_rare[r], 1);
-        if (k_merge[r]) setenv("KN_CUDA_PF_MERGE", k_merge[r], 1);
-        if (k_plan[r]) setenv("KN_CUDA_UNION_PLAN", k_plan[r], 1);
-        if (k_dyn[r]) setenv("KN_CUDA_UNION_DYN", k_dyn[r], 1);
-        if (k_pfx[r]) setenv("KN_CUDA_PF_PREFETCH", k_pfx[r], 1);
-        if (k_qpf[r]) setenv("KN_CUDA_UNION_QPF", k_qpf[r], 1);
-        if (k_cost[r]) setenv("KN_CUDA_UNION_RARE_COST", k_cost[r], 1);
-        if (k_cap[r]) setenv("KN_CUDA_UNION_RARE_CAP", k_cap[r], 1);
-        if (k_rpf[r]) setenv("KN_CUDA_UNION_RPF", k_rpf[r], 1);
-        if (k_pw[r]) setenv("KN_CUDA_PF_WGMMA", k_pw[r], 1);
+        if (k_union[r]) knob_setenv("KN_CUDA_PREFILL_UNION", k_union[r], 1);
+        if (k_min[r]) knob_setenv("KN_CUDA_UNION_MIN", k_min[r], 1);
+        if (k_ovl[r]) knob_setenv("KN_CUDA_UNION_OVERLAP", k_ovl[r], 1);
+        if (k_kern[r]) knob_setenv("KN_CUDA_UNION_KERNEL", k_kern[r], 1);
+        if (k_rare[r]) knob_setenv("KN_CUDA_UNION_RARE", k_rare[r], 1);
+        if (k_merge[r]) knob_setenv("KN_CUDA_PF_MERGE", k_merge[r], 1);
+        if (k_plan[r]) knob_setenv("KN_CUDA_UNION_PLAN", k_plan[r], 1);
+        if (k_dyn[r]) knob_setenv("KN_CUDA_UNION_DYN", k_dyn[r], 1);
+        if (k_pfx[r]) knob_setenv("KN_CUDA_PF_PREFETCH", k_pfx[r], 1);
+        if (k_qpf[r]) knob_setenv("KN_CUDA_UNION_QPF", k_qpf[r], 1);
+        if (k_cost[r]) knob_setenv("KN_CUDA_UNION_RARE_COST", k_cost[r], 1);
+        if (k_cap[r]) knob_setenv("KN_CUDA_UNION_RARE_CAP", k_cap[r], 1);
+        if (k_rpf[r]) knob_setenv("KN_CUDA_UNION_RPF", k_rpf[r], 1);
+        if (k_pw[r]) knob_setenv("KN_CUDA_PF_WGMMA", k_pw[r], 1);
         CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
         CT_CU(cudaMemset(ws, 0x5a, wsb)); /* stale flags must not matter */
         struct mm_err err = {0};
         int32_t rc = kn_cuda_msa_attention(&sh, &qs.qb, &w.c, q_d, sel_d, sel_stride, o_d, ws, wsb,
                                            KN_PATH_PREFILL, 0, &err);
-        for (const char *const *k = pf_knobs; *k; k++) unsetenv(*k);
+        for (const char *const *k = pf_knobs; *k; k++) knob_unsetenv(*k);
         CHECK_MSG(rc == MM_OK, "prefill attention (%s): %s", names[r], err.msg);
         got[r] = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
         ct_download(got[r], o_d, sizeof(uint16_t) * (size_t)nout);
@@ -1524,10 +1524,10 @@ static void test_select_prefill_long(void)
         const int wgmma = v < 3 ? v : v - 2, fp8 = v >= 3;
         struct mm_err err = {0};
         CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)nsel));
-        setenv("KN_CUDA_SELECT_WGMMA", knob[v], 1);
+        knob_setenv("KN_CUDA_SELECT_WGMMA", knob[v], 1);
         int32_t rc = kn_cuda_msa_select(&sh, &qs.qb, fp8 ? &w.c8 : &w.c, qi_d, sel_d, sel_stride, NULL, 0,
                                         KN_PATH_PREFILL, 0, &err);
-        unsetenv("KN_CUDA_SELECT_WGMMA");
+        knob_unsetenv("KN_CUDA_SELECT_WGMMA");
         if (rc == MM_UNSUPPORTED && fp8) {
             printf("  select prefill fp8: not on this device (%s)\n", err.msg);
             continue;

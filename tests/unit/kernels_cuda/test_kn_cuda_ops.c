@@ -564,8 +564,8 @@ static void test_gemv(void)
     int split_seen = 0;
     for (int pass = 0; pass < 9 * KN_GEMV_F32_MAX_N; pass++) {
         const int cfg = pass / (3 * KN_GEMV_F32_MAX_N), si = pass / KN_GEMV_F32_MAX_N % 3;
-        if (f32_knobs[cfg][0]) setenv("KN_CUDA_GEMV_F32_R", f32_knobs[cfg][0], 1);
-        if (f32_knobs[cfg][1]) setenv("KN_CUDA_GEMV_F32_KS", f32_knobs[cfg][1], 1);
+        if (f32_knobs[cfg][0]) knob_setenv("KN_CUDA_GEMV_F32_R", f32_knobs[cfg][0], 1);
+        if (f32_knobs[cfg][1]) knob_setenv("KN_CUDA_GEMV_F32_KS", f32_knobs[cfg][1], 1);
         const int64_t n = pass % KN_GEMV_F32_MAX_N + 1, rows = f32_shapes[si][0];
         const int64_t cols = f32_shapes[si][1], ldx = cols + 4;
         float *x = ct_hmalloc(sizeof(float) * n * ldx), *xs = ct_hmalloc(sizeof(float) * n * cols);
@@ -592,8 +592,8 @@ static void test_gemv(void)
         free(got), free(x), free(xs), free(w), free(ref);
         cudaFree(x_d), cudaFree(w_d), cudaFree(y_d);
     }
-    unsetenv("KN_CUDA_GEMV_F32_R");
-    unsetenv("KN_CUDA_GEMV_F32_KS");
+    knob_unsetenv("KN_CUDA_GEMV_F32_R");
+    knob_unsetenv("KN_CUDA_GEMV_F32_KS");
     /* 100 x 6144 and 21 x 2048 split at every n in every configuration, 600 x 1056 never */
     CHECK_MSG(split_seen == 6 * KN_GEMV_F32_MAX_N, "gemv f32: %d of %d cases split the inner dimension",
               split_seen, 6 * KN_GEMV_F32_MAX_N);
@@ -687,8 +687,8 @@ static void test_gemm_small(void)
                  {2048, 6144, 5, NULL, "0"},  {512, 6144, 1, "0", NULL},   {2048, 6144, 7, "2", "0"}};
     for (size_t si = 0; si < sizeof cases / sizeof cases[0]; si++)
         for (int64_t n = 1; n <= 16; n += cases[si].n_step) {
-            if (cases[si].knob) setenv("KN_CUDA_GS_CLUSTER", cases[si].knob, 1);
-            if (cases[si].rows_knob) setenv("KN_CUDA_GS_ROWS", cases[si].rows_knob, 1);
+            if (cases[si].knob) knob_setenv("KN_CUDA_GS_CLUSTER", cases[si].knob, 1);
+            if (cases[si].rows_knob) knob_setenv("KN_CUDA_GS_ROWS", cases[si].rows_knob, 1);
             const int64_t rows = cases[si].rows, cols = cases[si].cols;
             struct bf16_case c;
             bf16_case_make(&c, n, rows, cols, cols + 4, rows + 5);
@@ -703,8 +703,8 @@ static void test_gemm_small(void)
                      wsb ? (cases[si].knob ? cases[si].knob : "default") : "");
             bf16_case_check(&c, what);
             if (ws_d) cudaFree(ws_d);
-            unsetenv("KN_CUDA_GS_CLUSTER");
-            unsetenv("KN_CUDA_GS_ROWS");
+            knob_unsetenv("KN_CUDA_GS_CLUSTER");
+            knob_unsetenv("KN_CUDA_GS_ROWS");
         }
     /* two weights of one shape with one x in one row-route launch (gate and up;
      * kn_cuda_gemm_small_bf16_multi): each against its CPU product, y rows strided (the padding untouched);
@@ -717,7 +717,7 @@ static void test_gemm_small(void)
     int multi_runs = 0;
     for (size_t si = 0; si < sizeof mcases / sizeof mcases[0]; si++)
         for (int64_t n = 1; n <= 16; n += n < 13 ? 3 : 1) {
-            if (mcases[si].rows_knob) setenv("KN_CUDA_GS_ROWS", mcases[si].rows_knob, 1);
+            if (mcases[si].rows_knob) knob_setenv("KN_CUDA_GS_ROWS", mcases[si].rows_knob, 1);
             const int64_t rows = mcases[si].rows, cols = mcases[si].cols;
             struct bf16_case c[2];
             bf16_case_make(&c[0], n, rows, cols, cols + 4, rows + 5);
@@ -739,7 +739,7 @@ static void test_gemm_small(void)
                 bf16_case_check(&c[k], what);
             }
             if (ws_d) cudaFree(ws_d);
-            unsetenv("KN_CUDA_GS_ROWS");
+            knob_unsetenv("KN_CUDA_GS_ROWS");
         }
     CHECK_MSG(multi_runs == 24, "gemm small x2: %d of 24 cases ran", multi_runs);
     /* not where a weight alone would not take the row route (512 rows by default), nor 3 weights */
@@ -925,9 +925,33 @@ static void test_bad_args(void)
     CHECK(strstr(e2.msg, "topk") != NULL);
 }
 
+/* The knob cache: a value stays as read until kn_cuda_knobs_reload; empty or unset gives the default;
+ * KN_CUDA_KNOB_CACHE=0 reads the environment at every call. */
+static void test_knob_cache(void)
+{
+    static const char *const name = "KN_CUDA_TEST_KNOB";
+    knob_unsetenv(name);
+    CHECK_EQ_INT(kn_cuda_knob_value(name, 7), 7);
+    setenv(name, "3", 1); /* no reload: the cached "unset" stands */
+    CHECK_EQ_INT(kn_cuda_knob_value(name, 7), 7);
+    kn_cuda_knobs_reload();
+    CHECK_EQ_INT(kn_cuda_knob_value(name, 7), 3);
+    knob_setenv(name, "", 1);
+    CHECK_EQ_INT(kn_cuda_knob_value(name, 7), 7);
+    knob_setenv(name, "-2", 1);
+    CHECK_EQ_INT(kn_cuda_knob_value(name, 7), -2);
+    knob_setenv("KN_CUDA_KNOB_CACHE", "0", 1);
+    setenv(name, "5", 1);
+    CHECK_EQ_INT(kn_cuda_knob_value(name, 7), 5);
+    knob_unsetenv("KN_CUDA_KNOB_CACHE");
+    knob_unsetenv(name);
+    CHECK_EQ_INT(kn_cuda_knob_value(name, 7), 7);
+}
+
 int main(void)
 {
     ct_require_gpu();
+    test_knob_cache();
     ct_seed(7);
     test_norms();
     test_activations();
