@@ -96,7 +96,9 @@ int64_t wk_seq_reuse_prefix(struct wk_engine *e, struct wk_seq *s, const int32_t
                             uint64_t media_hash);
 
 /* ---- forward ---- */
-enum wk_logits_mode { WK_LOGITS_NONE = 0, WK_LOGITS_LAST = 1, WK_LOGITS_ALL = 2 };
+/** WK_LOGITS_ARGMAX: only the greedy token of the last position (wk_argmax of its logits) comes back, in
+ * token: on a GPU the vocabulary's logits then stay on the device (800 KB per sequence at M3's 200K). */
+enum wk_logits_mode { WK_LOGITS_NONE = 0, WK_LOGITS_LAST = 1, WK_LOGITS_ALL = 2, WK_LOGITS_ARGMAX = 3 };
 
 /** One sequence's part of a forward step: n new tokens appended at positions [len, len + n). */
 struct wk_step_item {
@@ -108,13 +110,14 @@ struct wk_step_item {
     const float *embeds;
     const uint8_t *use_embed;
     int32_t logits_mode; /* enum wk_logits_mode */
-    float *logits;       /* out: [1 or n, vocab] f32 (caller-allocated), per logits_mode */
+    float *logits;       /* out: [1 or n, vocab] f32 (caller-allocated), per logits_mode (not ARGMAX) */
     /** Optional out: the first MSA layer's selected blocks for these n positions,
      * [n_kv_groups, n, topk] i32 (n_index_heads rows in general; equal to n_kv_groups in M3), -1 = empty slot
      * (topk = min(topk_blocks, blocks so far)). The caller passes sel_k = the row stride it allocated (>=
      * topk_blocks). NULL = not wanted. */
     int32_t *sel;
     int32_t sel_k;
+    int32_t token; /* out: the greedy token, for WK_LOGITS_ARGMAX */
 };
 
 /** Append every item's tokens to its sequence and compute the requested logits. Pages are taken from the
@@ -134,6 +137,8 @@ struct wk_sampling {
  * seed). *logprob (optional) gets the chosen token's log-probability under the final distribution. */
 int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng,
                   float *logprob);
+/** The greedy token: the first largest logit; NaN is never chosen (0 when every logit is NaN). */
+int32_t wk_argmax(const float *logits, int32_t vocab);
 
 /* ---- appended: media encoding beside forward() (the worker's encoder thread) ---- */
 /** Give the vision tower its own compute context with `threads` CPU threads (its own thread pool and

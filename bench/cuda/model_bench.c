@@ -4,7 +4,11 @@
  * synthetic one with M3's attention and index shapes comes from mmgw-mkdemo; see bench/cuda/README.md).
  *
  *   model_bench --model DIR [--ctx 32768,131072] [--batch 1,16] [--steps 32] [--pages N] [--chunk 8192]
- *               [--out results.tsv]
+ *               [--tokens argmax|logits] [--out results.tsv]
+ *
+ * --tokens: how each step's greedy tokens come back: argmax (the default, what the worker's scheduler asks
+ * for greedy requests: WK_LOGITS_ARGMAX, the argmax on the device) or logits (every sequence's logits row
+ * downloaded and its argmax taken on the host, as before).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +53,7 @@ int main(int argc, char **argv)
     int64_t ctxs[8] = {32768, 131072}, batches[8] = {1, 16};
     int n_ctx = 2, n_batch = 2;
     int64_t pages = 0, chunk = 8192, steps = 32;
+    int tokens_only = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
             model = argv[i + 1];
@@ -64,6 +69,9 @@ int main(int argc, char **argv)
             chunk = strtoll(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--out"))
             outp = argv[i + 1];
+        else if (!strcmp(argv[i], "--tokens") &&
+                 (!strcmp(argv[i + 1], "argmax") || !strcmp(argv[i + 1], "logits")))
+            tokens_only = !strcmp(argv[i + 1], "argmax");
         else {
             fprintf(stderr, "model_bench: unknown option %s\n", argv[i]);
             return 2;
@@ -72,7 +80,7 @@ int main(int argc, char **argv)
     if (!model || chunk < 1 || steps < 1) {
         fprintf(stderr,
                 "usage: model_bench --model DIR [--ctx 32768,...] [--batch 1,...] [--steps N] [--pages N] "
-                "[--chunk N] [--out FILE]\n");
+                "[--chunk N] [--tokens argmax|logits] [--out FILE]\n");
         return 2;
     }
     FILE *tsv = outp ? fopen(outp, "w") : NULL;
@@ -155,9 +163,11 @@ int main(int argc, char **argv)
                     it.seq = seqs[s];
                     it.ids = ids;
                     it.n = n;
-                    it.logits_mode = p + n == ctx ? WK_LOGITS_LAST : WK_LOGITS_NONE;
+                    const int32_t last = tokens_only ? WK_LOGITS_ARGMAX : WK_LOGITS_LAST;
+                    it.logits_mode = p + n == ctx ? last : WK_LOGITS_NONE;
                     it.logits = logits + s * V;
                     rc = wk_engine_forward(e, &it, 1, &err);
+                    if (p + n == ctx) next[s] = tokens_only ? it.token : argmax(logits + s * V, V);
                 }
             double ttft = now_s() - tp;
             /* decode: one token per sequence per step; the first DECODE_WARM steps untimed: a batch size's
@@ -168,15 +178,16 @@ int main(int argc, char **argv)
             for (int64_t st = 0; st < DECODE_WARM + steps && !rc; st++) {
                 if (st == DECODE_WARM) td = now_s();
                 for (int64_t s = 0; s < B; s++) {
-                    next[s] = argmax(logits + s * V, V);
                     memset(&items[s], 0, sizeof items[s]);
                     items[s].seq = seqs[s];
                     items[s].ids = &next[s];
                     items[s].n = 1;
-                    items[s].logits_mode = WK_LOGITS_LAST;
+                    items[s].logits_mode = tokens_only ? WK_LOGITS_ARGMAX : WK_LOGITS_LAST;
                     items[s].logits = logits + s * V;
                 }
                 rc = wk_engine_forward(e, items, (int32_t)B, &err);
+                for (int64_t s = 0; s < B && !rc; s++)
+                    next[s] = tokens_only ? items[s].token : argmax(logits + s * V, V);
             }
             double dec = now_s() - td;
             if (rc) {

@@ -233,6 +233,10 @@ int32_t kn_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream, st
 /** Convert n elements: f32 -> bf16 (to_bf16 = 1) or bf16 -> f32. */
 int32_t kn_cuda_convert(const void *src, void *dst, int64_t n, int32_t to_bf16, cudaStream_t stream,
                         struct mm_err *err);
+/** ids[r] = the index of the first largest of row r's n floats (rows at stride ld), NaN never chosen, 0 when
+ * all are NaN (wk_argmax's rule): greedy decoding without downloading the logits. */
+int32_t kn_cuda_argmax_rows(const float *x, int32_t rows, int64_t n, int64_t ld, int32_t *ids,
+                            cudaStream_t stream, struct mm_err *err);
 /** Embedding rows out[i] = table[ids[i]] (bf16 table [vocab][dim] -> f32), ids checked against vocab
  * (out of range -> zeros and *bad set on the device). */
 int32_t kn_cuda_embed(const void *table, int32_t vocab, int32_t dim, const int32_t *ids, int64_t n,

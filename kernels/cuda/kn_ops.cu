@@ -464,6 +464,59 @@ extern "C" int32_t kn_cuda_embed(const void *table, int32_t vocab, int32_t dim, 
     return MM_OK;
 }
 
+/* wk_argmax's rule: (v, i) beats (bv, bi) when v is a number and larger, or equal at a smaller index */
+__device__ __forceinline__ bool am_better(float v, int32_t i, float bv, int32_t bi)
+{
+    if (isnan(v)) return false;
+    if (isnan(bv)) return true;
+    return v > bv || (v == bv && i < bi);
+}
+
+__device__ __forceinline__ void am_warp(float &bv, int32_t &bi)
+{
+    for (int o = 16; o; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+}
+
+#define AM_THREADS 1024
+/* One CTA per row: each thread its strided elements, then warps, then the CTA */
+__global__ void __launch_bounds__(AM_THREADS)
+    k_argmax_rows(const float *__restrict__ x, int64_t n, int64_t ld, int32_t *__restrict__ ids)
+{
+    kn_chain_entry();
+    __shared__ float sv[AM_THREADS / 32];
+    __shared__ int32_t si[AM_THREADS / 32];
+    const float *row = x + (int64_t)blockIdx.x * ld;
+    float bv = __int_as_float(0x7fc00000); /* NaN: nothing yet */
+    int32_t bi = INT32_MAX;
+    for (int64_t i = threadIdx.x; i < n; i += AM_THREADS) {
+        const float v = __ldg(row + i);
+        if (am_better(v, (int32_t)i, bv, bi)) bv = v, bi = (int32_t)i;
+    }
+    am_warp(bv, bi);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (warp) return;
+    bv = sv[lane], bi = si[lane];
+    am_warp(bv, bi);
+    if (lane == 0) ids[blockIdx.x] = bi == INT32_MAX ? 0 : bi;
+}
+
+extern "C" int32_t kn_cuda_argmax_rows(const float *x, int32_t rows, int64_t n, int64_t ld, int32_t *ids,
+                                       cudaStream_t stream, struct mm_err *err)
+{
+    if (rows < 0 || n <= 0 || n > INT32_MAX || ld < n || (rows > 0 && (!x || !ids)))
+        return bad(err, "kn_cuda_argmax_rows");
+    if (rows == 0) return MM_OK;
+    KN_CU(kn_launch(k_argmax_rows, dim3((unsigned)rows), AM_THREADS, 0, stream, x, n, ld, ids),
+          "kn_cuda_argmax_rows");
+    return MM_OK;
+}
+
 __global__ void k_dequant_fp8(const uint8_t *__restrict__ w, const float *__restrict__ scale, int64_t rows,
                               int64_t cols, int32_t bsr, int32_t bsc, uint16_t *__restrict__ out)
 {

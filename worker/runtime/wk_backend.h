@@ -104,6 +104,9 @@ struct wk_backend_iface {
     /** Optional (NULL: download() per row): rows of n floats, contiguous at src, row i to dst[i]; for a
      * device whose every download is a round trip (a decode step's logits, one row per sequence). */
     void (*download_rows)(void *ctx, float *const *dst, const float *src, int32_t rows, int64_t n);
+    /** Optional (NULL: each row downloaded, then wk_argmax): ids[i] = wk_argmax of the i-th of rows rows of
+     * n floats contiguous at src (host ids); greedy decoding without the logits' download. */
+    void (*argmax_rows)(void *ctx, const float *src, int32_t rows, int64_t n, int32_t *ids);
 
     /* ---- weights ---- */
     int32_t (*weight_load)(void *ctx, const struct wk_wsrc *src, struct wk_weight **out, struct mm_err *err);

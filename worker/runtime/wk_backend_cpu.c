@@ -15,6 +15,7 @@
 #include "kn_wgemm.h"
 #include "mm_log.h"
 #include "wk_backend_cpu_int.h"
+#include "wk_engine.h"
 
 int grow_to(struct grow *g, int64_t n)
 {
@@ -61,6 +62,13 @@ static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
 {
     (void)ctx;
     if (n > 0) memcpy(dst, src, sizeof(float) * (size_t)n);
+}
+
+/* the logits are host memory already: the greedy tokens in place */
+static void cpu_argmax_rows(void *ctx, const float *src, int32_t rows, int64_t n, int32_t *ids)
+{
+    (void)ctx;
+    for (int32_t i = 0; i < rows; i++) ids[i] = wk_argmax(src + (int64_t)i * n, (int32_t)n);
 }
 
 /* 2-D weights are packed 16 output rows at a time, converted from the stored dtype one panel at a time (no
@@ -352,6 +360,7 @@ static const struct wk_backend_iface cpu_iface = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .argmax_rows = cpu_argmax_rows,
     .weight_load = cpu_weight_load,
     .weight_free = cpu_weight_free,
     .weight_bytes = cpu_weight_bytes,

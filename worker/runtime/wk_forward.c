@@ -191,9 +191,9 @@ static int32_t validate(struct wk_engine *e, struct wk_step_item *items, int32_t
             rc = mm_err_set(err, MM_TOO_LARGE, "forward: item %d: %lld tokens exceed the %lld-token context",
                             j, (long long)(it->seq->len + it->n), (long long)t->max_pos);
         else if (it->logits_mode != WK_LOGITS_NONE && it->logits_mode != WK_LOGITS_LAST &&
-                 it->logits_mode != WK_LOGITS_ALL)
+                 it->logits_mode != WK_LOGITS_ALL && it->logits_mode != WK_LOGITS_ARGMAX)
             rc = mm_err_set(err, MM_INVALID, "forward: item %d: logits_mode %d", j, it->logits_mode);
-        else if (it->logits_mode != WK_LOGITS_NONE && !it->logits)
+        else if ((it->logits_mode == WK_LOGITS_LAST || it->logits_mode == WK_LOGITS_ALL) && !it->logits)
             rc = mm_err_set(err, MM_INVALID, "forward: item %d asks for logits without a buffer", j);
         else if (it->use_embed && !it->embeds)
             rc = mm_err_set(err, MM_INVALID, "forward: item %d has use_embed without embeds", j);
@@ -443,12 +443,33 @@ static void run_layers(struct wk_engine *e, int64_t T, const struct wk_sel_out *
     if (t->n_layers == 0) PROF(P_NORM, B->rmsnorm(bc, a->x, e->w.final_norm, T, H, eps, a->h));
 }
 
-/* Logits for the rows the items asked for, up to LOGIT_ROWS consecutive rows per product. */
+/* Logits for the rows the items asked for, up to LOGIT_ROWS consecutive rows per product; each row goes to
+ * dst (its logits) or to tok (its greedy token). */
 struct logit_run {
     int64_t first;
     int32_t n;
     float *dst[LOGIT_ROWS];
+    int32_t *tok[LOGIT_ROWS];
 };
+
+/* The greedy tokens of the run's rows [0, n) (only the tok rows are used) */
+static void run_argmax(struct wk_engine *e, const struct logit_run *r, int32_t *ids)
+{
+    const struct wk_backend_iface *B = e->be.iface;
+    const int32_t V = e->cfg.text.vocab_size;
+    if (B->argmax_rows) {
+        B->argmax_rows(e->be.ctx, e->a.logits, r->n, V, ids);
+        return;
+    }
+    float *row = malloc(sizeof(float) * (size_t)V);
+    for (int32_t i = 0; i < r->n; i++) {
+        ids[i] = 0;
+        if (!r->tok[i] || !row) continue;
+        B->download(e->be.ctx, row, e->a.logits + (int64_t)i * V, V);
+        ids[i] = wk_argmax(row, V);
+    }
+    free(row);
+}
 
 static void flush_logits(struct wk_engine *e, struct logit_run *r)
 {
@@ -456,31 +477,54 @@ static void flush_logits(struct wk_engine *e, struct logit_run *r)
     int32_t H = e->cfg.text.hidden, V = e->cfg.text.vocab_size;
     if (!r->n) return;
     B->linear(e->be.ctx, e->w.lm_head, NULL, e->a.h + r->first * H, r->n, e->a.logits);
-    if (B->download_rows && r->n > 1)
-        B->download_rows(e->be.ctx, r->dst, e->a.logits, r->n, V);
-    else
-        for (int32_t i = 0; i < r->n; i++) B->download(e->be.ctx, r->dst[i], e->a.logits + (int64_t)i * V, V);
+    int32_t n_tok = 0;
+    for (int32_t i = 0; i < r->n; i++) n_tok += r->tok[i] != NULL;
+    if (n_tok) {
+        int32_t ids[LOGIT_ROWS];
+        run_argmax(e, r, ids);
+        for (int32_t i = 0; i < r->n; i++)
+            if (r->tok[i]) *r->tok[i] = ids[i];
+    }
+    /* the logits rows, in runs of consecutive rows (all of them when no row wants a token) */
+    for (int32_t i = 0; i < r->n;) {
+        if (!r->dst[i]) {
+            i++;
+            continue;
+        }
+        int32_t k = i;
+        while (k < r->n && r->dst[k]) k++;
+        const float *src = e->a.logits + (int64_t)i * V;
+        if (B->download_rows && k - i > 1)
+            B->download_rows(e->be.ctx, r->dst + i, src, k - i, V);
+        else
+            for (int32_t j = i; j < k; j++) B->download(e->be.ctx, r->dst[j], src + (int64_t)(j - i) * V, V);
+        i = k;
+    }
     r->n = 0;
 }
 
 static void compute_logits(struct wk_engine *e, struct wk_step_item *items, int32_t n_items)
 {
     int32_t V = e->cfg.text.vocab_size;
-    struct logit_run run = {0, 0, {0}};
+    struct logit_run run = {0, 0, {0}, {0}};
     int64_t first = 0;
     for (int32_t j = 0; j < n_items; j++) {
-        const struct wk_step_item *it = &items[j];
+        struct wk_step_item *it = &items[j];
         for (int32_t i = 0; i < it->n; i++) {
             float *d = NULL;
+            int32_t *tok = NULL;
             if (it->logits_mode == WK_LOGITS_ALL)
                 d = it->logits + (int64_t)i * V;
             else if (it->logits_mode == WK_LOGITS_LAST && i == it->n - 1)
                 d = it->logits;
-            if (!d) continue;
+            else if (it->logits_mode == WK_LOGITS_ARGMAX && i == it->n - 1)
+                tok = &it->token;
+            if (!d && !tok) continue;
             int64_t r = first + i;
             if (run.n && (run.first + run.n != r || run.n == LOGIT_ROWS)) flush_logits(e, &run);
             if (!run.n) run.first = r;
-            run.dst[run.n++] = d;
+            run.dst[run.n] = d;
+            run.tok[run.n++] = tok;
         }
         first += it->n;
     }

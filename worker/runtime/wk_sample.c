@@ -26,7 +26,7 @@ static int cmp_cand(const void *a, const void *b)
     return x->id - y->id;
 }
 
-static int32_t argmax(const float *l, int32_t vocab)
+int32_t wk_argmax(const float *l, int32_t vocab)
 {
     int32_t best = 0;
     for (int32_t i = 1; i < vocab; i++)
@@ -41,7 +41,7 @@ int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *
     float temp = sp ? sp->temperature : 0.0f;
     int32_t top_k = sp ? sp->top_k : 0;
     if (!(temp > 0.0f) || top_k == 1) {
-        int32_t id = argmax(logits, vocab);
+        int32_t id = wk_argmax(logits, vocab);
         if (logprob) {
             /* greedy: the log-probability under the model's own distribution (temperature 1) */
             double m = logits[id], z = 0.0;
@@ -57,7 +57,7 @@ int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *
     for (int32_t i = 0; i < vocab; i++)
         if (logits[i] > m) m = logits[i];
     struct cand *c = malloc(sizeof *c * (size_t)vocab);
-    if (!c) return argmax(logits, vocab);
+    if (!c) return wk_argmax(logits, vocab);
     for (int32_t i = 0; i < vocab; i++) {
         double p = isnan(logits[i]) ? 0.0 : exp(((double)logits[i] - m) / temp);
         c[i].p = (float)p;

@@ -88,11 +88,29 @@ static int32_t is_stop(const struct sreq *q, int32_t tok)
 }
 
 /* Sample choice i's next token from raw logits, stream it, and finish the choice when it stops. */
-static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const float *logits)
+/* Whether choice c's next token is the plain argmax of its logits, so that the engine may return only the
+ * token (WK_LOGITS_ARGMAX: on a GPU the logits stay on the device): greedy, no log-probabilities, and no
+ * stop token masked (min_new_tokens reached, or nothing to mask). */
+static int greedy_token_only(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
+{
+    const struct wk_sampling_req *sp = &q->r->sp;
+    if (sp->temperature > 0.0f && sp->top_k != 1) return 0;
+    if (sp->return_logprobs || sp->top_logprobs > 0) return 0;
+    return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
+}
+
+static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t tok, const float *logits);
+
+/* logits: the position's logits; NULL when the engine returned only its greedy token (greedy_token_only) */
+static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const float *logits, int32_t greedy_tok)
 {
     struct choice *c = &q->ch[i];
     const struct wk_sampling_req *sp = &q->r->sp;
     const int32_t V = s->info->vocab_size;
+    if (!logits) {
+        commit_token(s, q, i, greedy_tok >= 0 && greedy_tok < V ? greedy_tok : 0, NULL);
+        return;
+    }
     const float *lg = logits;
     if (c->n_gen < sp->min_new_tokens) {
         /* too early to stop: the stop tokens cannot be chosen yet */
@@ -108,6 +126,16 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
         .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k, .min_p = sp->min_p};
     int32_t tok = wk_sample(lg, V, &ws, &c->rng, NULL);
     if (tok < 0 || tok >= V) tok = 0; /* defensive: a sampler bug must not index out of the vocabulary */
+    commit_token(s, q, i, tok, logits);
+}
+
+/* Append tok to choice i, stream it (with its log-probabilities from logits when asked), end the choice on
+ * a stop token or its length. */
+static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t tok, const float *logits)
+{
+    struct choice *c = &q->ch[i];
+    const struct wk_sampling_req *sp = &q->r->sp;
+    const int32_t V = s->info->vocab_size;
 
     if (c->n_gen == c->cap_gen) {
         int64_t cap = c->cap_gen ? c->cap_gen * 2 : 16;
@@ -125,7 +153,7 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
     int32_t top_ids[WK_MAX_TOP_LOGPROBS];
     float top_lp[WK_MAX_TOP_LOGPROBS];
     struct wk_chunk_ev ev = {.index = i, .ids = &c->gen[c->n_gen - 1], .n = 1};
-    if (sp->return_logprobs) {
+    if (sp->return_logprobs && logits) {
         float lse = wk_logsumexp(logits, V);
         lp = logits[tok] - lse;
         ev.logprobs = &lp;
@@ -149,7 +177,7 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
 }
 
 /* The prompt is in choice 0's sequence: fork the other choices from it and sample every first token. */
-static int32_t prompt_done(struct wk_sched *s, struct sreq *q, const float *logits)
+static int32_t prompt_done(struct wk_sched *s, struct sreq *q, const float *logits, int32_t greedy_tok)
 {
     const int32_t n = q->r->sp.n;
     for (int32_t i = 1; i < n; i++) {
@@ -171,8 +199,8 @@ static int32_t prompt_done(struct wk_sched *s, struct sreq *q, const float *logi
         if (c->finished || c->n_gen > 0) continue;
         if (q->r->sp.max_new_tokens == 0) {
             sched_finish_choice(s, q, i, "length", 0, 0);
-        } else if (logits) {
-            take_token(s, q, i, logits);
+        } else if (logits || greedy_tok >= 0) {
+            take_token(s, q, i, logits, greedy_tok);
         }
     }
     return 0;
@@ -207,7 +235,10 @@ int32_t sched_step(struct wk_sched *s)
             struct choice *c = &q->ch[i];
             if (c->finished || !c->seq || c->fed != c->n_gen - 1 || budget < 1) continue;
             s->items[n_items] = (struct wk_step_item){
-                .seq = c->seq, .ids = &c->gen[c->fed], .n = 1, .logits_mode = WK_LOGITS_LAST};
+                .seq = c->seq,
+                .ids = &c->gen[c->fed],
+                .n = 1,
+                .logits_mode = greedy_token_only(s, q, c) ? WK_LOGITS_ARGMAX : WK_LOGITS_LAST};
             s->item_req[n_items] = q;
             s->item_choice[n_items++] = i;
             budget--;
@@ -224,9 +255,13 @@ int32_t sched_step(struct wk_sched *s)
             int64_t left = sched_media_ready_until(q) - q->prompt_fed;
             int32_t nchunk = (int32_t)(left < budget ? left : budget);
             const int32_t last = q->prompt_fed + nchunk == q->r->n_ids;
-            int32_t need_logits = 0;
+            int32_t need_logits = 0, greedy = 1;
             for (int32_t i = 0; i < q->r->sp.n; i++)
-                if (!q->ch[i].finished && q->ch[i].n_gen == 0 && q->r->sp.max_new_tokens > 0) need_logits = 1;
+                if (!q->ch[i].finished && q->ch[i].n_gen == 0 && q->r->sp.max_new_tokens > 0) {
+                    need_logits = 1;
+                    greedy &= greedy_token_only(s, q, &q->ch[i]);
+                }
+            const int32_t mode = greedy ? WK_LOGITS_ARGMAX : WK_LOGITS_LAST;
             struct embed_buf eb;
             if (sched_chunk_embeds(s, q, q->prompt_fed, nchunk, &eb.rows, &eb.use) != 0) {
                 q = next;
@@ -239,7 +274,7 @@ int32_t sched_step(struct wk_sched *s)
                                       .n = nchunk,
                                       .embeds = eb.rows,
                                       .use_embed = eb.use,
-                                      .logits_mode = (last && need_logits) ? WK_LOGITS_LAST : WK_LOGITS_NONE};
+                                      .logits_mode = (last && need_logits) ? mode : WK_LOGITS_NONE};
             s->item_req[n_items] = q;
             s->item_choice[n_items++] = -1;
             budget -= nchunk;
@@ -258,7 +293,7 @@ int32_t sched_step(struct wk_sched *s)
         }
         q = next;
     }
-    for (int32_t k = 0; k < n_items; k++) n_logit_rows += s->items[k].logits_mode != WK_LOGITS_NONE;
+    for (int32_t k = 0; k < n_items; k++) n_logit_rows += s->items[k].logits_mode == WK_LOGITS_LAST;
     if (ensure_logits(s, n_logit_rows) != 0) {
         for (int32_t k = 0; k < n_items; k++) {
             free(ebs[k].rows);
@@ -272,7 +307,7 @@ int32_t sched_step(struct wk_sched *s)
     }
     n_logit_rows = 0;
     for (int32_t k = 0; k < n_items; k++)
-        if (s->items[k].logits_mode != WK_LOGITS_NONE)
+        if (s->items[k].logits_mode == WK_LOGITS_LAST)
             s->items[k].logits = s->logits + (int64_t)(n_logit_rows++) * s->info->vocab_size;
 
     int32_t rc = MM_OK;
@@ -317,13 +352,16 @@ int32_t sched_step(struct wk_sched *s)
         int32_t i = s->item_choice[k];
         if (i < 0) {
             r->prompt_fed += it->n;
-            if (r->prompt_fed == r->r->n_ids) prompt_done(s, r, it->logits);
+            if (r->prompt_fed == r->r->n_ids)
+                prompt_done(s, r, it->logits_mode == WK_LOGITS_LAST ? it->logits : NULL,
+                            it->logits_mode == WK_LOGITS_ARGMAX ? it->token : -1);
             /* prompt_done may end r; nothing after this touches it */
             continue;
         }
         struct choice *c = &r->ch[i];
         c->fed += it->n;
-        if (it->logits_mode != WK_LOGITS_NONE) take_token(s, r, i, it->logits);
+        if (it->logits_mode == WK_LOGITS_LAST) take_token(s, r, i, it->logits, -1);
+        if (it->logits_mode == WK_LOGITS_ARGMAX) take_token(s, r, i, NULL, it->token);
     }
     /* requests whose every choice has ended */
     q = s->running;

@@ -220,6 +220,51 @@ static void test_activations(void)
     cudaFree(g_d), cudaFree(u_d), cudaFree(o_d);
 }
 
+/* wk_argmax's rule on the host: the first largest value, NaN never chosen, 0 when all are NaN */
+static int32_t ref_argmax(const float *x, int64_t n)
+{
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b] || (isnan(x[b]) && !isnan(x[i]))) b = i;
+    return (int32_t)b;
+}
+
+/* Greedy tokens on the device: M3's vocabulary (200,064) at a row stride past it, ties, NaN, -inf, all-NaN
+ * rows, and short rows */
+static void test_argmax(void)
+{
+    const int64_t shapes[][2] = {{200064, 200067}, {1, 1}, {7, 9}, {1025, 1025}, {33000, 33000}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t n = shapes[si][0], ld = shapes[si][1];
+        const int32_t rows = 7;
+        float *x = ct_hmalloc(sizeof(float) * (size_t)(rows * ld));
+        ct_fill_normal(x, rows * ld, 1.0f);
+        const float nan = nanf(""), inf = INFINITY;
+        /* row 1: the largest value twice (the first wins); row 2: NaN at the front and before the largest;
+         * row 3: all NaN; row 4: all -inf; row 5: NaN except one -inf at the end; row 6: one large value */
+        if (n > 3) x[1 * ld + n / 3] = 50.0f, x[1 * ld + n - 1] = 50.0f;
+        x[2 * ld] = nan;
+        if (n > 5) x[2 * ld + n / 2] = 60.0f, x[2 * ld + n / 2 - 1] = nan;
+        for (int64_t i = 0; i < n; i++) x[3 * ld + i] = nan, x[4 * ld + i] = -inf, x[5 * ld + i] = nan;
+        x[5 * ld + n - 1] = -inf;
+        x[6 * ld + n - 1] = 1e30f;
+        float *x_d = ct_upload(x, sizeof(float) * (size_t)(rows * ld));
+        int32_t *ids_d = ct_dmalloc(sizeof(int32_t) * rows), ids[7];
+        OK(kn_cuda_argmax_rows(x_d, rows, n, ld, ids_d, 0, &err));
+        ct_download(ids, ids_d, sizeof ids);
+        for (int32_t r = 0; r < rows; r++)
+            CHECK_MSG(ids[r] == ref_argmax(x + r * ld, n), "argmax n %lld row %d: %d, want %d", (long long)n,
+                      r, ids[r], ref_argmax(x + r * ld, n));
+        CT_CU(cudaFree(x_d));
+        CT_CU(cudaFree(ids_d));
+        free(x);
+    }
+    /* bad arguments */
+    CHECK_EQ_INT(kn_cuda_argmax_rows(NULL, 1, 10, 10, NULL, 0, &err), MM_INVALID);
+    CHECK_EQ_INT(kn_cuda_argmax_rows((const float *)8, 1, 10, 9, (int32_t *)8, 0, &err), MM_INVALID);
+    OK(kn_cuda_argmax_rows(NULL, 0, 10, 10, NULL, 0, &err));
+}
+
 static void test_embed_dequant(void)
 {
     const int32_t vocab = 300, dim = 64;
@@ -956,6 +1001,7 @@ int main(void)
     test_norms();
     test_activations();
     test_embed_dequant();
+    test_argmax();
     test_attn_full();
     test_moe();
     test_gemm();

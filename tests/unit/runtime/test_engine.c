@@ -45,7 +45,8 @@ static struct wk_seq *run_chunks(const int32_t *ids, int32_t n, int32_t chunk, f
     CHECK_EQ_INT(wk_seq_create(E, &s, &err), MM_OK);
     for (int32_t o = 0; o < n; o += chunk) {
         int32_t k = n - o < chunk ? n - o : chunk;
-        struct wk_step_item it = {s, ids + o, k, NULL, NULL, WK_LOGITS_ALL, logits + (int64_t)o * V, NULL, 0};
+        struct wk_step_item it = {s,    ids + o, k, NULL, NULL, WK_LOGITS_ALL, logits + (int64_t)o * V,
+                                  NULL, 0,       0};
         CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
     }
     CHECK_EQ_INT(wk_seq_len(s), n);
@@ -85,7 +86,7 @@ static void decode(struct wk_seq **s, int32_t n, const int32_t *first, int32_t s
     for (int32_t t = 0; t < steps; t++) {
         for (int32_t j = 0; j < n; j++)
             it[j] = (struct wk_step_item){s[j], &cur[j], 1, NULL, NULL, WK_LOGITS_LAST, lg + (int64_t)j * V,
-                                          NULL, 0};
+                                          NULL, 0,       0};
         CHECK_EQ_INT(wk_engine_forward(E, it, n, &err), MM_OK);
         for (int32_t j = 0; j < n; j++) out[j * steps + t] = cur[j] = argmax(lg + (int64_t)j * V);
     }
@@ -113,7 +114,8 @@ static void test_batching(void)
     struct wk_step_item it[S];
     for (int j = 0; j < S; j++) {
         CHECK_EQ_INT(wk_seq_create(E, &sb[j], &err), MM_OK);
-        it[j] = (struct wk_step_item){sb[j], ids[j], lens[j], NULL, NULL, WK_LOGITS_ALL, batched[j], NULL, 0};
+        it[j] =
+            (struct wk_step_item){sb[j], ids[j], lens[j], NULL, NULL, WK_LOGITS_ALL, batched[j], NULL, 0, 0};
     }
     CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
     for (int j = 0; j < S; j++)
@@ -148,7 +150,7 @@ static void test_prefix_and_fork(void)
     int64_t k = wk_seq_reuse_prefix(E, s2, ids, N, 0);
     CHECK_EQ_INT(k, 32);
     CHECK_EQ_INT(wk_seq_len(s2), 32);
-    struct wk_step_item it = {s2, ids + k, (int32_t)(N + 1 - k), NULL, NULL, WK_LOGITS_ALL, got, NULL, 0};
+    struct wk_step_item it = {s2, ids + k, (int32_t)(N + 1 - k), NULL, NULL, WK_LOGITS_ALL, got, NULL, 0, 0};
     CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
     CHECK_MSG(maxdiff(ref + k * V, got, (N + 1 - k) * V) < 1e-4, "reused prefix differs: %g",
               maxdiff(ref + k * V, got, (N + 1 - k) * V));
@@ -171,8 +173,8 @@ static void test_prefix_and_fork(void)
     CHECK_EQ_INT(wk_seq_len(child), N + 1);
     int32_t xa = 1234, xb = 4321;
     float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
-    struct wk_step_item two[2] = {{s2, &xa, 1, NULL, NULL, WK_LOGITS_LAST, la, NULL, 0},
-                                  {child, &xb, 1, NULL, NULL, WK_LOGITS_LAST, lb, NULL, 0}};
+    struct wk_step_item two[2] = {{s2, &xa, 1, NULL, NULL, WK_LOGITS_LAST, la, NULL, 0, 0},
+                                  {child, &xb, 1, NULL, NULL, WK_LOGITS_LAST, lb, NULL, 0, 0}};
     CHECK_EQ_INT(wk_engine_forward(E, two, 2, &err), MM_OK);
     int32_t full[N + 2];
     memcpy(full, ids, sizeof(int32_t) * (N + 1));
@@ -236,6 +238,102 @@ static void test_fused_add_norm(void)
     free(a), free(b);
 }
 
+/* tok is the greedy token of logits l, up to the batch-dependent rounding of this step (1e-4, the batching
+ * test's bound): a near-tie may go either way */
+static int greedy_ok(const float *l, int32_t tok)
+{
+    return tok >= 0 && tok < V && l[tok] >= l[wk_argmax(l, V)] - 1e-4f;
+}
+
+/* WK_LOGITS_ARGMAX: the greedy token of the last position, equal to wk_argmax of the logits WK_LOGITS_LAST
+ * returns, in a step that mixes both modes and NONE; with the backend's argmax_rows and without it (rows
+ * downloaded, host argmax). */
+static void test_greedy_tokens(void)
+{
+    enum { S = 4, N = 12 };
+    int32_t ids[S][N];
+    for (int j = 0; j < S; j++) prompt(ids[j], N, 50 + (uint32_t)j);
+    float *ref = malloc(sizeof(float) * S * V), *got = malloc(sizeof(float) * S * V);
+    struct mm_err err = {0};
+    struct wk_seq *r[S], *g[S];
+    struct wk_step_item it[S];
+    for (int j = 0; j < S; j++) {
+        CHECK_EQ_INT(wk_seq_create(E, &r[j], &err), MM_OK);
+        it[j] = (struct wk_step_item){r[j], ids[j], N, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
+                                      NULL, 0,      0};
+    }
+    CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
+    const struct wk_backend_iface *plain = E->be.iface;
+    struct wk_backend_iface no_argmax = *plain;
+    no_argmax.argmax_rows = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) E->be.iface = &no_argmax;
+        static const int32_t modes[S] = {WK_LOGITS_ARGMAX, WK_LOGITS_LAST, WK_LOGITS_ARGMAX, WK_LOGITS_NONE};
+        for (int j = 0; j < S; j++) {
+            CHECK_EQ_INT(wk_seq_create(E, &g[j], &err), MM_OK);
+            it[j] = (struct wk_step_item){g[j],
+                                          ids[j],
+                                          N,
+                                          NULL,
+                                          NULL,
+                                          modes[j],
+                                          modes[j] == WK_LOGITS_LAST ? got + (int64_t)j * V : NULL,
+                                          NULL,
+                                          0,
+                                          -1};
+        }
+        CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
+        for (int j = 0; j < S; j++) {
+            if (modes[j] == WK_LOGITS_ARGMAX)
+                CHECK_MSG(greedy_ok(ref + (int64_t)j * V, it[j].token), "pass %d seq %d: token %d, want %d",
+                          pass, j, it[j].token, wk_argmax(ref + (int64_t)j * V, V));
+            if (modes[j] == WK_LOGITS_LAST)
+                CHECK_MSG(maxdiff(ref + (int64_t)j * V, got + (int64_t)j * V, V) < 1e-4, "pass %d seq %d",
+                          pass, j);
+            if (modes[j] == WK_LOGITS_NONE) CHECK_EQ_INT(it[j].token, -1);
+        }
+        /* a decode step: the greedy token fed back, both modes again */
+        int32_t next[S];
+        for (int j = 0; j < S; j++) {
+            next[j] = wk_argmax(ref + (int64_t)j * V, V);
+            it[j] = (struct wk_step_item){g[j],
+                                          &next[j],
+                                          1,
+                                          NULL,
+                                          NULL,
+                                          j % 2 ? WK_LOGITS_LAST : WK_LOGITS_ARGMAX,
+                                          got + (int64_t)j * V,
+                                          NULL,
+                                          0,
+                                          -1};
+        }
+        CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
+        for (int j = 0; j < S; j += 2) {
+            /* the same step with logits, on the reference sequences */
+            struct wk_step_item one = {r[j], &next[j], 1, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
+                                       NULL, 0,        0};
+            struct wk_seq *keep = r[j];
+            CHECK_EQ_INT(wk_seq_fork(E, keep, &r[j], &err), MM_OK);
+            one.seq = r[j];
+            CHECK_EQ_INT(wk_engine_forward(E, &one, 1, &err), MM_OK);
+            CHECK_MSG(greedy_ok(ref + (int64_t)j * V, it[j].token), "pass %d seq %d decode: token %d", pass,
+                      j, it[j].token);
+            wk_seq_free(E, r[j]);
+            r[j] = keep;
+            /* ref row j is now the decode step's: restore the prompt's for the next pass */
+            struct wk_step_item again = {NULL, ids[j], N, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
+                                         NULL, 0,      0};
+            CHECK_EQ_INT(wk_seq_create(E, &again.seq, &err), MM_OK);
+            CHECK_EQ_INT(wk_engine_forward(E, &again, 1, &err), MM_OK);
+            wk_seq_free(E, again.seq);
+        }
+        for (int j = 0; j < S; j++) wk_seq_free(E, g[j]);
+    }
+    E->be.iface = plain;
+    for (int j = 0; j < S; j++) wk_seq_free(E, r[j]);
+    free(ref), free(got);
+}
+
 static void test_refusals(void)
 {
     struct mm_err err = {0};
@@ -243,7 +341,7 @@ static void test_refusals(void)
     CHECK_EQ_INT(wk_seq_create(E, &s, &err), MM_OK);
     int32_t ids[3] = {5, V, 7};
     float *lg = malloc(sizeof(float) * 3 * V);
-    struct wk_step_item it = {s, ids, 3, NULL, NULL, WK_LOGITS_LAST, lg, NULL, 0};
+    struct wk_step_item it = {s, ids, 3, NULL, NULL, WK_LOGITS_LAST, lg, NULL, 0, 0};
     CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
     CHECK(strstr(err.msg, "vocabulary") != NULL);
     ids[1] = 6;
@@ -278,10 +376,10 @@ static void test_exhausted(void)
     struct wk_seq *a = NULL, *b = NULL;
     wk_seq_create(e, &a, &err);
     wk_seq_create(e, &b, &err);
-    struct wk_step_item it = {a, ids, 40, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0};
+    struct wk_step_item it = {a, ids, 40, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0};
     CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK); /* 3 pages */
-    struct wk_step_item two[2] = {{a, ids + 40, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0},
-                                  {b, ids, 20, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0}};
+    struct wk_step_item two[2] = {{a, ids + 40, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0},
+                                  {b, ids, 20, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0}};
     CHECK_EQ_INT(wk_engine_forward(e, two, 2, &err), MM_EXHAUSTED); /* b needs 2, one is free */
     CHECK_EQ_INT(wk_seq_len(a), 40);
     CHECK_EQ_INT(wk_seq_len(b), 0);
@@ -292,7 +390,7 @@ static void test_exhausted(void)
     struct wk_seq *c = NULL;
     wk_seq_create(e, &c, &err);
     int32_t *big = calloc(300, sizeof(int32_t));
-    struct wk_step_item bi = {c, big, 300, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0};
+    struct wk_step_item bi = {c, big, 300, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0};
     CHECK_EQ_INT(wk_engine_forward(e, &bi, 1, &err), MM_TOO_LARGE);
     free(big);
     wk_engine_close(e); /* frees the live sequences too */
@@ -361,11 +459,11 @@ static void test_page_bytes(const struct mk_demo_opts *d)
             prompt(ids, n + 1, 7);
             for (int32_t o2 = 0; o2 < n; o2 += 64) {
                 struct wk_step_item it = {
-                    s, ids + o2, n - o2 < 64 ? n - o2 : 64, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0};
+                    s, ids + o2, n - o2 < 64 ? n - o2 : 64, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0};
                 CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK);
             }
             CHECK_EQ_INT(wk_engine_free_pages(e), 0);
-            struct wk_step_item it = {s, ids + n, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0};
+            struct wk_step_item it = {s, ids + n, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0};
             CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_EXHAUSTED);
             wk_seq_free(e, s);
         }
@@ -407,6 +505,7 @@ int main(void)
     test_batching();
     test_prefix_and_fork();
     test_fused_add_norm();
+    test_greedy_tokens();
     test_refusals();
     test_media();
     wk_engine_close(E);

@@ -448,11 +448,27 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
         }
         if (it->logits_mode == WK_LOGITS_LAST) {
             fake_logits(V, s->h, it->logits);
+            e->st.logit_rows++;
+        } else if (it->logits_mode == WK_LOGITS_ARGMAX) {
+            float *l = malloc(sizeof(float) * (size_t)V);
+            if (!l) return mm_err_set(err, MM_NOMEM, "oom");
+            fake_logits(V, s->h, l);
+            it->token = wk_argmax(l, V);
+            free(l);
+            e->st.argmax_rows++;
         } else if (it->logits_mode == WK_LOGITS_ALL) {
             return mm_err_set(err, MM_UNSUPPORTED, "the fake has no ALL logits");
         }
     }
     return MM_OK;
+}
+
+int32_t wk_argmax(const float *logits, int32_t vocab)
+{
+    int32_t best = 0;
+    for (int32_t v = 1; v < vocab; v++)
+        if (logits[v] > logits[best] || (isnan(logits[best]) && !isnan(logits[v]))) best = v;
+    return best;
 }
 
 int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng,

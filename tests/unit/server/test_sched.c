@@ -22,6 +22,11 @@ static void test_single(void)
     CHECK_EQ_INT(r->comp[0].completion_tokens, 20);
     CHECK_EQ_INT(r->comp[0].cached_tokens, 0);
     CHECK(r->order_ok);
+    /* greedy without log-probabilities: every token (the prompt's first and 19 decode steps) came back as
+     * the engine's argmax, no logits */
+    const struct fake_stats *fs = fake_engine_stats(v.e);
+    CHECK_EQ_INT(fake_engine_stat(v.e, &fs->argmax_rows), 20);
+    CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows), 0);
     struct wk_sched_load l;
     wk_sched_load(v.s, &l);
     CHECK_EQ_INT(l.free_pages, l.total_pages);
@@ -162,9 +167,14 @@ static void test_stops(void)
     q->sp.stop_ids[0] = solo[0];
     q->sp.n_stop_ids = 1;
     q->sp.min_new_tokens = 3;
+    const struct fake_stats *fs = fake_engine_stats(v.e);
+    const int64_t lr0 = fake_engine_stat(v.e, &fs->logit_rows), am0 = fake_engine_stat(v.e, &fs->argmax_rows);
     CHECK(submit(&v, q, r) == MM_OK);
     CHECK(rec_wait_end(r, 5000) == 0);
     CHECK(r->n_tok[0] >= 3);
+    /* the first 3 tokens need the logits (the stop id masked), the rest only the argmax */
+    CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows) - lr0, 3);
+    CHECK_EQ_INT(fake_engine_stat(v.e, &fs->argmax_rows) - am0, r->n_tok[0] - 3);
     for (int i = 0; i < 3 && i < r->n_tok[0]; i++) CHECK(r->tok[0][i] != solo[0]);
     rec_free(r);
 
@@ -377,6 +387,9 @@ static void test_logprobs(void)
     double sum = 0;
     for (int i = 0; i < 64; i++) sum += exp((double)lg[i]);
     CHECK_NEAR(r->lp[0][0], 5.0 - log(sum), 1e-4);
+    /* log-probabilities need every position's logits */
+    CHECK_EQ_INT(fake_engine_stat(v.e, &fake_engine_stats(v.e)->logit_rows), 5);
+    CHECK_EQ_INT(fake_engine_stat(v.e, &fake_engine_stats(v.e)->argmax_rows), 0);
     for (int k = 0; k < 5; k++) {
         CHECK(r->lp[0][k] < 0.0f);
         CHECK_EQ_INT(r->top1[0][k], r->tok[0][k]);

@@ -18,6 +18,7 @@
 #include "mm_log.h"
 #include "wk_cuda_optime.h"
 #include "wk_cuda_steps.h"
+#include "wk_engine.h"
 
 #define ST (c->stream)
 
@@ -78,6 +79,8 @@ struct cuda_be {
     int32_t dl_rows;    /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
     void *dl_host;      /* its pinned staging */
     size_t dl_cap;
+    int32_t argmax;     /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
+    struct dbuf am_ids; /* its device ids (a fixed address: the kernel is part of a step's graph) */
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -265,6 +268,57 @@ static void cu_download_rows(void *ctx, float *const *dst, const float *src, int
     }
     for (int32_t i = 0; i < rows; i++)
         memcpy(dst[i], (const char *)c->dl_host + (size_t)i * row_bytes, row_bytes);
+}
+
+/* Greedy tokens of rows of logits: the argmax kernel is an operation of the step (inside its graph), then
+ * rows x 4 bytes come back instead of rows x 4 x vocab (M3: 800 KB per row). */
+struct a_argmax {
+    const float *src;
+    int64_t n;
+    int32_t rows;
+    int32_t *ids;
+};
+
+static void ex_argmax(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_argmax *a = args;
+    struct mm_err e__ = {0};
+    if (kn_cuda_argmax_rows(a->src, a->rows, a->n, a->n, a->ids, ST, &e__)) fail(c, &e__, "argmax");
+}
+
+static void cu_argmax_rows(void *ctx, const float *src, int32_t rows, int64_t n, int32_t *ids)
+{
+    struct cuda_be *c = ctx;
+    if (rows <= 0 || n <= 0) return;
+    if (!c->argmax) { /* MMGW_CUDA_ARGMAX=0: what a backend without the operation does */
+        float *row = malloc(sizeof(float) * (size_t)n);
+        for (int32_t i = 0; i < rows; i++) {
+            ids[i] = 0;
+            if (!row) continue;
+            cu_download(ctx, row, src + (int64_t)i * n, n);
+            ids[i] = wk_argmax(row, (int32_t)n);
+        }
+        free(row);
+        return;
+    }
+    const size_t bytes = sizeof(int32_t) * (size_t)(rows < 64 ? 64 : rows);
+    if (c->am_ids.n < bytes) flush(c); /* recorded operations may hold the old buffer */
+    int32_t *d = grow(c, &c->am_ids, bytes);
+    if (!d) {
+        memset(ids, 0, sizeof(int32_t) * (size_t)rows);
+        return;
+    }
+    struct a_argmax a;
+    memset(&a, 0, sizeof a);
+    a.src = src, a.n = n, a.rows = rows, a.ids = d;
+    run_op(c, ex_argmax, &a, sizeof a);
+    flush(c);
+    cudaError_t e = cudaMemcpy(ids, d, sizeof(int32_t) * (size_t)rows, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        failc(c, e, "download");
+        memset(ids, 0, sizeof(int32_t) * (size_t)rows);
+    }
 }
 
 /* ---- weights ---- */
@@ -1560,7 +1614,7 @@ static void cu_destroy(void *ctx)
     struct dbuf *all[] = {&c->small_ws, &c->meta,  &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
                           &c->ws,       &c->sel,   &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
                           &c->m_wts,    &c->m_off, &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
-                          &c->m_u,      &c->m_a,   &c->m_e};
+                          &c->m_u,      &c->m_a,   &c->m_e,    &c->am_ids};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
     kn_cuda_blas_destroy(c->blas);
     moe_tables_free(c);
@@ -1595,6 +1649,7 @@ __attribute__((noinline)) static const char *op_key(wk_step_fn fn, const void *a
                  {ex_rope, "rope"},
                  {ex_norm_rope, "head norm + rope"},
                  {ex_add, "add"},
+                 {ex_argmax, "argmax"},
                  {ex_swiglu, "swiglu"},
                  {ex_cache_write, "cache write"},
                  {ex_attn_dense, "attention, dense"},
@@ -1615,6 +1670,7 @@ static const struct wk_backend_iface cuda_iface = {
     .upload = cu_upload,
     .download = cu_download,
     .download_rows = cu_download_rows,
+    .argmax_rows = cu_argmax_rows,
     .weight_load = cu_weight_load,
     .weight_free = cu_weight_free,
     .weight_bytes = cu_weight_bytes,
@@ -1687,6 +1743,8 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     c->f32_staged = fs && atoi(fs) >= 0 ? atoi(fs) : WK_CUDA_F32_STAGED_MIN;
     const char *dr = getenv("MMGW_CUDA_DOWNLOAD_ROWS");
     c->dl_rows = !(dr && !strcmp(dr, "0"));
+    const char *am = getenv("MMGW_CUDA_ARGMAX");
+    c->argmax = !(am && !strcmp(am, "0"));
     const char *rm = getenv("MMGW_CUDA_ROWS_MULTI");
     c->rows_multi = !(rm && !strcmp(rm, "0"));
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
