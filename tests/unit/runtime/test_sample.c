@@ -1,7 +1,10 @@
 /* Sampling: greedy, temperature, top-k, top-p, min-p, seeds and log-probabilities. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "mmgw_test.h"
+#include "sample_ref.h"
 #include "wk_engine.h"
 
 static double softmax_p(const float *l, int n, int i, double t)
@@ -12,8 +15,51 @@ static double softmax_p(const float *l, int n, int i, double t)
     return exp((l[i] - m) / t) / z;
 }
 
+/* The radix-sorted sampler equals the qsort one it replaced, token for token and bit for bit in the
+ * log-probability, at M3's vocabulary (200,064) and a small one, with equal probabilities among the
+ * candidates, under every filter; and a row without a finite spread (all -inf, a +inf) falls back to argmax
+ */
+static void test_same_as_reference(void)
+{
+    static const struct wk_sampling cfgs[] = {
+        {1.0f, 1.0f, 0, 0},    {0.7f, 0.9f, 0, 0}, {0.7f, 1.0f, 50, 0}, {1.0f, 0.95f, 40, 0.05f},
+        {0.3f, 1.0f, 0, 0.1f}, {2.0f, 0.5f, 0, 0}, {0.05f, 1.0f, 0, 0}, {1.0f, 1.0f, 300, 0}};
+    static const int32_t vocabs[] = {200064, 1000};
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        const int32_t V = vocabs[vi];
+        float *l = malloc(sizeof(float) * (size_t)V);
+        for (int shape = 0; shape < 3; shape++) {
+            const int tie = shape == 1 ? 3 : 0;
+            ref_logits(l, V, 1000 + (uint64_t)shape, tie, shape == 2 ? 30.0f : 0.0f);
+            for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+                uint64_t r1 = 77 + ci, r2 = 77 + ci;
+                int same = 1, lp_same = 1;
+                for (int d = 0; d < (V > 10000 ? 6 : 200); d++) {
+                    float lp1 = 0, lp2 = 0;
+                    int32_t a = wk_sample(l, V, &cfgs[ci], &r1, &lp1),
+                            b = ref_sample(l, V, &cfgs[ci], &r2, &lp2);
+                    same &= a == b;
+                    lp_same &= memcmp(&lp1, &lp2, sizeof lp1) == 0;
+                }
+                CHECK_MSG(same && lp_same, "vocab %d logits %d config %zu: tokens %s, log-probabilities %s",
+                          V, shape, ci, same ? "equal" : "differ", lp_same ? "equal" : "differ");
+            }
+        }
+        free(l);
+    }
+    /* nothing finite to sample from: argmax */
+    const float ninf[3] = {-INFINITY, -INFINITY, -INFINITY}, pinf[3] = {0, INFINITY, 1};
+    struct wk_sampling t1 = {1.0f, 1.0f, 0, 0};
+    uint64_t rng = 5;
+    float lp = 1;
+    CHECK_EQ_INT(wk_sample(ninf, 3, &t1, &rng, &lp), 0);
+    CHECK_EQ_INT(wk_sample(pinf, 3, &t1, &rng, &lp), 1);
+    CHECK_NEAR(lp, 0, 0);
+}
+
 int main(void)
 {
+    test_same_as_reference();
     const float l[4] = {1, 3, 2, 0};
     uint64_t rng = 42;
     float lp;
