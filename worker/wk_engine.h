@@ -98,7 +98,25 @@ int64_t wk_seq_reuse_prefix(struct wk_engine *e, struct wk_seq *s, const int32_t
 /* ---- forward ---- */
 /** WK_LOGITS_ARGMAX: only the greedy token of the last position (wk_argmax of its logits) comes back, in
  * token: on a GPU the vocabulary's logits then stay on the device (800 KB per sequence at M3's 200K). */
-enum wk_logits_mode { WK_LOGITS_NONE = 0, WK_LOGITS_LAST = 1, WK_LOGITS_ALL = 2, WK_LOGITS_ARGMAX = 3 };
+/** WK_LOGITS_CANDS: the last position's candidates for top-k sampling (struct wk_cands): the few logits
+ * wk_sample with that top_k and temperature can pick from, so that wk_sample on them alone gives what it
+ * gives on the whole row (kernels/cpu/kn_cands.h); logits is the fallback for a row with more of them. */
+enum wk_logits_mode {
+    WK_LOGITS_NONE = 0,
+    WK_LOGITS_LAST = 1,
+    WK_LOGITS_ALL = 2,
+    WK_LOGITS_ARGMAX = 3,
+    WK_LOGITS_CANDS = 4
+};
+
+struct wk_cands {
+    int32_t k;         /* in: top-k, >= 1 */
+    float temperature; /* in: > 0 */
+    int32_t cap;       /* in: room in ids and logits, >= 1 */
+    int32_t *ids;      /* out: the candidates' token ids, ascending */
+    float *logits;     /* out: their logits */
+    int32_t n;         /* out: how many; -1: more than cap, the item's logits holds the whole row instead */
+};
 
 /** One sequence's part of a forward step: n new tokens appended at positions [len, len + n). */
 struct wk_step_item {
@@ -117,7 +135,8 @@ struct wk_step_item {
      * topk_blocks). NULL = not wanted. */
     int32_t *sel;
     int32_t sel_k;
-    int32_t token; /* out: the greedy token, for WK_LOGITS_ARGMAX */
+    int32_t token;          /* out: the greedy token, for WK_LOGITS_ARGMAX */
+    struct wk_cands *cands; /* in / out, for WK_LOGITS_CANDS */
 };
 
 /** Append every item's tokens to its sequence and compute the requested logits. Pages are taken from the

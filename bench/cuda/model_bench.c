@@ -4,11 +4,13 @@
  * synthetic one with M3's attention and index shapes comes from mmgw-mkdemo; see bench/cuda/README.md).
  *
  *   model_bench --model DIR [--ctx 32768,131072] [--batch 1,16] [--steps 32] [--pages N] [--chunk 8192]
- *               [--tokens argmax|logits] [--out results.tsv]
+ *               [--tokens argmax|logits|sample|sample-logits] [--out results.tsv]
  *
- * --tokens: how each step's greedy tokens come back: argmax (the default, what the worker's scheduler asks
- * for greedy requests: WK_LOGITS_ARGMAX, the argmax on the device) or logits (every sequence's logits row
- * downloaded and its argmax taken on the host, as before).
+ * --tokens: how each step's tokens are picked: argmax (the default, what the worker's scheduler asks for
+ * greedy requests: WK_LOGITS_ARGMAX, the argmax on the device), logits (every sequence's logits row
+ * downloaded and its argmax taken on the host), sample (sampled at MiniMax's recommended temperature 1,
+ * top-p 0.95, top-k 40 from the candidates the device picks, WK_LOGITS_CANDS, as the scheduler does) or
+ * sample-logits (the same sampling on the downloaded rows).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -47,13 +49,39 @@ static int32_t argmax(const float *x, int32_t n)
     return b;
 }
 
+#define SAMPLE_CANDS 1024
+
+/* item's logits request for the --tokens mode (cands: its candidates' room) */
+static void set_mode(struct wk_step_item *it, int tokens, struct wk_cands *cands, int32_t *cids, float *clg)
+{
+    static const int32_t modes[] = {WK_LOGITS_LAST, WK_LOGITS_ARGMAX, WK_LOGITS_CANDS, WK_LOGITS_LAST};
+    it->logits_mode = modes[tokens];
+    if (tokens == 2) {
+        *cands = (struct wk_cands){40, 1.0f, SAMPLE_CANDS, cids, clg, -1};
+        it->cands = cands;
+    }
+}
+
+/* the token the --tokens mode picks from what the step brought back */
+static int32_t pick(const struct wk_step_item *it, int tokens, int32_t V, uint64_t *rng)
+{
+    static const struct wk_sampling sp = {1.0f, 0.95f, 40, 0.0f};
+    if (tokens == 1) return it->token;
+    if (tokens == 0) return argmax(it->logits, V);
+    if (tokens == 2 && it->cands->n >= 0) {
+        const int32_t j = it->cands->n ? wk_sample(it->cands->logits, it->cands->n, &sp, rng, NULL) : -1;
+        return j >= 0 ? it->cands->ids[j] : 0;
+    }
+    return wk_sample(it->logits, V, &sp, rng, NULL);
+}
+
 int main(int argc, char **argv)
 {
     const char *model = NULL, *outp = NULL;
     int64_t ctxs[8] = {32768, 131072}, batches[8] = {1, 16};
     int n_ctx = 2, n_batch = 2;
     int64_t pages = 0, chunk = 8192, steps = 32;
-    int tokens_only = 1;
+    int tokens = 1; /* 0 logits, 1 argmax, 2 sample, 3 sample-logits */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
             model = argv[i + 1];
@@ -69,10 +97,17 @@ int main(int argc, char **argv)
             chunk = strtoll(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--out"))
             outp = argv[i + 1];
-        else if (!strcmp(argv[i], "--tokens") &&
-                 (!strcmp(argv[i + 1], "argmax") || !strcmp(argv[i + 1], "logits")))
-            tokens_only = !strcmp(argv[i + 1], "argmax");
-        else {
+        else if (!strcmp(argv[i], "--tokens")) {
+            static const char *const modes[] = {"logits", "argmax", "sample", "sample-logits"};
+            tokens = -1;
+            for (int m = 0; m < 4; m++)
+                if (!strcmp(argv[i + 1], modes[m])) tokens = m;
+            if (tokens < 0) {
+                fprintf(stderr, "model_bench: --tokens %s: argmax, logits, sample or sample-logits\n",
+                        argv[i + 1]);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "model_bench: unknown option %s\n", argv[i]);
             return 2;
         }
@@ -80,7 +115,7 @@ int main(int argc, char **argv)
     if (!model || chunk < 1 || steps < 1) {
         fprintf(stderr,
                 "usage: model_bench --model DIR [--ctx 32768,...] [--batch 1,...] [--steps N] [--pages N] "
-                "[--chunk N] [--tokens argmax|logits] [--out FILE]\n");
+                "[--chunk N] [--tokens argmax|logits|sample|sample-logits] [--out FILE]\n");
         return 2;
     }
     FILE *tsv = outp ? fopen(outp, "w") : NULL;
@@ -143,7 +178,11 @@ int main(int argc, char **argv)
             float *logits = malloc(sizeof(float) * (size_t)V * (size_t)B);
             int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
             struct wk_step_item *items = calloc((size_t)B, sizeof *items);
-            if (!seqs || !ids || !logits || !next || !items) {
+            struct wk_cands *cands = calloc((size_t)B, sizeof *cands);
+            int32_t *cids = malloc(sizeof(int32_t) * SAMPLE_CANDS * (size_t)B);
+            float *clg = malloc(sizeof(float) * SAMPLE_CANDS * (size_t)B);
+            uint64_t srng = 12345;
+            if (!seqs || !ids || !logits || !next || !items || !cands || !cids || !clg) {
                 fprintf(stderr, "model_bench: out of memory\n");
                 return 1;
             }
@@ -163,11 +202,11 @@ int main(int argc, char **argv)
                     it.seq = seqs[s];
                     it.ids = ids;
                     it.n = n;
-                    const int32_t last = tokens_only ? WK_LOGITS_ARGMAX : WK_LOGITS_LAST;
-                    it.logits_mode = p + n == ctx ? last : WK_LOGITS_NONE;
                     it.logits = logits + s * V;
+                    if (p + n == ctx)
+                        set_mode(&it, tokens, &cands[s], cids + s * SAMPLE_CANDS, clg + s * SAMPLE_CANDS);
                     rc = wk_engine_forward(e, &it, 1, &err);
-                    if (p + n == ctx) next[s] = tokens_only ? it.token : argmax(logits + s * V, V);
+                    if (p + n == ctx && !rc) next[s] = pick(&it, tokens, V, &srng);
                 }
             double ttft = now_s() - tp;
             /* decode: one token per sequence per step; the first DECODE_WARM steps untimed: a batch size's
@@ -182,12 +221,11 @@ int main(int argc, char **argv)
                     items[s].seq = seqs[s];
                     items[s].ids = &next[s];
                     items[s].n = 1;
-                    items[s].logits_mode = tokens_only ? WK_LOGITS_ARGMAX : WK_LOGITS_LAST;
                     items[s].logits = logits + s * V;
+                    set_mode(&items[s], tokens, &cands[s], cids + s * SAMPLE_CANDS, clg + s * SAMPLE_CANDS);
                 }
                 rc = wk_engine_forward(e, items, (int32_t)B, &err);
-                for (int64_t s = 0; s < B && !rc; s++)
-                    next[s] = tokens_only ? items[s].token : argmax(logits + s * V, V);
+                for (int64_t s = 0; s < B && !rc; s++) next[s] = pick(&items[s], tokens, V, &srng);
             }
             double dec = now_s() - td;
             if (rc) {
@@ -210,7 +248,7 @@ int main(int argc, char **argv)
             fflush(stdout);
             for (int64_t s = 0; s < B; s++)
                 if (seqs[s]) wk_seq_free(e, seqs[s]);
-            free(seqs), free(ids), free(logits), free(next), free(items);
+            free(seqs), free(ids), free(logits), free(next), free(items), free(cands), free(cids), free(clg);
         }
     wk_engine_close(e);
     if (tsv) fclose(tsv);

@@ -55,8 +55,17 @@ static double run_conc(struct wk_engine *e, int32_t vocab, int n, int plen, int 
     }
     for (int j = 0; j < n; j++) {
         if (wk_seq_create(e, &s[j], &err)) die("seq", &err);
-        it[j] = (struct wk_step_item){s[j],           ids + (int64_t)j * plen,     plen, NULL, NULL,
-                                      WK_LOGITS_LAST, logits + (int64_t)j * vocab, NULL, 0,    0};
+        it[j] = (struct wk_step_item){s[j],
+                                      ids + (int64_t)j * plen,
+                                      plen,
+                                      NULL,
+                                      NULL,
+                                      WK_LOGITS_LAST,
+                                      logits + (int64_t)j * vocab,
+                                      NULL,
+                                      0,
+                                      0,
+                                      NULL};
     }
     if (wk_engine_forward(e, it, n, &err)) die("prefill", &err);
     double rate[MAX_REPS];
@@ -69,7 +78,8 @@ static double run_conc(struct wk_engine *e, int32_t vocab, int n, int plen, int 
         for (int st = 0; st < steps; st++) {
             for (int j = 0; j < n; j++)
                 it[j] = (struct wk_step_item){
-                    f[j], &tok[j], 1, NULL, NULL, WK_LOGITS_LAST, logits + (int64_t)j * vocab, NULL, 0, 0};
+                    f[j], &tok[j], 1, NULL, NULL, WK_LOGITS_LAST, logits + (int64_t)j * vocab,
+                    NULL, 0,       0, NULL};
             double t0 = now_s();
             if (wk_engine_forward(e, it, n, &err)) die("decode", &err);
             t += now_s() - t0;

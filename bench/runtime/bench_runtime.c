@@ -135,8 +135,17 @@ static struct tm2 prefill(struct wk_seq **s, int conc, int plen, int32_t *ids, f
     struct wk_step_item it[16];
     for (int j = 0; j < conc; j++) {
         if (wk_seq_create(E, &s[j], &err)) die("seq", &err);
-        it[j] = (struct wk_step_item){s[j],           ids + (int64_t)j * plen, plen, NULL, NULL,
-                                      WK_LOGITS_LAST, logits + (int64_t)j * V, NULL, 0,    0};
+        it[j] = (struct wk_step_item){s[j],
+                                      ids + (int64_t)j * plen,
+                                      plen,
+                                      NULL,
+                                      NULL,
+                                      WK_LOGITS_LAST,
+                                      logits + (int64_t)j * V,
+                                      NULL,
+                                      0,
+                                      0,
+                                      NULL};
     }
     struct tm2 t = {0, 0};
     forward_timed(it, conc, &t, "prefill");
@@ -153,7 +162,7 @@ static struct tm2 decode(struct wk_seq **s, int conc, int steps, int batched, fl
     for (int t = 0; t < steps; t++) {
         for (int j = 0; j < conc; j++)
             it[j] = (struct wk_step_item){
-                s[j], &tok[j], 1, NULL, NULL, WK_LOGITS_LAST, logits + (int64_t)j * V, NULL, 0, 0};
+                s[j], &tok[j], 1, NULL, NULL, WK_LOGITS_LAST, logits + (int64_t)j * V, NULL, 0, 0, NULL};
         if (batched)
             forward_timed(it, conc, &tm, "decode");
         else

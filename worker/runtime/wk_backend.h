@@ -107,6 +107,11 @@ struct wk_backend_iface {
     /** Optional (NULL: each row downloaded, then wk_argmax): ids[i] = wk_argmax of the i-th of rows rows of
      * n floats contiguous at src (host ids); greedy decoding without the logits' download. */
     void (*argmax_rows)(void *ctx, const float *src, int32_t rows, int64_t n, int32_t *ids);
+    /** Optional (NULL: such rows are downloaded whole): the sampling candidates of each of rows rows of n
+     * floats at src whose k[i] > 0 (kn_cands.h's rule at temperature t[i]): counts[i] of them, the first
+     * min(counts[i], cap) (id, logit) pairs at ids / vals + i x cap in any order (host arrays). */
+    void (*topk_rows)(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k, const float *t,
+                      int32_t cap, int32_t *counts, int32_t *ids, float *vals);
 
     /* ---- weights ---- */
     int32_t (*weight_load)(void *ctx, const struct wk_wsrc *src, struct wk_weight **out, struct mm_err *err);

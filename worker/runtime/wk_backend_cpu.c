@@ -9,6 +9,7 @@
 
 #include "kn_act.h"
 #include "kn_attn.h"
+#include "kn_cands.h"
 #include "kn_gemm.h"
 #include "kn_norm.h"
 #include "kn_rope.h"
@@ -62,6 +63,21 @@ static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
 {
     (void)ctx;
     if (n > 0) memcpy(dst, src, sizeof(float) * (size_t)n);
+}
+
+/* the sampling candidates in place (kernels/cpu/kn_cands.c): the sampler then sorts a few, not the row */
+static void cpu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k,
+                          const float *t, int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+{
+    (void)ctx;
+    float *scratch = malloc(sizeof(float) * (size_t)n);
+    for (int32_t i = 0; i < rows; i++) {
+        if (k[i] <= 0) continue;
+        counts[i] = scratch ? kn_topk_cands(src + (int64_t)i * n, (int32_t)n, k[i], t[i], cap,
+                                            ids + (int64_t)i * cap, vals + (int64_t)i * cap, scratch)
+                            : -1;
+    }
+    free(scratch);
 }
 
 /* the logits are host memory already: the greedy tokens in place */
@@ -361,6 +377,7 @@ static const struct wk_backend_iface cpu_iface = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .argmax_rows = cpu_argmax_rows,
+    .topk_rows = cpu_topk_rows,
     .weight_load = cpu_weight_load,
     .weight_free = cpu_weight_free,
     .weight_bytes = cpu_weight_bytes,

@@ -191,9 +191,16 @@ static int32_t validate(struct wk_engine *e, struct wk_step_item *items, int32_t
             rc = mm_err_set(err, MM_TOO_LARGE, "forward: item %d: %lld tokens exceed the %lld-token context",
                             j, (long long)(it->seq->len + it->n), (long long)t->max_pos);
         else if (it->logits_mode != WK_LOGITS_NONE && it->logits_mode != WK_LOGITS_LAST &&
-                 it->logits_mode != WK_LOGITS_ALL && it->logits_mode != WK_LOGITS_ARGMAX)
+                 it->logits_mode != WK_LOGITS_ALL && it->logits_mode != WK_LOGITS_ARGMAX &&
+                 it->logits_mode != WK_LOGITS_CANDS)
             rc = mm_err_set(err, MM_INVALID, "forward: item %d: logits_mode %d", j, it->logits_mode);
-        else if ((it->logits_mode == WK_LOGITS_LAST || it->logits_mode == WK_LOGITS_ALL) && !it->logits)
+        else if (it->logits_mode == WK_LOGITS_CANDS &&
+                 (!it->cands || it->cands->k < 1 || !(it->cands->temperature > 0.0f) || it->cands->cap < 1 ||
+                  !it->cands->ids || !it->cands->logits))
+            rc = mm_err_set(err, MM_INVALID, "forward: item %d: bad candidates request", j);
+        else if ((it->logits_mode == WK_LOGITS_LAST || it->logits_mode == WK_LOGITS_ALL ||
+                  it->logits_mode == WK_LOGITS_CANDS) &&
+                 !it->logits)
             rc = mm_err_set(err, MM_INVALID, "forward: item %d asks for logits without a buffer", j);
         else if (it->use_embed && !it->embeds)
             rc = mm_err_set(err, MM_INVALID, "forward: item %d has use_embed without embeds", j);
@@ -450,7 +457,52 @@ struct logit_run {
     int32_t n;
     float *dst[LOGIT_ROWS];
     int32_t *tok[LOGIT_ROWS];
+    struct wk_cands *cands[LOGIT_ROWS];
 };
+
+#define CANDS_CAP 1024 /* candidates per row the backend returns; a row with more is downloaded whole */
+
+static int cmp_id(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The candidates of the run's cands rows into their wk_cands (ids ascending); a row whose candidates do not
+ * fit (or a backend without topk_rows) keeps its dst, so that its whole row is downloaded (n = -1). */
+static void run_cands(struct wk_engine *e, struct logit_run *r)
+{
+    const struct wk_backend_iface *B = e->be.iface;
+    const int32_t V = e->cfg.text.vocab_size;
+    int32_t k[LOGIT_ROWS], counts[LOGIT_ROWS];
+    float t[LOGIT_ROWS];
+    for (int32_t i = 0; i < r->n; i++) {
+        k[i] = r->cands[i] ? r->cands[i]->k : 0;
+        t[i] = r->cands[i] ? r->cands[i]->temperature : 1.0f;
+        if (r->cands[i]) r->cands[i]->n = -1;
+    }
+    int32_t *ids = B->topk_rows ? malloc(sizeof(int32_t) * LOGIT_ROWS * CANDS_CAP) : NULL;
+    float *vals = ids ? malloc(sizeof(float) * LOGIT_ROWS * CANDS_CAP) : NULL;
+    int64_t *pairs = vals ? malloc(sizeof(int64_t) * CANDS_CAP) : NULL;
+    if (pairs) {
+        B->topk_rows(e->be.ctx, e->a.logits, r->n, V, k, t, CANDS_CAP, counts, ids, vals);
+        for (int32_t i = 0; i < r->n; i++) {
+            struct wk_cands *c = r->cands[i];
+            if (!c || counts[i] < 0 || counts[i] > CANDS_CAP || counts[i] > c->cap) continue;
+            /* ascending ids (the kernel's order is arbitrary): id in the high bits, the slot in the low */
+            for (int32_t j = 0; j < counts[i]; j++) pairs[j] = (int64_t)ids[i * CANDS_CAP + j] << 16 | j;
+            qsort(pairs, (size_t)counts[i], sizeof pairs[0], cmp_id);
+            for (int32_t j = 0; j < counts[i]; j++) {
+                const int32_t slot = (int32_t)(pairs[j] & 0xffff);
+                c->ids[j] = ids[i * CANDS_CAP + slot];
+                c->logits[j] = vals[i * CANDS_CAP + slot];
+            }
+            c->n = counts[i];
+            r->dst[i] = NULL; /* nothing more to download for this row */
+        }
+    }
+    free(ids), free(vals), free(pairs);
+}
 
 /* The greedy tokens of the run's rows [0, n) (only the tok rows are used) */
 static void run_argmax(struct wk_engine *e, const struct logit_run *r, int32_t *ids)
@@ -477,8 +529,9 @@ static void flush_logits(struct wk_engine *e, struct logit_run *r)
     int32_t H = e->cfg.text.hidden, V = e->cfg.text.vocab_size;
     if (!r->n) return;
     B->linear(e->be.ctx, e->w.lm_head, NULL, e->a.h + r->first * H, r->n, e->a.logits);
-    int32_t n_tok = 0;
-    for (int32_t i = 0; i < r->n; i++) n_tok += r->tok[i] != NULL;
+    int32_t n_tok = 0, n_cands = 0;
+    for (int32_t i = 0; i < r->n; i++) n_tok += r->tok[i] != NULL, n_cands += r->cands[i] != NULL;
+    if (n_cands) run_cands(e, r);
     if (n_tok) {
         int32_t ids[LOGIT_ROWS];
         run_argmax(e, r, ids);
@@ -506,7 +559,7 @@ static void flush_logits(struct wk_engine *e, struct logit_run *r)
 static void compute_logits(struct wk_engine *e, struct wk_step_item *items, int32_t n_items)
 {
     int32_t V = e->cfg.text.vocab_size;
-    struct logit_run run = {0, 0, {0}, {0}};
+    struct logit_run run = {0, 0, {0}, {0}, {0}};
     int64_t first = 0;
     for (int32_t j = 0; j < n_items; j++) {
         struct wk_step_item *it = &items[j];
@@ -519,11 +572,14 @@ static void compute_logits(struct wk_engine *e, struct wk_step_item *items, int3
                 d = it->logits;
             else if (it->logits_mode == WK_LOGITS_ARGMAX && i == it->n - 1)
                 tok = &it->token;
+            else if (it->logits_mode == WK_LOGITS_CANDS && i == it->n - 1)
+                d = it->logits; /* the fallback; run_cands clears it when the candidates fit */
             if (!d && !tok) continue;
             int64_t r = first + i;
             if (run.n && (run.first + run.n != r || run.n == LOGIT_ROWS)) flush_logits(e, &run);
             if (!run.n) run.first = r;
             run.dst[run.n] = d;
+            run.cands[run.n] = it->logits_mode == WK_LOGITS_CANDS ? it->cands : NULL;
             run.tok[run.n++] = tok;
         }
         first += it->n;

@@ -513,6 +513,9 @@ void wk_sched_destroy(struct wk_sched *s)
     free(s->items);
     free(s->item_req);
     free(s->item_choice);
+    free(s->item_cands);
+    free(s->cand_ids);
+    free(s->cand_logits);
     free(s->scratch);
     free(s);
 }

@@ -91,7 +91,10 @@ struct wk_sched {
     int64_t logits_cap; /* floats */
     struct wk_step_item *items;
     struct sreq **item_req;
-    int32_t *item_choice; /* -1 = prompt chunk */
+    int32_t *item_choice;        /* -1 = prompt chunk */
+    struct wk_cands *item_cands; /* per item: the candidates a WK_LOGITS_CANDS item asks for */
+    int32_t *cand_ids;           /* [items_cap][SCHED_CANDS] */
+    float *cand_logits;
     int32_t items_cap;
     float *scratch; /* one vocab row for sampling from shared prompt logits */
     uint64_t steps;
@@ -137,6 +140,9 @@ static inline int32_t sched_waits_for_encoder(const struct sreq *q)
 }
 
 /* wk_sched_step.c */
+/** Top-k values up to which a sampled token is picked from the engine's candidates (WK_LOGITS_CANDS) instead
+ * of the whole logits row; each item has room for this many. */
+#define SCHED_CANDS 1024
 /** Run one batched forward over the running requests. Returns 1 when a step ran, 0 when nothing to do. */
 int32_t sched_step(struct wk_sched *s);
 /** Finish a choice: free its sequence, emit its Complete. */

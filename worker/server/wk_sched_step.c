@@ -33,6 +33,15 @@ static int32_t ensure_items(struct wk_sched *s, int32_t n)
     int32_t *ic = realloc(s->item_choice, (size_t)cap * sizeof(*ic));
     if (!ic) return -1;
     s->item_choice = ic;
+    struct wk_cands *cd = realloc(s->item_cands, (size_t)cap * sizeof(*cd));
+    if (!cd) return -1;
+    s->item_cands = cd;
+    int32_t *ci = realloc(s->cand_ids, (size_t)cap * SCHED_CANDS * sizeof(*ci));
+    if (!ci) return -1;
+    s->cand_ids = ci;
+    float *cl = realloc(s->cand_logits, (size_t)cap * SCHED_CANDS * sizeof(*cl));
+    if (!cl) return -1;
+    s->cand_logits = cl;
     s->items_cap = cap;
     return 0;
 }
@@ -99,14 +108,58 @@ static int greedy_token_only(const struct wk_sched *s, const struct sreq *q, con
     return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
 }
 
+/* Whether choice c's next token can be sampled from the engine's top-k candidates (WK_LOGITS_CANDS: on a GPU
+ * a few logits come back instead of the row, and the sampler sorts a few): sampled with a top-k of 2 to
+ * SCHED_CANDS, no log-probabilities, no stop token masked. wk_sample then gives what the whole row gives. */
+static int cands_token(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
+{
+    const struct wk_sampling_req *sp = &q->r->sp;
+    if (!(sp->temperature > 0.0f) || sp->top_k < 2 || sp->top_k > SCHED_CANDS) return 0;
+    if (sp->return_logprobs || sp->top_logprobs > 0) return 0;
+    return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
+}
+
+/* The logits mode of choice c's next token, and its candidates request (item k) when it takes them */
+static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct choice *c, int32_t k)
+{
+    if (greedy_token_only(s, q, c)) return WK_LOGITS_ARGMAX;
+    if (!cands_token(s, q, c)) return WK_LOGITS_LAST;
+    s->item_cands[k] = (struct wk_cands){.k = q->r->sp.top_k,
+                                         .temperature = q->r->sp.temperature,
+                                         .cap = SCHED_CANDS,
+                                         .ids = s->cand_ids + (int64_t)k * SCHED_CANDS,
+                                         .logits = s->cand_logits + (int64_t)k * SCHED_CANDS,
+                                         .n = -1};
+    return WK_LOGITS_CANDS;
+}
+
 static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t tok, const float *logits);
 
-/* logits: the position's logits; NULL when the engine returned only its greedy token (greedy_token_only) */
-static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const float *logits, int32_t greedy_tok)
+/* The whole logits row an item brought back: LAST, or CANDS whose candidates did not fit (n = -1) */
+static const float *sampled_logits(const struct wk_step_item *it)
+{
+    if (it->logits_mode == WK_LOGITS_LAST) return it->logits;
+    if (it->logits_mode == WK_LOGITS_CANDS && it->cands && it->cands->n < 0) return it->logits;
+    return NULL;
+}
+
+/* logits: the position's logits; NULL when the engine returned only its greedy token (greedy_token_only) or
+ * its candidates (cands, with n >= 0) */
+static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const float *logits, int32_t greedy_tok,
+                       const struct wk_cands *cands)
 {
     struct choice *c = &q->ch[i];
     const struct wk_sampling_req *sp = &q->r->sp;
     const int32_t V = s->info->vocab_size;
+    if (cands && cands->n >= 0) {
+        /* no candidates: a row of NaN, whose whole-row sample is token 0 */
+        struct wk_sampling ws = {
+            .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k, .min_p = sp->min_p};
+        const int32_t j = cands->n > 0 ? wk_sample(cands->logits, cands->n, &ws, &c->rng, NULL) : -1;
+        const int32_t tok = j >= 0 && j < cands->n ? cands->ids[j] : 0;
+        commit_token(s, q, i, tok >= 0 && tok < V ? tok : 0, NULL);
+        return;
+    }
     if (!logits) {
         commit_token(s, q, i, greedy_tok >= 0 && greedy_tok < V ? greedy_tok : 0, NULL);
         return;
@@ -177,7 +230,8 @@ static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t 
 }
 
 /* The prompt is in choice 0's sequence: fork the other choices from it and sample every first token. */
-static int32_t prompt_done(struct wk_sched *s, struct sreq *q, const float *logits, int32_t greedy_tok)
+static int32_t prompt_done(struct wk_sched *s, struct sreq *q, const float *logits, int32_t greedy_tok,
+                           const struct wk_cands *cands)
 {
     const int32_t n = q->r->sp.n;
     for (int32_t i = 1; i < n; i++) {
@@ -199,8 +253,8 @@ static int32_t prompt_done(struct wk_sched *s, struct sreq *q, const float *logi
         if (c->finished || c->n_gen > 0) continue;
         if (q->r->sp.max_new_tokens == 0) {
             sched_finish_choice(s, q, i, "length", 0, 0);
-        } else if (logits || greedy_tok >= 0) {
-            take_token(s, q, i, logits, greedy_tok);
+        } else if (logits || greedy_tok >= 0 || cands) {
+            take_token(s, q, i, logits, greedy_tok, cands);
         }
     }
     return 0;
@@ -235,10 +289,9 @@ int32_t sched_step(struct wk_sched *s)
             struct choice *c = &q->ch[i];
             if (c->finished || !c->seq || c->fed != c->n_gen - 1 || budget < 1) continue;
             s->items[n_items] = (struct wk_step_item){
-                .seq = c->seq,
-                .ids = &c->gen[c->fed],
-                .n = 1,
-                .logits_mode = greedy_token_only(s, q, c) ? WK_LOGITS_ARGMAX : WK_LOGITS_LAST};
+                .seq = c->seq, .ids = &c->gen[c->fed], .n = 1, .logits_mode = token_mode(s, q, c, n_items)};
+            if (s->items[n_items].logits_mode == WK_LOGITS_CANDS)
+                s->items[n_items].cands = &s->item_cands[n_items];
             s->item_req[n_items] = q;
             s->item_choice[n_items++] = i;
             budget--;
@@ -255,26 +308,29 @@ int32_t sched_step(struct wk_sched *s)
             int64_t left = sched_media_ready_until(q) - q->prompt_fed;
             int32_t nchunk = (int32_t)(left < budget ? left : budget);
             const int32_t last = q->prompt_fed + nchunk == q->r->n_ids;
-            int32_t need_logits = 0, greedy = 1;
+            int32_t need_logits = 0, first = -1;
             for (int32_t i = 0; i < q->r->sp.n; i++)
                 if (!q->ch[i].finished && q->ch[i].n_gen == 0 && q->r->sp.max_new_tokens > 0) {
                     need_logits = 1;
-                    greedy &= greedy_token_only(s, q, &q->ch[i]);
+                    if (first < 0) first = i;
                 }
-            const int32_t mode = greedy ? WK_LOGITS_ARGMAX : WK_LOGITS_LAST;
+            /* every choice draws its first token from the prompt's one row: one mode serves them all, and a
+             * request's choices share their sampling settings and n_gen (0) */
+            const int32_t mode = need_logits ? token_mode(s, q, &q->ch[first], n_items) : WK_LOGITS_NONE;
             struct embed_buf eb;
             if (sched_chunk_embeds(s, q, q->prompt_fed, nchunk, &eb.rows, &eb.use) != 0) {
                 q = next;
                 continue;
             }
             ebs[n_items] = eb;
-            s->items[n_items] =
-                (struct wk_step_item){.seq = q->ch[0].seq,
-                                      .ids = q->r->ids + q->prompt_fed,
-                                      .n = nchunk,
-                                      .embeds = eb.rows,
-                                      .use_embed = eb.use,
-                                      .logits_mode = (last && need_logits) ? mode : WK_LOGITS_NONE};
+            s->items[n_items] = (struct wk_step_item){
+                .seq = q->ch[0].seq,
+                .ids = q->r->ids + q->prompt_fed,
+                .n = nchunk,
+                .embeds = eb.rows,
+                .use_embed = eb.use,
+                .logits_mode = (last && need_logits) ? mode : WK_LOGITS_NONE,
+                .cands = (last && mode == WK_LOGITS_CANDS) ? &s->item_cands[n_items] : NULL};
             s->item_req[n_items] = q;
             s->item_choice[n_items++] = -1;
             budget -= nchunk;
@@ -293,7 +349,9 @@ int32_t sched_step(struct wk_sched *s)
         }
         q = next;
     }
-    for (int32_t k = 0; k < n_items; k++) n_logit_rows += s->items[k].logits_mode == WK_LOGITS_LAST;
+    for (int32_t k = 0; k < n_items; k++)
+        n_logit_rows +=
+            s->items[k].logits_mode == WK_LOGITS_LAST || s->items[k].logits_mode == WK_LOGITS_CANDS;
     if (ensure_logits(s, n_logit_rows) != 0) {
         for (int32_t k = 0; k < n_items; k++) {
             free(ebs[k].rows);
@@ -307,7 +365,7 @@ int32_t sched_step(struct wk_sched *s)
     }
     n_logit_rows = 0;
     for (int32_t k = 0; k < n_items; k++)
-        if (s->items[k].logits_mode == WK_LOGITS_LAST)
+        if (s->items[k].logits_mode == WK_LOGITS_LAST || s->items[k].logits_mode == WK_LOGITS_CANDS)
             s->items[k].logits = s->logits + (int64_t)(n_logit_rows++) * s->info->vocab_size;
 
     int32_t rc = MM_OK;
@@ -353,15 +411,17 @@ int32_t sched_step(struct wk_sched *s)
         if (i < 0) {
             r->prompt_fed += it->n;
             if (r->prompt_fed == r->r->n_ids)
-                prompt_done(s, r, it->logits_mode == WK_LOGITS_LAST ? it->logits : NULL,
-                            it->logits_mode == WK_LOGITS_ARGMAX ? it->token : -1);
+                prompt_done(s, r, sampled_logits(it), it->logits_mode == WK_LOGITS_ARGMAX ? it->token : -1,
+                            it->logits_mode == WK_LOGITS_CANDS ? it->cands : NULL);
             /* prompt_done may end r; nothing after this touches it */
             continue;
         }
         struct choice *c = &r->ch[i];
         c->fed += it->n;
-        if (it->logits_mode == WK_LOGITS_LAST) take_token(s, r, i, it->logits, -1);
-        if (it->logits_mode == WK_LOGITS_ARGMAX) take_token(s, r, i, NULL, it->token);
+        if (it->logits_mode == WK_LOGITS_LAST || it->logits_mode == WK_LOGITS_CANDS)
+            take_token(s, r, i, sampled_logits(it), -1,
+                       it->logits_mode == WK_LOGITS_CANDS ? it->cands : NULL);
+        if (it->logits_mode == WK_LOGITS_ARGMAX) take_token(s, r, i, NULL, it->token, NULL);
     }
     /* requests whose every choice has ended */
     q = s->running;

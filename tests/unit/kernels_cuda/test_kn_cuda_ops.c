@@ -9,6 +9,7 @@
 #include "cuda_test_util.h"
 #include "kn_act.h"
 #include "kn_attn.h"
+#include "kn_cands.h"
 #include "kn_gemm.h"
 #include "kn_norm.h"
 #include "kn_rope.h"
@@ -263,6 +264,71 @@ static void test_argmax(void)
     CHECK_EQ_INT(kn_cuda_argmax_rows(NULL, 1, 10, 10, NULL, 0, &err), MM_INVALID);
     CHECK_EQ_INT(kn_cuda_argmax_rows((const float *)8, 1, 10, 9, (int32_t *)8, 0, &err), MM_INVALID);
     OK(kn_cuda_argmax_rows(NULL, 0, 10, 10, NULL, 0, &err));
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sampling candidates on the device against kernels/cpu/kn_cands.c: the same count and the same ids (the
+ * device's order is arbitrary) at M3's vocabulary and a small one, for k 1-1024 and temperatures 0.05-100,
+ * with ties, NaN, -inf, a row of NaN (none), a +inf row, k beyond the valid count, and a skipped row */
+static void test_topk_cands(void)
+{
+    const int64_t shapes[][2] = {{200064, 200067}, {3000, 3000}};
+    enum { ROWS = 9, CAP = 1024 };
+    const int32_t ks[ROWS] = {1, 2, 40, 1024, 50, 5, 0, 7, 2990};
+    const float ts[ROWS] = {1.0f, 0.05f, 0.7f, 100.0f, 1.0f, 2.0f, 1.0f, 1.0f, 0.5f};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t n = shapes[si][0], ld = shapes[si][1];
+        float *x = ct_hmalloc(sizeof(float) * (size_t)(ROWS * ld)),
+              *scratch = ct_hmalloc(sizeof(float) * (size_t)n);
+        ct_fill_normal(x, ROWS * ld, 3.0f);
+        for (int64_t i = 0; i < n; i += 5) x[1 * ld + i] = floorf(x[1 * ld + i]); /* ties */
+        for (int64_t i = 0; i < n; i += 13) x[2 * ld + i] = i % 2 ? nanf("") : -INFINITY;
+        for (int64_t i = 0; i < n; i++) x[4 * ld + i] = nanf(""); /* none */
+        x[5 * ld + n / 2] = INFINITY, x[5 * ld + n - 1] = INFINITY;
+        for (int64_t i = 10; i < n; i++) x[8 * ld + i] = nanf(""); /* 10 valid, k 2990 */
+        float *x_d = ct_upload(x, sizeof(float) * (size_t)(ROWS * ld));
+        int32_t *k_d = ct_upload(ks, sizeof ks);
+        float *t_d = ct_upload(ts, sizeof ts);
+        int32_t cnt[ROWS] = {0}, *cnt_d = ct_upload(cnt, sizeof cnt);
+        int32_t *ids_d = ct_dmalloc(sizeof(int32_t) * ROWS * CAP);
+        float *vals_d = ct_dmalloc(sizeof(float) * ROWS * CAP);
+        OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, k_d, t_d, CAP, cnt_d, ids_d, vals_d, 0, &err));
+        int32_t *ids = ct_hmalloc(sizeof(int32_t) * ROWS * CAP), *ref = ct_hmalloc(sizeof(int32_t) * CAP);
+        float *vals = ct_hmalloc(sizeof(float) * ROWS * CAP), *rv = ct_hmalloc(sizeof(float) * CAP);
+        ct_download(cnt, cnt_d, sizeof cnt);
+        ct_download(ids, ids_d, sizeof(int32_t) * ROWS * CAP);
+        ct_download(vals, vals_d, sizeof(float) * ROWS * CAP);
+        for (int32_t r = 0; r < ROWS; r++) {
+            if (!ks[r]) {
+                CHECK_EQ_INT(cnt[r], 0); /* untouched */
+                continue;
+            }
+            const int32_t want = kn_topk_cands(x + r * ld, (int32_t)n, ks[r], ts[r], CAP, ref, rv, scratch);
+            CHECK_MSG(cnt[r] == want, "cands n %lld row %d: %d, want %d", (long long)n, r, cnt[r], want);
+            if (cnt[r] != want || want > CAP) continue;
+            int32_t *g = ids + r * CAP;
+            int vals_ok = 1;
+            for (int32_t j = 0; j < want; j++) vals_ok &= vals[r * CAP + j] == x[r * ld + g[j]];
+            qsort(g, (size_t)want, sizeof(int32_t), cmp_i32);
+            CHECK_MSG(memcmp(g, ref, sizeof(int32_t) * (size_t)want) == 0 && vals_ok,
+                      "cands n %lld row %d: ids differ", (long long)n, r);
+        }
+        CHECK_EQ_INT(cnt[4], 0);
+        CHECK_EQ_INT(cnt[5], 2);
+        CT_CU(cudaFree(x_d));
+        CT_CU(cudaFree(k_d));
+        CT_CU(cudaFree(t_d));
+        CT_CU(cudaFree(cnt_d));
+        CT_CU(cudaFree(ids_d));
+        CT_CU(cudaFree(vals_d));
+        free(x), free(scratch), free(ids), free(ref), free(vals), free(rv);
+    }
+    CHECK_EQ_INT(kn_cuda_topk_cands(NULL, 1, 10, 10, NULL, NULL, 4, NULL, NULL, NULL, 0, &err), MM_INVALID);
 }
 
 static void test_embed_dequant(void)
@@ -1002,6 +1068,7 @@ int main(void)
     test_activations();
     test_embed_dequant();
     test_argmax();
+    test_topk_cands();
     test_attn_full();
     test_moe();
     test_gemm();

@@ -46,7 +46,7 @@ static struct wk_seq *run_chunks(const int32_t *ids, int32_t n, int32_t chunk, f
     for (int32_t o = 0; o < n; o += chunk) {
         int32_t k = n - o < chunk ? n - o : chunk;
         struct wk_step_item it = {s,    ids + o, k, NULL, NULL, WK_LOGITS_ALL, logits + (int64_t)o * V,
-                                  NULL, 0,       0};
+                                  NULL, 0,       0, NULL};
         CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
     }
     CHECK_EQ_INT(wk_seq_len(s), n);
@@ -86,7 +86,7 @@ static void decode(struct wk_seq **s, int32_t n, const int32_t *first, int32_t s
     for (int32_t t = 0; t < steps; t++) {
         for (int32_t j = 0; j < n; j++)
             it[j] = (struct wk_step_item){s[j], &cur[j], 1, NULL, NULL, WK_LOGITS_LAST, lg + (int64_t)j * V,
-                                          NULL, 0,       0};
+                                          NULL, 0,       0, NULL};
         CHECK_EQ_INT(wk_engine_forward(E, it, n, &err), MM_OK);
         for (int32_t j = 0; j < n; j++) out[j * steps + t] = cur[j] = argmax(lg + (int64_t)j * V);
     }
@@ -114,8 +114,8 @@ static void test_batching(void)
     struct wk_step_item it[S];
     for (int j = 0; j < S; j++) {
         CHECK_EQ_INT(wk_seq_create(E, &sb[j], &err), MM_OK);
-        it[j] =
-            (struct wk_step_item){sb[j], ids[j], lens[j], NULL, NULL, WK_LOGITS_ALL, batched[j], NULL, 0, 0};
+        it[j] = (struct wk_step_item){sb[j],      ids[j], lens[j], NULL, NULL, WK_LOGITS_ALL,
+                                      batched[j], NULL,   0,       0,    NULL};
     }
     CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
     for (int j = 0; j < S; j++)
@@ -150,7 +150,8 @@ static void test_prefix_and_fork(void)
     int64_t k = wk_seq_reuse_prefix(E, s2, ids, N, 0);
     CHECK_EQ_INT(k, 32);
     CHECK_EQ_INT(wk_seq_len(s2), 32);
-    struct wk_step_item it = {s2, ids + k, (int32_t)(N + 1 - k), NULL, NULL, WK_LOGITS_ALL, got, NULL, 0, 0};
+    struct wk_step_item it = {s2, ids + k, (int32_t)(N + 1 - k), NULL, NULL, WK_LOGITS_ALL, got, NULL, 0,
+                              0,  NULL};
     CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
     CHECK_MSG(maxdiff(ref + k * V, got, (N + 1 - k) * V) < 1e-4, "reused prefix differs: %g",
               maxdiff(ref + k * V, got, (N + 1 - k) * V));
@@ -173,8 +174,8 @@ static void test_prefix_and_fork(void)
     CHECK_EQ_INT(wk_seq_len(child), N + 1);
     int32_t xa = 1234, xb = 4321;
     float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
-    struct wk_step_item two[2] = {{s2, &xa, 1, NULL, NULL, WK_LOGITS_LAST, la, NULL, 0, 0},
-                                  {child, &xb, 1, NULL, NULL, WK_LOGITS_LAST, lb, NULL, 0, 0}};
+    struct wk_step_item two[2] = {{s2, &xa, 1, NULL, NULL, WK_LOGITS_LAST, la, NULL, 0, 0, NULL},
+                                  {child, &xb, 1, NULL, NULL, WK_LOGITS_LAST, lb, NULL, 0, 0, NULL}};
     CHECK_EQ_INT(wk_engine_forward(E, two, 2, &err), MM_OK);
     int32_t full[N + 2];
     memcpy(full, ids, sizeof(int32_t) * (N + 1));
@@ -260,7 +261,7 @@ static void test_greedy_tokens(void)
     for (int j = 0; j < S; j++) {
         CHECK_EQ_INT(wk_seq_create(E, &r[j], &err), MM_OK);
         it[j] = (struct wk_step_item){r[j], ids[j], N, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
-                                      NULL, 0,      0};
+                                      NULL, 0,      0, NULL};
     }
     CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
     const struct wk_backend_iface *plain = E->be.iface;
@@ -280,7 +281,8 @@ static void test_greedy_tokens(void)
                                           modes[j] == WK_LOGITS_LAST ? got + (int64_t)j * V : NULL,
                                           NULL,
                                           0,
-                                          -1};
+                                          -1,
+                                          NULL};
         }
         CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
         for (int j = 0; j < S; j++) {
@@ -305,13 +307,14 @@ static void test_greedy_tokens(void)
                                           got + (int64_t)j * V,
                                           NULL,
                                           0,
-                                          -1};
+                                          -1,
+                                          NULL};
         }
         CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
         for (int j = 0; j < S; j += 2) {
             /* the same step with logits, on the reference sequences */
             struct wk_step_item one = {r[j], &next[j], 1, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
-                                       NULL, 0,        0};
+                                       NULL, 0,        0, NULL};
             struct wk_seq *keep = r[j];
             CHECK_EQ_INT(wk_seq_fork(E, keep, &r[j], &err), MM_OK);
             one.seq = r[j];
@@ -322,7 +325,7 @@ static void test_greedy_tokens(void)
             r[j] = keep;
             /* ref row j is now the decode step's: restore the prompt's for the next pass */
             struct wk_step_item again = {NULL, ids[j], N, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
-                                         NULL, 0,      0};
+                                         NULL, 0,      0, NULL};
             CHECK_EQ_INT(wk_seq_create(E, &again.seq, &err), MM_OK);
             CHECK_EQ_INT(wk_engine_forward(E, &again, 1, &err), MM_OK);
             wk_seq_free(E, again.seq);
@@ -334,6 +337,77 @@ static void test_greedy_tokens(void)
     free(ref), free(got);
 }
 
+/* WK_LOGITS_CANDS: the candidates the engine returns (ascending ids, their logits) sample as the whole row
+ * does; a row with more than cap of them, or a backend without topk_rows, comes back whole (n = -1). The
+ * whole rows are caught inside the CPU backend's topk_rows (its logits are host memory). */
+static const struct wk_backend_iface *cands_plain;
+static float *cands_rows;
+static int64_t cands_seen; /* rows caught so far: each item's last row is a run of its own here */
+static void topk_rows_spy(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k,
+                          const float *t, int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+{
+    if (cands_seen + rows <= 32) memcpy(cands_rows + cands_seen * n, src, sizeof(float) * (size_t)(rows * n));
+    cands_seen += rows;
+    cands_plain->topk_rows(ctx, src, rows, n, k, t, cap, counts, ids, vals);
+}
+
+static void test_candidates(void)
+{
+    enum { S = 3, N = 10, CAP = 64 };
+    int32_t ids[S][N];
+    for (int j = 0; j < S; j++) prompt(ids[j], N, 70 + (uint32_t)j);
+    float *full = malloc(sizeof(float) * S * V);
+    cands_rows = malloc(sizeof(float) * 32 * V);
+    int32_t cid[S][CAP];
+    float clg[S][CAP];
+    struct wk_cands c[S];
+    struct mm_err err = {0};
+    cands_plain = E->be.iface;
+    struct wk_backend_iface spy = *cands_plain, none = *cands_plain;
+    spy.topk_rows = topk_rows_spy;
+    none.topk_rows = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        E->be.iface = pass ? &none : &spy;
+        cands_seen = 0;
+        struct wk_seq *g[S];
+        struct wk_step_item it[S];
+        for (int j = 0; j < S; j++) {
+            CHECK_EQ_INT(wk_seq_create(E, &g[j], &err), MM_OK);
+            /* item 2 allows 2 candidates only: its row comes back whole */
+            c[j] = (struct wk_cands){j == 1 ? 40 : 5, 0.8f, j == 2 ? 2 : CAP, cid[j], clg[j], 99};
+            it[j] = (struct wk_step_item){g[j], ids[j], N, NULL, NULL, WK_LOGITS_CANDS, full + (int64_t)j * V,
+                                          NULL, 0,      0, &c[j]};
+        }
+        CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
+        CHECK_EQ_INT(cands_seen, pass ? 0 : S);
+        for (int j = 0; j < S; j++) {
+            const float *row = cands_rows + (int64_t)j * V;
+            if (pass || j == 2) {
+                CHECK_EQ_INT(c[j].n, -1);
+                if (!pass) CHECK(memcmp(full + (int64_t)j * V, row, sizeof(float) * V) == 0);
+                continue;
+            }
+            CHECK(c[j].n >= c[j].k && c[j].n <= CAP);
+            int asc = 1;
+            for (int32_t q = 1; q < c[j].n; q++) asc &= cid[j][q] > cid[j][q - 1];
+            CHECK(asc);
+            for (int32_t q = 0; q < c[j].n; q++) CHECK(clg[j][q] == row[cid[j][q]]);
+            struct wk_sampling sp = {0.8f, 0.95f, c[j].k, 0};
+            uint64_t r1 = 3, r2 = 3;
+            int same = 1;
+            for (int d = 0; d < 50; d++) {
+                const int32_t a = wk_sample(row, V, &sp, &r1, NULL),
+                              q = wk_sample(clg[j], c[j].n, &sp, &r2, NULL);
+                same &= q >= 0 && q < c[j].n && cid[j][q] == a;
+            }
+            CHECK_MSG(same, "seq %d: candidates sample differently from the whole row", j);
+        }
+        for (int j = 0; j < S; j++) wk_seq_free(E, g[j]);
+    }
+    E->be.iface = cands_plain;
+    free(full), free(cands_rows);
+}
+
 static void test_refusals(void)
 {
     struct mm_err err = {0};
@@ -341,7 +415,7 @@ static void test_refusals(void)
     CHECK_EQ_INT(wk_seq_create(E, &s, &err), MM_OK);
     int32_t ids[3] = {5, V, 7};
     float *lg = malloc(sizeof(float) * 3 * V);
-    struct wk_step_item it = {s, ids, 3, NULL, NULL, WK_LOGITS_LAST, lg, NULL, 0, 0};
+    struct wk_step_item it = {s, ids, 3, NULL, NULL, WK_LOGITS_LAST, lg, NULL, 0, 0, NULL};
     CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
     CHECK(strstr(err.msg, "vocabulary") != NULL);
     ids[1] = 6;
@@ -376,10 +450,10 @@ static void test_exhausted(void)
     struct wk_seq *a = NULL, *b = NULL;
     wk_seq_create(e, &a, &err);
     wk_seq_create(e, &b, &err);
-    struct wk_step_item it = {a, ids, 40, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0};
+    struct wk_step_item it = {a, ids, 40, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL};
     CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK); /* 3 pages */
-    struct wk_step_item two[2] = {{a, ids + 40, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0},
-                                  {b, ids, 20, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0}};
+    struct wk_step_item two[2] = {{a, ids + 40, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL},
+                                  {b, ids, 20, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL}};
     CHECK_EQ_INT(wk_engine_forward(e, two, 2, &err), MM_EXHAUSTED); /* b needs 2, one is free */
     CHECK_EQ_INT(wk_seq_len(a), 40);
     CHECK_EQ_INT(wk_seq_len(b), 0);
@@ -390,7 +464,7 @@ static void test_exhausted(void)
     struct wk_seq *c = NULL;
     wk_seq_create(e, &c, &err);
     int32_t *big = calloc(300, sizeof(int32_t));
-    struct wk_step_item bi = {c, big, 300, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0};
+    struct wk_step_item bi = {c, big, 300, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL};
     CHECK_EQ_INT(wk_engine_forward(e, &bi, 1, &err), MM_TOO_LARGE);
     free(big);
     wk_engine_close(e); /* frees the live sequences too */
@@ -459,11 +533,12 @@ static void test_page_bytes(const struct mk_demo_opts *d)
             prompt(ids, n + 1, 7);
             for (int32_t o2 = 0; o2 < n; o2 += 64) {
                 struct wk_step_item it = {
-                    s, ids + o2, n - o2 < 64 ? n - o2 : 64, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0};
+                    s, ids + o2, n - o2 < 64 ? n - o2 : 64, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0,
+                    0, NULL};
                 CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK);
             }
             CHECK_EQ_INT(wk_engine_free_pages(e), 0);
-            struct wk_step_item it = {s, ids + n, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0};
+            struct wk_step_item it = {s, ids + n, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL};
             CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_EXHAUSTED);
             wk_seq_free(e, s);
         }
@@ -506,6 +581,7 @@ int main(void)
     test_prefix_and_fork();
     test_fused_add_norm();
     test_greedy_tokens();
+    test_candidates();
     test_refusals();
     test_media();
     wk_engine_close(E);

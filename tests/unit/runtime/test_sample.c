@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_cands.h"
 #include "mmgw_test.h"
 #include "sample_ref.h"
 #include "wk_engine.h"
@@ -57,9 +58,70 @@ static void test_same_as_reference(void)
     CHECK_NEAR(lp, 0, 0);
 }
 
+/* Sampling from a row's top-k candidates (kn_topk_cands) gives the token and log-probability sampling from
+ * the whole row gives, bit for bit: flat, tied and peaked rows, NaN and infinities, every filter over a range
+ * of top-k and temperatures; a row of NaN has no candidates */
+static void test_candidates(void)
+{
+    static const int32_t ks[] = {2, 5, 40, 300, 1024};
+    static const float ts[] = {0.05f, 0.7f, 1.0f, 2.0f, 100.0f};
+    static const float tps[] = {1.0f, 0.9f, 0.5f};
+    static const float mps[] = {0.0f, 0.05f};
+    static const int32_t vocabs[] = {200064, 3000};
+    enum { CAP = 1024 };
+    int32_t ids[CAP];
+    float vals[CAP];
+    int64_t rows = 0, fits = 0, bad = 0;
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        const int32_t V = vocabs[vi];
+        float *l = malloc(sizeof(float) * (size_t)V), *scratch = malloc(sizeof(float) * (size_t)V);
+        for (int shape = 0; shape < 4; shape++) {
+            ref_logits(l, V, 300 + (uint64_t)shape, shape == 1 ? 3 : 0, shape == 2 ? 30.0f : 0.0f);
+            if (shape == 3) /* NaN and infinities sprinkled, no +inf */
+                for (int32_t i = 0; i < V; i += 97) l[i] = i % 2 ? nanf("") : -INFINITY;
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+                    const int32_t n = kn_topk_cands(l, V, ks[ki], ts[ti], CAP, ids, vals, scratch);
+                    rows++;
+                    if (n > CAP) continue; /* the whole row would be sampled */
+                    fits++;
+                    for (int32_t j = 1; j < n; j++) bad += ids[j] <= ids[j - 1];
+                    for (size_t pi = 0; pi < 3; pi++)
+                        for (size_t mi = 0; mi < 2; mi++) {
+                            struct wk_sampling sp = {ts[ti], tps[pi], ks[ki], mps[mi]};
+                            uint64_t r1 = 11 + ki, r2 = 11 + ki;
+                            for (int d = 0; d < (V > 10000 ? 1 : 3); d++) {
+                                float lp1 = 0, lp2 = 0;
+                                const int32_t a = wk_sample(l, V, &sp, &r1, &lp1);
+                                const int32_t j = wk_sample(vals, n, &sp, &r2, &lp2);
+                                const int32_t b = j >= 0 && j < n ? ids[j] : -1;
+                                if (a != b || memcmp(&lp1, &lp2, sizeof lp1)) {
+                                    if (bad < 5)
+                                        fprintf(stderr, "V %d shape %d k %d t %g p %g: %d vs %d (%g vs %g)\n",
+                                                V, shape, ks[ki], ts[ti], tps[pi], a, b, lp1, lp2);
+                                    bad++;
+                                }
+                            }
+                        }
+                }
+        }
+        free(l), free(scratch);
+    }
+    CHECK_MSG(bad == 0, "%lld of the draws from candidates differ from the whole row's", (long long)bad);
+    CHECK_MSG(fits > rows / 2, "only %lld of %lld rows fit in %d candidates", (long long)fits,
+              (long long)rows, CAP);
+    float nan3[3] = {nanf(""), nanf(""), nanf("")}, s3[3];
+    CHECK_EQ_INT(kn_topk_cands(nan3, 3, 2, 1.0f, 4, ids, vals, s3), 0);
+    /* a +inf logit: it alone (wk_sample falls back to the argmax, the first +inf) */
+    float inf4[4] = {1, INFINITY, 2, INFINITY}, s4[4];
+    CHECK_EQ_INT(kn_topk_cands(inf4, 4, 2, 1.0f, 4, ids, vals, s4), 2);
+    CHECK_EQ_INT(ids[0], 1);
+}
+
 int main(void)
 {
     test_same_as_reference();
+    test_candidates();
     const float l[4] = {1, 3, 2, 0};
     uint64_t rng = 42;
     float lp;

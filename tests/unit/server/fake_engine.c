@@ -456,6 +456,15 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
             it->token = wk_argmax(l, V);
             free(l);
             e->st.argmax_rows++;
+        } else if (it->logits_mode == WK_LOGITS_CANDS) {
+            /* every token a candidate when they fit (the same draw as the whole row), else the whole row */
+            fake_logits(V, s->h, it->logits);
+            it->cands->n = -1;
+            if (V <= it->cands->cap) {
+                for (int32_t v = 0; v < V; v++) it->cands->ids[v] = v, it->cands->logits[v] = it->logits[v];
+                it->cands->n = V;
+            }
+            e->st.cand_rows++;
         } else if (it->logits_mode == WK_LOGITS_ALL) {
             return mm_err_set(err, MM_UNSUPPORTED, "the fake has no ALL logits");
         }

@@ -12,6 +12,7 @@ struct fake_stats {
     int64_t forwards, tokens, max_items, max_step_tokens, forks, encodes, reused_tokens, exhausted;
     int64_t live_seqs;
     int64_t argmax_rows, logit_rows; /* positions asked for their greedy token only / for their logits */
+    int64_t cand_rows;               /* positions asked for their top-k candidates */
     /* written by the encoder thread (read them with fake_engine_stat) */
     int64_t encode_started, encode_cancelled, forwards_during_encode;
 };

@@ -398,6 +398,39 @@ static void test_logprobs(void)
     env_close(&v);
 }
 
+/* Sampled requests with a top-k take their tokens from the engine's candidates (WK_LOGITS_CANDS), the same
+ * tokens as from the whole row: the same seeded request asking for log-probabilities (whole rows) matches */
+static void test_candidates(void)
+{
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&k_cfg, &so, 1);
+    int32_t ids[14];
+    mkprompt(ids, 14, 41, 64);
+    const struct fake_stats *fs = fake_engine_stats(v.e);
+    struct rec *r[2];
+    for (int k = 0; k < 2; k++) {
+        struct wk_request *q = mkreq(k ? "whole" : "cands", ids, 14, 12, 1, 512);
+        q->sp.temperature = 1.5f;
+        q->sp.top_k = 8;
+        q->sp.has_seed = 1;
+        q->sp.seed = 77;
+        q->sp.return_logprobs = k;
+        const int64_t c0 = fake_engine_stat(v.e, &fs->cand_rows), l0 = fake_engine_stat(v.e, &fs->logit_rows);
+        r[k] = rec_new();
+        CHECK(submit(&v, q, r[k]) == MM_OK);
+        CHECK(rec_wait_end(r[k], 5000) == 0);
+        CHECK_EQ_INT(r[k]->n_tok[0], 12);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->cand_rows) - c0, k ? 0 : 12);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows) - l0, k ? 12 : 0);
+    }
+    CHECK(memcmp(r[0]->tok[0], r[1]->tok[0], 12 * sizeof(int32_t)) == 0);
+    int varied = 0; /* a sampled run, not the greedy one */
+    for (int i = 1; i < 12; i++) varied |= r[0]->tok[0][i] != r[0]->tok[0][0];
+    CHECK(varied);
+    rec_free(r[0]), rec_free(r[1]);
+    env_close(&v);
+}
+
 static void test_forward_failure_and_drain(void)
 {
     struct wk_sched_opts so = {0};
@@ -461,6 +494,7 @@ int main(void)
     test_prefix_reuse();
     test_preemption();
     test_logprobs();
+    test_candidates();
     test_forward_failure_and_drain();
     return test_done();
 }

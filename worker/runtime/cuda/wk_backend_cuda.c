@@ -81,6 +81,8 @@ struct cuda_be {
     size_t dl_cap;
     int32_t argmax;     /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
     struct dbuf am_ids; /* its device ids (a fixed address: the kernel is part of a step's graph) */
+    /* topk_rows: per-row k and t (uploaded before the step's segment runs), counts, ids, logits */
+    struct dbuf tk_kt, tk_out;
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -318,6 +320,71 @@ static void cu_argmax_rows(void *ctx, const float *src, int32_t rows, int64_t n,
     if (e != cudaSuccess) {
         failc(c, e, "download");
         memset(ids, 0, sizeof(int32_t) * (size_t)rows);
+    }
+}
+
+/* Sampling candidates of rows of logits (kn_cuda_topk_cands), an operation of the step like the argmax: k
+ * and t go to a fixed device buffer before it runs, so a step's graph replays whatever the requests ask. */
+struct a_topk {
+    const float *src;
+    int64_t n;
+    int32_t rows, cap;
+    const int32_t *k;
+    const float *t;
+    int32_t *counts, *ids;
+    float *vals;
+};
+
+static void ex_topk(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_topk *a = args;
+    struct mm_err e__ = {0};
+    if (kn_cuda_topk_cands(a->src, a->rows, a->n, a->n, a->k, a->t, a->cap, a->counts, a->ids, a->vals, ST,
+                           &e__))
+        fail(c, &e__, "sampling candidates");
+}
+
+static void cu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k,
+                         const float *t, int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+{
+    struct cuda_be *c = ctx;
+    for (int32_t i = 0; i < rows; i++) counts[i] = -1;
+    if (rows <= 0 || n <= 0 || cap <= 0) return;
+    const int32_t rr = rows < 32 ? 32 : rows;
+    const size_t kt_bytes = 2 * sizeof(int32_t) * (size_t)rr, out_bytes = (size_t)rr * (4 + 8 * (size_t)cap);
+    if (c->tk_kt.n < kt_bytes || c->tk_out.n < out_bytes) flush(c); /* recorded operations may hold them */
+    char *kt = grow(c, &c->tk_kt, kt_bytes), *out = grow(c, &c->tk_out, out_bytes);
+    if (!kt || !out) return;
+    /* k and t before anything recorded runs: nothing recorded reads them but this step's own operation */
+    cudaError_t e = cudaMemcpy(kt, k, sizeof(int32_t) * (size_t)rows, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(kt + sizeof(int32_t) * rr, t, sizeof(float) * (size_t)rows, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        failc(c, e, "upload");
+        return;
+    }
+    struct a_topk a;
+    memset(&a, 0, sizeof a);
+    a.src = src, a.n = n, a.rows = rows, a.cap = cap;
+    a.k = (const int32_t *)kt, a.t = (const float *)(kt + sizeof(int32_t) * rr);
+    a.counts = (int32_t *)out, a.ids = (int32_t *)(out + 4 * (size_t)rr);
+    a.vals = (float *)(out + 4 * (size_t)rr + 4 * (size_t)rr * cap);
+    run_op(c, ex_topk, &a, sizeof a);
+    flush(c);
+    e = cudaMemcpy(counts, a.counts, sizeof(int32_t) * (size_t)rows, cudaMemcpyDeviceToHost);
+    for (int32_t i = 0; e == cudaSuccess && i < rows; i++) {
+        const int32_t m = counts[i] < 0 ? 0 : counts[i] < cap ? counts[i] : cap;
+        if (k[i] <= 0 || m == 0) continue;
+        e = cudaMemcpy(ids + (int64_t)i * cap, a.ids + (int64_t)i * cap, sizeof(int32_t) * (size_t)m,
+                       cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess)
+            e = cudaMemcpy(vals + (int64_t)i * cap, a.vals + (int64_t)i * cap, sizeof(float) * (size_t)m,
+                           cudaMemcpyDeviceToHost);
+    }
+    if (e != cudaSuccess) {
+        failc(c, e, "download");
+        for (int32_t i = 0; i < rows; i++) counts[i] = -1;
     }
 }
 
@@ -1614,7 +1681,7 @@ static void cu_destroy(void *ctx)
     struct dbuf *all[] = {&c->small_ws, &c->meta,  &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
                           &c->ws,       &c->sel,   &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
                           &c->m_wts,    &c->m_off, &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
-                          &c->m_u,      &c->m_a,   &c->m_e,    &c->am_ids};
+                          &c->m_u,      &c->m_a,   &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
     kn_cuda_blas_destroy(c->blas);
     moe_tables_free(c);
@@ -1650,6 +1717,7 @@ __attribute__((noinline)) static const char *op_key(wk_step_fn fn, const void *a
                  {ex_norm_rope, "head norm + rope"},
                  {ex_add, "add"},
                  {ex_argmax, "argmax"},
+                 {ex_topk, "sampling candidates"},
                  {ex_swiglu, "swiglu"},
                  {ex_cache_write, "cache write"},
                  {ex_attn_dense, "attention, dense"},
@@ -1671,6 +1739,7 @@ static const struct wk_backend_iface cuda_iface = {
     .download = cu_download,
     .download_rows = cu_download_rows,
     .argmax_rows = cu_argmax_rows,
+    .topk_rows = cu_topk_rows,
     .weight_load = cu_weight_load,
     .weight_free = cu_weight_free,
     .weight_bytes = cu_weight_bytes,
