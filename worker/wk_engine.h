@@ -110,7 +110,7 @@ enum wk_logits_mode {
 };
 
 struct wk_cands {
-    int32_t k;         /* in: top-k, >= 1 */
+    int32_t k;         /* in: top-k, >= 1 (INT32_MAX: none) */
     float temperature; /* in: > 0 */
     int32_t cap;       /* in: room in ids and logits, >= 1 */
     int32_t *ids;      /* out: the candidates' token ids, ascending */

@@ -108,13 +108,15 @@ static int greedy_token_only(const struct wk_sched *s, const struct sreq *q, con
     return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
 }
 
-/* Whether choice c's next token can be sampled from the engine's top-k candidates (WK_LOGITS_CANDS: on a GPU
- * a few logits come back instead of the row, and the sampler sorts a few): sampled with a top-k of 2 to
- * SCHED_CANDS, no log-probabilities, no stop token masked. wk_sample then gives what the whole row gives. */
+/* Whether choice c's next token can be sampled from the engine's candidates (WK_LOGITS_CANDS: on a GPU a few
+ * logits come back instead of the row, and the sampler sorts a few): sampled, no log-probabilities, no stop
+ * token masked. wk_sample then gives what the whole row gives. Without a top-k the candidates are every
+ * token the sampler could keep (within 28.6 T of the best): a confident row fits, a flat one comes back
+ * whole. */
 static int cands_token(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
 {
     const struct wk_sampling_req *sp = &q->r->sp;
-    if (!(sp->temperature > 0.0f) || sp->top_k < 2 || sp->top_k > SCHED_CANDS) return 0;
+    if (!(sp->temperature > 0.0f) || sp->top_k == 1 || sp->top_k > SCHED_CANDS) return 0;
     if (sp->return_logprobs || sp->top_logprobs > 0) return 0;
     return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
 }
@@ -124,7 +126,7 @@ static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct
 {
     if (greedy_token_only(s, q, c)) return WK_LOGITS_ARGMAX;
     if (!cands_token(s, q, c)) return WK_LOGITS_LAST;
-    s->item_cands[k] = (struct wk_cands){.k = q->r->sp.top_k,
+    s->item_cands[k] = (struct wk_cands){.k = q->r->sp.top_k > 0 ? q->r->sp.top_k : INT32_MAX,
                                          .temperature = q->r->sp.temperature,
                                          .cap = SCHED_CANDS,
                                          .ids = s->cand_ids + (int64_t)k * SCHED_CANDS,

@@ -63,7 +63,7 @@ static void test_same_as_reference(void)
  * of top-k and temperatures; a row of NaN has no candidates */
 static void test_candidates(void)
 {
-    static const int32_t ks[] = {2, 5, 40, 300, 1024};
+    static const int32_t ks[] = {2, 5, 40, 300, 1024, INT32_MAX}; /* INT32_MAX: no top-k */
     static const float ts[] = {0.05f, 0.7f, 1.0f, 2.0f, 100.0f};
     static const float tps[] = {1.0f, 0.9f, 0.5f};
     static const float mps[] = {0.0f, 0.05f};
@@ -88,7 +88,8 @@ static void test_candidates(void)
                     for (int32_t j = 1; j < n; j++) bad += ids[j] <= ids[j - 1];
                     for (size_t pi = 0; pi < 3; pi++)
                         for (size_t mi = 0; mi < 2; mi++) {
-                            struct wk_sampling sp = {ts[ti], tps[pi], ks[ki], mps[mi]};
+                            struct wk_sampling sp = {ts[ti], tps[pi], ks[ki] == INT32_MAX ? 0 : ks[ki],
+                                                     mps[mi]};
                             uint64_t r1 = 11 + ki, r2 = 11 + ki;
                             for (int d = 0; d < (V > 10000 ? 1 : 3); d++) {
                                 float lp1 = 0, lp2 = 0;

@@ -398,9 +398,10 @@ static void test_logprobs(void)
     env_close(&v);
 }
 
-/* Sampled requests with a top-k take their tokens from the engine's candidates (WK_LOGITS_CANDS), the same
- * tokens as from the whole row: the same seeded request asking for log-probabilities (whole rows) matches */
-static void test_candidates(void)
+/* Sampled requests take their tokens from the engine's candidates (WK_LOGITS_CANDS), with a top-k or without
+ * (top-p only), the same tokens as from the whole row: the same seeded request asking for log-probabilities
+ * (whole rows) matches */
+static void test_candidates(int32_t top_k)
 {
     struct wk_sched_opts so = {0};
     struct env v = env_open(&k_cfg, &so, 1);
@@ -411,7 +412,8 @@ static void test_candidates(void)
     for (int k = 0; k < 2; k++) {
         struct wk_request *q = mkreq(k ? "whole" : "cands", ids, 14, 12, 1, 512);
         q->sp.temperature = 1.5f;
-        q->sp.top_k = 8;
+        q->sp.top_k = top_k;
+        q->sp.top_p = top_k ? 1.0f : 0.9f;
         q->sp.has_seed = 1;
         q->sp.seed = 77;
         q->sp.return_logprobs = k;
@@ -494,7 +496,8 @@ int main(void)
     test_prefix_reuse();
     test_preemption();
     test_logprobs();
-    test_candidates();
+    test_candidates(8);
+    test_candidates(0);
     test_forward_failure_and_drain();
     return test_done();
 }
