@@ -69,15 +69,14 @@ static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
 static void cpu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k,
                           const float *t, int32_t cap, int32_t *counts, int32_t *ids, float *vals)
 {
-    (void)ctx;
-    float *scratch = malloc(sizeof(float) * (size_t)n);
+    struct cpu *c = ctx;
+    const int ok = grow_to(&c->cands, n) == 0;
     for (int32_t i = 0; i < rows; i++) {
         if (k[i] <= 0) continue;
-        counts[i] = scratch ? kn_topk_cands(src + (int64_t)i * n, (int32_t)n, k[i], t[i], cap,
-                                            ids + (int64_t)i * cap, vals + (int64_t)i * cap, scratch)
-                            : -1;
+        counts[i] = ok ? kn_topk_cands(src + (int64_t)i * n, (int32_t)n, k[i], t[i], cap,
+                                       ids + (int64_t)i * cap, vals + (int64_t)i * cap, c->cands.p)
+                       : -1;
     }
-    free(scratch);
 }
 
 /* the logits are host memory already: the greedy tokens in place */
@@ -365,6 +364,7 @@ static void cpu_destroy(void *ctx)
         }
     free(c->tscr);
     free(c->attn.p);
+    free(c->cands.p);
     wk_pool_destroy(c->pool);
     free(c);
 }

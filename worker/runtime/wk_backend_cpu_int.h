@@ -73,6 +73,7 @@ struct cpu {
     /* scratch */
     struct cpu_tscr *tscr; /* [threads] */
     struct grow moe_x, moe_y, moe_logits, attn;
+    struct grow cands;              /* topk_rows: one row's copy for its quickselect */
     int32_t *moe_choice, *moe_slot; /* [n * topk]: expert per (token, k), its row in the grouped order */
     float *moe_w;                   /* [n * topk] */
     int32_t *moe_count, *moe_first; /* [n_experts + 1] */

@@ -47,6 +47,11 @@ struct wk_host {
     const int32_t **tables;
     int64_t *old_blocks; /* block counts before the step (to undo a failed one) */
     int32_t items_cap;
+    /* sampling candidates as the backend returns them (allocated at the first WK_LOGITS_CANDS item):
+     * [LOGIT_ROWS][CANDS_CAP] ids and logits, and one row's (id, slot) pairs for sorting */
+    int32_t *cand_ids;
+    float *cand_vals;
+    int64_t *cand_pairs;
 };
 
 struct wk_engine {

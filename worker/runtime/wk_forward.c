@@ -142,6 +142,9 @@ void wk_forward_free(struct wk_engine *e)
     free(hs->seq_n);
     free(hs->tables);
     free(hs->old_blocks);
+    free(hs->cand_ids);
+    free(hs->cand_vals);
+    free(hs->cand_pairs);
     memset(hs, 0, sizeof *hs);
 }
 
@@ -481,10 +484,16 @@ static void run_cands(struct wk_engine *e, struct logit_run *r)
         t[i] = r->cands[i] ? r->cands[i]->temperature : 1.0f;
         if (r->cands[i]) r->cands[i]->n = -1;
     }
-    int32_t *ids = B->topk_rows ? malloc(sizeof(int32_t) * LOGIT_ROWS * CANDS_CAP) : NULL;
-    float *vals = ids ? malloc(sizeof(float) * LOGIT_ROWS * CANDS_CAP) : NULL;
-    int64_t *pairs = vals ? malloc(sizeof(int64_t) * CANDS_CAP) : NULL;
-    if (pairs) {
+    struct wk_host *hs = &e->hs;
+    if (B->topk_rows && !hs->cand_pairs) { /* once: a decode step must not map and unmap 256 KB */
+        hs->cand_ids = hs->cand_ids ? hs->cand_ids : malloc(sizeof(int32_t) * LOGIT_ROWS * CANDS_CAP);
+        hs->cand_vals = hs->cand_vals ? hs->cand_vals : malloc(sizeof(float) * LOGIT_ROWS * CANDS_CAP);
+        if (hs->cand_ids && hs->cand_vals) hs->cand_pairs = malloc(sizeof(int64_t) * CANDS_CAP);
+    }
+    int32_t *ids = hs->cand_ids;
+    float *vals = hs->cand_vals;
+    int64_t *pairs = hs->cand_pairs;
+    if (B->topk_rows && pairs) {
         B->topk_rows(e->be.ctx, e->a.logits, r->n, V, k, t, CANDS_CAP, counts, ids, vals);
         for (int32_t i = 0; i < r->n; i++) {
             struct wk_cands *c = r->cands[i];
@@ -501,7 +510,6 @@ static void run_cands(struct wk_engine *e, struct logit_run *r)
             r->dst[i] = NULL; /* nothing more to download for this row */
         }
     }
-    free(ids), free(vals), free(pairs);
 }
 
 /* The greedy tokens of the run's rows [0, n) (only the tok rows are used) */

@@ -71,10 +71,10 @@ static void select_first(struct cand *c, int32_t n, int32_t k)
 /* c[0..n) in cmp_cand's order (p descending, id ascending) without comparisons: the candidates arrive in id
  * order and every p is a positive float (its bits order as its value), so a stable radix sort on p's bits,
  * descending, gives exactly qsort's order. qsort of M3's ~200K candidates cost ~45 ms a token; this ~1 ms.
- * tmp: room for n more (NULL: qsort). */
+ * tmp: room for n more. */
 static void sort_cands(struct cand *c, struct cand *tmp, int32_t n)
 {
-    if (n < 256 || !tmp) {
+    if (n < 256) {
         qsort(c, (size_t)n, sizeof *c, cmp_cand);
         return;
     }

@@ -96,16 +96,22 @@ static int32_t is_stop(const struct sreq *q, int32_t tok)
     return 0;
 }
 
-/* Sample choice i's next token from raw logits, stream it, and finish the choice when it stops. */
+/* Whether choice c's next token can be drawn without its whole logits row: no log-probabilities asked, and
+ * no stop token masked (min_new_tokens reached, or nothing to mask) */
+static int row_not_needed(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
+{
+    const struct wk_sampling_req *sp = &q->r->sp;
+    if (sp->return_logprobs || sp->top_logprobs > 0) return 0;
+    return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
+}
+
 /* Whether choice c's next token is the plain argmax of its logits, so that the engine may return only the
- * token (WK_LOGITS_ARGMAX: on a GPU the logits stay on the device): greedy, no log-probabilities, and no
- * stop token masked (min_new_tokens reached, or nothing to mask). */
+ * token (WK_LOGITS_ARGMAX: on a GPU the logits stay on the device): greedy, and no row needed */
 static int greedy_token_only(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
 {
     const struct wk_sampling_req *sp = &q->r->sp;
     if (sp->temperature > 0.0f && sp->top_k != 1) return 0;
-    if (sp->return_logprobs || sp->top_logprobs > 0) return 0;
-    return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
+    return row_not_needed(s, q, c);
 }
 
 /* Whether choice c's next token can be sampled from the engine's candidates (WK_LOGITS_CANDS: on a GPU a few
@@ -117,8 +123,7 @@ static int cands_token(const struct wk_sched *s, const struct sreq *q, const str
 {
     const struct wk_sampling_req *sp = &q->r->sp;
     if (!(sp->temperature > 0.0f) || sp->top_k == 1 || sp->top_k > SCHED_CANDS) return 0;
-    if (sp->return_logprobs || sp->top_logprobs > 0) return 0;
-    return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
+    return row_not_needed(s, q, c);
 }
 
 /* The logits mode of choice c's next token, and its candidates request (item k) when it takes them */
@@ -145,8 +150,9 @@ static const float *sampled_logits(const struct wk_step_item *it)
     return NULL;
 }
 
-/* logits: the position's logits; NULL when the engine returned only its greedy token (greedy_token_only) or
- * its candidates (cands, with n >= 0) */
+/* Sample choice i's next token, stream it, and finish the choice when it stops. logits: the position's
+ * logits; NULL when the engine returned only its greedy token (greedy_token_only) or its candidates (cands,
+ * with n >= 0) */
 static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const float *logits, int32_t greedy_tok,
                        const struct wk_cands *cands)
 {

@@ -355,11 +355,17 @@ static void cu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, c
     const size_t kt_bytes = 2 * sizeof(int32_t) * (size_t)rr, out_bytes = (size_t)rr * (4 + 8 * (size_t)cap);
     if (c->tk_kt.n < kt_bytes || c->tk_out.n < out_bytes) flush(c); /* recorded operations may hold them */
     char *kt = grow(c, &c->tk_kt, kt_bytes), *out = grow(c, &c->tk_out, out_bytes);
-    if (!kt || !out) return;
-    /* k and t before anything recorded runs: nothing recorded reads them but this step's own operation */
-    cudaError_t e = cudaMemcpy(kt, k, sizeof(int32_t) * (size_t)rows, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(kt + sizeof(int32_t) * rr, t, sizeof(float) * (size_t)rows, cudaMemcpyHostToDevice);
+    int32_t *kt_h = malloc(kt_bytes);
+    if (!kt || !out || !kt_h) {
+        free(kt_h);
+        return;
+    }
+    /* k and t in one upload, before anything recorded runs: nothing recorded reads them but this step's own
+     * operation */
+    memcpy(kt_h, k, sizeof(int32_t) * (size_t)rows);
+    memcpy(kt_h + rr, t, sizeof(float) * (size_t)rows);
+    cudaError_t e = cudaMemcpy(kt, kt_h, kt_bytes, cudaMemcpyHostToDevice);
+    free(kt_h);
     if (e != cudaSuccess) {
         failc(c, e, "upload");
         return;
@@ -372,16 +378,14 @@ static void cu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, c
     a.vals = (float *)(out + 4 * (size_t)rr + 4 * (size_t)rr * cap);
     run_op(c, ex_topk, &a, sizeof a);
     flush(c);
+    /* three copies for the whole run (rows x cap ids and logits: 8 KB a row), not two round trips a row */
     e = cudaMemcpy(counts, a.counts, sizeof(int32_t) * (size_t)rows, cudaMemcpyDeviceToHost);
-    for (int32_t i = 0; e == cudaSuccess && i < rows; i++) {
-        const int32_t m = counts[i] < 0 ? 0 : counts[i] < cap ? counts[i] : cap;
-        if (k[i] <= 0 || m == 0) continue;
-        e = cudaMemcpy(ids + (int64_t)i * cap, a.ids + (int64_t)i * cap, sizeof(int32_t) * (size_t)m,
-                       cudaMemcpyDeviceToHost);
-        if (e == cudaSuccess)
-            e = cudaMemcpy(vals + (int64_t)i * cap, a.vals + (int64_t)i * cap, sizeof(float) * (size_t)m,
-                           cudaMemcpyDeviceToHost);
-    }
+    if (e == cudaSuccess)
+        e = cudaMemcpy(ids, a.ids, sizeof(int32_t) * (size_t)rows * cap, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(vals, a.vals, sizeof(float) * (size_t)rows * cap, cudaMemcpyDeviceToHost);
+    for (int32_t i = 0; i < rows; i++)
+        if (k[i] <= 0) counts[i] = -1; /* rows that asked for none: whatever the device buffer held */
     if (e != cudaSuccess) {
         failc(c, e, "download");
         for (int32_t i = 0; i < rows; i++) counts[i] = -1;
