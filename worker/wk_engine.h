@@ -100,7 +100,9 @@ int64_t wk_seq_reuse_prefix(struct wk_engine *e, struct wk_seq *s, const int32_t
  * token: on a GPU the vocabulary's logits then stay on the device (800 KB per sequence at M3's 200K). */
 /** WK_LOGITS_CANDS: the last position's candidates for top-k sampling (struct wk_cands): the few logits
  * wk_sample with that top_k and temperature can pick from, so that wk_sample on them alone gives what it
- * gives on the whole row (kernels/cpu/kn_cands.h); logits is the fallback for a row with more of them. */
+ * gives on the whole row (kernels/cpu/kn_cands.h); logits is the fallback for a row with more of them,
+ * unless the request allows the draw (draw, u) and has no top-k: the backend then draws the token where
+ * the logits lie (kernels/cpu/kn_draw.h: wk_sample's filters and draw with exact sums). */
 enum wk_logits_mode {
     WK_LOGITS_NONE = 0,
     WK_LOGITS_LAST = 1,
@@ -113,9 +115,14 @@ struct wk_cands {
     int32_t k;         /* in: top-k, >= 1 (INT32_MAX: none) */
     float temperature; /* in: > 0 */
     int32_t cap;       /* in: room in ids and logits, >= 1 */
-    int32_t *ids;      /* out: the candidates' token ids, ascending */
+    int32_t *ids;      /* out: the candidates' token ids, ascending; the drawn token (n = -2) */
     float *logits;     /* out: their logits */
-    int32_t n;         /* out: how many; -1: more than cap, the item's logits holds the whole row instead */
+    int32_t n;         /* out: how many; -1: more than cap, the item's logits holds the whole row instead;
+                        * -2: drawn, the token in ids[0] */
+    /* in, for the draw: it applies when draw is 1 and k is INT32_MAX */
+    int32_t draw;
+    float top_p, min_p; /* wk_sampling's filters */
+    double u;           /* the uniform in [0, 1) wk_sample would take next (wk_sample_uniform on a copy) */
 };
 
 /** One sequence's part of a forward step: n new tokens appended at positions [len, len + n). */
@@ -156,6 +163,8 @@ struct wk_sampling {
  * seed). *logprob (optional) gets the chosen token's log-probability under the final distribution. */
 int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng,
                   float *logprob);
+/** The uniform in [0, 1) that wk_sample draws (one per sampled token), advancing rng as it does. */
+double wk_sample_uniform(uint64_t *rng);
 /** The greedy token: the first largest logit; NaN is never chosen (0 when every logit is NaN). */
 int32_t wk_argmax(const float *logits, int32_t vocab);
 

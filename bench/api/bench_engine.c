@@ -342,14 +342,23 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
             s->len++;
             if (s->len % B == 0) publish(e, s->pages[s->n_pages - 1], page_key(s->h, s->media_hash));
         }
-        if (it->logits_mode == WK_LOGITS_LAST) {
+        if (it->logits_mode == WK_LOGITS_LAST || it->logits_mode == WK_LOGITS_CANDS) {
+            /* candidates: this engine returns the whole row (n = -1), as a backend without topk_rows does */
             memset(it->logits, 0, (size_t)V * sizeof(float));
             it->logits[s->h % (uint64_t)V] = PEAK;
+            if (it->logits_mode == WK_LOGITS_CANDS) it->cands->n = -1;
+        } else if (it->logits_mode == WK_LOGITS_ARGMAX) {
+            it->token = (int32_t)(s->h % (uint64_t)V); /* the row's peak */
         } else if (it->logits_mode == WK_LOGITS_ALL) {
             return mm_err_set(err, MM_UNSUPPORTED, "the bench engine has no ALL logits");
         }
     }
     return MM_OK;
+}
+
+double wk_sample_uniform(uint64_t *rng)
+{
+    return fake_model_uniform(rng);
 }
 
 int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng,

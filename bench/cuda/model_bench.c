@@ -4,13 +4,15 @@
  * synthetic one with M3's attention and index shapes comes from mmgw-mkdemo; see bench/cuda/README.md).
  *
  *   model_bench --model DIR [--ctx 32768,131072] [--batch 1,16] [--steps 32] [--pages N] [--chunk 8192]
- *               [--tokens argmax|logits|sample|sample-logits] [--out results.tsv]
+ *               [--tokens argmax|logits|sample|sample-logits] [--top-k 40] [--out results.tsv]
  *
  * --tokens: how each step's tokens are picked: argmax (the default, what the worker's scheduler asks for
  * greedy requests: WK_LOGITS_ARGMAX, the argmax on the device), logits (every sequence's logits row
  * downloaded and its argmax taken on the host), sample (sampled at MiniMax's recommended temperature 1,
  * top-p 0.95, top-k 40 from the candidates the device picks, WK_LOGITS_CANDS, as the scheduler does) or
- * sample-logits (the same sampling on the downloaded rows).
+ * sample-logits (the same sampling on the downloaded rows). --top-k 0: sampling without a top-k (top-p 0.95
+ * alone); the random checkpoints' rows are flat, so sample then draws every token on the device
+ * (kernels/cpu/kn_draw.h) and sample-logits samples every downloaded row on the host.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -51,13 +53,26 @@ static int32_t argmax(const float *x, int32_t n)
 
 #define SAMPLE_CANDS 1024
 
-/* item's logits request for the --tokens mode (cands: its candidates' room) */
-static void set_mode(struct wk_step_item *it, int tokens, struct wk_cands *cands, int32_t *cids, float *clg)
+static struct wk_sampling sp = {1.0f, 0.95f, 40, 0.0f}; /* MiniMax's recommended sampling (--top-k) */
+
+/* item's logits request for the --tokens mode (cands: its candidates' room; rng: its sequence's state) */
+static void set_mode(struct wk_step_item *it, int tokens, struct wk_cands *cands, int32_t *cids, float *clg,
+                     const uint64_t *rng)
 {
     static const int32_t modes[] = {WK_LOGITS_LAST, WK_LOGITS_ARGMAX, WK_LOGITS_CANDS, WK_LOGITS_LAST};
     it->logits_mode = modes[tokens];
     if (tokens == 2) {
-        *cands = (struct wk_cands){40, 1.0f, SAMPLE_CANDS, cids, clg, -1};
+        uint64_t peek = *rng;
+        *cands = (struct wk_cands){.k = sp.top_k > 0 ? sp.top_k : INT32_MAX,
+                                   .temperature = sp.temperature,
+                                   .cap = SAMPLE_CANDS,
+                                   .ids = cids,
+                                   .logits = clg,
+                                   .n = -1,
+                                   .draw = 1,
+                                   .top_p = sp.top_p,
+                                   .min_p = sp.min_p,
+                                   .u = wk_sample_uniform(&peek)};
         it->cands = cands;
     }
 }
@@ -65,9 +80,12 @@ static void set_mode(struct wk_step_item *it, int tokens, struct wk_cands *cands
 /* the token the --tokens mode picks from what the step brought back */
 static int32_t pick(const struct wk_step_item *it, int tokens, int32_t V, uint64_t *rng)
 {
-    static const struct wk_sampling sp = {1.0f, 0.95f, 40, 0.0f};
     if (tokens == 1) return it->token;
     if (tokens == 0) return argmax(it->logits, V);
+    if (tokens == 2 && it->cands->n == -2) { /* drawn on the device with this state's next uniform */
+        (void)wk_sample_uniform(rng);
+        return it->cands->ids[0];
+    }
     if (tokens == 2 && it->cands->n >= 0) {
         const int32_t j = it->cands->n ? wk_sample(it->cands->logits, it->cands->n, &sp, rng, NULL) : -1;
         return j >= 0 ? it->cands->ids[j] : 0;
@@ -97,6 +115,8 @@ int main(int argc, char **argv)
             chunk = strtoll(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--out"))
             outp = argv[i + 1];
+        else if (!strcmp(argv[i], "--top-k"))
+            sp.top_k = (int32_t)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--tokens")) {
             static const char *const modes[] = {"logits", "argmax", "sample", "sample-logits"};
             tokens = -1;
@@ -115,7 +135,7 @@ int main(int argc, char **argv)
     if (!model || chunk < 1 || steps < 1) {
         fprintf(stderr,
                 "usage: model_bench --model DIR [--ctx 32768,...] [--batch 1,...] [--steps N] [--pages N] "
-                "[--chunk N] [--tokens argmax|logits|sample|sample-logits] [--out FILE]\n");
+                "[--chunk N] [--tokens argmax|logits|sample|sample-logits] [--top-k N] [--out FILE]\n");
         return 2;
     }
     FILE *tsv = outp ? fopen(outp, "w") : NULL;
@@ -181,8 +201,9 @@ int main(int argc, char **argv)
             struct wk_cands *cands = calloc((size_t)B, sizeof *cands);
             int32_t *cids = malloc(sizeof(int32_t) * SAMPLE_CANDS * (size_t)B);
             float *clg = malloc(sizeof(float) * SAMPLE_CANDS * (size_t)B);
-            uint64_t srng = 12345;
-            if (!seqs || !ids || !logits || !next || !items || !cands || !cids || !clg) {
+            uint64_t *srng = malloc(sizeof(uint64_t) * (size_t)B); /* each sequence's sampling state */
+            for (int64_t s = 0; srng && s < B; s++) srng[s] = 12345 + (uint64_t)s;
+            if (!seqs || !ids || !logits || !next || !items || !cands || !cids || !clg || !srng) {
                 fprintf(stderr, "model_bench: out of memory\n");
                 return 1;
             }
@@ -204,9 +225,10 @@ int main(int argc, char **argv)
                     it.n = n;
                     it.logits = logits + s * V;
                     if (p + n == ctx)
-                        set_mode(&it, tokens, &cands[s], cids + s * SAMPLE_CANDS, clg + s * SAMPLE_CANDS);
+                        set_mode(&it, tokens, &cands[s], cids + s * SAMPLE_CANDS, clg + s * SAMPLE_CANDS,
+                                 &srng[s]);
                     rc = wk_engine_forward(e, &it, 1, &err);
-                    if (p + n == ctx && !rc) next[s] = pick(&it, tokens, V, &srng);
+                    if (p + n == ctx && !rc) next[s] = pick(&it, tokens, V, &srng[s]);
                 }
             double ttft = now_s() - tp;
             /* decode: one token per sequence per step; the first DECODE_WARM steps untimed: a batch size's
@@ -222,10 +244,11 @@ int main(int argc, char **argv)
                     items[s].ids = &next[s];
                     items[s].n = 1;
                     items[s].logits = logits + s * V;
-                    set_mode(&items[s], tokens, &cands[s], cids + s * SAMPLE_CANDS, clg + s * SAMPLE_CANDS);
+                    set_mode(&items[s], tokens, &cands[s], cids + s * SAMPLE_CANDS, clg + s * SAMPLE_CANDS,
+                             &srng[s]);
                 }
                 rc = wk_engine_forward(e, items, (int32_t)B, &err);
-                for (int64_t s = 0; s < B && !rc; s++) next[s] = pick(&items[s], tokens, V, &srng);
+                for (int64_t s = 0; s < B && !rc; s++) next[s] = pick(&items[s], tokens, V, &srng[s]);
             }
             double dec = now_s() - td;
             if (rc) {
@@ -248,7 +271,8 @@ int main(int argc, char **argv)
             fflush(stdout);
             for (int64_t s = 0; s < B; s++)
                 if (seqs[s]) wk_seq_free(e, seqs[s]);
-            free(seqs), free(ids), free(logits), free(next), free(items), free(cands), free(cids), free(clg);
+            free(seqs), free(ids), free(logits), free(next), free(items), free(cands), free(cids), free(clg),
+                free(srng);
         }
     wk_engine_close(e);
     if (tsv) fclose(tsv);

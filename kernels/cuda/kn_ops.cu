@@ -1,7 +1,6 @@
 /* Element-wise and row-wise kernels of the model: norms, RoPE, activations, conversions, embedding rows,
  * FP8 block dequantization. All arithmetic in fp32; statistics of a row reduced by one warp or one CTA. */
 #include "kn_cuda_internal.cuh"
-#include "mm_cands.h"
 
 #include <string.h>
 
@@ -515,115 +514,6 @@ extern "C" int32_t kn_cuda_argmax_rows(const float *x, int32_t rows, int64_t n, 
     if (rows == 0) return MM_OK;
     KN_CU(kn_launch(k_argmax_rows, dim3((unsigned)rows), AM_THREADS, 0, stream, x, n, ld, ids),
           "kn_cuda_argmax_rows");
-    return MM_OK;
-}
-
-/* Sampling candidates (kernels/cpu/kn_cands.h's rule, its margins): the k-th largest logit by a radix select
- * on order-preserving keys (4 rounds of a 256-bin histogram, warp-aggregated), then every logit at or above
- * max(l_k - TIE t, m - FLOOR t), in no order (the host sorts them by id). */
-__device__ __forceinline__ uint32_t cand_key(float f)
-{
-    const uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__device__ __forceinline__ float cand_key_float(uint32_t key)
-{
-    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
-
-#define CANDS_THREADS 1024
-__global__ void __launch_bounds__(CANDS_THREADS)
-    k_topk_cands(const float *__restrict__ x, int64_t ld, int32_t n, const int32_t *__restrict__ ks,
-                 const float *__restrict__ ts, int32_t cap, int32_t *__restrict__ counts,
-                 int32_t *__restrict__ ids, float *__restrict__ vals)
-{
-    kn_chain_entry();
-    __shared__ uint32_t hist[256];
-    __shared__ float s_max[CANDS_THREADS / 32];
-    __shared__ int32_t s_cnt[CANDS_THREADS / 32];
-    __shared__ uint32_t s_prefix;
-    __shared__ int32_t s_rem, s_pos;
-    const int32_t row = blockIdx.x, k = ks[row], tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    if (k <= 0) return; /* a row that wants its logits, not candidates */
-    const float t = ts[row];
-    const float *xr = x + (int64_t)row * ld;
-    float m = -INFINITY;
-    int32_t nv = 0;
-    for (int32_t i = tid; i < n; i += CANDS_THREADS) {
-        const float v = __ldg(xr + i);
-        if (!isnan(v)) nv++, m = fmaxf(m, v);
-    }
-    for (int o = 16; o; o >>= 1) {
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        nv += __shfl_xor_sync(0xffffffffu, nv, o);
-    }
-    if (lane == 0) s_max[warp] = m, s_cnt[warp] = nv;
-    __syncthreads();
-    m = -INFINITY, nv = 0;
-    for (int w = 0; w < CANDS_THREADS / 32; w++) m = fmaxf(m, s_max[w]), nv += s_cnt[w];
-    if (nv == 0) {
-        if (tid == 0) counts[row] = 0;
-        return;
-    }
-    float thr = m - MM_CANDS_FLOOR * t;
-    if (k <= nv) {
-        uint32_t prefix = 0, mask = 0;
-        int32_t rem = k;
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int d = tid; d < 256; d += CANDS_THREADS) hist[d] = 0;
-            __syncthreads();
-            for (int32_t base = 0; base < n; base += CANDS_THREADS) {
-                const int32_t i = base + tid;
-                int dig = -1;
-                if (i < n) {
-                    const float v = __ldg(xr + i);
-                    const uint32_t u = cand_key(v);
-                    if (!isnan(v) && (u & mask) == prefix) dig = (int)((u >> shift) & 255u);
-                }
-                const unsigned peers = __match_any_sync(0xffffffffu, dig);
-                if (dig >= 0 && lane == __ffs(peers) - 1) atomicAdd(&hist[dig], (uint32_t)__popc(peers));
-            }
-            __syncthreads();
-            if (tid == 0) {
-                int32_t r = rem, d = 255;
-                for (; d > 0; d--) {
-                    if ((int32_t)hist[d] >= r) break;
-                    r -= (int32_t)hist[d];
-                }
-                s_prefix = prefix | ((uint32_t)d << shift);
-                s_rem = r;
-            }
-            __syncthreads();
-            prefix = s_prefix, rem = s_rem, mask |= 255u << shift;
-        }
-        const float lk = cand_key_float(prefix) - MM_CANDS_TIE * t;
-        if (lk > thr) thr = lk;
-    }
-    if (tid == 0) s_pos = 0;
-    __syncthreads();
-    for (int32_t i = tid; i < n; i += CANDS_THREADS) {
-        const float v = __ldg(xr + i);
-        if (v >= thr) {
-            const int32_t pos = atomicAdd(&s_pos, 1);
-            if (pos < cap) ids[(int64_t)row * cap + pos] = i, vals[(int64_t)row * cap + pos] = v;
-        }
-    }
-    __syncthreads();
-    if (tid == 0) counts[row] = s_pos;
-}
-
-extern "C" int32_t kn_cuda_topk_cands(const float *x, int32_t rows, int64_t n, int64_t ld, const int32_t *k,
-                                      const float *t, int32_t cap, int32_t *counts, int32_t *ids, float *vals,
-                                      cudaStream_t stream, struct mm_err *err)
-{
-    if (rows < 0 || rows > 65535 || n <= 0 || n > INT32_MAX || ld < n || cap <= 0 ||
-        (rows > 0 && (!x || !k || !t || !counts || !ids || !vals)))
-        return bad(err, "kn_cuda_topk_cands");
-    if (rows == 0) return MM_OK;
-    KN_CU(kn_launch(k_topk_cands, dim3((unsigned)rows), CANDS_THREADS, 0, stream, x, ld, (int32_t)n, k, t,
-                    cap, counts, ids, vals),
-          "kn_cuda_topk_cands");
     return MM_OK;
 }
 

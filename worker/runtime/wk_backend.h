@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "mm_cands.h"
 #include "mm_status.h"
 #include "wk_ckpt.h"
 
@@ -108,9 +109,11 @@ struct wk_backend_iface {
      * n floats contiguous at src (host ids); greedy decoding without the logits' download. */
     void (*argmax_rows)(void *ctx, const float *src, int32_t rows, int64_t n, int32_t *ids);
     /** Optional (NULL: such rows are downloaded whole): the sampling candidates of each of rows rows of n
-     * floats at src whose k[i] > 0 (kn_cands.h's rule at temperature t[i]): counts[i] of them, the first
-     * min(counts[i], cap) (id, logit) pairs at ids / vals + i x cap in any order (host arrays). */
-    void (*topk_rows)(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k, const float *t,
+     * floats at src whose req[i].k > 0 (kn_cands.h's rule at temperature req[i].t): counts[i] of them, the
+     * first min(counts[i], cap) (id, logit) pairs at ids / vals + i x cap in any order (host arrays). A row
+     * with more than cap whose req[i] asks for the draw may be drawn from where it lies (kn_draw.h's rule):
+     * counts[i] = MM_CANDS_DRAWN, the token at ids[i x cap]; its logits at src may be overwritten. */
+    void (*topk_rows)(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
                       int32_t cap, int32_t *counts, int32_t *ids, float *vals);
 
     /* ---- weights ---- */

@@ -10,6 +10,7 @@
 #include "kn_act.h"
 #include "kn_attn.h"
 #include "kn_cands.h"
+#include "kn_draw.h"
 #include "kn_gemm.h"
 #include "kn_norm.h"
 #include "kn_rope.h"
@@ -65,17 +66,25 @@ static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
     if (n > 0) memcpy(dst, src, sizeof(float) * (size_t)n);
 }
 
-/* the sampling candidates in place (kernels/cpu/kn_cands.c): the sampler then sorts a few, not the row */
-static void cpu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k,
-                          const float *t, int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+/* the sampling candidates in place (kernels/cpu/kn_cands.c): the sampler then sorts a few, not the row; a
+ * row without top-k whose candidates do not fit is drawn from here (kn_draw.c), as the GPU does */
+static void cpu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
+                          int32_t cap, int32_t *counts, int32_t *ids, float *vals)
 {
     struct cpu *c = ctx;
     const int ok = grow_to(&c->cands, n) == 0;
     for (int32_t i = 0; i < rows; i++) {
-        if (k[i] <= 0) continue;
-        counts[i] = ok ? kn_topk_cands(src + (int64_t)i * n, (int32_t)n, k[i], t[i], cap,
-                                       ids + (int64_t)i * cap, vals + (int64_t)i * cap, c->cands.p)
+        const struct mm_cand_req *r = &req[i];
+        if (r->k <= 0) continue;
+        const float *x = src + (int64_t)i * n;
+        counts[i] = ok ? kn_topk_cands(x, (int32_t)n, r->k, r->t, cap, ids + (int64_t)i * cap,
+                                       vals + (int64_t)i * cap, c->cands.p)
                        : -1;
+        if (counts[i] > cap && r->draw) {
+            /* the scratch's floats are done with: it holds the keys now */
+            const int32_t tok = kn_draw(x, (int32_t)n, r, (uint32_t *)(void *)c->cands.p);
+            if (tok >= 0) counts[i] = MM_CANDS_DRAWN, ids[(int64_t)i * cap] = tok;
+        }
     }
 }
 

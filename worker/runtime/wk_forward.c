@@ -471,18 +471,26 @@ static int cmp_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The candidates of the run's cands rows into their wk_cands (ids ascending); a row whose candidates do not
- * fit (or a backend without topk_rows) keeps its dst, so that its whole row is downloaded (n = -1). */
+/* The candidates of the run's cands rows into their wk_cands (ids ascending), or the token the backend drew;
+ * a row whose candidates do not fit (or a backend without topk_rows) keeps its dst, so that its whole row
+ * is downloaded (n = -1). */
 static void run_cands(struct wk_engine *e, struct logit_run *r)
 {
     const struct wk_backend_iface *B = e->be.iface;
     const int32_t V = e->cfg.text.vocab_size;
-    int32_t k[LOGIT_ROWS], counts[LOGIT_ROWS];
-    float t[LOGIT_ROWS];
+    struct mm_cand_req req[LOGIT_ROWS];
+    int32_t counts[LOGIT_ROWS];
+    memset(req, 0, sizeof req);
     for (int32_t i = 0; i < r->n; i++) {
-        k[i] = r->cands[i] ? r->cands[i]->k : 0;
-        t[i] = r->cands[i] ? r->cands[i]->temperature : 1.0f;
-        if (r->cands[i]) r->cands[i]->n = -1;
+        const struct wk_cands *c = r->cands[i];
+        if (!c) continue;
+        req[i] = (struct mm_cand_req){.k = c->k,
+                                      .t = c->temperature,
+                                      .top_p = c->top_p,
+                                      .min_p = c->min_p,
+                                      .draw = c->draw && c->k == INT32_MAX,
+                                      .u = c->u};
+        r->cands[i]->n = -1;
     }
     struct wk_host *hs = &e->hs;
     if (B->topk_rows && !hs->cand_pairs) { /* once: a decode step must not map and unmap 256 KB */
@@ -494,10 +502,18 @@ static void run_cands(struct wk_engine *e, struct logit_run *r)
     float *vals = hs->cand_vals;
     int64_t *pairs = hs->cand_pairs;
     if (B->topk_rows && pairs) {
-        B->topk_rows(e->be.ctx, e->a.logits, r->n, V, k, t, CANDS_CAP, counts, ids, vals);
+        B->topk_rows(e->be.ctx, e->a.logits, r->n, V, req, CANDS_CAP, counts, ids, vals);
         for (int32_t i = 0; i < r->n; i++) {
             struct wk_cands *c = r->cands[i];
-            if (!c || counts[i] < 0 || counts[i] > CANDS_CAP || counts[i] > c->cap) continue;
+            if (!c) continue;
+            if (counts[i] == MM_CANDS_DRAWN && req[i].draw) {
+                const int32_t tok = ids[i * CANDS_CAP];
+                c->ids[0] = tok >= 0 && tok < V ? tok : 0;
+                c->n = -2;
+                r->dst[i] = NULL;
+                continue;
+            }
+            if (counts[i] < 0 || counts[i] > CANDS_CAP || counts[i] > c->cap) continue;
             /* ascending ids (the kernel's order is arbitrary): id in the high bits, the slot in the low */
             for (int32_t j = 0; j < counts[i]; j++) pairs[j] = (int64_t)ids[i * CANDS_CAP + j] << 16 | j;
             qsort(pairs, (size_t)counts[i], sizeof pairs[0], cmp_id);

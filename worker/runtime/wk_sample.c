@@ -105,6 +105,11 @@ static void sort_cands(struct cand *c, struct cand *tmp, int32_t n)
     if (src != c) memcpy(c, src, sizeof *c * (size_t)n);
 }
 
+double wk_sample_uniform(uint64_t *rng)
+{
+    return (double)(splitmix64(rng) >> 11) / 9007199254740992.0;
+}
+
 int32_t wk_argmax(const float *l, int32_t vocab)
 {
     int32_t best = 0;
@@ -177,7 +182,7 @@ int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *
         for (int32_t i = k; i < n; i++) sum -= c[i].p;
         n = k;
     }
-    double u = (double)(splitmix64(rng) >> 11) / 9007199254740992.0 * sum, acc = 0.0;
+    double u = wk_sample_uniform(rng) * sum, acc = 0.0;
     int32_t pick = n - 1;
     for (int32_t i = 0; i < n; i++) {
         acc += c[i].p;

@@ -28,6 +28,8 @@ const char *wk_cli_usage(void)
            "  --upload-max-mb N     bytes staged by UploadTensor at once (default 8192)\n"
            "  --upload-ttl S        seconds an unused upload is kept (default 300)\n"
            "  --no-shm              refuse shared-memory tensors\n"
+           "  --host-draw           sample every flat row of a request without top-k on the host from the\n"
+           "                        whole row (default: drawn where the logits lie, without their download)\n"
            "  --grpc-threads N      gRPC completion-queue threads (default 2)\n"
            "  --port-file PATH      write the bound port to PATH once listening\n"
            "  --log-level L         error|warn|info|debug\n";
@@ -69,6 +71,9 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
             continue;
         } else if (!strcmp(a, "--no-shm")) {
             cli->allow_shm = 0;
+            continue;
+        } else if (!strcmp(a, "--host-draw")) {
+            cli->host_draw = 1;
             continue;
         }
         if (!v) return mm_err_set(err, MM_INVALID, "%s needs a value (or is unknown)", a);

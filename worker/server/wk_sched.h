@@ -25,6 +25,8 @@ struct wk_sched_opts {
     int32_t max_seqs;    /* choices running at once (0 = 256) */
     int32_t step_tokens; /* tokens per forward: decode tokens + prefill chunks (0 = 2048) */
     int32_t grow_tokens; /* page reservation step for requests without max_new_tokens (0 = 256) */
+    int32_t host_draw;   /* 1: a flat row of a request without top-k is sampled on the host from the whole
+                          * row (wk_sample's own sums); 0: the engine draws it where it lies (kn_draw.h) */
 };
 
 /** New tokens of one choice in one step. */

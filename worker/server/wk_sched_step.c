@@ -126,17 +126,27 @@ static int cands_token(const struct wk_sched *s, const struct sreq *q, const str
     return row_not_needed(s, q, c);
 }
 
-/* The logits mode of choice c's next token, and its candidates request (item k) when it takes them */
-static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct choice *c, int32_t k)
+/* The logits mode of choice c's next token, and its candidates request (item k) when it takes them. shared:
+ * the row also gives other choices their first token (a prompt's last row with n > 1), so it is not drawn
+ * from with c's uniform alone */
+static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct choice *c, int32_t k,
+                          int32_t shared)
 {
     if (greedy_token_only(s, q, c)) return WK_LOGITS_ARGMAX;
     if (!cands_token(s, q, c)) return WK_LOGITS_LAST;
+    /* without a top-k, a row whose candidates do not fit is drawn from where it lies, with the uniform
+     * wk_sample would take next (take_token advances the state when it was) */
+    uint64_t peek = c->rng;
     s->item_cands[k] = (struct wk_cands){.k = q->r->sp.top_k > 0 ? q->r->sp.top_k : INT32_MAX,
                                          .temperature = q->r->sp.temperature,
                                          .cap = SCHED_CANDS,
                                          .ids = s->cand_ids + (int64_t)k * SCHED_CANDS,
                                          .logits = s->cand_logits + (int64_t)k * SCHED_CANDS,
-                                         .n = -1};
+                                         .n = -1,
+                                         .draw = !s->o.host_draw && !shared,
+                                         .top_p = q->r->sp.top_p,
+                                         .min_p = q->r->sp.min_p,
+                                         .u = wk_sample_uniform(&peek)};
     return WK_LOGITS_CANDS;
 }
 
@@ -151,14 +161,20 @@ static const float *sampled_logits(const struct wk_step_item *it)
 }
 
 /* Sample choice i's next token, stream it, and finish the choice when it stops. logits: the position's
- * logits; NULL when the engine returned only its greedy token (greedy_token_only) or its candidates (cands,
- * with n >= 0) */
+ * logits; NULL when the engine returned only its greedy token (greedy_token_only), its candidates (cands,
+ * with n >= 0) or the token it drew (n = -2) */
 static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const float *logits, int32_t greedy_tok,
                        const struct wk_cands *cands)
 {
     struct choice *c = &q->ch[i];
     const struct wk_sampling_req *sp = &q->r->sp;
     const int32_t V = s->info->vocab_size;
+    if (cands && cands->n == -2) { /* drawn by the engine with this choice's next uniform: take it */
+        (void)wk_sample_uniform(&c->rng);
+        const int32_t tok = cands->ids[0];
+        commit_token(s, q, i, tok >= 0 && tok < V ? tok : 0, NULL);
+        return;
+    }
     if (cands && cands->n >= 0) {
         /* no candidates: a row of NaN, whose whole-row sample is token 0 */
         struct wk_sampling ws = {
@@ -296,8 +312,10 @@ int32_t sched_step(struct wk_sched *s)
         for (int32_t i = 0; i < q->r->sp.n; i++) {
             struct choice *c = &q->ch[i];
             if (c->finished || !c->seq || c->fed != c->n_gen - 1 || budget < 1) continue;
-            s->items[n_items] = (struct wk_step_item){
-                .seq = c->seq, .ids = &c->gen[c->fed], .n = 1, .logits_mode = token_mode(s, q, c, n_items)};
+            s->items[n_items] = (struct wk_step_item){.seq = c->seq,
+                                                      .ids = &c->gen[c->fed],
+                                                      .n = 1,
+                                                      .logits_mode = token_mode(s, q, c, n_items, 0)};
             if (s->items[n_items].logits_mode == WK_LOGITS_CANDS)
                 s->items[n_items].cands = &s->item_cands[n_items];
             s->item_req[n_items] = q;
@@ -319,12 +337,13 @@ int32_t sched_step(struct wk_sched *s)
             int32_t need_logits = 0, first = -1;
             for (int32_t i = 0; i < q->r->sp.n; i++)
                 if (!q->ch[i].finished && q->ch[i].n_gen == 0 && q->r->sp.max_new_tokens > 0) {
-                    need_logits = 1;
+                    need_logits++;
                     if (first < 0) first = i;
                 }
             /* every choice draws its first token from the prompt's one row: one mode serves them all, and a
              * request's choices share their sampling settings and n_gen (0) */
-            const int32_t mode = need_logits ? token_mode(s, q, &q->ch[first], n_items) : WK_LOGITS_NONE;
+            const int32_t mode =
+                need_logits ? token_mode(s, q, &q->ch[first], n_items, need_logits > 1) : WK_LOGITS_NONE;
             struct embed_buf eb;
             if (sched_chunk_embeds(s, q, q->prompt_fed, nchunk, &eb.rows, &eb.use) != 0) {
                 q = next;

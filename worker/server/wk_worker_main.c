@@ -120,7 +120,8 @@ int main(int argc, char **argv)
     struct wk_sched_opts so = {.max_waiting = cli.max_queue,
                                .max_seqs = cli.max_seqs,
                                .step_tokens = cli.step_tokens,
-                               .grow_tokens = cli.grow_tokens};
+                               .grow_tokens = cli.grow_tokens,
+                               .host_draw = cli.host_draw};
     struct wk_sched *s = NULL;
     int rc = 1;
     if (!up) {

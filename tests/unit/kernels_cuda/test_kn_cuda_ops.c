@@ -10,6 +10,7 @@
 #include "kn_act.h"
 #include "kn_attn.h"
 #include "kn_cands.h"
+#include "kn_draw.h"
 #include "kn_gemm.h"
 #include "kn_norm.h"
 #include "kn_rope.h"
@@ -292,12 +293,14 @@ static void test_topk_cands(void)
         x[5 * ld + n / 2] = INFINITY, x[5 * ld + n - 1] = INFINITY;
         for (int64_t i = 10; i < n; i++) x[8 * ld + i] = nanf(""); /* 10 valid, k 2990 */
         float *x_d = ct_upload(x, sizeof(float) * (size_t)(ROWS * ld));
-        int32_t *k_d = ct_upload(ks, sizeof ks);
-        float *t_d = ct_upload(ts, sizeof ts);
+        struct mm_cand_req req[ROWS];
+        memset(req, 0, sizeof req);
+        for (int r = 0; r < ROWS; r++) req[r].k = ks[r], req[r].t = ts[r];
+        struct mm_cand_req *req_d = ct_upload(req, sizeof req);
         int32_t cnt[ROWS] = {0}, *cnt_d = ct_upload(cnt, sizeof cnt);
         int32_t *ids_d = ct_dmalloc(sizeof(int32_t) * ROWS * CAP);
         float *vals_d = ct_dmalloc(sizeof(float) * ROWS * CAP);
-        OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, k_d, t_d, CAP, cnt_d, ids_d, vals_d, 0, &err));
+        OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, 0, &err));
         int32_t *ids = ct_hmalloc(sizeof(int32_t) * ROWS * CAP), *ref = ct_hmalloc(sizeof(int32_t) * CAP);
         float *vals = ct_hmalloc(sizeof(float) * ROWS * CAP), *rv = ct_hmalloc(sizeof(float) * CAP);
         ct_download(cnt, cnt_d, sizeof cnt);
@@ -321,14 +324,93 @@ static void test_topk_cands(void)
         CHECK_EQ_INT(cnt[4], 0);
         CHECK_EQ_INT(cnt[5], 2);
         CT_CU(cudaFree(x_d));
-        CT_CU(cudaFree(k_d));
-        CT_CU(cudaFree(t_d));
+        CT_CU(cudaFree(req_d));
         CT_CU(cudaFree(cnt_d));
         CT_CU(cudaFree(ids_d));
         CT_CU(cudaFree(vals_d));
         free(x), free(scratch), free(ids), free(ref), free(vals), free(rv);
     }
-    CHECK_EQ_INT(kn_cuda_topk_cands(NULL, 1, 10, 10, NULL, NULL, 4, NULL, NULL, NULL, 0, &err), MM_INVALID);
+    CHECK_EQ_INT(kn_cuda_topk_cands(NULL, 1, 10, 10, NULL, 4, NULL, NULL, NULL, 0, &err), MM_INVALID);
+}
+
+/* The draw on the device against kernels/cpu/kn_draw.c: the same token for rows without top-k whose
+ * candidates do not fit, at M3's vocabulary and a small one, under temperatures 0.3-5, top-p, min-p (one
+ * that keeps nothing but the first), both together, and uniforms 0, 0.5 and just below 1; flat rows,
+ * coarse ties (floor), all-equal rows, NaN and -inf sprinkled; and rows that must not be drawn from: draw 0,
+ * a top-k that cuts, candidates that fit, a +inf logit */
+static void test_topk_draw(void)
+{
+    const int64_t shapes[][2] = {{200064, 200064}, {3000, 3001}};
+    enum { ROWS = 10, CAP = 1024 };
+    struct cfg {
+        float t, top_p, min_p;
+        double u;
+    };
+    static const struct cfg cfgs[] = {{1.0f, 1.0f, 0.0f, 0.5},   {1.0f, 0.95f, 0.0f, 0.25},
+                                      {0.7f, 0.9f, 0.0f, 0.0},   {2.0f, 0.5f, 0.0f, 0.999999999999},
+                                      {1.0f, 1.0f, 0.05f, 0.75}, {5.0f, 0.8f, 0.001f, 0.125},
+                                      {0.3f, 0.99f, 2.0f, 0.5},  {1.0f, 0.001f, 0.0f, 0.9}};
+    int64_t drawn = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t n = shapes[si][0], ld = shapes[si][1];
+        float *x = ct_hmalloc(sizeof(float) * (size_t)(ROWS * ld));
+        uint32_t *keys = ct_hmalloc(sizeof(uint32_t) * (size_t)n);
+        float *scratch = ct_hmalloc(sizeof(float) * (size_t)n), *rv = ct_hmalloc(sizeof(float) * CAP);
+        int32_t *ids = ct_hmalloc(sizeof(int32_t) * ROWS * CAP), *ref = ct_hmalloc(sizeof(int32_t) * CAP);
+        float *x_d = ct_dmalloc(sizeof(float) * (size_t)(ROWS * ld));
+        int32_t *cnt_d = ct_dmalloc(sizeof(int32_t) * ROWS),
+                *ids_d = ct_dmalloc(sizeof(int32_t) * ROWS * CAP);
+        float *vals_d = ct_dmalloc(sizeof(float) * ROWS * CAP);
+        struct mm_cand_req *req_d = ct_dmalloc(sizeof(struct mm_cand_req) * ROWS);
+        for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+            ct_fill_normal(x, ROWS * ld, 1.0f + (float)ci);
+            for (int64_t i = 0; i < n; i++) x[1 * ld + i] = floorf(x[1 * ld + i] * 2.0f); /* coarse ties */
+            for (int64_t i = 0; i < n; i++) x[2 * ld + i] = 0.25f;                        /* all equal */
+            for (int64_t i = 0; i < n; i += 7) x[3 * ld + i] = i % 2 ? nanf("") : -INFINITY;
+            for (int64_t i = 0; i < n; i++) x[6 * ld + i] = 1.0f; /* all equal */
+            x[7 * ld + n / 3] = 1e4f;                             /* peaked: its candidates fit */
+            x[8 * ld + n / 2] = INFINITY;                         /* +inf: the whole row */
+            struct mm_cand_req req[ROWS];
+            for (int r = 0; r < ROWS; r++)
+                req[r] = (struct mm_cand_req){.k = INT32_MAX,
+                                              .t = cfgs[ci].t,
+                                              .top_p = cfgs[ci].top_p,
+                                              .min_p = cfgs[ci].min_p,
+                                              .draw = 1,
+                                              .u = cfgs[ci].u};
+            req[5].draw = 0; /* asked for candidates only */
+            req[6].k = 50;   /* a top-k that cuts (every token ties: all are candidates) */
+            req[9].u = 0.0625 * (double)ci;
+            CT_CU(cudaMemcpy(x_d, x, sizeof(float) * (size_t)(ROWS * ld), cudaMemcpyHostToDevice));
+            CT_CU(cudaMemcpy(req_d, req, sizeof req, cudaMemcpyHostToDevice));
+            OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, 0, &err));
+            int32_t cnt[ROWS];
+            ct_download(cnt, cnt_d, sizeof cnt);
+            ct_download(ids, ids_d, sizeof(int32_t) * ROWS * CAP);
+            for (int32_t r = 0; r < ROWS; r++) {
+                const float *xr = x + r * ld;
+                const int32_t want = kn_draw(xr, (int32_t)n, &req[r], keys);
+                const int32_t nc = kn_topk_cands(xr, (int32_t)n, req[r].k, req[r].t, CAP, ref, rv, scratch);
+                if (nc > CAP && want >= 0) {
+                    drawn++;
+                    CHECK_MSG(cnt[r] == MM_CANDS_DRAWN && ids[r * CAP] == want,
+                              "draw n %lld cfg %zu row %d: count %d token %d, want %d", (long long)n, ci, r,
+                              cnt[r], ids[r * CAP], want);
+                } else {
+                    CHECK_MSG(cnt[r] == nc, "draw n %lld cfg %zu row %d: count %d, want candidates %d",
+                              (long long)n, ci, r, cnt[r], nc);
+                }
+            }
+            CHECK(cnt[6] == n && cnt[7] == 1 && cnt[8] == 1);
+        }
+        CT_CU(cudaFree(x_d));
+        CT_CU(cudaFree(req_d));
+        CT_CU(cudaFree(cnt_d));
+        CT_CU(cudaFree(ids_d));
+        CT_CU(cudaFree(vals_d));
+        free(x), free(keys), free(scratch), free(rv), free(ids), free(ref);
+    }
+    CHECK_MSG(drawn >= 40, "only %lld rows drawn from", (long long)drawn);
 }
 
 static void test_embed_dequant(void)
@@ -1069,6 +1151,7 @@ int main(void)
     test_embed_dequant();
     test_argmax();
     test_topk_cands();
+    test_topk_draw();
     test_attn_full();
     test_moe();
     test_gemm();

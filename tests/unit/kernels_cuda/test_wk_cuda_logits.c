@@ -2,17 +2,19 @@
  * WK_LOGITS_CANDS: argmax_rows and topk_rows of wk_backend_cuda.c) against the logits WK_LOGITS_LAST brings
  * back for the same prompts in a step of the same shape: the token is wk_argmax of that row; the candidates
  * are kernels/cpu/kn_cands.c's for that row, in ascending ids with their logits; a row with more candidates
- * than the item's room comes back whole. Prompt steps (run at once) and decode steps (recorded, captured and
- * replayed as graphs) both. */
+ * than the item's room comes back whole, and one without top-k that asks for the draw comes back as the
+ * token kernels/cpu/kn_draw.c draws from that row. Prompt steps (run at once) and decode steps (recorded,
+ * captured and replayed as graphs) both. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_test_util.h"
 #include "kn_cands.h"
+#include "kn_draw.h"
 #include "mkdemo.h"
 #include "wk_engine.h"
 
-enum { S = 3, N = 12, CAP = 256, STEPS = 4 };
+enum { S = 4, N = 12, CAP = 256, STEPS = 4, ENGINE_CAP = 1024 /* wk_forward.c's CANDS_CAP */ };
 
 static struct wk_engine *E;
 static int32_t V;
@@ -44,6 +46,14 @@ static void check(const struct wk_step_item *it, const float *ref, const char *w
         }
         const struct wk_cands *c = it[j].cands;
         const int32_t n = kn_topk_cands(row, V, c->k, c->temperature, CAP, want, want_v, scratch);
+        if (n > ENGINE_CAP && c->draw && c->k == INT32_MAX) {
+            const struct mm_cand_req r = {
+                .k = c->k, .t = c->temperature, .top_p = c->top_p, .min_p = c->min_p, .draw = 1, .u = c->u};
+            const int32_t tok = kn_draw(row, V, &r, (uint32_t *)(void *)scratch);
+            CHECK_MSG(c->n == -2 && c->ids[0] == tok, "%s seq %d: n %d token %d, want the draw's %d", what, j,
+                      c->n, c->ids[0], tok);
+            continue;
+        }
         if (n > c->cap) { /* whole */
             CHECK_MSG(c->n == -1, "%s seq %d: %d candidates for room %d", what, j, c->n, c->cap);
             CHECK_MSG(memcmp(it[j].logits, row, sizeof(float) * (size_t)V) == 0,
@@ -76,13 +86,25 @@ int main(void)
     float *ref = ct_hmalloc(sizeof(float) * S * V), *rows = ct_hmalloc(sizeof(float) * S * V);
     int32_t cid[S][CAP];
     float clg[S][CAP];
-    /* seq 0 greedy; 1 top-k 40; 2 no top-k at a temperature whose candidates outgrow 8 (whole) */
+    /* seq 0 greedy; 1 top-k 40; 2 no top-k at a temperature whose candidates outgrow 8 (whole); 3 no top-k,
+     * top-p 0.9 and min-p, drawn from on the device (the random model's rows are flat) */
     struct wk_cands cands[S] = {
-        {0}, {40, 0.8f, CAP, cid[1], clg[1], 0}, {INT32_MAX, 1.0f, 8, cid[2], clg[2], 0}};
+        {0},
+        {.k = 40, .temperature = 0.8f, .cap = CAP, .ids = cid[1], .logits = clg[1]},
+        {.k = INT32_MAX, .temperature = 1.0f, .cap = 8, .ids = cid[2], .logits = clg[2]},
+        {.k = INT32_MAX,
+         .temperature = 1.2f,
+         .cap = CAP,
+         .ids = cid[3],
+         .logits = clg[3],
+         .draw = 1,
+         .top_p = 0.9f,
+         .min_p = 0.001f,
+         .u = 0.3}};
     struct wk_cands none[S];
     memset(none, 0, sizeof none);
-    static const int32_t last[S] = {WK_LOGITS_LAST, WK_LOGITS_LAST, WK_LOGITS_LAST};
-    static const int32_t modes[S] = {WK_LOGITS_ARGMAX, WK_LOGITS_CANDS, WK_LOGITS_CANDS};
+    static const int32_t last[S] = {WK_LOGITS_LAST, WK_LOGITS_LAST, WK_LOGITS_LAST, WK_LOGITS_LAST};
+    static const int32_t modes[S] = {WK_LOGITS_ARGMAX, WK_LOGITS_CANDS, WK_LOGITS_CANDS, WK_LOGITS_CANDS};
     struct wk_seq *a[S], *b[S];
     for (int j = 0; j < S; j++) {
         CHECK_EQ_INT(wk_seq_create(E, &a[j], &err), MM_OK);
@@ -96,6 +118,7 @@ int main(void)
     int32_t next[S][N];
     for (int s = 0; s < STEPS; s++) {
         for (int j = 0; j < S; j++) next[j][0] = wk_argmax(ref + (int64_t)j * V, V);
+        cands[3].u = 0.13 + 0.21 * s; /* each replay of the graph draws with its step's uniform */
         step(a, next, 1, last, ref, none, ia);
         step(b, next, 1, modes, rows, cands, ib);
         check(ib, ref, "decode");

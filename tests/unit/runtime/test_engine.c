@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_draw.h"
 #include "mkdemo.h"
 #include "mmgw_test.h"
 #include "wk_engine.h"
@@ -343,12 +344,25 @@ static void test_greedy_tokens(void)
 static const struct wk_backend_iface *cands_plain;
 static float *cands_rows;
 static int64_t cands_seen; /* rows caught so far: each item's last row is a run of its own here */
-static void topk_rows_spy(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k,
-                          const float *t, int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+static void topk_rows_spy(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
+                          int32_t cap, int32_t *counts, int32_t *ids, float *vals)
 {
     if (cands_seen + rows <= 32) memcpy(cands_rows + cands_seen * n, src, sizeof(float) * (size_t)(rows * n));
     cands_seen += rows;
-    cands_plain->topk_rows(ctx, src, rows, n, k, t, cap, counts, ids, vals);
+    cands_plain->topk_rows(ctx, src, rows, n, req, cap, counts, ids, vals);
+}
+
+/* the spy with room for 2 candidates in the backend: the small model's rows overflow, as M3's flat ones do */
+static void topk_rows_small(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
+                            int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+{
+    for (int32_t i = 0; i < rows; i++) {
+        if (cands_seen < 32) memcpy(cands_rows + cands_seen * n, src + i * n, sizeof(float) * (size_t)n);
+        cands_seen++;
+        cands_plain->topk_rows(ctx, src + i * n, 1, n, &req[i], 2, &counts[i], ids + i * cap, vals + i * cap);
+        if (counts[i] > 2)
+            counts[i] = cap + 1; /* only 2 written: more than the engine's room, as it sees it */
+    }
 }
 
 static void test_candidates(void)
@@ -374,7 +388,12 @@ static void test_candidates(void)
         for (int j = 0; j < S; j++) {
             CHECK_EQ_INT(wk_seq_create(E, &g[j], &err), MM_OK);
             /* item 2 allows 2 candidates only: its row comes back whole */
-            c[j] = (struct wk_cands){j == 1 ? 40 : 5, 0.8f, j == 2 ? 2 : CAP, cid[j], clg[j], 99};
+            c[j] = (struct wk_cands){.k = j == 1 ? 40 : 5,
+                                     .temperature = 0.8f,
+                                     .cap = j == 2 ? 2 : CAP,
+                                     .ids = cid[j],
+                                     .logits = clg[j],
+                                     .n = 99};
             it[j] = (struct wk_step_item){g[j], ids[j], N, NULL, NULL, WK_LOGITS_CANDS, full + (int64_t)j * V,
                                           NULL, 0,      0, &c[j]};
         }
@@ -406,6 +425,63 @@ static void test_candidates(void)
     }
     E->be.iface = cands_plain;
     free(full), free(cands_rows);
+}
+
+/* WK_LOGITS_CANDS with the draw: a row without top-k whose candidates do not fit is drawn from by the
+ * backend (n = -2, the token kn_draw gives on the whole row, which wk_sample with the same uniform gives
+ * too); without draw, or with a top-k, the row comes back whole */
+static void test_candidates_draw(void)
+{
+    enum { S = 3, N = 9, CAP = 64 };
+    int32_t ids[S][N];
+    for (int j = 0; j < S; j++) prompt(ids[j], N, 90 + (uint32_t)j);
+    float *full = malloc(sizeof(float) * S * V);
+    uint32_t *keys = malloc(sizeof(uint32_t) * V);
+    cands_rows = malloc(sizeof(float) * 32 * V);
+    int32_t cid[S][CAP];
+    float clg[S][CAP];
+    struct wk_cands c[S];
+    struct mm_err err = {0};
+    cands_plain = E->be.iface;
+    struct wk_backend_iface small = *cands_plain;
+    small.topk_rows = topk_rows_small;
+    E->be.iface = &small;
+    cands_seen = 0;
+    struct wk_seq *g[S];
+    struct wk_step_item it[S];
+    uint64_t rng0 = 12345, peek = rng0;
+    const double u = wk_sample_uniform(&peek);
+    for (int j = 0; j < S; j++) {
+        CHECK_EQ_INT(wk_seq_create(E, &g[j], &err), MM_OK);
+        c[j] = (struct wk_cands){.k = j == 2 ? 40 : INT32_MAX,
+                                 .temperature = 0.9f,
+                                 .cap = CAP,
+                                 .ids = cid[j],
+                                 .logits = clg[j],
+                                 .n = 99,
+                                 .draw = j != 1,
+                                 .top_p = 0.9f,
+                                 .min_p = 0.01f,
+                                 .u = u};
+        it[j] = (struct wk_step_item){g[j], ids[j], N, NULL, NULL, WK_LOGITS_CANDS, full + (int64_t)j * V,
+                                      NULL, 0,      0, &c[j]};
+    }
+    CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
+    CHECK_EQ_INT(cands_seen, S);
+    const struct mm_cand_req r = {
+        .k = INT32_MAX, .t = 0.9f, .top_p = 0.9f, .min_p = 0.01f, .draw = 1, .u = u};
+    CHECK_EQ_INT(c[0].n, -2);
+    CHECK_EQ_INT(c[0].ids[0], kn_draw(cands_rows, V, &r, keys));
+    struct wk_sampling sp = {0.9f, 0.9f, 0, 0.01f};
+    uint64_t rng = rng0;
+    CHECK_EQ_INT(c[0].ids[0], wk_sample(cands_rows, V, &sp, &rng, NULL));
+    for (int j = 1; j < S; j++) { /* no draw, a top-k: whole rows */
+        CHECK_EQ_INT(c[j].n, -1);
+        CHECK(memcmp(full + (int64_t)j * V, cands_rows + (int64_t)j * V, sizeof(float) * V) == 0);
+    }
+    for (int j = 0; j < S; j++) wk_seq_free(E, g[j]);
+    E->be.iface = cands_plain;
+    free(full), free(keys), free(cands_rows);
 }
 
 static void test_refusals(void)
@@ -582,6 +658,7 @@ int main(void)
     test_fused_add_norm();
     test_greedy_tokens();
     test_candidates();
+    test_candidates_draw();
     test_refusals();
     test_media();
     wk_engine_close(E);

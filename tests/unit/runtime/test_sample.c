@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kn_cands.h"
+#include "kn_draw.h"
 #include "mmgw_test.h"
 #include "sample_ref.h"
 #include "wk_engine.h"
@@ -119,10 +120,139 @@ static void test_candidates(void)
     CHECK_EQ_INT(ids[0], 1);
 }
 
+/* kn_draw.h's rule written the plain way: the kept tokens sorted (key descending, id ascending), running
+ * integer weights walked */
+struct dr_cand {
+    uint32_t key;
+    int32_t id;
+};
+
+static int dr_cmp(const void *a, const void *b)
+{
+    const struct dr_cand *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return x->id - y->id;
+}
+
+static int32_t draw_oracle(const float *x, int32_t n, const struct mm_cand_req *r)
+{
+    float m = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (x[i] > m) m = x[i];
+    struct dr_cand *c = malloc(sizeof *c * (size_t)n);
+    int32_t nk = 0;
+    uint64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const uint32_t key = kn_draw_key(x[i], m, r->t);
+        if (key) c[nk].key = key, c[nk++].id = i, total += kn_draw_mass(key);
+    }
+    qsort(c, (size_t)nk, sizeof *c, dr_cmp);
+    int32_t keep = nk;
+    if (r->top_p > 0.0f && r->top_p < 1.0f) {
+        const uint64_t tp = (uint64_t)((double)r->top_p * (double)total);
+        uint64_t cum = 0;
+        for (keep = 0; keep < nk;) {
+            cum += kn_draw_mass(c[keep++].key);
+            if (cum >= tp) break;
+        }
+    }
+    if (r->min_p > 0.0f) {
+        uint32_t mk;
+        memcpy(&mk, &r->min_p, sizeof mk);
+        int32_t k = 0;
+        while (k < nk && c[k].key >= mk) k++;
+        if (k == 0) k = 1;
+        if (k < keep) keep = k;
+    }
+    uint64_t w = 0;
+    for (int32_t i = 0; i < keep; i++) w += kn_draw_mass(c[i].key);
+    uint64_t tu = (uint64_t)(r->u * (double)w), cum = 0;
+    if (tu >= w) tu = w - 1;
+    int32_t id = -1;
+    for (int32_t i = 0; i < keep && id < 0; i++)
+        if ((cum += kn_draw_mass(c[i].key)) > tu) id = c[i].id;
+    free(c);
+    return id;
+}
+
+/* The draw (kn_draw): equal to its plain sorted form token for token, and to wk_sample given the same
+ * uniform (whose sums it makes exact) on flat, tied, peaked, NaN-sprinkled and constant rows under
+ * temperature, top-p and min-p; not drawn with a top-k that cuts, without draw, or without a finite
+ * largest logit */
+static void test_draw(void)
+{
+    static const struct wk_sampling cfgs[] = {
+        {1.0f, 1.0f, 0, 0}, {0.7f, 0.9f, 0, 0},   {1.0f, 0.95f, 0, 0.05f}, {0.3f, 1.0f, 0, 0.1f},
+        {2.0f, 0.5f, 0, 0}, {1.0f, 0.001f, 0, 0}, {0.5f, 1.0f, 0, 3.0f},   {5.0f, 0.99f, 0, 0.01f}};
+    static const int32_t vocabs[] = {200064, 1000, 7};
+    int64_t draws = 0, bad_oracle = 0, bad_sample = 0;
+    for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
+        const int32_t V = vocabs[vi];
+        float *l = malloc(sizeof(float) * (size_t)V);
+        uint32_t *keys = malloc(sizeof(uint32_t) * (size_t)V);
+        for (int shape = 0; shape < 5; shape++) {
+            ref_logits(l, V, 500 + (uint64_t)shape, shape == 1 ? 2 : 0, shape == 2 ? 30.0f : 0.0f);
+            if (shape == 3)
+                for (int32_t i = 0; i < V; i += 5) l[i] = i % 2 ? nanf("") : -INFINITY;
+            if (shape == 4)
+                for (int32_t i = 0; i < V; i++) l[i] = -2.5f; /* every token ties */
+            for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+                uint64_t rng = 900 + ci;
+                for (int d = 0; d < (V > 10000 ? 4 : 40); d++) {
+                    uint64_t peek = rng;
+                    const struct wk_sampling *sp = &cfgs[ci];
+                    const struct mm_cand_req r = {.k = INT32_MAX,
+                                                  .t = sp->temperature,
+                                                  .top_p = sp->top_p,
+                                                  .min_p = sp->min_p,
+                                                  .draw = 1,
+                                                  .u = wk_sample_uniform(&peek)};
+                    const int32_t a = kn_draw(l, V, &r, keys), b = draw_oracle(l, V, &r),
+                                  c = wk_sample(l, V, sp, &rng, NULL);
+                    draws++;
+                    bad_oracle += a != b;
+                    bad_sample += a != c;
+                    if (a != c && bad_sample < 5)
+                        fprintf(stderr, "V %d shape %d cfg %zu draw %d: kn_draw %d, wk_sample %d\n", V, shape,
+                                ci, d, a, c);
+                }
+            }
+        }
+        free(l), free(keys);
+    }
+    CHECK_MSG(bad_oracle == 0, "%lld of %lld draws differ from the sorted form", (long long)bad_oracle,
+              (long long)draws);
+    CHECK_MSG(bad_sample == 0, "%lld of %lld draws differ from wk_sample's", (long long)bad_sample,
+              (long long)draws);
+    /* the edges of u: the first kept token, the last */
+    const float row[6] = {1.0f, 3.0f, 3.0f, nanf(""), 2.0f, -INFINITY};
+    uint32_t keys[6];
+    struct mm_cand_req r = {.k = INT32_MAX, .t = 1.0f, .top_p = 1.0f, .draw = 1, .u = 0.0};
+    CHECK_EQ_INT(kn_draw(row, 6, &r, keys), 1);
+    r.u = 0.9999999999999999;
+    CHECK_EQ_INT(kn_draw(row, 6, &r, keys), 0);
+    r.u = 0.0, r.t = 0.01f; /* 1 and 2 are far below: only the tied pair, in id order */
+    CHECK_EQ_INT(kn_draw(row, 6, &r, keys), 1);
+    r.u = 0.75;
+    CHECK_EQ_INT(kn_draw(row, 6, &r, keys), 2);
+    /* not drawn from */
+    r.k = 2; /* a top-k that may cut: 5 non-NaN */
+    CHECK_EQ_INT(kn_draw(row, 6, &r, keys), -1);
+    r.k = 5; /* one that cannot */
+    CHECK(kn_draw(row, 6, &r, keys) >= 0);
+    r.draw = 0;
+    CHECK_EQ_INT(kn_draw(row, 6, &r, keys), -1);
+    r.draw = 1;
+    const float pinf[3] = {0.0f, INFINITY, 1.0f}, nan2[2] = {nanf(""), nanf("")};
+    CHECK_EQ_INT(kn_draw(pinf, 3, &r, keys), -1);
+    CHECK_EQ_INT(kn_draw(nan2, 2, &r, keys), -1);
+}
+
 int main(void)
 {
     test_same_as_reference();
     test_candidates();
+    test_draw();
     const float l[4] = {1, 3, 2, 0};
     uint64_t rng = 42;
     float lp;

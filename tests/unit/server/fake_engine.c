@@ -380,6 +380,8 @@ int64_t wk_seq_reuse_prefix(struct wk_engine *e, struct wk_seq *s, const int32_t
     return best_n;
 }
 
+static int32_t fake_draw(const float *logits, int32_t vocab, float temperature, double u);
+
 int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32_t n_items,
                           struct mm_err *err)
 {
@@ -457,10 +459,15 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
             free(l);
             e->st.argmax_rows++;
         } else if (it->logits_mode == WK_LOGITS_CANDS) {
-            /* every token a candidate when they fit (the same draw as the whole row), else the whole row */
+            /* every token a candidate when they fit (the same draw as the whole row), else the whole row;
+             * a request without top-k that allows the draw is drawn from here, as a flat row of M3 is */
             fake_logits(V, s->h, it->logits);
             it->cands->n = -1;
-            if (V <= it->cands->cap) {
+            if (it->cands->draw && it->cands->k == INT32_MAX) {
+                it->cands->ids[0] = fake_draw(it->logits, V, it->cands->temperature, it->cands->u);
+                it->cands->n = -2;
+                e->st.drawn_rows++;
+            } else if (V <= it->cands->cap) {
                 for (int32_t v = 0; v < V; v++) it->cands->ids[v] = v, it->cands->logits[v] = it->logits[v];
                 it->cands->n = V;
             }
@@ -480,20 +487,31 @@ int32_t wk_argmax(const float *logits, int32_t vocab)
     return best;
 }
 
-int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng,
-                  float *logprob)
+double wk_sample_uniform(uint64_t *rng)
+{
+    return fake_model_uniform(rng);
+}
+
+/* a draw over softmax(logits / T) with uniform u */
+static int32_t fake_draw(const float *logits, int32_t vocab, float temperature, double u)
 {
     int32_t best = 0;
     for (int32_t v = 1; v < vocab; v++)
         if (logits[v] > logits[best]) best = v;
-    if (sp->temperature <= 0.0f) return best;
-    /* a draw over softmax(logits / T) */
-    double u = fake_model_uniform(rng), sum = 0.0;
-    for (int32_t v = 0; v < vocab; v++) sum += exp((double)(logits[v] - logits[best]) / sp->temperature);
+    double sum = 0.0;
+    for (int32_t v = 0; v < vocab; v++) sum += exp((double)(logits[v] - logits[best]) / temperature);
     double acc = 0.0;
     for (int32_t v = 0; v < vocab; v++) {
-        acc += exp((double)(logits[v] - logits[best]) / sp->temperature) / sum;
+        acc += exp((double)(logits[v] - logits[best]) / temperature) / sum;
         if (u < acc) return v;
     }
     return best;
+}
+
+int32_t wk_sample(const float *logits, int32_t vocab, const struct wk_sampling *sp, uint64_t *rng,
+                  float *logprob)
+{
+    (void)logprob;
+    if (sp->temperature <= 0.0f) return wk_argmax(logits, vocab);
+    return fake_draw(logits, vocab, sp->temperature, wk_sample_uniform(rng));
 }

@@ -13,6 +13,7 @@ struct fake_stats {
     int64_t live_seqs;
     int64_t argmax_rows, logit_rows; /* positions asked for their greedy token only / for their logits */
     int64_t cand_rows;               /* positions asked for their top-k candidates */
+    int64_t drawn_rows;              /* of those, drawn from by the engine (no top-k, draw allowed) */
     /* written by the encoder thread (read them with fake_engine_stat) */
     int64_t encode_started, encode_cancelled, forwards_during_encode;
 };

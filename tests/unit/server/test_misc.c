@@ -57,6 +57,10 @@ static void test_cli(void)
     char *a8[] = {"w", "--model", "m"};
     CHECK_EQ_INT(wk_cli_parse(3, a8, &c, &err), MM_OK);
     CHECK_EQ_INT(c.encode_threads, -1);
+    CHECK_EQ_INT(c.host_draw, 0); /* flat rows drawn where the logits lie unless --host-draw */
+    char *a8b[] = {"w", "--model", "m", "--host-draw"};
+    CHECK_EQ_INT(wk_cli_parse(4, a8b, &c, &err), MM_OK);
+    CHECK_EQ_INT(c.host_draw, 1);
     char *a9[] = {"w", "--model", "m", "--encode-threads", "0"};
     CHECK_EQ_INT(wk_cli_parse(5, a9, &c, &err), MM_OK);
     CHECK_EQ_INT(c.encode_threads, 0);

@@ -400,10 +400,11 @@ static void test_logprobs(void)
 
 /* Sampled requests take their tokens from the engine's candidates (WK_LOGITS_CANDS), with a top-k or without
  * (top-p only), the same tokens as from the whole row: the same seeded request asking for log-probabilities
- * (whole rows) matches */
-static void test_candidates(int32_t top_k)
+ * (whole rows) matches. Without a top-k the engine draws (the fake always does) with the uniform the
+ * choice's state gives next, and the state moves on as wk_sample's would; host_draw turns that off. */
+static void test_candidates(int32_t top_k, int32_t host_draw)
 {
-    struct wk_sched_opts so = {0};
+    struct wk_sched_opts so = {.host_draw = host_draw};
     struct env v = env_open(&k_cfg, &so, 1);
     int32_t ids[14];
     mkprompt(ids, 14, 41, 64);
@@ -417,18 +418,50 @@ static void test_candidates(int32_t top_k)
         q->sp.has_seed = 1;
         q->sp.seed = 77;
         q->sp.return_logprobs = k;
-        const int64_t c0 = fake_engine_stat(v.e, &fs->cand_rows), l0 = fake_engine_stat(v.e, &fs->logit_rows);
+        const int64_t c0 = fake_engine_stat(v.e, &fs->cand_rows), l0 = fake_engine_stat(v.e, &fs->logit_rows),
+                      d0 = fake_engine_stat(v.e, &fs->drawn_rows);
         r[k] = rec_new();
         CHECK(submit(&v, q, r[k]) == MM_OK);
         CHECK(rec_wait_end(r[k], 5000) == 0);
         CHECK_EQ_INT(r[k]->n_tok[0], 12);
         CHECK_EQ_INT(fake_engine_stat(v.e, &fs->cand_rows) - c0, k ? 0 : 12);
         CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows) - l0, k ? 12 : 0);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->drawn_rows) - d0, !k && !top_k && !host_draw ? 12 : 0);
     }
     CHECK(memcmp(r[0]->tok[0], r[1]->tok[0], 12 * sizeof(int32_t)) == 0);
     int varied = 0; /* a sampled run, not the greedy one */
     for (int i = 1; i < 12; i++) varied |= r[0]->tok[0][i] != r[0]->tok[0][0];
     CHECK(varied);
+    rec_free(r[0]), rec_free(r[1]);
+    env_close(&v);
+}
+
+/* A request of 3 choices without a top-k: the prompt's last row gives all three their first token, so it is
+ * not drawn from with one choice's uniform (candidates, or the whole row); the decode rows are, one draw per
+ * choice and step; the tokens equal those of the same seeded request sampled from whole rows */
+static void test_draw_choices(void)
+{
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&k_cfg, &so, 1);
+    int32_t ids[9];
+    mkprompt(ids, 9, 43, 64);
+    const struct fake_stats *fs = fake_engine_stats(v.e);
+    struct rec *r[2];
+    for (int k = 0; k < 2; k++) {
+        struct wk_request *q = mkreq(k ? "whole3" : "draw3", ids, 9, 6, 3, 512);
+        q->sp.temperature = 1.2f;
+        q->sp.top_p = 0.8f;
+        q->sp.has_seed = 1;
+        q->sp.seed = 99;
+        q->sp.return_logprobs = k;
+        const int64_t d0 = fake_engine_stat(v.e, &fs->drawn_rows);
+        r[k] = rec_new();
+        CHECK(submit(&v, q, r[k]) == MM_OK);
+        CHECK(rec_wait_end(r[k], 5000) == 0);
+        for (int i = 0; i < 3; i++) CHECK_EQ_INT(r[k]->n_tok[i], 6);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->drawn_rows) - d0, k ? 0 : 3 * 5);
+    }
+    for (int i = 0; i < 3; i++) CHECK(memcmp(r[0]->tok[i], r[1]->tok[i], 6 * sizeof(int32_t)) == 0);
     rec_free(r[0]), rec_free(r[1]);
     env_close(&v);
 }
@@ -496,8 +529,10 @@ int main(void)
     test_prefix_reuse();
     test_preemption();
     test_logprobs();
-    test_candidates(8);
-    test_candidates(0);
+    test_candidates(8, 0);
+    test_candidates(0, 0);
+    test_candidates(0, 1);
+    test_draw_choices();
     test_forward_failure_and_drain();
     return test_done();
 }

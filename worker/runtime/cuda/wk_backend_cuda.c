@@ -81,7 +81,7 @@ struct cuda_be {
     size_t dl_cap;
     int32_t argmax;     /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
     struct dbuf am_ids; /* its device ids (a fixed address: the kernel is part of a step's graph) */
-    /* topk_rows: per-row k and t (uploaded before the step's segment runs), counts, ids, logits */
+    /* topk_rows: per-row requests (uploaded before the step's segment runs), counts, ids, logits */
     struct dbuf tk_kt, tk_out;
     int32_t failed;
     struct mm_err ferr;
@@ -323,14 +323,14 @@ static void cu_argmax_rows(void *ctx, const float *src, int32_t rows, int64_t n,
     }
 }
 
-/* Sampling candidates of rows of logits (kn_cuda_topk_cands), an operation of the step like the argmax: k
- * and t go to a fixed device buffer before it runs, so a step's graph replays whatever the requests ask. */
+/* Sampling candidates of rows of logits (kn_cuda_topk_cands), an operation of the step like the argmax: the
+ * rows' requests go to a fixed device buffer before it runs, so a step's graph replays whatever the requests
+ * ask; a row drawn from on the device comes back as its token. */
 struct a_topk {
-    const float *src;
+    float *src;
     int64_t n;
     int32_t rows, cap;
-    const int32_t *k;
-    const float *t;
+    const struct mm_cand_req *req;
     int32_t *counts, *ids;
     float *vals;
 };
@@ -340,32 +340,25 @@ static void ex_topk(void *ctx, const void *args)
     struct cuda_be *c = ctx;
     const struct a_topk *a = args;
     struct mm_err e__ = {0};
-    if (kn_cuda_topk_cands(a->src, a->rows, a->n, a->n, a->k, a->t, a->cap, a->counts, a->ids, a->vals, ST,
-                           &e__))
+    if (kn_cuda_topk_cands(a->src, a->rows, a->n, a->n, a->req, a->cap, a->counts, a->ids, a->vals, ST, &e__))
         fail(c, &e__, "sampling candidates");
 }
 
-static void cu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, const int32_t *k,
-                         const float *t, int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+static void cu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
+                         int32_t cap, int32_t *counts, int32_t *ids, float *vals)
 {
     struct cuda_be *c = ctx;
     for (int32_t i = 0; i < rows; i++) counts[i] = -1;
     if (rows <= 0 || n <= 0 || cap <= 0) return;
     const int32_t rr = rows < 32 ? 32 : rows;
-    const size_t kt_bytes = 2 * sizeof(int32_t) * (size_t)rr, out_bytes = (size_t)rr * (4 + 8 * (size_t)cap);
-    if (c->tk_kt.n < kt_bytes || c->tk_out.n < out_bytes) flush(c); /* recorded operations may hold them */
-    char *kt = grow(c, &c->tk_kt, kt_bytes), *out = grow(c, &c->tk_out, out_bytes);
-    int32_t *kt_h = malloc(kt_bytes);
-    if (!kt || !out || !kt_h) {
-        free(kt_h);
-        return;
-    }
-    /* k and t in one upload, before anything recorded runs: nothing recorded reads them but this step's own
-     * operation */
-    memcpy(kt_h, k, sizeof(int32_t) * (size_t)rows);
-    memcpy(kt_h + rr, t, sizeof(float) * (size_t)rows);
-    cudaError_t e = cudaMemcpy(kt, kt_h, kt_bytes, cudaMemcpyHostToDevice);
-    free(kt_h);
+    const size_t req_bytes = sizeof(struct mm_cand_req) * (size_t)rr,
+                 out_bytes = (size_t)rr * (4 + 8 * (size_t)cap);
+    if (c->tk_kt.n < req_bytes || c->tk_out.n < out_bytes) flush(c); /* recorded operations may hold them */
+    char *kt = grow(c, &c->tk_kt, req_bytes), *out = grow(c, &c->tk_out, out_bytes);
+    if (!kt || !out) return;
+    /* the requests in one upload, before anything recorded runs: nothing recorded reads them but this
+     * step's own operation */
+    cudaError_t e = cudaMemcpy(kt, req, sizeof(struct mm_cand_req) * (size_t)rows, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
         failc(c, e, "upload");
         return;
@@ -373,7 +366,7 @@ static void cu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, c
     struct a_topk a;
     memset(&a, 0, sizeof a);
     a.src = src, a.n = n, a.rows = rows, a.cap = cap;
-    a.k = (const int32_t *)kt, a.t = (const float *)(kt + sizeof(int32_t) * rr);
+    a.req = (const struct mm_cand_req *)kt;
     a.counts = (int32_t *)out, a.ids = (int32_t *)(out + 4 * (size_t)rr);
     a.vals = (float *)(out + 4 * (size_t)rr + 4 * (size_t)rr * cap);
     run_op(c, ex_topk, &a, sizeof a);
@@ -385,7 +378,7 @@ static void cu_topk_rows(void *ctx, const float *src, int32_t rows, int64_t n, c
     if (e == cudaSuccess)
         e = cudaMemcpy(vals, a.vals, sizeof(float) * (size_t)rows * cap, cudaMemcpyDeviceToHost);
     for (int32_t i = 0; i < rows; i++)
-        if (k[i] <= 0) counts[i] = -1; /* rows that asked for none: whatever the device buffer held */
+        if (req[i].k <= 0) counts[i] = -1; /* rows that asked for none: whatever the device buffer held */
     if (e != cudaSuccess) {
         failc(c, e, "download");
         for (int32_t i = 0; i < rows; i++) counts[i] = -1;
