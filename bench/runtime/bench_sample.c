@@ -1,6 +1,8 @@
 /* bench-sample: the worker's token sampler (wk_sample) at M3's vocabulary, per sampling setting, against the
  * qsort sampler it replaced (tests/unit/runtime/sample_ref.h) in the same run: milliseconds per token on
- * the scheduler's thread, which samples every sequence of a step in turn. Median of `reps` draws.
+ * the scheduler's thread, which samples every sequence of a step in turn. Median of `reps` draws. For the
+ * settings without a top-k also the draw (kernels/cpu/kn_draw.c: what the CPU backend does for a flat row
+ * of such a request, and the CUDA kernel's twin).
  *
  *   bench-sample [--vocab 200064] [--reps 15]
  */
@@ -9,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kn_draw.h"
 #include "sample_ref.h"
 #include "wk_engine.h"
 
@@ -40,6 +43,26 @@ static double median_ms(sampler f, const float *l, int32_t V, const struct wk_sa
     return t[reps / 2];
 }
 
+static double median_draw_ms(const float *l, int32_t V, const struct wk_sampling *sp, uint32_t *keys,
+                             int reps)
+{
+    double t[64];
+    uint64_t rng = 9;
+    for (int r = 0; r < reps; r++) {
+        const struct mm_cand_req q = {.k = INT32_MAX,
+                                      .t = sp->temperature,
+                                      .top_p = sp->top_p,
+                                      .min_p = sp->min_p,
+                                      .draw = 1,
+                                      .u = wk_sample_uniform(&rng)};
+        double t0 = now_ms();
+        (void)kn_draw(l, V, &q, keys);
+        t[r] = now_ms() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    return t[reps / 2];
+}
+
 int main(int argc, char **argv)
 {
     int32_t V = 200064;
@@ -55,7 +78,8 @@ int main(int argc, char **argv)
         return 2;
     }
     float *l = malloc(sizeof(float) * (size_t)V);
-    if (!l) return 1;
+    uint32_t *keys = malloc(sizeof(uint32_t) * (size_t)V);
+    if (!l || !keys) return 1;
     for (int peaked = 0; peaked < 2; peaked++) {
         ref_logits(l, V, 1, 0, peaked ? 30.0f : 0.0f);
         static const struct {
@@ -68,13 +92,17 @@ int main(int argc, char **argv)
                     {"temperature 0.2", {0.2f, 1.0f, 0, 0}}};
         printf("vocabulary %d, logits: normal (sd 3) plus 8 tokens raised 5-12%s; median of %d draws\n", V,
                peaked ? " and one 30 above (a confident position)" : " (a flat position)", reps);
-        printf("%-50s %12s %12s %8s\n", "setting", "wk_sample", "qsort (old)", "speedup");
+        printf("%-50s %12s %12s %8s %12s\n", "setting", "wk_sample", "qsort (old)", "speedup", "kn_draw");
         for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
             double a = median_ms(wk_sample, l, V, &cfgs[i].sp, reps);
             double b = median_ms(ref_sample, l, V, &cfgs[i].sp, reps);
-            printf("%-50s %9.2f ms %9.2f ms %7.1fx\n", cfgs[i].name, a, b, b / a);
+            printf("%-50s %9.2f ms %9.2f ms %7.1fx", cfgs[i].name, a, b, b / a);
+            if (cfgs[i].sp.top_k == 0)
+                printf(" %9.2f ms\n", median_draw_ms(l, V, &cfgs[i].sp, keys, reps));
+            else
+                printf(" %12s\n", "-");
         }
     }
-    free(l);
+    free(l), free(keys);
     return 0;
 }

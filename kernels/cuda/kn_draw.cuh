@@ -9,8 +9,8 @@
 #include "kn_cuda_internal.cuh"
 #include "mm_cands.h"
 
-#define KN_DRAW_ILP 8 /* elements each thread loads before it uses them: the passes are bound by L2 latency  \
-                       */
+/* elements each thread loads before it uses them: the passes are bound by L2 latency */
+#define KN_DRAW_ILP 8
 
 struct kn_draw_smem {
     unsigned long long hm[256]; /* this CTA's weights per bin */
