@@ -24,13 +24,19 @@
 
 /* One row's request to the candidates operation */
 struct mm_cand_req {
-    int32_t k;    /* top-k >= 1 (INT32_MAX: none); 0: the row is skipped */
-    float t;      /* temperature > 0 */
-    float top_p;  /* in (0, 1): nucleus filter; otherwise off */
-    float min_p;  /* > 0: min-p filter; otherwise off */
-    int32_t draw; /* 1: a row whose candidates do not fit and that has no effective top-k is drawn from */
-    int32_t pad_;
-    double u; /* the draw's uniform in [0, 1) (the one wk_sample would take next) */
+    int32_t k;     /* top-k >= 1 (INT32_MAX: none); 0: the row is skipped */
+    float t;       /* temperature > 0 */
+    float top_p;   /* in (0, 1): nucleus filter; otherwise off */
+    float min_p;   /* > 0: min-p filter; otherwise off */
+    int32_t draw;  /* 1: a row whose candidates do not fit and that has no effective top-k is drawn from */
+    int32_t flags; /* MM_CANDS_EXACT, MM_CANDS_LSE */
+    double u;      /* the draw's uniform in [0, 1) (the one wk_sample would take next) */
 };
+
+/* no floor: every logit >= l_k - MM_CANDS_TIE t (the top k for log-probabilities, however far below the best)
+ */
+#define MM_CANDS_EXACT 1
+/* the row's log-sum-exp too (wk_logsumexp's arithmetic: max, then a double sum of exp(float(x - max))) */
+#define MM_CANDS_LSE 2
 
 #endif

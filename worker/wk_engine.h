@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "mm_cands.h"
 #include "mm_status.h"
 
 enum wk_backend { WK_BACKEND_CPU = 0, WK_BACKEND_CUDA = 1 };
@@ -123,6 +124,10 @@ struct wk_cands {
     int32_t draw;
     float top_p, min_p; /* wk_sampling's filters */
     double u;           /* the uniform in [0, 1) wk_sample would take next (wk_sample_uniform on a copy) */
+    /* in: MM_CANDS_EXACT (no floor: the top k however far below the best, for log-probabilities),
+     * MM_CANDS_LSE (lse below); out: the row's log-sum-exp (kn_logsumexp's, as the worker's wk_logsumexp) */
+    int32_t flags;
+    float lse;
 };
 
 /** One sequence's part of a forward step: n new tokens appended at positions [len, len + n). */

@@ -4,7 +4,8 @@
  * synthetic one with M3's attention and index shapes comes from mmgw-mkdemo; see bench/cuda/README.md).
  *
  *   model_bench --model DIR [--ctx 32768,131072] [--batch 1,16] [--steps 32] [--pages N] [--chunk 8192]
- *               [--tokens argmax|logits|sample|sample-logits] [--top-k 40] [--out results.tsv]
+ *               [--tokens argmax|logits|sample|sample-logits|logprobs|logprobs-logits] [--top-k 40]
+ *               [--out results.tsv]
  *
  * --tokens: how each step's tokens are picked: argmax (the default, what the worker's scheduler asks for
  * greedy requests: WK_LOGITS_ARGMAX, the argmax on the device), logits (every sequence's logits row
@@ -12,7 +13,10 @@
  * top-p 0.95, top-k 40 from the candidates the device picks, WK_LOGITS_CANDS, as the scheduler does) or
  * sample-logits (the same sampling on the downloaded rows). --top-k 0: sampling without a top-k (top-p 0.95
  * alone); the random checkpoints' rows are flat, so sample then draws every token on the device
- * (kernels/cpu/kn_draw.h) and sample-logits samples every downloaded row on the host.
+ * (kernels/cpu/kn_draw.h) and sample-logits samples every downloaded row on the host. logprobs: greedy with
+ * the token's log-probability and the top 5 (what a request with logprobs and top_logprobs 5 asks): from the
+ * device's candidates and the row's log-sum-exp, as the scheduler does; logprobs-logits: from the downloaded
+ * row on the host (its log-sum-exp, the top 5).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kn_cands.h"
 #include "mm_status.h"
 #include "wk_engine.h"
 
@@ -54,13 +59,25 @@ static int32_t argmax(const float *x, int32_t n)
 #define SAMPLE_CANDS 1024
 
 static struct wk_sampling sp = {1.0f, 0.95f, 40, 0.0f}; /* MiniMax's recommended sampling (--top-k) */
+static volatile float lp_sink;                          /* the log-probabilities are computed, not used */
 
 /* item's logits request for the --tokens mode (cands: its candidates' room; rng: its sequence's state) */
 static void set_mode(struct wk_step_item *it, int tokens, struct wk_cands *cands, int32_t *cids, float *clg,
                      const uint64_t *rng)
 {
-    static const int32_t modes[] = {WK_LOGITS_LAST, WK_LOGITS_ARGMAX, WK_LOGITS_CANDS, WK_LOGITS_LAST};
+    static const int32_t modes[] = {WK_LOGITS_LAST, WK_LOGITS_ARGMAX, WK_LOGITS_CANDS,
+                                    WK_LOGITS_LAST, WK_LOGITS_CANDS,  WK_LOGITS_LAST};
     it->logits_mode = modes[tokens];
+    if (tokens == 4) {
+        *cands = (struct wk_cands){.k = 5,
+                                   .temperature = 1.0f,
+                                   .cap = SAMPLE_CANDS,
+                                   .ids = cids,
+                                   .logits = clg,
+                                   .n = -1,
+                                   .flags = MM_CANDS_EXACT | MM_CANDS_LSE};
+        it->cands = cands;
+    }
     if (tokens == 2) {
         uint64_t peek = *rng;
         *cands = (struct wk_cands){.k = sp.top_k > 0 ? sp.top_k : INT32_MAX,
@@ -82,6 +99,23 @@ static int32_t pick(const struct wk_step_item *it, int tokens, int32_t V, uint64
 {
     if (tokens == 1) return it->token;
     if (tokens == 0) return argmax(it->logits, V);
+    if (tokens == 4 || tokens == 5) { /* the greedy token, its log-probability and the top 5 */
+        const int cand = tokens == 4 && it->cands->n > 0;
+        const float *x = cand ? it->cands->logits : it->logits;
+        const int32_t n = cand ? it->cands->n : V;
+        const float lse = cand ? it->cands->lse : kn_logsumexp(x, n);
+        int32_t top[5] = {0};
+        float lp[5] = {0};
+        int32_t have = 0;
+        for (int32_t i = 0; i < n; i++) { /* wk_top_logprobs' insertion */
+            if (have == 5 && !(x[i] > lp[4])) continue;
+            int32_t j = have < 5 ? have++ : 4;
+            for (; j > 0 && x[i] > lp[j - 1]; j--) lp[j] = lp[j - 1], top[j] = top[j - 1];
+            lp[j] = x[i], top[j] = i;
+        }
+        lp_sink += lp[0] - lse;
+        return cand ? it->cands->ids[top[0]] : top[0];
+    }
     if (tokens == 2 && it->cands->n == -2) { /* drawn on the device with this state's next uniform */
         (void)wk_sample_uniform(rng);
         return it->cands->ids[0];
@@ -99,7 +133,7 @@ int main(int argc, char **argv)
     int64_t ctxs[8] = {32768, 131072}, batches[8] = {1, 16};
     int n_ctx = 2, n_batch = 2;
     int64_t pages = 0, chunk = 8192, steps = 32;
-    int tokens = 1; /* 0 logits, 1 argmax, 2 sample, 3 sample-logits */
+    int tokens = 1; /* 0 logits, 1 argmax, 2 sample, 3 sample-logits, 4 logprobs, 5 logprobs-logits */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
             model = argv[i + 1];
@@ -118,12 +152,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--top-k"))
             sp.top_k = (int32_t)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--tokens")) {
-            static const char *const modes[] = {"logits", "argmax", "sample", "sample-logits"};
+            static const char *const modes[] = {"logits",        "argmax",   "sample",
+                                                "sample-logits", "logprobs", "logprobs-logits"};
             tokens = -1;
-            for (int m = 0; m < 4; m++)
+            for (int m = 0; m < 6; m++)
                 if (!strcmp(argv[i + 1], modes[m])) tokens = m;
             if (tokens < 0) {
-                fprintf(stderr, "model_bench: --tokens %s: argmax, logits, sample or sample-logits\n",
+                fprintf(stderr,
+                        "model_bench: --tokens %s: argmax, logits, sample, sample-logits, logprobs or "
+                        "logprobs-logits\n",
                         argv[i + 1]);
                 return 2;
             }
@@ -135,7 +172,8 @@ int main(int argc, char **argv)
     if (!model || chunk < 1 || steps < 1) {
         fprintf(stderr,
                 "usage: model_bench --model DIR [--ctx 32768,...] [--batch 1,...] [--steps N] [--pages N] "
-                "[--chunk N] [--tokens argmax|logits|sample|sample-logits] [--top-k N] [--out FILE]\n");
+                "[--chunk N] [--tokens argmax|logits|sample|sample-logits|logprobs|logprobs-logits] [--top-k "
+                "N] [--out FILE]\n");
         return 2;
     }
     FILE *tsv = outp ? fopen(outp, "w") : NULL;

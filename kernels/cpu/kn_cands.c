@@ -28,8 +28,8 @@ static float kth_largest(float *a, int32_t n, int32_t k)
     return a[want];
 }
 
-int32_t kn_topk_cands(const float *x, int32_t n, int32_t k, float t, int32_t cap, int32_t *ids, float *vals,
-                      float *scratch)
+static int32_t cands(const float *x, int32_t n, int32_t k, float t, int floor, int32_t cap, int32_t *ids,
+                     float *vals, float *scratch)
 {
     float m = -INFINITY;
     int32_t nv = 0;
@@ -39,7 +39,7 @@ int32_t kn_topk_cands(const float *x, int32_t n, int32_t k, float t, int32_t cap
             if (x[i] > m) m = x[i];
         }
     if (nv == 0) return 0;
-    float thr = m - MM_CANDS_FLOOR * t;
+    float thr = floor ? m - MM_CANDS_FLOOR * t : -INFINITY;
     if (k <= nv) {
         const float lk = kth_largest(scratch, nv, k) - MM_CANDS_TIE * t;
         if (lk > thr) thr = lk;
@@ -51,4 +51,27 @@ int32_t kn_topk_cands(const float *x, int32_t n, int32_t k, float t, int32_t cap
             c++;
         }
     return c;
+}
+
+int32_t kn_topk_cands(const float *x, int32_t n, int32_t k, float t, int32_t cap, int32_t *ids, float *vals,
+                      float *scratch)
+{
+    return cands(x, n, k, t, 1, cap, ids, vals, scratch);
+}
+
+int32_t kn_cands_req(const float *x, int32_t n, const struct mm_cand_req *r, int32_t cap, int32_t *ids,
+                     float *vals, float *scratch)
+{
+    return cands(x, n, r->k, r->t, !(r->flags & MM_CANDS_EXACT), cap, ids, vals, scratch);
+}
+
+float kn_logsumexp(const float *x, int32_t n)
+{
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    if (!isfinite(mx)) return mx;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
+    return mx + (float)log(sum);
 }

@@ -33,6 +33,7 @@ struct cands_smem {
     float x_max; /* this CTA's, for its peers */
     int32_t x_nv;
     uint32_t x_pos; /* rank 0's: the cluster's candidate counter */
+    double x_lse;   /* this CTA's sum of exp(x - m), for its peers */
     uint32_t hist[256], tot[256];
     uint32_t prefix;
     int32_t rem;
@@ -41,7 +42,8 @@ struct cands_smem {
 
 __global__ void __launch_bounds__(CANDS_THREADS)
     k_topk_cands(float *x, int64_t ld, int32_t n, const mm_cand_req *__restrict__ reqs, int32_t cap,
-                 int32_t *__restrict__ counts, int32_t *__restrict__ ids, float *__restrict__ vals)
+                 int32_t *__restrict__ counts, int32_t *__restrict__ ids, float *__restrict__ vals,
+                 float *__restrict__ lse)
 {
     kn_chain_entry();
     __shared__ cands_smem s;
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(CANDS_THREADS)
     const int32_t per = (n + C - 1) / C, lo = (int32_t)rank * per < n ? (int32_t)rank * per : n,
                   hi = lo + per < n ? lo + per : n;
     if (tid < 4) s.d.sums[tid] = 0;
-    if (tid == 0) s.x_pos = 0, s.d.x_id = 0;
+    if (tid == 0) s.x_pos = 0, s.d.x_id = 0, s.x_lse = 0.0;
 
     /* the largest logit and the non-NaN count */
     float m = -INFINITY;
@@ -90,6 +92,26 @@ __global__ void __launch_bounds__(CANDS_THREADS)
         m = fmaxf(m, kn_ld_cluster_f32(kn_cluster_map(kn_smem_addr(&s.x_max), (uint32_t)c)));
         nv += (int32_t)kn_cl_ld_u32(kn_cluster_map(kn_smem_addr(&s.x_nv), (uint32_t)c));
     }
+    if (req.flags & MM_CANDS_LSE) { /* kn_logsumexp's arithmetic; the double sum in the cluster's order */
+        double sum = 0.0;
+        if (isfinite(m))
+            for (int32_t base = lo; base < hi; base += CANDS_THREADS * KN_DRAW_ILP) {
+                float v[KN_DRAW_ILP];
+#pragma unroll
+                for (int u = 0; u < KN_DRAW_ILP; u++) {
+                    const int32_t i = base + u * CANDS_THREADS + tid;
+                    v[u] = i < hi ? __ldcg(xr + i) : -INFINITY;
+                }
+#pragma unroll
+                for (int u = 0; u < KN_DRAW_ILP; u++) sum += exp((double)(v[u] - m));
+            }
+        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) atomicAdd(&s.x_lse, sum);
+        kn_cluster_sync();
+        double tot = 0.0;
+        for (int c = 0; c < C; c++) tot += kn_cl_ld_f64(kn_cluster_map(kn_smem_addr(&s.x_lse), (uint32_t)c));
+        if (rank == 0 && tid == 0) lse[row] = isfinite(m) ? m + (float)log(tot) : m;
+    }
     if (nv == 0) {
         if (rank == 0 && tid == 0) counts[row] = 0;
         kn_cluster_sync(); /* the peers have read x_max and x_nv */
@@ -97,7 +119,7 @@ __global__ void __launch_bounds__(CANDS_THREADS)
     }
 
     /* the k-th largest: a radix select over the cluster's histograms */
-    float thr = m - MM_CANDS_FLOOR * t;
+    float thr = (req.flags & MM_CANDS_EXACT) ? -INFINITY : m - MM_CANDS_FLOOR * t;
     if (k <= nv) {
         uint32_t prefix = 0, mask = 0;
         int32_t rem = k;
@@ -184,16 +206,17 @@ __global__ void __launch_bounds__(CANDS_THREADS)
 
 extern "C" int32_t kn_cuda_topk_cands(float *x, int32_t rows, int64_t n, int64_t ld,
                                       const struct mm_cand_req *req, int32_t cap, int32_t *counts,
-                                      int32_t *ids, float *vals, cudaStream_t stream, struct mm_err *err)
+                                      int32_t *ids, float *vals, float *lse, cudaStream_t stream,
+                                      struct mm_err *err)
 {
     if (rows < 0 || rows > 65535 || n <= 0 || n > INT32_MAX || ld < n || cap <= 0 ||
-        (rows > 0 && (!x || !req || !counts || !ids || !vals)))
+        (rows > 0 && (!x || !req || !counts || !ids || !vals || !lse)))
         return bad(err, "kn_cuda_topk_cands");
     if (rows == 0) return MM_OK;
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at;
     kn_cluster_cfg(&cfg, &at, dim3((unsigned)rows * CANDS_CLUSTER), CANDS_THREADS, stream, CANDS_CLUSTER, 1);
-    KN_CU(kn_launch_cfg(&cfg, k_topk_cands, x, ld, (int32_t)n, req, cap, counts, ids, vals),
+    KN_CU(kn_launch_cfg(&cfg, k_topk_cands, x, ld, (int32_t)n, req, cap, counts, ids, vals, lse),
           "kn_cuda_topk_cands");
     return MM_OK;
 }

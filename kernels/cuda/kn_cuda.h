@@ -244,10 +244,12 @@ int32_t kn_cuda_argmax_rows(const float *x, int32_t rows, int64_t n, int64_t ld,
  * skipped (its count untouched). A row with more than cap candidates whose req asks for the draw, with no
  * top-k that cuts, a finite largest logit and n <= MM_DRAW_MAX_VOCAB, is drawn from instead
  * (kernels/cpu/kn_draw.h's rule): counts[r] = MM_CANDS_DRAWN, its token at ids[r x cap], and its logits
- * in x are overwritten. t > 0 where k > 0, not checked on the host. */
+ * in x are overwritten. req's flags: MM_CANDS_EXACT (no floor), MM_CANDS_LSE (the row's log-sum-exp, in
+ * lse[r]: kernels/cpu/kn_cands.c's kn_logsumexp up to the order of a double sum). t > 0 where k > 0, not
+ * checked on the host. */
 int32_t kn_cuda_topk_cands(float *x, int32_t rows, int64_t n, int64_t ld, const struct mm_cand_req *req,
-                           int32_t cap, int32_t *counts, int32_t *ids, float *vals, cudaStream_t stream,
-                           struct mm_err *err);
+                           int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse,
+                           cudaStream_t stream, struct mm_err *err);
 /** Embedding rows out[i] = table[ids[i]] (bf16 table [vocab][dim] -> f32), ids checked against vocab
  * (out of range -> zeros and *bad set on the device). */
 int32_t kn_cuda_embed(const void *table, int32_t vocab, int32_t dim, const int32_t *ids, int64_t n,

@@ -39,6 +39,13 @@ __device__ __forceinline__ unsigned long long kn_cl_ld_u64(uint32_t addr)
     return v;
 }
 
+__device__ __forceinline__ double kn_cl_ld_f64(uint32_t addr)
+{
+    double v;
+    asm volatile("ld.shared::cluster.f64 %0, [%1];\n" : "=d"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void kn_cl_st_u32(uint32_t addr, uint32_t v)
 {
     asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");

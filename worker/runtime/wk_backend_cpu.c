@@ -69,7 +69,7 @@ static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
 /* the sampling candidates in place (kernels/cpu/kn_cands.c): the sampler then sorts a few, not the row; a
  * row without top-k whose candidates do not fit is drawn from here (kn_draw.c), as the GPU does */
 static void cpu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
-                          int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+                          int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse)
 {
     struct cpu *c = ctx;
     const int ok = grow_to(&c->cands, n) == 0;
@@ -77,9 +77,10 @@ static void cpu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const 
         const struct mm_cand_req *r = &req[i];
         if (r->k <= 0) continue;
         const float *x = src + (int64_t)i * n;
-        counts[i] = ok ? kn_topk_cands(x, (int32_t)n, r->k, r->t, cap, ids + (int64_t)i * cap,
-                                       vals + (int64_t)i * cap, c->cands.p)
+        counts[i] = ok ? kn_cands_req(x, (int32_t)n, r, cap, ids + (int64_t)i * cap, vals + (int64_t)i * cap,
+                                      c->cands.p)
                        : -1;
+        if (r->flags & MM_CANDS_LSE) lse[i] = kn_logsumexp(x, (int32_t)n);
         if (counts[i] > cap && r->draw) {
             /* the scratch's floats are done with: it holds the keys now */
             const int32_t tok = kn_draw(x, (int32_t)n, r, (uint32_t *)(void *)c->cands.p);

@@ -480,6 +480,7 @@ static void run_cands(struct wk_engine *e, struct logit_run *r)
     const int32_t V = e->cfg.text.vocab_size;
     struct mm_cand_req req[LOGIT_ROWS];
     int32_t counts[LOGIT_ROWS];
+    float lse[LOGIT_ROWS];
     memset(req, 0, sizeof req);
     for (int32_t i = 0; i < r->n; i++) {
         const struct wk_cands *c = r->cands[i];
@@ -489,6 +490,7 @@ static void run_cands(struct wk_engine *e, struct logit_run *r)
                                       .top_p = c->top_p,
                                       .min_p = c->min_p,
                                       .draw = c->draw && c->k == INT32_MAX,
+                                      .flags = c->flags & (MM_CANDS_EXACT | MM_CANDS_LSE),
                                       .u = c->u};
         r->cands[i]->n = -1;
     }
@@ -502,10 +504,11 @@ static void run_cands(struct wk_engine *e, struct logit_run *r)
     float *vals = hs->cand_vals;
     int64_t *pairs = hs->cand_pairs;
     if (B->topk_rows && pairs) {
-        B->topk_rows(e->be.ctx, e->a.logits, r->n, V, req, CANDS_CAP, counts, ids, vals);
+        B->topk_rows(e->be.ctx, e->a.logits, r->n, V, req, CANDS_CAP, counts, ids, vals, lse);
         for (int32_t i = 0; i < r->n; i++) {
             struct wk_cands *c = r->cands[i];
             if (!c) continue;
+            if (req[i].flags & MM_CANDS_LSE) c->lse = lse[i];
             if (counts[i] == MM_CANDS_DRAWN && req[i].draw) {
                 const int32_t tok = ids[i * CANDS_CAP];
                 c->ids[0] = tok >= 0 && tok < V ? tok : 0;

@@ -126,6 +126,20 @@ static int cands_token(const struct wk_sched *s, const struct sreq *q, const str
     return row_not_needed(s, q, c);
 }
 
+/* Whether choice c's next token and its log-probabilities can come from the engine's candidates with the
+ * row's log-sum-exp (WK_LOGITS_CANDS with MM_CANDS_EXACT | MM_CANDS_LSE): log-probabilities asked, no stop
+ * token masked, and greedy or a top-k: the top max(top_k, top_logprobs) logits hold the token, its logit and
+ * the top log-probabilities */
+static int logprob_cands(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
+{
+    const struct wk_sampling_req *sp = &q->r->sp;
+    if (!sp->return_logprobs) return 0;
+    if (!(c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0))))
+        return 0;
+    if (!(sp->temperature > 0.0f) || sp->top_k == 1) return 1;
+    return sp->top_k > 1 && sp->top_k <= SCHED_CANDS;
+}
+
 /* The logits mode of choice c's next token, and its candidates request (item k) when it takes them. shared:
  * the row also gives other choices their first token (a prompt's last row with n > 1), so it is not drawn
  * from with c's uniform alone */
@@ -133,6 +147,19 @@ static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct
                           int32_t shared)
 {
     if (greedy_token_only(s, q, c)) return WK_LOGITS_ARGMAX;
+    if (logprob_cands(s, q, c)) {
+        const struct wk_sampling_req *sp = &q->r->sp;
+        const int greedy = !(sp->temperature > 0.0f) || sp->top_k == 1;
+        const int32_t n_top = sp->top_logprobs > 0 ? sp->top_logprobs : 1, kk = greedy ? 1 : sp->top_k;
+        s->item_cands[k] = (struct wk_cands){.k = kk > n_top ? kk : n_top,
+                                             .temperature = greedy ? 1.0f : sp->temperature,
+                                             .cap = SCHED_CANDS,
+                                             .ids = s->cand_ids + (int64_t)k * SCHED_CANDS,
+                                             .logits = s->cand_logits + (int64_t)k * SCHED_CANDS,
+                                             .n = -1,
+                                             .flags = MM_CANDS_EXACT | MM_CANDS_LSE};
+        return WK_LOGITS_CANDS;
+    }
     if (!cands_token(s, q, c)) return WK_LOGITS_LAST;
     /* without a top-k, a row whose candidates do not fit is drawn from where it lies, with the uniform
      * wk_sample would take next (take_token advances the state when it was) */
@@ -150,7 +177,18 @@ static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct
     return WK_LOGITS_CANDS;
 }
 
-static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t tok, const float *logits);
+/* Where a token's log-probabilities come from: the whole row (ids NULL: an index is a token), or the engine's
+ * candidates with the row's log-sum-exp */
+struct lp_src {
+    const float *x;
+    int32_t n;
+    const int32_t *ids;
+    float lse;
+    int32_t j; /* the token's index in x */
+};
+
+static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t tok,
+                         const struct lp_src *src);
 
 /* The whole logits row an item brought back: LAST, or CANDS whose candidates did not fit (n = -1) */
 static const float *sampled_logits(const struct wk_step_item *it)
@@ -181,7 +219,10 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
             .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k, .min_p = sp->min_p};
         const int32_t j = cands->n > 0 ? wk_sample(cands->logits, cands->n, &ws, &c->rng, NULL) : -1;
         const int32_t tok = j >= 0 && j < cands->n ? cands->ids[j] : 0;
-        commit_token(s, q, i, tok >= 0 && tok < V ? tok : 0, NULL);
+        /* with the row's log-sum-exp the candidates also give the log-probabilities (logprob_cands) */
+        const struct lp_src src = {cands->logits, cands->n, cands->ids, cands->lse, j};
+        const int lp = (cands->flags & MM_CANDS_LSE) && j >= 0 && j < cands->n;
+        commit_token(s, q, i, tok >= 0 && tok < V ? tok : 0, lp ? &src : NULL);
         return;
     }
     if (!logits) {
@@ -203,16 +244,16 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
         .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k, .min_p = sp->min_p};
     int32_t tok = wk_sample(lg, V, &ws, &c->rng, NULL);
     if (tok < 0 || tok >= V) tok = 0; /* defensive: a sampler bug must not index out of the vocabulary */
-    commit_token(s, q, i, tok, logits);
+    const struct lp_src src = {logits, V, NULL, 0.0f, tok};
+    commit_token(s, q, i, tok, &src);
 }
 
 /* Append tok to choice i, stream it (with its log-probabilities from logits when asked), end the choice on
  * a stop token or its length. */
-static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t tok, const float *logits)
+static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t tok, const struct lp_src *src)
 {
     struct choice *c = &q->ch[i];
     const struct wk_sampling_req *sp = &q->r->sp;
-    const int32_t V = s->info->vocab_size;
 
     if (c->n_gen == c->cap_gen) {
         int64_t cap = c->cap_gen ? c->cap_gen * 2 : 16;
@@ -230,13 +271,15 @@ static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t 
     int32_t top_ids[WK_MAX_TOP_LOGPROBS];
     float top_lp[WK_MAX_TOP_LOGPROBS];
     struct wk_chunk_ev ev = {.index = i, .ids = &c->gen[c->n_gen - 1], .n = 1};
-    if (sp->return_logprobs && logits) {
-        float lse = wk_logsumexp(logits, V);
-        lp = logits[tok] - lse;
+    if (sp->return_logprobs && src) {
+        const float lse = src->ids ? src->lse : wk_logsumexp(src->x, src->n);
+        lp = src->x[src->j] - lse;
         ev.logprobs = &lp;
         if (sp->top_logprobs > 0) {
-            int32_t k = sp->top_logprobs < V ? sp->top_logprobs : V;
-            wk_top_logprobs(logits, V, lse, k, top_ids, top_lp);
+            int32_t k = sp->top_logprobs < src->n ? sp->top_logprobs : src->n;
+            wk_top_logprobs(src->x, src->n, lse, k, top_ids, top_lp);
+            if (src->ids)
+                for (int32_t m = 0; m < k; m++) top_ids[m] = src->ids[top_ids[m]];
             ev.top_n = k;
             ev.top_ids = top_ids;
             ev.top_logprobs = top_lp;

@@ -275,7 +275,9 @@ static int cmp_i32(const void *a, const void *b)
 
 /* Sampling candidates on the device against kernels/cpu/kn_cands.c: the same count and the same ids (the
  * device's order is arbitrary) at M3's vocabulary and a small one, for k 1-1024 and temperatures 0.05-100,
- * with ties, NaN, -inf, a row of NaN (none), a +inf row, k beyond the valid count, and a skipped row */
+ * with ties, NaN, -inf, a row of NaN (none), a +inf row, k beyond the valid count, and a skipped row; every
+ * other row without the floor (MM_CANDS_EXACT) and with its log-sum-exp, which must be kn_logsumexp's within
+ * the double sum's order (a float ulp or two) */
 static void test_topk_cands(void)
 {
     const int64_t shapes[][2] = {{200064, 200067}, {3000, 3000}};
@@ -295,12 +297,15 @@ static void test_topk_cands(void)
         float *x_d = ct_upload(x, sizeof(float) * (size_t)(ROWS * ld));
         struct mm_cand_req req[ROWS];
         memset(req, 0, sizeof req);
-        for (int r = 0; r < ROWS; r++) req[r].k = ks[r], req[r].t = ts[r];
+        for (int r = 0; r < ROWS; r++)
+            req[r].k = ks[r], req[r].t = ts[r], req[r].flags = r % 2 ? MM_CANDS_EXACT | MM_CANDS_LSE : 0;
         struct mm_cand_req *req_d = ct_upload(req, sizeof req);
+        float lse[ROWS], *lse_d = ct_dmalloc(sizeof lse);
         int32_t cnt[ROWS] = {0}, *cnt_d = ct_upload(cnt, sizeof cnt);
         int32_t *ids_d = ct_dmalloc(sizeof(int32_t) * ROWS * CAP);
         float *vals_d = ct_dmalloc(sizeof(float) * ROWS * CAP);
-        OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, 0, &err));
+        OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, lse_d, 0, &err));
+        ct_download(lse, lse_d, sizeof lse);
         int32_t *ids = ct_hmalloc(sizeof(int32_t) * ROWS * CAP), *ref = ct_hmalloc(sizeof(int32_t) * CAP);
         float *vals = ct_hmalloc(sizeof(float) * ROWS * CAP), *rv = ct_hmalloc(sizeof(float) * CAP);
         ct_download(cnt, cnt_d, sizeof cnt);
@@ -311,7 +316,13 @@ static void test_topk_cands(void)
                 CHECK_EQ_INT(cnt[r], 0); /* untouched */
                 continue;
             }
-            const int32_t want = kn_topk_cands(x + r * ld, (int32_t)n, ks[r], ts[r], CAP, ref, rv, scratch);
+            const int32_t want = kn_cands_req(x + r * ld, (int32_t)n, &req[r], CAP, ref, rv, scratch);
+            if (req[r].flags & MM_CANDS_LSE) {
+                const float wl = kn_logsumexp(x + r * ld, (int32_t)n);
+                CHECK_MSG((isnan(wl) && isnan(lse[r])) || wl == lse[r] ||
+                              fabsf(wl - lse[r]) <= 2.5e-7f * fabsf(wl),
+                          "cands n %lld row %d: lse %.9g, want %.9g", (long long)n, r, lse[r], wl);
+            }
             CHECK_MSG(cnt[r] == want, "cands n %lld row %d: %d, want %d", (long long)n, r, cnt[r], want);
             if (cnt[r] != want || want > CAP) continue;
             int32_t *g = ids + r * CAP;
@@ -322,15 +333,16 @@ static void test_topk_cands(void)
                       "cands n %lld row %d: ids differ", (long long)n, r);
         }
         CHECK_EQ_INT(cnt[4], 0);
-        CHECK_EQ_INT(cnt[5], 2);
+        CHECK_EQ_INT(cnt[5], 5); /* no floor (MM_CANDS_EXACT): the two +inf and the three largest finite */
         CT_CU(cudaFree(x_d));
         CT_CU(cudaFree(req_d));
+        CT_CU(cudaFree(lse_d));
         CT_CU(cudaFree(cnt_d));
         CT_CU(cudaFree(ids_d));
         CT_CU(cudaFree(vals_d));
         free(x), free(scratch), free(ids), free(ref), free(vals), free(rv);
     }
-    CHECK_EQ_INT(kn_cuda_topk_cands(NULL, 1, 10, 10, NULL, 4, NULL, NULL, NULL, 0, &err), MM_INVALID);
+    CHECK_EQ_INT(kn_cuda_topk_cands(NULL, 1, 10, 10, NULL, 4, NULL, NULL, NULL, NULL, 0, &err), MM_INVALID);
 }
 
 /* The draw on the device against kernels/cpu/kn_draw.c: the same token for rows without top-k whose
@@ -362,6 +374,7 @@ static void test_topk_draw(void)
                 *ids_d = ct_dmalloc(sizeof(int32_t) * ROWS * CAP);
         float *vals_d = ct_dmalloc(sizeof(float) * ROWS * CAP);
         struct mm_cand_req *req_d = ct_dmalloc(sizeof(struct mm_cand_req) * ROWS);
+        float *lse_d = ct_dmalloc(sizeof(float) * ROWS);
         for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
             ct_fill_normal(x, ROWS * ld, 1.0f + (float)ci);
             for (int64_t i = 0; i < n; i++) x[1 * ld + i] = floorf(x[1 * ld + i] * 2.0f); /* coarse ties */
@@ -383,7 +396,7 @@ static void test_topk_draw(void)
             req[9].u = 0.0625 * (double)ci;
             CT_CU(cudaMemcpy(x_d, x, sizeof(float) * (size_t)(ROWS * ld), cudaMemcpyHostToDevice));
             CT_CU(cudaMemcpy(req_d, req, sizeof req, cudaMemcpyHostToDevice));
-            OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, 0, &err));
+            OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, lse_d, 0, &err));
             int32_t cnt[ROWS];
             ct_download(cnt, cnt_d, sizeof cnt);
             ct_download(ids, ids_d, sizeof(int32_t) * ROWS * CAP);
@@ -405,6 +418,7 @@ static void test_topk_draw(void)
         }
         CT_CU(cudaFree(x_d));
         CT_CU(cudaFree(req_d));
+        CT_CU(cudaFree(lse_d));
         CT_CU(cudaFree(cnt_d));
         CT_CU(cudaFree(ids_d));
         CT_CU(cudaFree(vals_d));

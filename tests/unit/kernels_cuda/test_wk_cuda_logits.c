@@ -5,6 +5,7 @@
  * than the item's room comes back whole, and one without top-k that asks for the draw comes back as the
  * token kernels/cpu/kn_draw.c draws from that row. Prompt steps (run at once) and decode steps (recorded,
  * captured and replayed as graphs) both. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,7 +15,7 @@
 #include "mkdemo.h"
 #include "wk_engine.h"
 
-enum { S = 4, N = 12, CAP = 256, STEPS = 4, ENGINE_CAP = 1024 /* wk_forward.c's CANDS_CAP */ };
+enum { S = 5, N = 12, CAP = 256, STEPS = 4, ENGINE_CAP = 1024 /* wk_forward.c's CANDS_CAP */ };
 
 static struct wk_engine *E;
 static int32_t V;
@@ -45,7 +46,13 @@ static void check(const struct wk_step_item *it, const float *ref, const char *w
             continue;
         }
         const struct wk_cands *c = it[j].cands;
-        const int32_t n = kn_topk_cands(row, V, c->k, c->temperature, CAP, want, want_v, scratch);
+        const struct mm_cand_req q = {.k = c->k, .t = c->temperature, .flags = c->flags};
+        const int32_t n = kn_cands_req(row, V, &q, CAP, want, want_v, scratch);
+        if (c->flags & MM_CANDS_LSE) {
+            const float wl = kn_logsumexp(row, V);
+            CHECK_MSG(fabsf(c->lse - wl) <= 2.5e-7f * fabsf(wl), "%s seq %d: lse %.9g, want %.9g", what, j,
+                      c->lse, wl);
+        }
         if (n > ENGINE_CAP && c->draw && c->k == INT32_MAX) {
             const struct mm_cand_req r = {
                 .k = c->k, .t = c->temperature, .top_p = c->top_p, .min_p = c->min_p, .draw = 1, .u = c->u};
@@ -87,7 +94,8 @@ int main(void)
     int32_t cid[S][CAP];
     float clg[S][CAP];
     /* seq 0 greedy; 1 top-k 40; 2 no top-k at a temperature whose candidates outgrow 8 (whole); 3 no top-k,
-     * top-p 0.9 and min-p, drawn from on the device (the random model's rows are flat) */
+     * top-p 0.9 and min-p, drawn from on the device (the random model's rows are flat); 4 greedy with 5
+     * log-probabilities (no floor, the row's log-sum-exp) */
     struct wk_cands cands[S] = {
         {0},
         {.k = 40, .temperature = 0.8f, .cap = CAP, .ids = cid[1], .logits = clg[1]},
@@ -100,11 +108,19 @@ int main(void)
          .draw = 1,
          .top_p = 0.9f,
          .min_p = 0.001f,
-         .u = 0.3}};
+         .u = 0.3},
+        {.k = 5,
+         .temperature = 1.0f,
+         .cap = CAP,
+         .ids = cid[4],
+         .logits = clg[4],
+         .flags = MM_CANDS_EXACT | MM_CANDS_LSE}};
     struct wk_cands none[S];
     memset(none, 0, sizeof none);
-    static const int32_t last[S] = {WK_LOGITS_LAST, WK_LOGITS_LAST, WK_LOGITS_LAST, WK_LOGITS_LAST};
-    static const int32_t modes[S] = {WK_LOGITS_ARGMAX, WK_LOGITS_CANDS, WK_LOGITS_CANDS, WK_LOGITS_CANDS};
+    static const int32_t last[S] = {WK_LOGITS_LAST, WK_LOGITS_LAST, WK_LOGITS_LAST, WK_LOGITS_LAST,
+                                    WK_LOGITS_LAST};
+    static const int32_t modes[S] = {WK_LOGITS_ARGMAX, WK_LOGITS_CANDS, WK_LOGITS_CANDS, WK_LOGITS_CANDS,
+                                     WK_LOGITS_CANDS};
     struct wk_seq *a[S], *b[S];
     for (int j = 0; j < S; j++) {
         CHECK_EQ_INT(wk_seq_create(E, &a[j], &err), MM_OK);

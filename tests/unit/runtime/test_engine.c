@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kn_cands.h"
 #include "kn_draw.h"
 #include "mkdemo.h"
 #include "mmgw_test.h"
@@ -345,21 +346,22 @@ static const struct wk_backend_iface *cands_plain;
 static float *cands_rows;
 static int64_t cands_seen; /* rows caught so far: each item's last row is a run of its own here */
 static void topk_rows_spy(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
-                          int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+                          int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse)
 {
     if (cands_seen + rows <= 32) memcpy(cands_rows + cands_seen * n, src, sizeof(float) * (size_t)(rows * n));
     cands_seen += rows;
-    cands_plain->topk_rows(ctx, src, rows, n, req, cap, counts, ids, vals);
+    cands_plain->topk_rows(ctx, src, rows, n, req, cap, counts, ids, vals, lse);
 }
 
 /* the spy with room for 2 candidates in the backend: the small model's rows overflow, as M3's flat ones do */
 static void topk_rows_small(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
-                            int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+                            int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse)
 {
     for (int32_t i = 0; i < rows; i++) {
         if (cands_seen < 32) memcpy(cands_rows + cands_seen * n, src + i * n, sizeof(float) * (size_t)n);
         cands_seen++;
-        cands_plain->topk_rows(ctx, src + i * n, 1, n, &req[i], 2, &counts[i], ids + i * cap, vals + i * cap);
+        cands_plain->topk_rows(ctx, src + i * n, 1, n, &req[i], 2, &counts[i], ids + i * cap, vals + i * cap,
+                               &lse[i]);
         if (counts[i] > 2)
             counts[i] = cap + 1; /* only 2 written: more than the engine's room, as it sees it */
     }
@@ -388,12 +390,14 @@ static void test_candidates(void)
         for (int j = 0; j < S; j++) {
             CHECK_EQ_INT(wk_seq_create(E, &g[j], &err), MM_OK);
             /* item 2 allows 2 candidates only: its row comes back whole */
+            /* item 0 also without the floor and with its log-sum-exp (what log-probabilities ask) */
             c[j] = (struct wk_cands){.k = j == 1 ? 40 : 5,
                                      .temperature = 0.8f,
                                      .cap = j == 2 ? 2 : CAP,
                                      .ids = cid[j],
                                      .logits = clg[j],
-                                     .n = 99};
+                                     .n = 99,
+                                     .flags = j == 0 ? MM_CANDS_EXACT | MM_CANDS_LSE : 0};
             it[j] = (struct wk_step_item){g[j], ids[j], N, NULL, NULL, WK_LOGITS_CANDS, full + (int64_t)j * V,
                                           NULL, 0,      0, &c[j]};
         }
@@ -420,6 +424,10 @@ static void test_candidates(void)
                 same &= q >= 0 && q < c[j].n && cid[j][q] == a;
             }
             CHECK_MSG(same, "seq %d: candidates sample differently from the whole row", j);
+            if (j == 0) { /* the row's log-sum-exp, as the worker's wk_logsumexp computes it */
+                const float want = kn_logsumexp(row, V);
+                CHECK(memcmp(&c[j].lse, &want, sizeof want) == 0);
+            }
         }
         for (int j = 0; j < S; j++) wk_seq_free(E, g[j]);
     }

@@ -387,8 +387,9 @@ static void test_logprobs(void)
     double sum = 0;
     for (int i = 0; i < 64; i++) sum += exp((double)lg[i]);
     CHECK_NEAR(r->lp[0][0], 5.0 - log(sum), 1e-4);
-    /* log-probabilities need every position's logits */
-    CHECK_EQ_INT(fake_engine_stat(v.e, &fake_engine_stats(v.e)->logit_rows), 5);
+    /* greedy log-probabilities come from the candidates (the top 3 and more) with the row's log-sum-exp */
+    CHECK_EQ_INT(fake_engine_stat(v.e, &fake_engine_stats(v.e)->logit_rows), 0);
+    CHECK_EQ_INT(fake_engine_stat(v.e, &fake_engine_stats(v.e)->cand_rows), 5);
     CHECK_EQ_INT(fake_engine_stat(v.e, &fake_engine_stats(v.e)->argmax_rows), 0);
     for (int k = 0; k < 5; k++) {
         CHECK(r->lp[0][k] < 0.0f);
@@ -400,8 +401,9 @@ static void test_logprobs(void)
 
 /* Sampled requests take their tokens from the engine's candidates (WK_LOGITS_CANDS), with a top-k or without
  * (top-p only), the same tokens as from the whole row: the same seeded request asking for log-probabilities
- * (whole rows) matches. Without a top-k the engine draws (the fake always does) with the uniform the
- * choice's state gives next, and the state moves on as wk_sample's would; host_draw turns that off. */
+ * matches (whole rows without a top-k; with one, the candidates with the row's log-sum-exp). Without a top-k
+ * the engine draws (the fake always does) with the uniform the choice's state gives next, and the state moves
+ * on as wk_sample's would; host_draw turns that off. */
 static void test_candidates(int32_t top_k, int32_t host_draw)
 {
     struct wk_sched_opts so = {.host_draw = host_draw};
@@ -424,8 +426,8 @@ static void test_candidates(int32_t top_k, int32_t host_draw)
         CHECK(submit(&v, q, r[k]) == MM_OK);
         CHECK(rec_wait_end(r[k], 5000) == 0);
         CHECK_EQ_INT(r[k]->n_tok[0], 12);
-        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->cand_rows) - c0, k ? 0 : 12);
-        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows) - l0, k ? 12 : 0);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->cand_rows) - c0, k && !top_k ? 0 : 12);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows) - l0, k && !top_k ? 12 : 0);
         CHECK_EQ_INT(fake_engine_stat(v.e, &fs->drawn_rows) - d0, !k && !top_k && !host_draw ? 12 : 0);
     }
     CHECK(memcmp(r[0]->tok[0], r[1]->tok[0], 12 * sizeof(int32_t)) == 0);

@@ -332,7 +332,7 @@ struct a_topk {
     int32_t rows, cap;
     const struct mm_cand_req *req;
     int32_t *counts, *ids;
-    float *vals;
+    float *vals, *lse;
 };
 
 static void ex_topk(void *ctx, const void *args)
@@ -340,19 +340,20 @@ static void ex_topk(void *ctx, const void *args)
     struct cuda_be *c = ctx;
     const struct a_topk *a = args;
     struct mm_err e__ = {0};
-    if (kn_cuda_topk_cands(a->src, a->rows, a->n, a->n, a->req, a->cap, a->counts, a->ids, a->vals, ST, &e__))
+    if (kn_cuda_topk_cands(a->src, a->rows, a->n, a->n, a->req, a->cap, a->counts, a->ids, a->vals, a->lse,
+                           ST, &e__))
         fail(c, &e__, "sampling candidates");
 }
 
 static void cu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
-                         int32_t cap, int32_t *counts, int32_t *ids, float *vals)
+                         int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse)
 {
     struct cuda_be *c = ctx;
     for (int32_t i = 0; i < rows; i++) counts[i] = -1;
     if (rows <= 0 || n <= 0 || cap <= 0) return;
     const int32_t rr = rows < 32 ? 32 : rows;
     const size_t req_bytes = sizeof(struct mm_cand_req) * (size_t)rr,
-                 out_bytes = (size_t)rr * (4 + 8 * (size_t)cap);
+                 out_bytes = (size_t)rr * (8 + 8 * (size_t)cap);
     if (c->tk_kt.n < req_bytes || c->tk_out.n < out_bytes) flush(c); /* recorded operations may hold them */
     char *kt = grow(c, &c->tk_kt, req_bytes), *out = grow(c, &c->tk_out, out_bytes);
     if (!kt || !out) return;
@@ -369,14 +370,20 @@ static void cu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const s
     a.req = (const struct mm_cand_req *)kt;
     a.counts = (int32_t *)out, a.ids = (int32_t *)(out + 4 * (size_t)rr);
     a.vals = (float *)(out + 4 * (size_t)rr + 4 * (size_t)rr * cap);
+    a.lse = (float *)(out + 4 * (size_t)rr + 8 * (size_t)rr * cap);
     run_op(c, ex_topk, &a, sizeof a);
     flush(c);
-    /* three copies for the whole run (rows x cap ids and logits: 8 KB a row), not two round trips a row */
+    /* three copies for the whole run (rows x cap ids and logits: 8 KB a row; a fourth for log-sum-exps), not
+     * two round trips a row */
     e = cudaMemcpy(counts, a.counts, sizeof(int32_t) * (size_t)rows, cudaMemcpyDeviceToHost);
     if (e == cudaSuccess)
         e = cudaMemcpy(ids, a.ids, sizeof(int32_t) * (size_t)rows * cap, cudaMemcpyDeviceToHost);
     if (e == cudaSuccess)
         e = cudaMemcpy(vals, a.vals, sizeof(float) * (size_t)rows * cap, cudaMemcpyDeviceToHost);
+    int32_t want_lse = 0;
+    for (int32_t i = 0; i < rows; i++) want_lse |= req[i].k > 0 && (req[i].flags & MM_CANDS_LSE);
+    if (e == cudaSuccess && want_lse)
+        e = cudaMemcpy(lse, a.lse, sizeof(float) * (size_t)rows, cudaMemcpyDeviceToHost);
     for (int32_t i = 0; i < rows; i++)
         if (req[i].k <= 0) counts[i] = -1; /* rows that asked for none: whatever the device buffer held */
     if (e != cudaSuccess) {
