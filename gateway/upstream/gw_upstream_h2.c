@@ -407,6 +407,10 @@ static void conn_fail(struct gw_h2_conn *c, const char *why)
     c->h2 = NULL;
     mm_buf_reset(&c->out);
     c->out_off = 0;
+    /* the ends are delivered by dispatch(): a failure found by conn_flush (a send() that meets the RST of a
+     * worker killed since the last read) or by a timer comes after the handler's dispatch, and the read and
+     * write events are gone, so without this the streams would wait for ever */
+    if (c->ready_head) conn_work_soon(c);
 }
 
 /* ---- I/O ---- */
