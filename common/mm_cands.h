@@ -36,7 +36,7 @@ struct mm_cand_req {
 /* no floor: every logit >= l_k - MM_CANDS_TIE t (the top k for log-probabilities, however far below the best)
  */
 #define MM_CANDS_EXACT 1
-/* the row's log-sum-exp too (wk_logsumexp's arithmetic: max, then a double sum of exp(float(x - max))) */
+/* the row's log-sum-exp too (mm_logsumexp's arithmetic: max, then a double sum of exp(float(x - max))) */
 #define MM_CANDS_LSE 2
 
 #endif

@@ -125,7 +125,7 @@ struct wk_cands {
     float top_p, min_p; /* wk_sampling's filters */
     double u;           /* the uniform in [0, 1) wk_sample would take next (wk_sample_uniform on a copy) */
     /* in: MM_CANDS_EXACT (no floor: the top k however far below the best, for log-probabilities),
-     * MM_CANDS_LSE (lse below); out: the row's log-sum-exp (kn_logsumexp's, as the worker's wk_logsumexp) */
+     * MM_CANDS_LSE (lse below); out: the row's log-sum-exp (mm_logsumexp's, as the worker's mm_logsumexp) */
     int32_t flags;
     float lse;
 };

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "kn_cands.h"
+#include "mm_logprobs.h"
 #include "mm_status.h"
 #include "wk_engine.h"
 
@@ -103,17 +104,11 @@ static int32_t pick(const struct wk_step_item *it, int tokens, int32_t V, uint64
         const int cand = tokens == 4 && it->cands->n > 0;
         const float *x = cand ? it->cands->logits : it->logits;
         const int32_t n = cand ? it->cands->n : V;
-        const float lse = cand ? it->cands->lse : kn_logsumexp(x, n);
+        const float lse = cand ? it->cands->lse : mm_logsumexp(x, n);
         int32_t top[5] = {0};
         float lp[5] = {0};
-        int32_t have = 0;
-        for (int32_t i = 0; i < n; i++) { /* wk_top_logprobs' insertion */
-            if (have == 5 && !(x[i] > lp[4])) continue;
-            int32_t j = have < 5 ? have++ : 4;
-            for (; j > 0 && x[i] > lp[j - 1]; j--) lp[j] = lp[j - 1], top[j] = top[j - 1];
-            lp[j] = x[i], top[j] = i;
-        }
-        lp_sink += lp[0] - lse;
+        mm_top_logprobs(x, n, lse, n < 5 ? n : 5, top, lp);
+        lp_sink += lp[0];
         return cand ? it->cands->ids[top[0]] : top[0];
     }
     if (tokens == 2 && it->cands->n == -2) { /* drawn on the device with this state's next uniform */

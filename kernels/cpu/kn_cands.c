@@ -64,14 +64,3 @@ int32_t kn_cands_req(const float *x, int32_t n, const struct mm_cand_req *r, int
 {
     return cands(x, n, r->k, r->t, !(r->flags & MM_CANDS_EXACT), cap, ids, vals, scratch);
 }
-
-float kn_logsumexp(const float *x, int32_t n)
-{
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < n; i++)
-        if (x[i] > mx) mx = x[i];
-    if (!isfinite(mx)) return mx;
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
-    return mx + (float)log(sum);
-}

@@ -13,11 +13,9 @@
  * cap: only the count; the caller samples the whole row). scratch: n floats. */
 int32_t kn_topk_cands(const float *x, int32_t n, int32_t k, float t, int32_t cap, int32_t *ids, float *vals,
                       float *scratch);
-/** The same under r's k, t and flags (MM_CANDS_EXACT: no floor; MM_CANDS_LSE is kn_logsumexp's). */
+/** The same under r's k, t and flags (MM_CANDS_EXACT: no floor; MM_CANDS_LSE is common/mm_logprobs.h's
+ * mm_logsumexp, which the caller computes). */
 int32_t kn_cands_req(const float *x, int32_t n, const struct mm_cand_req *r, int32_t cap, int32_t *ids,
                      float *vals, float *scratch);
-/** log(sum(exp(x))) as the worker's wk_logsumexp computes it: the largest logit m (NaN skipped; m itself when
- * not finite), then m + float(log(sum over i of exp(double(x[i] - m)))), summed in id order. */
-float kn_logsumexp(const float *x, int32_t n);
 
 #endif

@@ -65,11 +65,7 @@ __global__ void __launch_bounds__(CANDS_THREADS)
     int32_t nv = 0;
     for (int32_t base = lo; base < hi; base += CANDS_THREADS * KN_DRAW_ILP) {
         float v[KN_DRAW_ILP];
-#pragma unroll
-        for (int u = 0; u < KN_DRAW_ILP; u++) {
-            const int32_t i = base + u * CANDS_THREADS + tid;
-            v[u] = i < hi ? __ldcg(xr + i) : nanf("");
-        }
+        kn_draw_load<CANDS_THREADS>(xr, base, hi, nanf(""), v);
 #pragma unroll
         for (int u = 0; u < KN_DRAW_ILP; u++)
             if (!isnan(v[u])) nv++, m = fmaxf(m, v[u]);
@@ -92,16 +88,12 @@ __global__ void __launch_bounds__(CANDS_THREADS)
         m = fmaxf(m, kn_ld_cluster_f32(kn_cluster_map(kn_smem_addr(&s.x_max), (uint32_t)c)));
         nv += (int32_t)kn_cl_ld_u32(kn_cluster_map(kn_smem_addr(&s.x_nv), (uint32_t)c));
     }
-    if (req.flags & MM_CANDS_LSE) { /* kn_logsumexp's arithmetic; the double sum in the cluster's order */
+    if (req.flags & MM_CANDS_LSE) { /* mm_logsumexp's arithmetic; the double sum in the cluster's order */
         double sum = 0.0;
         if (isfinite(m))
             for (int32_t base = lo; base < hi; base += CANDS_THREADS * KN_DRAW_ILP) {
                 float v[KN_DRAW_ILP];
-#pragma unroll
-                for (int u = 0; u < KN_DRAW_ILP; u++) {
-                    const int32_t i = base + u * CANDS_THREADS + tid;
-                    v[u] = i < hi ? __ldcg(xr + i) : -INFINITY;
-                }
+                kn_draw_load<CANDS_THREADS>(xr, base, hi, -INFINITY, v);
 #pragma unroll
                 for (int u = 0; u < KN_DRAW_ILP; u++) sum += exp((double)(v[u] - m));
             }
@@ -128,11 +120,7 @@ __global__ void __launch_bounds__(CANDS_THREADS)
             __syncthreads();
             for (int32_t base = lo; base < hi; base += CANDS_THREADS * KN_DRAW_ILP) {
                 float v[KN_DRAW_ILP];
-#pragma unroll
-                for (int u = 0; u < KN_DRAW_ILP; u++) {
-                    const int32_t i = base + u * CANDS_THREADS + tid;
-                    v[u] = i < hi ? __ldcg(xr + i) : nanf("");
-                }
+                kn_draw_load<CANDS_THREADS>(xr, base, hi, nanf(""), v);
 #pragma unroll
                 for (int u = 0; u < KN_DRAW_ILP; u++) {
                     const uint32_t key = cand_key(v[u]);
@@ -173,11 +161,7 @@ __global__ void __launch_bounds__(CANDS_THREADS)
     const uint32_t pos_at = kn_cluster_map(kn_smem_addr(&s.x_pos), 0);
     for (int32_t base = lo; base < hi; base += CANDS_THREADS * KN_DRAW_ILP) {
         float v[KN_DRAW_ILP];
-#pragma unroll
-        for (int u = 0; u < KN_DRAW_ILP; u++) {
-            const int32_t i = base + u * CANDS_THREADS + tid;
-            v[u] = i < hi ? __ldcg(xr + i) : nanf("");
-        }
+        kn_draw_load<CANDS_THREADS>(xr, base, hi, nanf(""), v);
 #pragma unroll
         for (int u = 0; u < KN_DRAW_ILP; u++) {
             const bool in = v[u] >= thr;

@@ -245,7 +245,7 @@ int32_t kn_cuda_argmax_rows(const float *x, int32_t rows, int64_t n, int64_t ld,
  * top-k that cuts, a finite largest logit and n <= MM_DRAW_MAX_VOCAB, is drawn from instead
  * (kernels/cpu/kn_draw.h's rule): counts[r] = MM_CANDS_DRAWN, its token at ids[r x cap], and its logits
  * in x are overwritten. req's flags: MM_CANDS_EXACT (no floor), MM_CANDS_LSE (the row's log-sum-exp, in
- * lse[r]: kernels/cpu/kn_cands.c's kn_logsumexp up to the order of a double sum). t > 0 where k > 0, not
+ * lse[r]: kernels/cpu/kn_cands.c's mm_logsumexp up to the order of a double sum). t > 0 where k > 0, not
  * checked on the host. */
 int32_t kn_cuda_topk_cands(float *x, int32_t rows, int64_t n, int64_t ld, const struct mm_cand_req *req,
                            int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse,

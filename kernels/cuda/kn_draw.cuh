@@ -25,6 +25,19 @@ struct kn_draw_smem {
     int32_t bin, id, x_id; /* x_id: rank 0's, the token the holder of the ties found */
 };
 
+/* This thread's KN_DRAW_ILP elements of a pass from base, NT apart, fill past hi: all loaded before any is
+ * used */
+template <int NT, typename T>
+__device__ __forceinline__ void kn_draw_load(const T *p, int32_t base, int32_t hi, T fill,
+                                             T (&v)[KN_DRAW_ILP])
+{
+#pragma unroll
+    for (int u = 0; u < KN_DRAW_ILP; u++) {
+        const int32_t i = base + u * NT + (int32_t)threadIdx.x;
+        v[u] = i < hi ? __ldcg(p + i) : fill;
+    }
+}
+
 __device__ __forceinline__ uint32_t kn_cl_ld_u32(uint32_t addr)
 {
     uint32_t v;
@@ -102,11 +115,7 @@ __device__ int32_t kn_draw_first_over(const uint32_t *keys, int32_t lo, int32_t 
         __syncthreads();
         for (int32_t base = lo; base < hi; base += NT * KN_DRAW_ILP) {
             uint32_t kv[KN_DRAW_ILP];
-#pragma unroll
-            for (int u = 0; u < KN_DRAW_ILP; u++) {
-                const int32_t i = base + u * NT + tid;
-                kv[u] = i < hi ? __ldcg(keys + i) : 0u;
-            }
+            kn_draw_load<NT>(keys, base, hi, 0u, kv);
 #pragma unroll
             for (int u = 0; u < KN_DRAW_ILP; u++) {
                 const int32_t i = base + u * NT + tid;
@@ -228,11 +237,7 @@ __device__ int32_t kn_draw_row(float *xr, int32_t lo, int32_t hi, float m, const
     unsigned long long total = 0;
     for (int32_t base = lo; base < hi; base += NT * KN_DRAW_ILP) {
         float v[KN_DRAW_ILP];
-#pragma unroll
-        for (int u = 0; u < KN_DRAW_ILP; u++) {
-            const int32_t i = base + u * NT + (int32_t)threadIdx.x;
-            v[u] = i < hi ? __ldcg(xr + i) : 0.0f;
-        }
+        kn_draw_load<NT>(xr, base, hi, 0.0f, v);
 #pragma unroll
         for (int u = 0; u < KN_DRAW_ILP; u++) {
             const int32_t i = base + u * NT + (int32_t)threadIdx.x;
@@ -256,11 +261,7 @@ __device__ int32_t kn_draw_row(float *xr, int32_t lo, int32_t hi, float m, const
         unsigned long long wm = 0;
         for (int32_t base = lo; base < hi; base += NT * KN_DRAW_ILP) {
             uint32_t kv[KN_DRAW_ILP];
-#pragma unroll
-            for (int u = 0; u < KN_DRAW_ILP; u++) {
-                const int32_t i = base + u * NT + (int32_t)threadIdx.x;
-                kv[u] = i < hi ? __ldcg(keys + i) : 0u;
-            }
+            kn_draw_load<NT>(keys, base, hi, 0u, kv);
 #pragma unroll
             for (int u = 0; u < KN_DRAW_ILP; u++) wm += kv[u] >= mk ? kn_draw_mass_d(kv[u]) : 0ull;
         }

@@ -10,6 +10,7 @@
 #include "kn_act.h"
 #include "kn_attn.h"
 #include "kn_cands.h"
+#include "mm_logprobs.h"
 #include "kn_draw.h"
 #include "kn_gemm.h"
 #include "kn_norm.h"
@@ -80,7 +81,7 @@ static void cpu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const 
         counts[i] = ok ? kn_cands_req(x, (int32_t)n, r, cap, ids + (int64_t)i * cap, vals + (int64_t)i * cap,
                                       c->cands.p)
                        : -1;
-        if (r->flags & MM_CANDS_LSE) lse[i] = kn_logsumexp(x, (int32_t)n);
+        if (r->flags & MM_CANDS_LSE) lse[i] = mm_logsumexp(x, (int32_t)n);
         if (counts[i] > cap && r->draw) {
             /* the scratch's floats are done with: it holds the keys now */
             const int32_t tok = kn_draw(x, (int32_t)n, r, (uint32_t *)(void *)c->cands.p);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "mm_log.h"
-#include "wk_logprobs.h"
+#include "mm_logprobs.h"
 #include "mm_clock.h"
 
 #define LOG "sched"
@@ -96,22 +96,33 @@ static int32_t is_stop(const struct sreq *q, int32_t tok)
     return 0;
 }
 
+/* Greedy: the plain argmax of the logits */
+static int greedy(const struct wk_sampling_req *sp)
+{
+    return !(sp->temperature > 0.0f) || sp->top_k == 1;
+}
+
+/* No stop token is masked in choice c's next token: min_new_tokens reached, or nothing to mask */
+static int stops_unmasked(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
+{
+    const struct wk_sampling_req *sp = &q->r->sp;
+    return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
+}
+
 /* Whether choice c's next token can be drawn without its whole logits row: no log-probabilities asked, and
- * no stop token masked (min_new_tokens reached, or nothing to mask) */
+ * no stop token masked */
 static int row_not_needed(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
 {
     const struct wk_sampling_req *sp = &q->r->sp;
     if (sp->return_logprobs || sp->top_logprobs > 0) return 0;
-    return c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0));
+    return stops_unmasked(s, q, c);
 }
 
 /* Whether choice c's next token is the plain argmax of its logits, so that the engine may return only the
  * token (WK_LOGITS_ARGMAX: on a GPU the logits stay on the device): greedy, and no row needed */
 static int greedy_token_only(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
 {
-    const struct wk_sampling_req *sp = &q->r->sp;
-    if (sp->temperature > 0.0f && sp->top_k != 1) return 0;
-    return row_not_needed(s, q, c);
+    return greedy(&q->r->sp) && row_not_needed(s, q, c);
 }
 
 /* Whether choice c's next token can be sampled from the engine's candidates (WK_LOGITS_CANDS: on a GPU a few
@@ -122,7 +133,7 @@ static int greedy_token_only(const struct wk_sched *s, const struct sreq *q, con
 static int cands_token(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
 {
     const struct wk_sampling_req *sp = &q->r->sp;
-    if (!(sp->temperature > 0.0f) || sp->top_k == 1 || sp->top_k > SCHED_CANDS) return 0;
+    if (greedy(sp) || sp->top_k > SCHED_CANDS) return 0;
     return row_not_needed(s, q, c);
 }
 
@@ -133,11 +144,8 @@ static int cands_token(const struct wk_sched *s, const struct sreq *q, const str
 static int logprob_cands(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
 {
     const struct wk_sampling_req *sp = &q->r->sp;
-    if (!sp->return_logprobs) return 0;
-    if (!(c->n_gen >= sp->min_new_tokens || (sp->n_stop_ids == 0 && (sp->ignore_eos || s->info->n_eos == 0))))
-        return 0;
-    if (!(sp->temperature > 0.0f) || sp->top_k == 1) return 1;
-    return sp->top_k > 1 && sp->top_k <= SCHED_CANDS;
+    if (!sp->return_logprobs || !stops_unmasked(s, q, c)) return 0;
+    return greedy(sp) || (sp->top_k > 1 && sp->top_k <= SCHED_CANDS);
 }
 
 /* The logits mode of choice c's next token, and its candidates request (item k) when it takes them. shared:
@@ -147,33 +155,29 @@ static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct
                           int32_t shared)
 {
     if (greedy_token_only(s, q, c)) return WK_LOGITS_ARGMAX;
-    if (logprob_cands(s, q, c)) {
-        const struct wk_sampling_req *sp = &q->r->sp;
-        const int greedy = !(sp->temperature > 0.0f) || sp->top_k == 1;
-        const int32_t n_top = sp->top_logprobs > 0 ? sp->top_logprobs : 1, kk = greedy ? 1 : sp->top_k;
-        s->item_cands[k] = (struct wk_cands){.k = kk > n_top ? kk : n_top,
-                                             .temperature = greedy ? 1.0f : sp->temperature,
-                                             .cap = SCHED_CANDS,
-                                             .ids = s->cand_ids + (int64_t)k * SCHED_CANDS,
-                                             .logits = s->cand_logits + (int64_t)k * SCHED_CANDS,
-                                             .n = -1,
-                                             .flags = MM_CANDS_EXACT | MM_CANDS_LSE};
+    const int lp = logprob_cands(s, q, c);
+    if (!lp && !cands_token(s, q, c)) return WK_LOGITS_LAST;
+    const struct wk_sampling_req *sp = &q->r->sp;
+    struct wk_cands *cd = &s->item_cands[k];
+    *cd = (struct wk_cands){.temperature = sp->temperature,
+                            .cap = SCHED_CANDS,
+                            .ids = s->cand_ids + (int64_t)k * SCHED_CANDS,
+                            .logits = s->cand_logits + (int64_t)k * SCHED_CANDS,
+                            .n = -1};
+    if (lp) {
+        const int32_t n_top = sp->top_logprobs > 0 ? sp->top_logprobs : 1, kk = greedy(sp) ? 1 : sp->top_k;
+        cd->k = kk > n_top ? kk : n_top;
+        if (greedy(sp)) cd->temperature = 1.0f;
+        cd->flags = MM_CANDS_EXACT | MM_CANDS_LSE;
         return WK_LOGITS_CANDS;
     }
-    if (!cands_token(s, q, c)) return WK_LOGITS_LAST;
     /* without a top-k, a row whose candidates do not fit is drawn from where it lies, with the uniform
      * wk_sample would take next (take_token advances the state when it was) */
     uint64_t peek = c->rng;
-    s->item_cands[k] = (struct wk_cands){.k = q->r->sp.top_k > 0 ? q->r->sp.top_k : INT32_MAX,
-                                         .temperature = q->r->sp.temperature,
-                                         .cap = SCHED_CANDS,
-                                         .ids = s->cand_ids + (int64_t)k * SCHED_CANDS,
-                                         .logits = s->cand_logits + (int64_t)k * SCHED_CANDS,
-                                         .n = -1,
-                                         .draw = !s->o.host_draw && !shared,
-                                         .top_p = q->r->sp.top_p,
-                                         .min_p = q->r->sp.min_p,
-                                         .u = wk_sample_uniform(&peek)};
+    cd->k = sp->top_k > 0 ? sp->top_k : INT32_MAX;
+    cd->draw = !s->o.host_draw && !shared;
+    cd->top_p = sp->top_p, cd->min_p = sp->min_p;
+    cd->u = wk_sample_uniform(&peek);
     return WK_LOGITS_CANDS;
 }
 
@@ -272,12 +276,12 @@ static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t 
     float top_lp[WK_MAX_TOP_LOGPROBS];
     struct wk_chunk_ev ev = {.index = i, .ids = &c->gen[c->n_gen - 1], .n = 1};
     if (sp->return_logprobs && src) {
-        const float lse = src->ids ? src->lse : wk_logsumexp(src->x, src->n);
+        const float lse = src->ids ? src->lse : mm_logsumexp(src->x, src->n);
         lp = src->x[src->j] - lse;
         ev.logprobs = &lp;
         if (sp->top_logprobs > 0) {
             int32_t k = sp->top_logprobs < src->n ? sp->top_logprobs : src->n;
-            wk_top_logprobs(src->x, src->n, lse, k, top_ids, top_lp);
+            mm_top_logprobs(src->x, src->n, lse, k, top_ids, top_lp);
             if (src->ids)
                 for (int32_t m = 0; m < k; m++) top_ids[m] = src->ids[top_ids[m]];
             ev.top_n = k;

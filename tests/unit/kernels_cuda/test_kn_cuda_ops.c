@@ -10,6 +10,7 @@
 #include "kn_act.h"
 #include "kn_attn.h"
 #include "kn_cands.h"
+#include "mm_logprobs.h"
 #include "kn_draw.h"
 #include "kn_gemm.h"
 #include "kn_norm.h"
@@ -276,7 +277,7 @@ static int cmp_i32(const void *a, const void *b)
 /* Sampling candidates on the device against kernels/cpu/kn_cands.c: the same count and the same ids (the
  * device's order is arbitrary) at M3's vocabulary and a small one, for k 1-1024 and temperatures 0.05-100,
  * with ties, NaN, -inf, a row of NaN (none), a +inf row, k beyond the valid count, and a skipped row; every
- * other row without the floor (MM_CANDS_EXACT) and with its log-sum-exp, which must be kn_logsumexp's within
+ * other row without the floor (MM_CANDS_EXACT) and with its log-sum-exp, which must be mm_logsumexp's within
  * the double sum's order (a float ulp or two) */
 static void test_topk_cands(void)
 {
@@ -318,7 +319,7 @@ static void test_topk_cands(void)
             }
             const int32_t want = kn_cands_req(x + r * ld, (int32_t)n, &req[r], CAP, ref, rv, scratch);
             if (req[r].flags & MM_CANDS_LSE) {
-                const float wl = kn_logsumexp(x + r * ld, (int32_t)n);
+                const float wl = mm_logsumexp(x + r * ld, (int32_t)n);
                 CHECK_MSG((isnan(wl) && isnan(lse[r])) || wl == lse[r] ||
                               fabsf(wl - lse[r]) <= 2.5e-7f * fabsf(wl),
                           "cands n %lld row %d: lse %.9g, want %.9g", (long long)n, r, lse[r], wl);

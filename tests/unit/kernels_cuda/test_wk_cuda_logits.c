@@ -11,6 +11,7 @@
 
 #include "cuda_test_util.h"
 #include "kn_cands.h"
+#include "mm_logprobs.h"
 #include "kn_draw.h"
 #include "mkdemo.h"
 #include "wk_engine.h"
@@ -49,7 +50,7 @@ static void check(const struct wk_step_item *it, const float *ref, const char *w
         const struct mm_cand_req q = {.k = c->k, .t = c->temperature, .flags = c->flags};
         const int32_t n = kn_cands_req(row, V, &q, CAP, want, want_v, scratch);
         if (c->flags & MM_CANDS_LSE) {
-            const float wl = kn_logsumexp(row, V);
+            const float wl = mm_logsumexp(row, V);
             CHECK_MSG(fabsf(c->lse - wl) <= 2.5e-7f * fabsf(wl), "%s seq %d: lse %.9g, want %.9g", what, j,
                       c->lse, wl);
         }

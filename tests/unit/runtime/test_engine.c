@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kn_cands.h"
+#include "mm_logprobs.h"
 #include "kn_draw.h"
 #include "mkdemo.h"
 #include "mmgw_test.h"
@@ -424,8 +425,8 @@ static void test_candidates(void)
                 same &= q >= 0 && q < c[j].n && cid[j][q] == a;
             }
             CHECK_MSG(same, "seq %d: candidates sample differently from the whole row", j);
-            if (j == 0) { /* the row's log-sum-exp, as the worker's wk_logsumexp computes it */
-                const float want = kn_logsumexp(row, V);
+            if (j == 0) { /* the row's log-sum-exp, as the worker's mm_logsumexp computes it */
+                const float want = mm_logsumexp(row, V);
                 CHECK(memcmp(&c[j].lse, &want, sizeof want) == 0);
             }
         }

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "wk_engine.h"
-#include "wk_logprobs.h"
+#include "mm_logprobs.h"
 
 struct fake_published {
     uint64_t key; /* running hash at the page's end */
@@ -469,7 +469,7 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
                 it->cands->n = -2;
                 e->st.drawn_rows++;
             } else if (V <= it->cands->cap) {
-                if (it->cands->flags & MM_CANDS_LSE) it->cands->lse = wk_logsumexp(it->logits, V);
+                if (it->cands->flags & MM_CANDS_LSE) it->cands->lse = mm_logsumexp(it->logits, V);
                 for (int32_t v = 0; v < V; v++) it->cands->ids[v] = v, it->cands->logits[v] = it->logits[v];
                 it->cands->n = V;
             }

@@ -5,7 +5,7 @@
 #include "wk_cli.h"
 #include "wk_engine.h"
 #include "wk_grpc_status.h"
-#include "wk_logprobs.h"
+#include "mm_logprobs.h"
 
 static void test_cli(void)
 {
@@ -74,17 +74,17 @@ static void test_logprobs(void)
     float x[6] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 2.0f};
     double s = 0;
     for (int i = 0; i < 6; i++) s += exp(x[i]);
-    float lse = wk_logsumexp(x, 6);
+    float lse = mm_logsumexp(x, 6);
     CHECK_NEAR(lse, log(s), 1e-5);
     int32_t ids[3];
     float lp[3];
-    wk_top_logprobs(x, 6, lse, 3, ids, lp);
+    mm_top_logprobs(x, 6, lse, 3, ids, lp);
     CHECK_EQ_INT(ids[0], 1); /* tie with 3: the lower id first */
     CHECK_EQ_INT(ids[1], 3);
     CHECK_EQ_INT(ids[2], 5);
     CHECK_NEAR(lp[2], 2.0 - log(s), 1e-5);
     float big[3] = {1000.0f, 1000.0f, -INFINITY}; /* stable for large logits */
-    CHECK_NEAR(wk_logsumexp(big, 3), 1000.0 + log(2.0), 1e-3);
+    CHECK_NEAR(mm_logsumexp(big, 3), 1000.0 + log(2.0), 1e-3);
 }
 
 static void test_status(void)

@@ -1,9 +1,10 @@
-/* Log-probabilities for GenerateChunk (see wk_logprobs.h). */
-#include "wk_logprobs.h"
+/* Log-probabilities of a logits row (see mm_logprobs.h): the worker's GenerateChunk and the CPU backend's
+ * candidates. */
+#include "mm_logprobs.h"
 
 #include <math.h>
 
-float wk_logsumexp(const float *x, int32_t n)
+float mm_logsumexp(const float *x, int32_t n)
 {
     float mx = -INFINITY;
     for (int32_t i = 0; i < n; i++)
@@ -14,7 +15,7 @@ float wk_logsumexp(const float *x, int32_t n)
     return mx + (float)log(sum);
 }
 
-void wk_top_logprobs(const float *x, int32_t n, float lse, int32_t k, int32_t *ids, float *logprobs)
+void mm_top_logprobs(const float *x, int32_t n, float lse, int32_t k, int32_t *ids, float *logprobs)
 {
     /* k is small (<= 20): keep a sorted array and insert, one pass over the vocabulary */
     int32_t have = 0;
