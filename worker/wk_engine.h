@@ -174,12 +174,12 @@ double wk_sample_uniform(uint64_t *rng);
 int32_t wk_argmax(const float *logits, int32_t vocab);
 
 /* ---- appended: media encoding beside forward() (the worker's encoder thread) ---- */
-/** Give the vision tower its own compute context with `threads` CPU threads (its own thread pool and
- * scratch; the weights are shared read-only), so that the encode calls may run on one other thread while
- * the engine's thread drives forward() and the sequence calls; info.concurrent_encode becomes 1. Encode
- * calls are serialized among themselves. Call it once, before a second thread uses the engine.
- * MM_UNSUPPORTED when the backend cannot (CUDA, or no vision tower): encoding then stays on the engine's
- * thread. */
+/** Give the vision tower its own compute context (CPU: `threads` threads with their own pool and scratch;
+ * CUDA: its own stream, scratch and cuBLAS handle; the weights are shared read-only), so that the encode
+ * calls may run on one other thread while the engine's thread drives forward() and the sequence calls;
+ * info.concurrent_encode becomes 1. Encode calls are serialized among themselves. Call it once, before a
+ * second thread uses the engine. MM_UNSUPPORTED when the backend cannot (no vision context, or no vision
+ * tower): encoding then stays on the engine's thread. */
 int32_t wk_engine_set_encode_threads(struct wk_engine *e, int32_t threads, struct mm_err *err);
 
 /** wk_engine_encode_media that reads *cancel (an atomic load) between vision layers and stops with

@@ -487,16 +487,18 @@ static void run_idx(void *p, int it)
     int s = it % a->n_sets;
     if (a->mode != 1 && a->append)
         KC(kn_cuda_cache_append(&M3, &a->sets[s].qb, &a->cache[s], NULL, NULL, 0, a->q,
-                                (int64_t)M3.n_idx_heads * M3.idx_dim, 0, &g_err));
+                                (int64_t)M3.n_idx_heads * M3.idx_dim, g_stream, &g_err));
     if (a->mode != 1 && a->v0) {
-        v0_index_scores(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride, g_sm_count, 0);
+        v0_index_scores(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride, g_sm_count,
+                        g_stream);
         CK(cudaGetLastError());
     } else if (a->mode != 1) {
         KC(kn_cuda_msa_index_scores(&M3, &a->sets[s].qb, &a->cache[s], a->q, a->scores, a->score_stride,
-                                    KN_PATH_DECODE, 0, &g_err));
+                                    KN_PATH_DECODE, g_stream, &g_err));
     }
     if (a->mode != 0)
-        KC(kn_cuda_msa_topk(&M3, &a->sets[s].qb, a->scores, a->score_stride, a->sel, M3.topk, 0, &g_err));
+        KC(kn_cuda_msa_topk(&M3, &a->sets[s].qb, a->scores, a->score_stride, a->sel, M3.topk, g_stream,
+                            &g_err));
 }
 
 /* The index-scan variants compared in one run: the default route, its knobs (KN_CUDA_IDX_* set on top of the
@@ -510,14 +512,15 @@ struct idx_variant {
     int fp8, v0;
     int append;      /* the step's index-key append before each scan */
     const char *env; /* "KEY=VAL KEY=VAL" on top of the defaults */
+    int graph;       /* also timed as calls replayed from a graph ("NAME graph") */
 };
 static const struct idx_variant g_idx_variants[] = {
     /* the default: the ring scan launched as a programmatic dependent of the kernel before it up to 32768
      * pages (batch 1, batch 8 to 512K); here that kernel is the scan before, so those b2b rows overlap a
      * scan's start with the end of the one before, which a decode step cannot do (the append precedes the
      * scan there: the "append +" rows) */
-    {"index bf16 default", 0, 0, 0, ""},
-    {"index fp8 default", 1, 0, 0, ""},
+    {"index bf16 default", 0, 0, 0, "", 1},
+    {"index fp8 default", 1, 0, 0, "", 1},
     /* plain launches (the previous default; b2b rows comparable with the sessions before) */
     {"index bf16 no pdl", 0, 0, 0, "KN_CUDA_IDX_PDL=0"},
     {"index fp8 no pdl", 1, 0, 0, "KN_CUDA_IDX_PDL=0"},
@@ -527,8 +530,8 @@ static const struct idx_variant g_idx_variants[] = {
     /* a decode step's order: the append of one index key per query (kn_cuda_cache_append), then the scan
      * (default: its programmatic dependent), and the same with a plain launch ("of copy": the scan's bytes
      * over the time of both) */
-    {"append + index bf16", 0, 0, 1, ""},
-    {"append + index fp8", 1, 0, 1, ""},
+    {"append + index bf16", 0, 0, 1, "", 1},
+    {"append + index fp8", 1, 0, 1, "", 1},
     {"append + index bf16 no pdl", 0, 0, 1, "KN_CUDA_IDX_PDL=0"},
     {"append + index fp8 no pdl", 1, 0, 1, "KN_CUDA_IDX_PDL=0"},
     /* where the FP8 scan loses against a read of its bytes (timing only: KN_CUDA_IDX_DIAG gives wrong scores;
@@ -601,7 +604,7 @@ static void run_read(void *p, int it)
 {
     struct read_arg *r = (struct read_arg *)p;
     const uint8_t *b = r->base + (int64_t)(it % r->n_sets) * r->set_bytes;
-    k_read<<<g_sm_count * 4, 256>>>((const uint4 *)b, r->set_bytes / 16, r->sink);
+    k_read<<<g_sm_count * 4, 256, 0, g_stream>>>((const uint4 *)b, r->set_bytes / 16, r->sink);
 }
 
 /* A device-to-device copy of `bytes` from set (it % n_sets) of the bf16 keys */
@@ -617,15 +620,37 @@ static void run_copy_same(void *p, int it)
 {
     struct same_copy_arg *c = (struct same_copy_arg *)p;
     CK(cudaMemcpyAsync(c->dst, c->base + (int64_t)(it % c->n_sets) * (int64_t)c->set_bytes, (size_t)c->bytes,
-                       cudaMemcpyDeviceToDevice, 0));
+                       cudaMemcpyDeviceToDevice, g_stream));
 }
 
 static int g_idx_rounds = 1;
 
 /* One size cell's row pair of a streaming kernel: synced (time, optionally bandwidth, % of copy) and back to
  * back ("NAME b2b": time, % of copy), bytes being what it must move. */
+/* reps calls of f in a row (call k of this function makes calls k * reps .. k * reps + reps - 1) */
+struct reps_arg {
+    bench_fn f;
+    void *arg;
+    int reps;
+};
+
+static void run_reps(void *p, int k)
+{
+    const struct reps_arg *r = (const struct reps_arg *)p;
+    for (int i = 0; i < r->reps; i++) r->f(r->arg, k * r->reps + i);
+}
+
+/* Back to back inside graphs: reps calls captured in one graph (two graphs, inputs rotated through both),
+ * each replay timed, divided by reps. How a decode step runs them (graphs, wk_cuda_steps.h); METHOD.md's
+ * timing for small launches: the host's launch gaps between the calls are gone. */
+static double time_graph_b2b_ms(bench_fn f, void *arg, int reps)
+{
+    struct reps_arg r = {f, arg, reps};
+    return time_graph_ms(run_reps, &r, 2, 2, g_quick ? 3 : 9) / reps;
+}
+
 static void time_emit_stream(const char *name, const char *cfg, bench_fn f, void *arg, double bytes,
-                             int iters, int reps, int with_bw)
+                             int iters, int reps, int with_bw, int graph = 0)
 {
     char nb[96];
     double ms = time_ms(f, arg, 3, iters);
@@ -637,6 +662,12 @@ static void time_emit_stream(const char *name, const char *cfg, bench_fn f, void
     ms = time_b2b_ms(f, arg, 3, g_quick ? 3 : 9, reps);
     tbs = bytes / (ms * 1e-3) / 1e12;
     snprintf(nb, sizeof nb, "%s b2b", name);
+    emit(nb, cfg, "time", ms * 1e3, "us");
+    emit(nb, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
+    if (!graph) return;
+    ms = time_graph_b2b_ms(f, arg, reps);
+    tbs = bytes / (ms * 1e-3) / 1e12;
+    snprintf(nb, sizeof nb, "%s graph", name);
     emit(nb, cfg, "time", ms * 1e3, "us");
     emit(nb, cfg, "of copy", 100.0 * tbs / g_copy_tbs, "%");
 }
@@ -718,7 +749,8 @@ static void bench_index(int do_topk)
                         snprintf(vn, sizeof vn, "%s #%d", iv->name, rd + 1);
                     else
                         snprintf(vn, sizeof vn, "%s", iv->name);
-                    time_emit_stream(vn, cfg, run_idx, &a, iv->fp8 ? bytes8 : set_bytes, iters, reps, 1);
+                    time_emit_stream(vn, cfg, run_idx, &a, iv->fp8 ? bytes8 : set_bytes, iters, reps, 1,
+                                     iv->graph);
                 }
             idx_set_env(NULL);
             a.append = 0;
@@ -728,7 +760,7 @@ static void bench_index(int do_topk)
                                       (int64_t)(f8 ? set_pages * M3.block * M3.idx_dim : set_bytes), n_sets,
                                       (unsigned *)sel};
                 time_emit_stream(f8 ? "read, fp8 key bytes" : "read, bf16 key bytes", cfg, run_read, &ra,
-                                 (double)ra.set_bytes, iters, reps, 0);
+                                 (double)ra.set_bytes, iters, reps, 0, 1);
             }
             /* the same-size copy: a device-to-device copy of half the scan's bytes (read + write = what the
              * scan reads), what any single operation of this size pays in launch and ramp */
@@ -736,7 +768,7 @@ static void bench_index(int do_topk)
                 struct same_copy_arg ca = {(const uint8_t *)idx, (int64_t)(f8 ? bytes8 : set_bytes) / 2,
                                            set_bytes, n_sets, cdst};
                 time_emit_stream(f8 ? "copy, fp8 scan bytes" : "copy, bf16 scan bytes", cfg, run_copy_same,
-                                 &ca, 2.0 * (double)ca.bytes, iters, reps, 0);
+                                 &ca, 2.0 * (double)ca.bytes, iters, reps, 0, 1);
             }
             cudaFree(cdst);
             a.cache = cb;

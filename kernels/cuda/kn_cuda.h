@@ -267,6 +267,14 @@ int32_t kn_cuda_scatter_rows(float *out, int32_t dim, const int64_t *rows, const
 int32_t kn_cuda_attn_full(const float *q, const float *k, const float *v, int64_t stride, int64_t n,
                           int32_t n_heads, int32_t head_dim, float scale, float *out, int64_t out_stride,
                           cudaStream_t stream, struct mm_err *err);
+/** Workspace bytes of kn_cuda_attn_full_tc for n rows of n_heads x head_dim; 0 when it does not take the
+ * shape (head_dim above 128). */
+size_t kn_cuda_attn_full_tc_ws(int64_t n, int32_t n_heads, int32_t head_dim);
+/** kn_cuda_attn_full on the tensor cores (kn_attn_full.cu): q, k, v and the probabilities rounded to bf16,
+ * f32 accumulation and output; head_dim <= 128; ws of kn_cuda_attn_full_tc_ws bytes. */
+int32_t kn_cuda_attn_full_tc(const float *q, const float *k, const float *v, int64_t stride, int64_t n,
+                             int32_t n_heads, int32_t head_dim, float scale, float *out, int64_t out_stride,
+                             void *ws, size_t ws_bytes, cudaStream_t stream, struct mm_err *err);
 
 /* ---------------------------------------------------------------------------------------------------- */
 /* MoE routing                                                                                            */

@@ -25,16 +25,16 @@ extern "C" int32_t kn_cuda_device_count(void)
 
 int32_t kn_cuda_sm_count(void)
 {
-    static int sms;
-    if (!sms) {
-        int dev = 0, n = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
-            sms = n;
-        else
-            sms = 132;
+    static int sms; /* atomic: a media encoder thread launches kernels beside the steps' thread */
+    int n = __atomic_load_n(&sms, __ATOMIC_RELAXED);
+    if (!n) {
+        int dev = 0;
+        if (!(cudaGetDevice(&dev) == cudaSuccess &&
+              cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0))
+            n = 132;
+        __atomic_store_n(&sms, n, __ATOMIC_RELAXED);
     }
-    return sms;
+    return n;
 }
 
 cudaError_t kn_smem_attr(const void *kern, int smem)

@@ -28,6 +28,7 @@
 #include "wk_ckpt.h"
 
 struct wk_weight; /* backend-defined */
+struct wk_be;
 
 /** Shape of the paged cache. */
 struct wk_cache_geom {
@@ -199,6 +200,13 @@ struct wk_backend_iface {
      * in the element types it stores (fp16/bf16/fp8 caches take less than fp32). The runtime sizes the pool
      * and reports bytes_per_page with it. Optional: NULL means fp32 elements. */
     int64_t (*cache_page_bytes)(void *ctx, const struct wk_cache_geom *g);
+
+    /** A second context for the vision ops (memory, linear, layernorm, gelu, rope, add, attn_full,
+     * batch_end) that one other thread may drive while this context runs steps: it reads this context's
+     * weights (never loads or frees any) and has its own threads (`threads`, where the backend has any),
+     * scratch and queue, so that media encode beside the decode steps. Destroyed before this context.
+     * Optional: NULL means media are encoded on the engine's thread, inside the steps. */
+    int32_t (*vision_context)(void *ctx, int32_t threads, struct wk_be *out, struct mm_err *err);
 };
 
 /** Most weights one linear_multi call takes. */

@@ -13,6 +13,7 @@
 #include "mm_logprobs.h"
 #include "kn_draw.h"
 #include "kn_gemm.h"
+#include "kn_isa.h"
 #include "kn_norm.h"
 #include "kn_rope.h"
 #include "kn_wgemm.h"
@@ -380,6 +381,15 @@ static void cpu_destroy(void *ctx)
     free(c);
 }
 
+/* A CPU instance with its own pool and scratch (what one instance must not share between threads); CPU
+ * weights are plain host memory that any instance reads. */
+static int32_t cpu_vision_context(void *ctx, int32_t threads, struct wk_be *out, struct mm_err *err)
+{
+    (void)ctx;
+    (void)kn_isa_get(); /* settle the lazily detected ISA level before a second thread runs kernels */
+    return wk_backend_cpu_create(threads, out, err);
+}
+
 static const struct wk_backend_iface cpu_iface = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -415,6 +425,7 @@ static const struct wk_backend_iface cpu_iface = {
     .linear_multi = cpu_linear_multi,
     .attn_layer = cpu_attn_layer,
     .cache_page_bytes = cpu_cache_page_bytes,
+    .vision_context = cpu_vision_context,
 };
 
 int32_t wk_backend_cpu_create(int32_t threads, struct wk_be *out, struct mm_err *err)

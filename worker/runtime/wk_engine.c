@@ -6,7 +6,6 @@
 
 #include <jansson.h>
 
-#include "kn_isa.h"
 #include "mm_dtype.h"
 #include "mm_log.h"
 #include "wk_engine_int.h"
@@ -204,19 +203,18 @@ int32_t wk_engine_encode_media_cancellable(struct wk_engine *e, const struct wk_
     return rc;
 }
 
-/* A second CPU backend instance with its own thread pool and scratch (the pool and the scratch are what one
- * instance must not share between threads). CPU weights are plain host memory that any CPU instance reads,
- * so the vision weights loaded by `be` serve both. Other backends keep encoding on the engine's thread. */
+/* The backend's vision context (wk_backend.h): a CPU instance with its own thread pool and scratch, a CUDA
+ * context with its own stream, scratch and cuBLAS handle; both read the weights `be` loaded. A backend
+ * without one keeps encoding on the engine's thread. */
 int32_t wk_engine_set_encode_threads(struct wk_engine *e, int32_t threads, struct mm_err *err)
 {
     if (e->has_venc) return mm_err_set(err, MM_INVALID, "the vision tower already has its own threads");
     if (threads < 1) return mm_err_set(err, MM_INVALID, "encode threads %d (at least 1)", threads);
     if (!e->w.has_vision) return mm_err_set(err, MM_UNSUPPORTED, "the model has no vision tower");
-    if (strcmp(e->be.iface->name, "cpu") != 0)
+    if (!e->be.iface->vision_context)
         return mm_err_set(err, MM_UNSUPPORTED, "the %s backend encodes media on the engine's thread",
                           e->be.iface->name);
-    (void)kn_isa_get(); /* settle the lazily detected ISA level before a second thread runs kernels */
-    int32_t rc = wk_backend_cpu_create(threads, &e->venc, err);
+    int32_t rc = e->be.iface->vision_context(e->be.ctx, threads, &e->venc, err);
     if (rc) return rc;
     pthread_mutex_init(&e->venc_mu, NULL);
     e->has_venc = 1;

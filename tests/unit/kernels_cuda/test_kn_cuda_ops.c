@@ -519,6 +519,48 @@ static void test_attn_full(void)
     }
 }
 
+/* The tensor-core vision attention against the CPU twin on the same bf16-rounded q, k, v: what is left is
+ * the probabilities' bf16 rounding and the summation order (METHOD.md: bf16 operands land at 1e-3..1e-2);
+ * edge shapes: one row, rows not a multiple of the 64-query and 64-key tiles, head_dim 16..128 */
+static void test_attn_full_tc(void)
+{
+    static const struct {
+        int64_t n;
+        int32_t heads, hd;
+    } shapes[] = {{1, 1, 80}, {45, 4, 16}, {64, 2, 72}, {129, 3, 128}, {300, 16, 80}, {777, 16, 80}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t n = shapes[si].n;
+        const int32_t heads = shapes[si].heads, hd = shapes[si].hd;
+        const int64_t stride = (int64_t)heads * hd, tot = n * stride;
+        float *q = ct_hmalloc(sizeof(float) * tot), *k = ct_hmalloc(sizeof(float) * tot);
+        float *v = ct_hmalloc(sizeof(float) * tot), *ref = ct_hmalloc(sizeof(float) * tot);
+        float *scr = ct_hmalloc(sizeof(float) * n * n);
+        ct_fill_normal(q, tot, 1.0f);
+        ct_fill_normal(k, tot, 1.0f);
+        ct_fill_normal(v, tot, 1.0f);
+        for (int64_t e = 0; e < tot; e++)
+            q[e] = ct_bf16_round(q[e]), k[e] = ct_bf16_round(k[e]), v[e] = ct_bf16_round(v[e]);
+        const float scale = 1.0f / sqrtf((float)hd);
+        kn_attn_full(q, k, v, stride, n, heads, hd, scale, ref, stride, scr, n * n);
+        float *q_d = ct_upload(q, sizeof(float) * tot), *k_d = ct_upload(k, sizeof(float) * tot);
+        float *v_d = ct_upload(v, sizeof(float) * tot), *o_d = ct_dmalloc(sizeof(float) * tot);
+        const size_t wsb = kn_cuda_attn_full_tc_ws(n, heads, hd);
+        CHECK(wsb > 0);
+        void *ws = ct_dmalloc(wsb);
+        OK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb, 0, &err));
+        float *got = dl_f32(o_d, tot);
+        char what[64];
+        snprintf(what, sizeof what, "vision attention tc %lldx%dx%d", (long long)n, heads, hd);
+        expect_close(what, got, ref, tot, 1e-2);
+        /* too small a workspace, and a head_dim it does not take, are refused */
+        CHECK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb - 1, 0,
+                                   &err) == MM_INVALID);
+        free(got), free(q), free(k), free(v), free(ref), free(scr);
+        cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(o_d), cudaFree(ws);
+    }
+    CHECK(kn_cuda_attn_full_tc_ws(100, 2, 144) == 0);
+}
+
 static void test_moe(void)
 {
     const int64_t n = 50;
@@ -1168,6 +1210,7 @@ int main(void)
     test_topk_cands();
     test_topk_draw();
     test_attn_full();
+    test_attn_full_tc();
     test_moe();
     test_gemm();
     test_gemv();

@@ -45,6 +45,10 @@ struct dbuf {
 
 struct cuda_be {
     cudaStream_t stream;
+    /* a vision context (cu_vision_context): its own non-blocking stream and stream-ordered memory, so that
+     * nothing it does waits for, or makes wait, the steps on the main context's stream; no weights, no cache
+     */
+    int32_t side;
     struct kn_cuda_blas *blas;
     /* decode steps as graphs (wk_cuda_steps.h): MMGW_CUDA_GRAPHS=0 turns them off */
     struct wk_steps *steps;
@@ -96,7 +100,7 @@ struct cuda_be {
     size_t h_meta_n;
     struct dbuf meta, ids, bad;
     /* scratch */
-    struct dbuf xb, qb16, ob16, ws, sel, media, media_rows, small_ws;
+    struct dbuf xb, qb16, ob16, ws, sel, media, media_rows, small_ws, af_ws;
     struct dbuf m_logits, m_ids, m_wts, m_off, m_perm, m_inv, m_x, m_g, m_u, m_a, m_e;
     int32_t *h_off;
     int32_t h_off_n;
@@ -125,16 +129,32 @@ static void failc(struct cuda_be *c, cudaError_t e, const char *what)
     fail(c, &tmp, what);
 }
 
+/* Device memory: a vision context allocates and frees in its stream's order (cudaFree would wait for the
+ * whole device, the steps included). */
+static cudaError_t dev_malloc(struct cuda_be *c, void **p, size_t bytes)
+{
+    return c->side ? cudaMallocAsync(p, bytes, ST) : cudaMalloc(p, bytes);
+}
+
+static void dev_free(struct cuda_be *c, void *p)
+{
+    if (!p) return;
+    if (c->side)
+        cudaFreeAsync(p, ST);
+    else
+        cudaFree(p);
+}
+
 static void *grow(struct cuda_be *c, struct dbuf *d, size_t bytes)
 {
     if (bytes == 0) bytes = 16;
     if (d->n >= bytes) return d->p;
-    if (d->p) cudaFree(d->p);
+    dev_free(c, d->p);
     d->p = NULL;
     d->n = 0;
     size_t want = bytes + bytes / 4;
     c->scratch_gen++; /* graphs captured with the old address must not replay */
-    cudaError_t e = cudaMalloc(&d->p, want);
+    cudaError_t e = dev_malloc(c, &d->p, want);
     if (e != cudaSuccess) {
         failc(c, e, "scratch allocation");
         d->p = NULL;
@@ -144,9 +164,9 @@ static void *grow(struct cuda_be *c, struct dbuf *d, size_t bytes)
     return d->p;
 }
 
-static void dbuf_free(struct dbuf *d)
+static void dbuf_free(struct cuda_be *c, struct dbuf *d)
 {
-    if (d->p) cudaFree(d->p);
+    dev_free(c, d->p);
     d->p = NULL;
     d->n = 0;
 }
@@ -209,10 +229,9 @@ static void run_op(struct cuda_be *c, wk_step_fn fn, const void *args, size_t n)
 
 static float *cu_alloc(void *ctx, int64_t n)
 {
-    (void)ctx;
     void *p = NULL;
     if (n <= 0) n = 1;
-    if (cudaMalloc(&p, sizeof(float) * (size_t)n) != cudaSuccess) {
+    if (dev_malloc(ctx, &p, sizeof(float) * (size_t)n) != cudaSuccess) {
         (void)cudaGetLastError();
         return NULL;
     }
@@ -222,7 +241,16 @@ static float *cu_alloc(void *ctx, int64_t n)
 static void cu_free(void *ctx, float *p)
 {
     flush(ctx); /* recorded operations may use p */
-    if (p) cudaFree(p);
+    dev_free(ctx, p);
+}
+
+/* A copy that is done when it returns: the main context's on the legacy stream (ordered after its blocking
+ * stream's work), a vision context's on its own stream. */
+static cudaError_t copy(struct cuda_be *c, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
+{
+    if (!c->side) return cudaMemcpy(dst, src, bytes, kind);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, ST);
+    return e != cudaSuccess ? e : cudaStreamSynchronize(ST);
 }
 
 static void cu_upload(void *ctx, float *dst, const float *src, int64_t n)
@@ -230,7 +258,7 @@ static void cu_upload(void *ctx, float *dst, const float *src, int64_t n)
     struct cuda_be *c = ctx;
     if (n <= 0) return;
     flush(c); /* recorded operations may read dst as it was */
-    cudaError_t e = cudaMemcpy(dst, src, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
+    cudaError_t e = copy(c, dst, src, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) failc(c, e, "upload");
 }
 
@@ -239,7 +267,7 @@ static void cu_download(void *ctx, float *dst, const float *src, int64_t n)
     struct cuda_be *c = ctx;
     if (n <= 0) return;
     flush(c);
-    cudaError_t e = cudaMemcpy(dst, src, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost);
+    cudaError_t e = copy(c, dst, src, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) failc(c, e, "download");
 }
 
@@ -705,7 +733,8 @@ static int32_t cu_batch_end(void *ctx, struct mm_err *err)
     const int32_t timed = c->defer && c->timed;
     c->defer = 0;
     c->b = NULL;
-    cudaError_t e = cudaDeviceSynchronize();
+    /* this context's stream only: a device-wide wait would also wait for a vision context's encode */
+    cudaError_t e = cudaStreamSynchronize(ST);
     if (e != cudaSuccess) failc(c, e, "step");
     if (c->op_step && e == cudaSuccess) wk_optime_step_done(c->optime);
     c->op_step = 0;
@@ -1652,8 +1681,18 @@ static void cu_attn_full(void *ctx, const float *q, const float *k, const float 
     struct mm_err e__ = {0};
     flush(c);
     const int64_t stride = (int64_t)n_heads * head_dim;
-    if (kn_cuda_attn_full(q, k, v, stride, n, n_heads, head_dim, 1.0f / sqrtf((float)head_dim), out, stride,
-                          ST, &e__))
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    /* bf16 mode: on the tensor cores (the products feeding it are bf16 already); fp32 mode: the exact kernel
+     */
+    const size_t wsb = c->fp32 ? 0 : kn_cuda_attn_full_tc_ws(n, n_heads, head_dim);
+    if (wsb) {
+        void *ws = grow(c, &c->af_ws, wsb);
+        if (ws && kn_cuda_attn_full_tc(q, k, v, stride, n, n_heads, head_dim, scale, out, stride, ws, wsb, ST,
+                                       &e__))
+            fail(c, &e__, "attn_full");
+        return;
+    }
+    if (kn_cuda_attn_full(q, k, v, stride, n, n_heads, head_dim, scale, out, stride, ST, &e__))
         fail(c, &e__, "attn_full");
 }
 
@@ -1661,7 +1700,10 @@ static void cu_destroy(void *ctx)
 {
     struct cuda_be *c = ctx;
     if (!c) return;
-    cudaDeviceSynchronize();
+    if (c->side)
+        cudaStreamSynchronize(ST);
+    else
+        cudaDeviceSynchronize();
     if (c->n_timed)
         mm_log_info("cuda",
                     "decode steps: %lld timed, GPU %.1f us per step (first segment start to last end), "
@@ -1682,11 +1724,13 @@ static void cu_destroy(void *ctx)
     }
     free_cache(c);
     if (c->dl_host) cudaFreeHost(c->dl_host);
-    struct dbuf *all[] = {&c->small_ws, &c->meta,  &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
-                          &c->ws,       &c->sel,   &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
-                          &c->m_wts,    &c->m_off, &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
-                          &c->m_u,      &c->m_a,   &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
+    struct dbuf *all[] = {&c->small_ws, &c->meta,   &c->bad,   &c->xb,     &c->qb16,
+                          &c->ob16,     &c->ws,     &c->sel,   &c->media,  &c->media_rows,
+                          &c->m_logits, &c->m_ids,  &c->m_wts, &c->m_off,  &c->m_perm,
+                          &c->m_inv,    &c->m_x,    &c->m_g,   &c->m_u,    &c->m_a,
+                          &c->m_e,      &c->am_ids, &c->tk_kt, &c->tk_out, &c->af_ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(c, all[i]);
+    if (c->side) cudaStreamSynchronize(ST); /* the stream-ordered frees */
     kn_cuda_blas_destroy(c->blas);
     moe_tables_free(c);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -1734,6 +1778,8 @@ __attribute__((noinline)) static const char *op_key(wk_step_fn fn, const void *a
     return buf;
 }
 
+static int32_t cu_vision_context(void *ctx, int32_t threads, struct wk_be *out, struct mm_err *err);
+
 static const struct wk_backend_iface cuda_iface = {
     .name = "cuda",
     .destroy = cu_destroy,
@@ -1771,15 +1817,12 @@ static const struct wk_backend_iface cuda_iface = {
     .attn_layer = cu_attn_layer,
     .add_rmsnorm = cu_add_rmsnorm,
     .cache_page_bytes = cu_cache_page_bytes,
+    .vision_context = cu_vision_context,
 };
 
-int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
+/* The knobs (environment) that decide how operations run; a vision context takes its parent's. */
+static void read_knobs(struct cuda_be *c)
 {
-    if (kn_cuda_device_count() <= 0)
-        return mm_err_set(err, MM_UNAVAILABLE,
-                          "cuda backend: no CUDA device (cudaGetDeviceCount failed or returned 0)");
-    struct cuda_be *c = calloc(1, sizeof *c);
-    if (!c) return mm_err_set(err, MM_NOMEM, "out of memory");
     const char *prec = getenv("MMGW_CUDA_PRECISION");
     c->fp32 = prec && !strcmp(prec, "fp32");
     /* fp32 runs keep f32 caches too (the exact mode: the generic kernels); MMGW_CUDA_INDEX overrides the
@@ -1790,18 +1833,6 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     if (idx && !strcmp(idx, "fp8")) c->idx_dtype = KN_IDX_FP8;
     if (idx && !strcmp(idx, "bf16")) c->idx_dtype = KN_IDX_BF16;
     if (idx && !strcmp(idx, "f32")) c->idx_dtype = KN_IDX_F32;
-    int32_t rc = kn_cuda_check(cudaStreamCreate(&c->stream), "cuda backend: stream", err);
-    if (!rc) rc = kn_cuda_blas_create(&c->blas, ST, err);
-    if (rc) {
-        if (c->stream) cudaStreamDestroy(c->stream);
-        free(c);
-        return rc;
-    }
-    const char *tm = getenv("MMGW_CUDA_STEP_TIMING");
-    c->timing = tm && !strcmp(tm, "1") && cudaEventCreate(&c->ev_a) == cudaSuccess;
-    if (c->timing && cudaEventCreate(&c->ev_b) != cudaSuccess) cudaEventDestroy(c->ev_a), c->timing = 0;
-    const char *ot = getenv("MMGW_CUDA_OP_TIMING");
-    if (ot && !strcmp(ot, "1")) c->optime = wk_optime_new(c->stream);
     const char *sg = getenv("MMGW_CUDA_SMALL_GEMM");
     c->small_gemm = !(sg && !strcmp(sg, "0"));
     const char *gv = getenv("MMGW_CUDA_GEMV");
@@ -1820,6 +1851,67 @@ int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
     c->argmax = !(am && !strcmp(am, "0"));
     const char *rm = getenv("MMGW_CUDA_ROWS_MULTI");
     c->rows_multi = !(rm && !strcmp(rm, "0"));
+}
+
+/* A context with its stream (flags: cudaStreamDefault or cudaStreamNonBlocking; top: the device's greatest
+ * stream priority, else the lowest) and cuBLAS handle. */
+static int32_t context_new(unsigned flags, int top, struct cuda_be **out, struct mm_err *err)
+{
+    struct cuda_be *c = calloc(1, sizeof *c);
+    if (!c) return mm_err_set(err, MM_NOMEM, "out of memory");
+    int least = 0, greatest = 0;
+    if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) {
+        (void)cudaGetLastError();
+        least = greatest = 0;
+    }
+    int32_t rc = kn_cuda_check(cudaStreamCreateWithPriority(&c->stream, flags, top ? greatest : least),
+                               "cuda backend: stream", err);
+    if (!rc) rc = kn_cuda_blas_create(&c->blas, ST, err);
+    if (rc) {
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return MM_OK;
+}
+
+/* The vision context: the same knobs, no graphs, timing or cache. Its stream is non-blocking, so neither the
+ * main context's legacy-stream copies nor its graph captures ever depend on it; its copies, allocations and
+ * waits stay on that stream (side); its products use its own cuBLAS handle. */
+static int32_t cu_vision_context(void *ctx, int32_t threads, struct wk_be *out, struct mm_err *err)
+{
+    (void)threads; /* the GPU's: no host threads */
+    struct cuda_be *c = NULL;
+    int32_t rc = context_new(cudaStreamNonBlocking, 0, &c, err);
+    if (rc) return rc;
+    read_knobs(c);
+    const struct cuda_be *parent = ctx;
+    c->fp32 = parent->fp32, c->kv_dtype = parent->kv_dtype, c->idx_dtype = parent->idx_dtype;
+    c->side = 1;
+    out->iface = &cuda_iface;
+    out->ctx = c;
+    return MM_OK;
+}
+
+int32_t wk_backend_cuda_create(struct wk_be *out, struct mm_err *err)
+{
+    if (kn_cuda_device_count() <= 0)
+        return mm_err_set(err, MM_UNAVAILABLE,
+                          "cuda backend: no CUDA device (cudaGetDeviceCount failed or returned 0)");
+    /* the steps' stream at the greatest priority: where an encode beside them (a vision context, lowest
+     * priority) and a step both have blocks waiting, the block scheduler starts the step's first
+     * (MMGW_CUDA_STREAM_PRIORITY=0: both at the lowest, the default priority) */
+    const char *sp = getenv("MMGW_CUDA_STREAM_PRIORITY");
+    struct cuda_be *c = NULL;
+    int32_t rc = context_new(cudaStreamDefault, !(sp && !strcmp(sp, "0")), &c, err);
+    if (rc) return rc;
+    read_knobs(c);
+    const char *tm = getenv("MMGW_CUDA_STEP_TIMING");
+    c->timing = tm && !strcmp(tm, "1") && cudaEventCreate(&c->ev_a) == cudaSuccess;
+    if (c->timing && cudaEventCreate(&c->ev_b) != cudaSuccess) cudaEventDestroy(c->ev_a), c->timing = 0;
+    const char *ot = getenv("MMGW_CUDA_OP_TIMING");
+    if (ot && !strcmp(ot, "1")) c->optime = wk_optime_new(c->stream);
     const char *gr = getenv("MMGW_CUDA_GRAPHS");
     c->graphs = !(gr && !strcmp(gr, "0"));
     const char *gb = getenv("MMGW_CUDA_GRAPH_BATCH");
