@@ -211,6 +211,15 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int32_t w = 0; w < 2 && !rc; w++) rc = encode_one(&enc_ms); /* warm the vision context */
+    /* the vision context alone (no steps): what an encode costs when it has the GPU to itself */
+    double alone_ms = 0;
+    for (int64_t i = 0; i < images && !rc; i++) {
+        double ms = 0;
+        rc = encode_one(&ms);
+        alone_ms += ms;
+    }
+    if (!rc)
+        printf("  vision context alone: %lld images, %.1f ms each\n", (long long)images, alone_ms / images);
     struct side sd = {.images = (int32_t)images};
     pthread_t th;
     if (pthread_create(&th, NULL, side_main, &sd)) return 1;

@@ -59,7 +59,8 @@ int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, c
                   : v->act == WK_ACT_QUICK_GELU ? KN_GELU_QUICK
                                                 : KN_GELU_ERF;
 
-    float *host = malloc(sizeof(float) * (size_t)(n * (RL > H * mm ? RL : H * mm)));
+    float *host =
+        malloc(sizeof(float) * (size_t)(n * RL > nt * H ? n * RL : nt * H)); /* pixels, then output */
     float *hc = malloc(sizeof(float) * (size_t)(n * (rd ? rd : 1))),
           *hsn = malloc(sizeof(float) * (size_t)(n * (rd ? rd : 1)));
     float *px = B->alloc(bc, n * RL), *x = B->alloc(bc, n * D), *h = B->alloc(bc, n * D);

@@ -31,6 +31,10 @@
  * GPU time was equal, so 1-2 rows keep one kn_cuda_gemv_f32 each. */
 #define WK_CUDA_F32_STAGED_MIN 3
 
+/* upload / download of this many bytes or more go through a pinned buffer of WK_CUDA_BOUNCE bytes */
+#define WK_CUDA_BOUNCE_MIN (1 << 20)
+#define WK_CUDA_BOUNCE (8 << 20)
+
 struct wk_weight {
     int64_t rows, cols;
     void *bf16; /* device bf16 [rows][cols], or NULL */
@@ -83,6 +87,7 @@ struct cuda_be {
     int32_t dl_rows;    /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
     void *dl_host;      /* its pinned staging */
     size_t dl_cap;
+    void *bounce;       /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
     int32_t argmax;     /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
     struct dbuf am_ids; /* its device ids (a fixed address: the kernel is part of a step's graph) */
     /* topk_rows: per-row requests (uploaded before the step's segment runs), counts, ids, logits */
@@ -244,10 +249,29 @@ static void cu_free(void *ctx, float *p)
     dev_free(ctx, p);
 }
 
-/* A copy that is done when it returns: the main context's on the legacy stream (ordered after its blocking
- * stream's work), a vision context's on its own stream. */
+/* A copy that is done when it returns: large ones through the pinned bounce buffer on this context's stream;
+ * otherwise the main context's on the legacy stream (ordered after its blocking stream's work), a vision
+ * context's on its own stream. */
 static cudaError_t copy(struct cuda_be *c, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
 {
+    /* large copies through pinned memory in chunks: a pageable copy of an encode's 14 MB of embeddings took
+     * 12.6 ms of host time (encode_bench, op timing) */
+    if (bytes >= WK_CUDA_BOUNCE_MIN && !c->bounce &&
+        cudaMallocHost(&c->bounce, WK_CUDA_BOUNCE) != cudaSuccess)
+        (void)cudaGetLastError(), c->bounce = NULL;
+    if (bytes >= WK_CUDA_BOUNCE_MIN && c->bounce) {
+        for (size_t off = 0; off < bytes; off += WK_CUDA_BOUNCE) {
+            const size_t len = bytes - off < WK_CUDA_BOUNCE ? bytes - off : WK_CUDA_BOUNCE;
+            const int up = kind == cudaMemcpyHostToDevice;
+            if (up) memcpy(c->bounce, (const char *)src + off, len);
+            cudaError_t e = cudaMemcpyAsync(up ? (char *)dst + off : c->bounce,
+                                            up ? c->bounce : (const char *)src + off, len, kind, ST);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(ST);
+            if (e != cudaSuccess) return e;
+            if (!up) memcpy((char *)dst + off, c->bounce, len);
+        }
+        return cudaSuccess;
+    }
     if (!c->side) return cudaMemcpy(dst, src, bytes, kind);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, ST);
     return e != cudaSuccess ? e : cudaStreamSynchronize(ST);
@@ -258,7 +282,9 @@ static void cu_upload(void *ctx, float *dst, const float *src, int64_t n)
     struct cuda_be *c = ctx;
     if (n <= 0) return;
     flush(c); /* recorded operations may read dst as it was */
+    if (c->op_step) wk_optime_begin(c->optime, "upload");
     cudaError_t e = copy(c, dst, src, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
+    if (c->op_step) wk_optime_end(c->optime);
     if (e != cudaSuccess) failc(c, e, "upload");
 }
 
@@ -267,7 +293,9 @@ static void cu_download(void *ctx, float *dst, const float *src, int64_t n)
     struct cuda_be *c = ctx;
     if (n <= 0) return;
     flush(c);
+    if (c->op_step) wk_optime_begin(c->optime, "download");
     cudaError_t e = copy(c, dst, src, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost);
+    if (c->op_step) wk_optime_end(c->optime);
     if (e != cudaSuccess) failc(c, e, "download");
 }
 
@@ -737,7 +765,7 @@ static int32_t cu_batch_end(void *ctx, struct mm_err *err)
     cudaError_t e = cudaStreamSynchronize(ST);
     if (e != cudaSuccess) failc(c, e, "step");
     if (c->op_step && e == cudaSuccess) wk_optime_step_done(c->optime);
-    c->op_step = 0;
+    c->op_step = c->side && c->optime; /* a vision context times every encode (one "step" each) */
     float ms = 0;
     if (timed && e == cudaSuccess && cudaEventElapsedTime(&ms, c->ev_a, c->ev_b) == cudaSuccess) {
         c->gpu_ms += ms;
@@ -1662,8 +1690,10 @@ static void cu_layernorm(void *ctx, const float *x, const struct wk_weight *w, c
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
     flush(c);
+    if (c->op_step) wk_optime_begin(c->optime, "layernorm");
     if (kn_cuda_layernorm(x, dim, w->f32, b ? b->f32 : NULL, n, dim, eps, out, dim, 0, ST, &e__))
         fail(c, &e__, "layernorm");
+    if (c->op_step) wk_optime_end(c->optime);
 }
 
 static void cu_gelu(void *ctx, float *x, int64_t n, int32_t kind)
@@ -1671,7 +1701,9 @@ static void cu_gelu(void *ctx, float *x, int64_t n, int32_t kind)
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
     flush(c);
+    if (c->op_step) wk_optime_begin(c->optime, "gelu");
     if (kn_cuda_gelu(x, n, kind, ST, &e__)) fail(c, &e__, "gelu");
+    if (c->op_step) wk_optime_end(c->optime);
 }
 
 static void cu_attn_full(void *ctx, const float *q, const float *k, const float *v, int64_t n,
@@ -1685,15 +1717,16 @@ static void cu_attn_full(void *ctx, const float *q, const float *k, const float 
     /* bf16 mode: on the tensor cores (the products feeding it are bf16 already); fp32 mode: the exact kernel
      */
     const size_t wsb = c->fp32 ? 0 : kn_cuda_attn_full_tc_ws(n, n_heads, head_dim);
+    if (c->op_step) wk_optime_begin(c->optime, wsb ? "vision attention, tensor cores" : "vision attention");
     if (wsb) {
         void *ws = grow(c, &c->af_ws, wsb);
         if (ws && kn_cuda_attn_full_tc(q, k, v, stride, n, n_heads, head_dim, scale, out, stride, ws, wsb, ST,
                                        &e__))
             fail(c, &e__, "attn_full");
-        return;
-    }
-    if (kn_cuda_attn_full(q, k, v, stride, n, n_heads, head_dim, scale, out, stride, ST, &e__))
+    } else if (kn_cuda_attn_full(q, k, v, stride, n, n_heads, head_dim, scale, out, stride, ST, &e__)) {
         fail(c, &e__, "attn_full");
+    }
+    if (c->op_step) wk_optime_end(c->optime);
 }
 
 static void cu_destroy(void *ctx)
@@ -1724,6 +1757,7 @@ static void cu_destroy(void *ctx)
     }
     free_cache(c);
     if (c->dl_host) cudaFreeHost(c->dl_host);
+    if (c->bounce) cudaFreeHost(c->bounce);
     struct dbuf *all[] = {&c->small_ws, &c->meta,   &c->bad,   &c->xb,     &c->qb16,
                           &c->ob16,     &c->ws,     &c->sel,   &c->media,  &c->media_rows,
                           &c->m_logits, &c->m_ids,  &c->m_wts, &c->m_off,  &c->m_perm,
@@ -1889,6 +1923,10 @@ static int32_t cu_vision_context(void *ctx, int32_t threads, struct wk_be *out, 
     const struct cuda_be *parent = ctx;
     c->fp32 = parent->fp32, c->kv_dtype = parent->kv_dtype, c->idx_dtype = parent->idx_dtype;
     c->side = 1;
+    /* MMGW_CUDA_OP_TIMING=1: every encode's operations timed (logged at the end, one "step" per encode) */
+    const char *ot = getenv("MMGW_CUDA_OP_TIMING");
+    if (ot && !strcmp(ot, "1")) c->optime = wk_optime_new(c->stream);
+    c->op_step = c->optime != NULL;
     out->iface = &cuda_iface;
     out->ctx = c;
     return MM_OK;
