@@ -19,7 +19,9 @@
 #define MM_DRAW_ONE 17592186044416.0
 #define MM_DRAW_MAX_VOCAB (1 << 19)
 
-/* the count of a row that was drawn from (its token in ids[0]) instead of returning candidates */
+/* the count of a row that was drawn from instead of returning candidates: its token in ids[0] with its logit
+ * in vals[0]; with n_top > 0, the logits >= l_n_top - MM_CANDS_TIE t follow in ids / vals [1, cap), in any
+ * order, ended by an id of -1 when fewer than cap - 1 */
 #define MM_CANDS_DRAWN (-2)
 
 /* One row's request to the candidates operation */
@@ -31,6 +33,10 @@ struct mm_cand_req {
     int32_t draw;  /* 1: a row whose candidates do not fit and that has no effective top-k is drawn from */
     int32_t flags; /* MM_CANDS_EXACT, MM_CANDS_LSE */
     double u;      /* the draw's uniform in [0, 1) (the one wk_sample would take next) */
+    /* > 0, for a row without a top-k (k INT32_MAX): the log-probabilities of a sampled token want the n_top
+     * largest logits too: the candidates also keep every logit >= l_n_top - MM_CANDS_TIE t however far below
+     * the floor, and a drawn row returns them after its token */
+    int32_t n_top;
 };
 
 /* no floor: every logit >= l_k - MM_CANDS_TIE t (the top k for log-probabilities, however far below the best)

@@ -119,7 +119,7 @@ struct wk_cands {
     int32_t *ids;      /* out: the candidates' token ids, ascending; the drawn token (n = -2) */
     float *logits;     /* out: their logits */
     int32_t n;         /* out: how many; -1: more than cap, the item's logits holds the whole row instead;
-                        * -2: drawn, the token in ids[0] */
+                        * -2: drawn, the token in ids[0] and its logit in logits[0] */
     /* in, for the draw: it applies when draw is 1 and k is INT32_MAX */
     int32_t draw;
     float top_p, min_p; /* wk_sampling's filters */
@@ -128,6 +128,10 @@ struct wk_cands {
      * MM_CANDS_LSE (lse below); out: the row's log-sum-exp (mm_logsumexp's, as the worker's mm_logsumexp) */
     int32_t flags;
     float lse;
+    /* in: > 0 with k INT32_MAX: the log-probabilities of a sampled token want the n_top largest logits too
+     * (mm_cands.h): candidates keep them, and a drawn row (n = -2) returns its token's logit in logits[0] and
+     * the top list after it, ids / logits [1, 1 + n_top_out) in any order (n_top_out out) */
+    int32_t n_top, n_top_out;
 };
 
 /** One sequence's part of a forward step: n new tokens appended at positions [len, len + n). */

@@ -16,7 +16,10 @@
  * (kernels/cpu/kn_draw.h) and sample-logits samples every downloaded row on the host. logprobs: greedy with
  * the token's log-probability and the top 5 (what a request with logprobs and top_logprobs 5 asks): from the
  * device's candidates and the row's log-sum-exp, as the scheduler does; logprobs-logits: from the downloaded
- * row on the host (its log-sum-exp, the top 5).
+ * row on the host (its log-sum-exp, the top 5). sample-logprobs: sampled as sample, with the token's
+ * log-probability and the top 5 (a request with logprobs and top_logprobs 5): without a top-k (--top-k 0) the
+ * device draws a flat row and returns the token's logit, the row's log-sum-exp and the top 5 (the scheduler's
+ * logprob_draw); sample-logprobs-logits: the same from the downloaded row on the host.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -66,8 +69,8 @@ static volatile float lp_sink;                          /* the log-probabilities
 static void set_mode(struct wk_step_item *it, int tokens, struct wk_cands *cands, int32_t *cids, float *clg,
                      const uint64_t *rng)
 {
-    static const int32_t modes[] = {WK_LOGITS_LAST, WK_LOGITS_ARGMAX, WK_LOGITS_CANDS,
-                                    WK_LOGITS_LAST, WK_LOGITS_CANDS,  WK_LOGITS_LAST};
+    static const int32_t modes[] = {WK_LOGITS_LAST,  WK_LOGITS_ARGMAX, WK_LOGITS_CANDS, WK_LOGITS_LAST,
+                                    WK_LOGITS_CANDS, WK_LOGITS_LAST,   WK_LOGITS_CANDS, WK_LOGITS_LAST};
     it->logits_mode = modes[tokens];
     if (tokens == 4) {
         *cands = (struct wk_cands){.k = 5,
@@ -79,7 +82,7 @@ static void set_mode(struct wk_step_item *it, int tokens, struct wk_cands *cands
                                    .flags = MM_CANDS_EXACT | MM_CANDS_LSE};
         it->cands = cands;
     }
-    if (tokens == 2) {
+    if (tokens == 2 || tokens == 6) {
         uint64_t peek = *rng;
         *cands = (struct wk_cands){.k = sp.top_k > 0 ? sp.top_k : INT32_MAX,
                                    .temperature = sp.temperature,
@@ -91,8 +94,20 @@ static void set_mode(struct wk_step_item *it, int tokens, struct wk_cands *cands
                                    .top_p = sp.top_p,
                                    .min_p = sp.min_p,
                                    .u = wk_sample_uniform(&peek)};
+        if (tokens == 6)
+            cands->flags = MM_CANDS_LSE, cands->n_top = 5; /* as the scheduler asks (logprob_draw) */
         it->cands = cands;
     }
+}
+
+/* the sampled token's log-probability and the top 5 (x, n: the top list's logits; ids NULL: indexes are ids)
+ */
+static void sampled_logprobs(const float *x, int32_t n, const int32_t *ids, float lse, float x_tok)
+{
+    int32_t top[5] = {0};
+    float lp[5] = {0};
+    mm_top_logprobs(x, n, lse, n < 5 ? n : 5, top, lp);
+    lp_sink += lp[0] + (x_tok - lse) + (float)(ids ? ids[top[0]] : top[0]);
 }
 
 /* the token the --tokens mode picks from what the step brought back */
@@ -111,15 +126,21 @@ static int32_t pick(const struct wk_step_item *it, int tokens, int32_t V, uint64
         lp_sink += lp[0];
         return cand ? it->cands->ids[top[0]] : top[0];
     }
-    if (tokens == 2 && it->cands->n == -2) { /* drawn on the device with this state's next uniform */
+    const struct wk_cands *c = it->cands;
+    if ((tokens == 2 || tokens == 6) && c->n == -2) { /* drawn on the device with this state's next uniform */
         (void)wk_sample_uniform(rng);
-        return it->cands->ids[0];
+        if (tokens == 6) sampled_logprobs(c->logits + 1, c->n_top_out, c->ids + 1, c->lse, c->logits[0]);
+        return c->ids[0];
     }
-    if (tokens == 2 && it->cands->n >= 0) {
-        const int32_t j = it->cands->n ? wk_sample(it->cands->logits, it->cands->n, &sp, rng, NULL) : -1;
-        return j >= 0 ? it->cands->ids[j] : 0;
+    if ((tokens == 2 || tokens == 6) && c->n >= 0) {
+        const int32_t j = c->n ? wk_sample(c->logits, c->n, &sp, rng, NULL) : -1;
+        if (tokens == 6 && j >= 0) sampled_logprobs(c->logits, c->n, c->ids, c->lse, c->logits[j]);
+        return j >= 0 ? c->ids[j] : 0;
     }
-    return wk_sample(it->logits, V, &sp, rng, NULL);
+    const int32_t tok = wk_sample(it->logits, V, &sp, rng, NULL);
+    if (tokens == 6 || tokens == 7)
+        sampled_logprobs(it->logits, V, NULL, mm_logsumexp(it->logits, V), it->logits[tok]);
+    return tok;
 }
 
 int main(int argc, char **argv)
@@ -128,7 +149,8 @@ int main(int argc, char **argv)
     int64_t ctxs[8] = {32768, 131072}, batches[8] = {1, 16};
     int n_ctx = 2, n_batch = 2;
     int64_t pages = 0, chunk = 8192, steps = 32;
-    int tokens = 1; /* 0 logits, 1 argmax, 2 sample, 3 sample-logits, 4 logprobs, 5 logprobs-logits */
+    int tokens = 1; /* 0 logits, 1 argmax, 2 sample, 3 sample-logits, 4 logprobs, 5 logprobs-logits,
+                     * 6 sample-logprobs, 7 sample-logprobs-logits */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
             model = argv[i + 1];
@@ -147,15 +169,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--top-k"))
             sp.top_k = (int32_t)strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--tokens")) {
-            static const char *const modes[] = {"logits",        "argmax",   "sample",
-                                                "sample-logits", "logprobs", "logprobs-logits"};
+            static const char *const modes[] = {
+                "logits",   "argmax",          "sample",          "sample-logits",
+                "logprobs", "logprobs-logits", "sample-logprobs", "sample-logprobs-logits"};
             tokens = -1;
-            for (int m = 0; m < 6; m++)
+            for (int m = 0; m < 8; m++)
                 if (!strcmp(argv[i + 1], modes[m])) tokens = m;
             if (tokens < 0) {
                 fprintf(stderr,
-                        "model_bench: --tokens %s: argmax, logits, sample, sample-logits, logprobs or "
-                        "logprobs-logits\n",
+                        "model_bench: --tokens %s: argmax, logits, sample, sample-logits, logprobs, "
+                        "logprobs-logits, sample-logprobs or sample-logprobs-logits\n",
                         argv[i + 1]);
                 return 2;
             }
@@ -167,8 +190,8 @@ int main(int argc, char **argv)
     if (!model || chunk < 1 || steps < 1) {
         fprintf(stderr,
                 "usage: model_bench --model DIR [--ctx 32768,...] [--batch 1,...] [--steps N] [--pages N] "
-                "[--chunk N] [--tokens argmax|logits|sample|sample-logits|logprobs|logprobs-logits] [--top-k "
-                "N] [--out FILE]\n");
+                "[--chunk N] [--tokens argmax|logits|sample|sample-logits|logprobs|logprobs-logits|"
+                "sample-logprobs|sample-logprobs-logits] [--top-k N] [--out FILE]\n");
         return 2;
     }
     FILE *tsv = outp ? fopen(outp, "w") : NULL;

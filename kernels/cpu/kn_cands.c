@@ -28,8 +28,8 @@ static float kth_largest(float *a, int32_t n, int32_t k)
     return a[want];
 }
 
-static int32_t cands(const float *x, int32_t n, int32_t k, float t, int floor, int32_t cap, int32_t *ids,
-                     float *vals, float *scratch)
+static int32_t cands(const float *x, int32_t n, int32_t k, float t, int floor, int32_t n_top, int32_t cap,
+                     int32_t *ids, float *vals, float *scratch)
 {
     float m = -INFINITY;
     int32_t nv = 0;
@@ -43,6 +43,10 @@ static int32_t cands(const float *x, int32_t n, int32_t k, float t, int floor, i
     if (k <= nv) {
         const float lk = kth_largest(scratch, nv, k) - MM_CANDS_TIE * t;
         if (lk > thr) thr = lk;
+    } else if (n_top > 0 &&
+               k == INT32_MAX) { /* no top-k: the n_top largest too, below the floor if need be */
+        const float lt = kth_largest(scratch, nv, n_top < nv ? n_top : nv) - MM_CANDS_TIE * t;
+        if (lt < thr) thr = lt;
     }
     int32_t c = 0;
     for (int32_t i = 0; i < n; i++)
@@ -56,11 +60,11 @@ static int32_t cands(const float *x, int32_t n, int32_t k, float t, int floor, i
 int32_t kn_topk_cands(const float *x, int32_t n, int32_t k, float t, int32_t cap, int32_t *ids, float *vals,
                       float *scratch)
 {
-    return cands(x, n, k, t, 1, cap, ids, vals, scratch);
+    return cands(x, n, k, t, 1, 0, cap, ids, vals, scratch);
 }
 
 int32_t kn_cands_req(const float *x, int32_t n, const struct mm_cand_req *r, int32_t cap, int32_t *ids,
                      float *vals, float *scratch)
 {
-    return cands(x, n, r->k, r->t, !(r->flags & MM_CANDS_EXACT), cap, ids, vals, scratch);
+    return cands(x, n, r->k, r->t, !(r->flags & MM_CANDS_EXACT), r->n_top, cap, ids, vals, scratch);
 }

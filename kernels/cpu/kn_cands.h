@@ -13,8 +13,9 @@
  * cap: only the count; the caller samples the whole row). scratch: n floats. */
 int32_t kn_topk_cands(const float *x, int32_t n, int32_t k, float t, int32_t cap, int32_t *ids, float *vals,
                       float *scratch);
-/** The same under r's k, t and flags (MM_CANDS_EXACT: no floor; MM_CANDS_LSE is common/mm_logprobs.h's
- * mm_logsumexp, which the caller computes). */
+/** The same under r's k, t, flags and n_top (MM_CANDS_EXACT: no floor; MM_CANDS_LSE is common/mm_logprobs.h's
+ * mm_logsumexp, which the caller computes; n_top > 0 without a top-k (k INT32_MAX): also every x[i] >=
+ * l_n_top - MM_CANDS_TIE t). */
 int32_t kn_cands_req(const float *x, int32_t n, const struct mm_cand_req *r, int32_t cap, int32_t *ids,
                      float *vals, float *scratch);
 

@@ -33,6 +33,7 @@ struct cands_smem {
     float x_max; /* this CTA's, for its peers */
     int32_t x_nv;
     uint32_t x_pos; /* rank 0's: the cluster's candidate counter */
+    uint32_t x_top; /* rank 0's: the counter of a drawn row's top list */
     double x_lse;   /* this CTA's sum of exp(x - m), for its peers */
     uint32_t hist[256], tot[256];
     uint32_t prefix;
@@ -43,7 +44,7 @@ struct cands_smem {
 __global__ void __launch_bounds__(CANDS_THREADS)
     k_topk_cands(float *x, int64_t ld, int32_t n, const mm_cand_req *__restrict__ reqs, int32_t cap,
                  int32_t *__restrict__ counts, int32_t *__restrict__ ids, float *__restrict__ vals,
-                 float *__restrict__ lse)
+                 float *__restrict__ lse, uint32_t *keys)
 {
     kn_chain_entry();
     __shared__ cands_smem s;
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(CANDS_THREADS)
     const int32_t per = (n + C - 1) / C, lo = (int32_t)rank * per < n ? (int32_t)rank * per : n,
                   hi = lo + per < n ? lo + per : n;
     if (tid < 4) s.d.sums[tid] = 0;
-    if (tid == 0) s.x_pos = 0, s.d.x_id = 0, s.x_lse = 0.0;
+    if (tid == 0) s.x_pos = 0, s.x_top = 0, s.d.x_id = 0, s.x_lse = 0.0;
 
     /* the largest logit and the non-NaN count */
     float m = -INFINITY;
@@ -110,11 +111,14 @@ __global__ void __launch_bounds__(CANDS_THREADS)
         return;
     }
 
-    /* the k-th largest: a radix select over the cluster's histograms */
-    float thr = (req.flags & MM_CANDS_EXACT) ? -INFINITY : m - MM_CANDS_FLOOR * t;
-    if (k <= nv) {
+    /* the k-th largest (or without a top-k the n_top-th, for a sampled row's log-probabilities): a radix
+     * select over the cluster's histograms */
+    float thr = (req.flags & MM_CANDS_EXACT) ? -INFINITY : m - MM_CANDS_FLOOR * t, thr_top = -INFINITY;
+    const int32_t nt = req.n_top > 0 && k == INT32_MAX ? (req.n_top < nv ? req.n_top : nv) : 0;
+    const int32_t sel = k <= nv ? k : nt;
+    if (sel > 0) {
         uint32_t prefix = 0, mask = 0;
-        int32_t rem = k;
+        int32_t rem = sel;
         for (int shift = 24; shift >= 0; shift -= 8) {
             for (int d = tid; d < 256; d += CANDS_THREADS) s.hist[d] = 0;
             __syncthreads();
@@ -154,7 +158,8 @@ __global__ void __launch_bounds__(CANDS_THREADS)
             kn_cluster_sync(); /* the peers have read this CTA's histogram before it is cleared */
         }
         const float lk = cand_key_float(prefix) - MM_CANDS_TIE * t;
-        if (lk > thr) thr = lk;
+        if (k <= nv && lk > thr) thr = lk;
+        if (k > nv) thr_top = lk, thr = lk < thr ? lk : thr;
     }
 
     /* the candidates, counted at rank 0 (warp-aggregated: a flat row makes most tokens candidates) */
@@ -179,10 +184,36 @@ __global__ void __launch_bounds__(CANDS_THREADS)
     const int32_t count = (int32_t)kn_cl_ld_u32(pos_at);
     kn_cluster_sync(); /* the count is read before rank 0 may leave */
 
-    /* too many to return and no top-k that cuts: the draw, here (the row becomes its keys) */
+    /* too many to return and no top-k that cuts: the draw, here (the keys in keys' row, or in place) */
     if (count > cap && req.draw && k >= nv && isfinite(m) && n <= MM_DRAW_MAX_VOCAB) {
-        const int32_t tok = kn_draw_row<CANDS_THREADS, CANDS_CLUSTER>(xr, lo, hi, m, req, s.d);
-        if (rank == 0 && tid == 0) counts[row] = MM_CANDS_DRAWN, ids[(int64_t)row * cap] = tok >= 0 ? tok : 0;
+        if (nt > 0 && cap > 1) { /* the top list first, into slots 1 .. cap - 1 */
+            const uint32_t top_at = kn_cluster_map(kn_smem_addr(&s.x_top), 0);
+            for (int32_t base = lo; base < hi; base += CANDS_THREADS * KN_DRAW_ILP) {
+                float v[KN_DRAW_ILP];
+                kn_draw_load<CANDS_THREADS>(xr, base, hi, nanf(""), v);
+#pragma unroll
+                for (int u = 0; u < KN_DRAW_ILP; u++) {
+                    const bool in = v[u] >= thr_top;
+                    const unsigned bal = __ballot_sync(0xffffffffu, in);
+                    if (!bal) continue;
+                    uint32_t pos = 0;
+                    if (lane == __ffs(bal) - 1) pos = kn_cl_atom_add_u32(top_at, (uint32_t)__popc(bal));
+                    pos = __shfl_sync(0xffffffffu, pos, __ffs(bal) - 1) +
+                          (uint32_t)__popc(bal & ((1u << lane) - 1u));
+                    if (in && pos < (uint32_t)cap - 1)
+                        ids[(int64_t)row * cap + 1 + pos] = base + u * CANDS_THREADS + tid,
+                                                     vals[(int64_t)row * cap + 1 + pos] = v[u];
+                }
+            }
+        }
+        uint32_t *kr = keys ? keys + (int64_t)row * ld : reinterpret_cast<uint32_t *>(xr);
+        const int32_t tok = kn_draw_row<CANDS_THREADS, CANDS_CLUSTER>(xr, kr, lo, hi, m, req, s.d);
+        if (rank == 0 && tid == 0) { /* the top list's counter is complete: the draw has cluster barriers */
+            const int32_t tk = tok >= 0 ? tok : 0;
+            counts[row] = MM_CANDS_DRAWN, ids[(int64_t)row * cap] = tk;
+            vals[(int64_t)row * cap] = keys ? xr[tk] : nanf("");
+            if (nt > 0 && cap > 1 && s.x_top < (uint32_t)cap - 1) ids[(int64_t)row * cap + 1 + s.x_top] = -1;
+        }
         return;
     }
     if (rank == 0 && tid == 0) counts[row] = count;
@@ -190,8 +221,8 @@ __global__ void __launch_bounds__(CANDS_THREADS)
 
 extern "C" int32_t kn_cuda_topk_cands(float *x, int32_t rows, int64_t n, int64_t ld,
                                       const struct mm_cand_req *req, int32_t cap, int32_t *counts,
-                                      int32_t *ids, float *vals, float *lse, cudaStream_t stream,
-                                      struct mm_err *err)
+                                      int32_t *ids, float *vals, float *lse, uint32_t *keys,
+                                      cudaStream_t stream, struct mm_err *err)
 {
     if (rows < 0 || rows > 65535 || n <= 0 || n > INT32_MAX || ld < n || cap <= 0 ||
         (rows > 0 && (!x || !req || !counts || !ids || !vals || !lse)))
@@ -200,7 +231,7 @@ extern "C" int32_t kn_cuda_topk_cands(float *x, int32_t rows, int64_t n, int64_t
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute at;
     kn_cluster_cfg(&cfg, &at, dim3((unsigned)rows * CANDS_CLUSTER), CANDS_THREADS, stream, CANDS_CLUSTER, 1);
-    KN_CU(kn_launch_cfg(&cfg, k_topk_cands, x, ld, (int32_t)n, req, cap, counts, ids, vals, lse),
+    KN_CU(kn_launch_cfg(&cfg, k_topk_cands, x, ld, (int32_t)n, req, cap, counts, ids, vals, lse, keys),
           "kn_cuda_topk_cands");
     return MM_OK;
 }

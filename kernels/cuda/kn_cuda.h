@@ -239,17 +239,19 @@ int32_t kn_cuda_convert(const void *src, void *dst, int64_t n, int32_t to_bf16, 
 int32_t kn_cuda_argmax_rows(const float *x, int32_t rows, int64_t n, int64_t ld, int32_t *ids,
                             cudaStream_t stream, struct mm_err *err);
 /** Sampling candidates of each row (kernels/cpu/kn_cands.h's rule: every logit >= max(l_k - MM_CANDS_TIE t,
- * m - MM_CANDS_FLOOR t), NaN never; k, t from req[r], a device array of rows): counts[r] of them, the first
- * min(count, cap) (id, logit) pairs at ids / vals + r x cap in no particular order. A row with k 0 is
- * skipped (its count untouched). A row with more than cap candidates whose req asks for the draw, with no
- * top-k that cuts, a finite largest logit and n <= MM_DRAW_MAX_VOCAB, is drawn from instead
- * (kernels/cpu/kn_draw.h's rule): counts[r] = MM_CANDS_DRAWN, its token at ids[r x cap], and its logits
- * in x are overwritten. req's flags: MM_CANDS_EXACT (no floor), MM_CANDS_LSE (the row's log-sum-exp, in
- * lse[r]: kernels/cpu/kn_cands.c's mm_logsumexp up to the order of a double sum). t > 0 where k > 0, not
- * checked on the host. */
+ * m - MM_CANDS_FLOOR t), NaN never; k, t, n_top from req[r], a device array of rows): counts[r] of them,
+ * the first min(count, cap) (id, logit) pairs at ids / vals + r x cap in no particular order. A row with k 0
+ * is skipped (its count untouched). A row with more than cap candidates whose req asks for the draw, with
+ * no top-k that cuts, a finite largest logit and n <= MM_DRAW_MAX_VOCAB, is drawn from instead
+ * (kernels/cpu/kn_draw.h's rule): counts[r] = MM_CANDS_DRAWN, its token at ids[r x cap], its logit at
+ * vals[r x cap] and with req n_top the top list after them (mm_cands.h); the draw's keys go to keys + r x ld
+ * (rows x ld words), or with keys NULL over the row's logits in x (the token's logit is then NaN).
+ * req's flags: MM_CANDS_EXACT (no floor), MM_CANDS_LSE (the row's log-sum-exp, in lse[r]:
+ * kernels/cpu/kn_cands.c's mm_logsumexp up to the order of a double sum). t > 0 where k > 0, not checked on
+ * the host. */
 int32_t kn_cuda_topk_cands(float *x, int32_t rows, int64_t n, int64_t ld, const struct mm_cand_req *req,
                            int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse,
-                           cudaStream_t stream, struct mm_err *err);
+                           uint32_t *keys, cudaStream_t stream, struct mm_err *err);
 /** Embedding rows out[i] = table[ids[i]] (bf16 table [vocab][dim] -> f32), ids checked against vocab
  * (out of range -> zeros and *bad set on the device). */
 int32_t kn_cuda_embed(const void *table, int32_t vocab, int32_t dim, const int32_t *ids, int64_t n,

@@ -228,12 +228,12 @@ __device__ int32_t kn_draw_first_over(const uint32_t *keys, int32_t lo, int32_t 
 }
 
 /* The token drawn from the row (largest non-NaN logit m, finite) under r: kn_draw's rule. xr[lo, hi) is this
- * CTA's slice; its logits are overwritten by their keys. Every thread of the cluster calls it. */
+ * CTA's slice; its keys go to keys[lo, hi) (the row itself when keys aliases xr). Every thread of the cluster
+ * calls it. */
 template <int NT, int C>
-__device__ int32_t kn_draw_row(float *xr, int32_t lo, int32_t hi, float m, const mm_cand_req &r,
-                               kn_draw_smem &s)
+__device__ int32_t kn_draw_row(const float *xr, uint32_t *keys, int32_t lo, int32_t hi, float m,
+                               const mm_cand_req &r, kn_draw_smem &s)
 {
-    uint32_t *keys = reinterpret_cast<uint32_t *>(xr);
     unsigned long long total = 0;
     for (int32_t base = lo; base < hi; base += NT * KN_DRAW_ILP) {
         float v[KN_DRAW_ILP];

@@ -113,8 +113,9 @@ struct wk_backend_iface {
      * floats at src whose req[i].k > 0 (kn_cands.h's rule at temperature req[i].t): counts[i] of them, the
      * first min(counts[i], cap) (id, logit) pairs at ids / vals + i x cap in any order (host arrays). A row
      * with more than cap whose req[i] asks for the draw may be drawn from where it lies (kn_draw.h's rule):
-     * counts[i] = MM_CANDS_DRAWN, the token at ids[i x cap]; its logits at src may be overwritten. A row
-     * whose req[i].flags has MM_CANDS_LSE also gets its log-sum-exp in lse[i] (mm_logsumexp's). */
+     * counts[i] = MM_CANDS_DRAWN, the token at ids[i x cap] and its logit at vals[i x cap], with req[i].n_top
+     * the top list after them (mm_cands.h); its logits at src may be overwritten. A row whose req[i].flags
+     * has MM_CANDS_LSE also gets its log-sum-exp in lse[i] (mm_logsumexp's). */
     void (*topk_rows)(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
                       int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse);
 

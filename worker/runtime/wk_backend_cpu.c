@@ -84,9 +84,17 @@ static void cpu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const 
                        : -1;
         if (r->flags & MM_CANDS_LSE) lse[i] = mm_logsumexp(x, (int32_t)n);
         if (counts[i] > cap && r->draw) {
-            /* the scratch's floats are done with: it holds the keys now */
+            int32_t *ri = ids + (int64_t)i * cap;
+            float *rv = vals + (int64_t)i * cap;
+            /* with n_top, the n_top largest after the token's slot (the exact top list: no floor, no top-k);
+             * the scratch is free again for the draw's keys afterwards */
+            if (r->n_top > 0 && r->k == INT32_MAX && cap > 1) {
+                const struct mm_cand_req top = {.k = r->n_top, .t = r->t, .flags = MM_CANDS_EXACT};
+                const int32_t nt = kn_cands_req(x, (int32_t)n, &top, cap - 1, ri + 1, rv + 1, c->cands.p);
+                if (nt < cap - 1) ri[1 + nt] = -1;
+            }
             const int32_t tok = kn_draw(x, (int32_t)n, r, (uint32_t *)(void *)c->cands.p);
-            if (tok >= 0) counts[i] = MM_CANDS_DRAWN, ids[(int64_t)i * cap] = tok;
+            if (tok >= 0) counts[i] = MM_CANDS_DRAWN, ri[0] = tok, rv[0] = x[tok];
         }
     }
 }

@@ -491,7 +491,8 @@ static void run_cands(struct wk_engine *e, struct logit_run *r)
                                       .min_p = c->min_p,
                                       .draw = c->draw && c->k == INT32_MAX,
                                       .flags = c->flags & (MM_CANDS_EXACT | MM_CANDS_LSE),
-                                      .u = c->u};
+                                      .u = c->u,
+                                      .n_top = c->k == INT32_MAX && c->n_top > 0 ? c->n_top : 0};
         r->cands[i]->n = -1;
     }
     struct wk_host *hs = &e->hs;
@@ -512,6 +513,21 @@ static void run_cands(struct wk_engine *e, struct logit_run *r)
             if (counts[i] == MM_CANDS_DRAWN && req[i].draw) {
                 const int32_t tok = ids[i * CANDS_CAP];
                 c->ids[0] = tok >= 0 && tok < V ? tok : 0;
+                c->logits[0] = vals[i * CANDS_CAP];
+                c->n_top_out = 0;
+                /* the top list after the token; one that filled every slot (ties by the thousand) may be cut,
+                 * and one longer than the caller's room is: then the whole row, as for candidates that do
+                 * not fit (the backends keep the logits when they draw for a top list) */
+                int32_t j = 1;
+                for (; req[i].n_top > 0 && j < CANDS_CAP; j++) {
+                    const int32_t id = ids[i * CANDS_CAP + j];
+                    if (id < 0 || id >= V || j >= c->cap) break;
+                    c->ids[j] = id, c->logits[j] = vals[i * CANDS_CAP + j], c->n_top_out++;
+                }
+                if (req[i].n_top > 0 && (j == CANDS_CAP || (j >= c->cap && ids[i * CANDS_CAP + j] >= 0))) {
+                    c->n_top_out = 0;
+                    continue; /* n stays -1: the row comes back whole */
+                }
                 c->n = -2;
                 r->dst[i] = NULL;
                 continue;

@@ -148,6 +148,15 @@ static int logprob_cands(const struct wk_sched *s, const struct sreq *q, const s
     return greedy(sp) || (sp->top_k > 1 && sp->top_k <= SCHED_CANDS);
 }
 
+/* Whether choice c's next token is sampled without a top-k and wants log-probabilities, no stop token
+ * masked: the engine's candidates with the row's log-sum-exp and the top_logprobs largest (n_top), or for a
+ * flat row the token it drew with its logit and that top list */
+static int logprob_draw(const struct wk_sched *s, const struct sreq *q, const struct choice *c)
+{
+    const struct wk_sampling_req *sp = &q->r->sp;
+    return sp->return_logprobs && !greedy(sp) && sp->top_k <= 0 && stops_unmasked(s, q, c);
+}
+
 /* The logits mode of choice c's next token, and its candidates request (item k) when it takes them. shared:
  * the row also gives other choices their first token (a prompt's last row with n > 1), so it is not drawn
  * from with c's uniform alone */
@@ -155,8 +164,8 @@ static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct
                           int32_t shared)
 {
     if (greedy_token_only(s, q, c)) return WK_LOGITS_ARGMAX;
-    const int lp = logprob_cands(s, q, c);
-    if (!lp && !cands_token(s, q, c)) return WK_LOGITS_LAST;
+    const int lp = logprob_cands(s, q, c), lpd = !lp && logprob_draw(s, q, c);
+    if (!lp && !lpd && !cands_token(s, q, c)) return WK_LOGITS_LAST;
     const struct wk_sampling_req *sp = &q->r->sp;
     struct wk_cands *cd = &s->item_cands[k];
     *cd = (struct wk_cands){.temperature = sp->temperature,
@@ -178,17 +187,18 @@ static int32_t token_mode(struct wk_sched *s, const struct sreq *q, const struct
     cd->draw = !s->o.host_draw && !shared;
     cd->top_p = sp->top_p, cd->min_p = sp->min_p;
     cd->u = wk_sample_uniform(&peek);
+    if (lpd) cd->flags = MM_CANDS_LSE, cd->n_top = sp->top_logprobs;
     return WK_LOGITS_CANDS;
 }
 
 /* Where a token's log-probabilities come from: the whole row (ids NULL: an index is a token), or the engine's
- * candidates with the row's log-sum-exp */
+ * candidates (or a drawn row's top list) with the row's log-sum-exp */
 struct lp_src {
-    const float *x;
+    const float *x; /* the top log-probabilities' logits */
     int32_t n;
     const int32_t *ids;
     float lse;
-    int32_t j; /* the token's index in x */
+    float x_tok; /* the token's logit */
 };
 
 static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t tok,
@@ -214,7 +224,10 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
     if (cands && cands->n == -2) { /* drawn by the engine with this choice's next uniform: take it */
         (void)wk_sample_uniform(&c->rng);
         const int32_t tok = cands->ids[0];
-        commit_token(s, q, i, tok >= 0 && tok < V ? tok : 0, NULL);
+        /* with the row's log-sum-exp: its logit and the top list came along (logprob_draw) */
+        const struct lp_src src = {cands->logits + 1, cands->n_top_out, cands->ids + 1, cands->lse,
+                                   cands->logits[0]};
+        commit_token(s, q, i, tok >= 0 && tok < V ? tok : 0, (cands->flags & MM_CANDS_LSE) ? &src : NULL);
         return;
     }
     if (cands && cands->n >= 0) {
@@ -224,7 +237,8 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
         const int32_t j = cands->n > 0 ? wk_sample(cands->logits, cands->n, &ws, &c->rng, NULL) : -1;
         const int32_t tok = j >= 0 && j < cands->n ? cands->ids[j] : 0;
         /* with the row's log-sum-exp the candidates also give the log-probabilities (logprob_cands) */
-        const struct lp_src src = {cands->logits, cands->n, cands->ids, cands->lse, j};
+        const struct lp_src src = {cands->logits, cands->n, cands->ids, cands->lse,
+                                   j >= 0 && j < cands->n ? cands->logits[j] : 0.0f};
         const int lp = (cands->flags & MM_CANDS_LSE) && j >= 0 && j < cands->n;
         commit_token(s, q, i, tok >= 0 && tok < V ? tok : 0, lp ? &src : NULL);
         return;
@@ -248,7 +262,7 @@ static void take_token(struct wk_sched *s, struct sreq *q, int32_t i, const floa
         .temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k, .min_p = sp->min_p};
     int32_t tok = wk_sample(lg, V, &ws, &c->rng, NULL);
     if (tok < 0 || tok >= V) tok = 0; /* defensive: a sampler bug must not index out of the vocabulary */
-    const struct lp_src src = {logits, V, NULL, 0.0f, tok};
+    const struct lp_src src = {logits, V, NULL, 0.0f, logits[tok]};
     commit_token(s, q, i, tok, &src);
 }
 
@@ -277,7 +291,7 @@ static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t 
     struct wk_chunk_ev ev = {.index = i, .ids = &c->gen[c->n_gen - 1], .n = 1};
     if (sp->return_logprobs && src) {
         const float lse = src->ids ? src->lse : mm_logsumexp(src->x, src->n);
-        lp = src->x[src->j] - lse;
+        lp = src->x_tok - lse;
         ev.logprobs = &lp;
         if (sp->top_logprobs > 0) {
             int32_t k = sp->top_logprobs < src->n ? sp->top_logprobs : src->n;

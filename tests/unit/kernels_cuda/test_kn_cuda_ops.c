@@ -305,7 +305,7 @@ static void test_topk_cands(void)
         int32_t cnt[ROWS] = {0}, *cnt_d = ct_upload(cnt, sizeof cnt);
         int32_t *ids_d = ct_dmalloc(sizeof(int32_t) * ROWS * CAP);
         float *vals_d = ct_dmalloc(sizeof(float) * ROWS * CAP);
-        OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, lse_d, 0, &err));
+        OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, lse_d, NULL, 0, &err));
         ct_download(lse, lse_d, sizeof lse);
         int32_t *ids = ct_hmalloc(sizeof(int32_t) * ROWS * CAP), *ref = ct_hmalloc(sizeof(int32_t) * CAP);
         float *vals = ct_hmalloc(sizeof(float) * ROWS * CAP), *rv = ct_hmalloc(sizeof(float) * CAP);
@@ -343,14 +343,18 @@ static void test_topk_cands(void)
         CT_CU(cudaFree(vals_d));
         free(x), free(scratch), free(ids), free(ref), free(vals), free(rv);
     }
-    CHECK_EQ_INT(kn_cuda_topk_cands(NULL, 1, 10, 10, NULL, 4, NULL, NULL, NULL, NULL, 0, &err), MM_INVALID);
+    CHECK_EQ_INT(kn_cuda_topk_cands(NULL, 1, 10, 10, NULL, 4, NULL, NULL, NULL, NULL, NULL, 0, &err),
+                 MM_INVALID);
 }
 
 /* The draw on the device against kernels/cpu/kn_draw.c: the same token for rows without top-k whose
  * candidates do not fit, at M3's vocabulary and a small one, under temperatures 0.3-5, top-p, min-p (one
  * that keeps nothing but the first), both together, and uniforms 0, 0.5 and just below 1; flat rows,
  * coarse ties (floor), all-equal rows, NaN and -inf sprinkled; and rows that must not be drawn from: draw 0,
- * a top-k that cuts, candidates that fit, a +inf logit */
+ * a top-k that cuts, candidates that fit, a +inf logit. With a keys buffer (every other configuration) a
+ * drawn row also returns its token's logit, and rows asking for n_top (5 or 40) the top list after it: the
+ * ids of kn_cands_req's exact top n_top (ties included), in any order, with their logits; without one the
+ * keys overwrite the row and the logit is NaN. Candidate counts follow kn_cands_req with n_top. */
 static void test_topk_draw(void)
 {
     const int64_t shapes[][2] = {{200064, 200064}, {3000, 3001}};
@@ -376,7 +380,12 @@ static void test_topk_draw(void)
         float *vals_d = ct_dmalloc(sizeof(float) * ROWS * CAP);
         struct mm_cand_req *req_d = ct_dmalloc(sizeof(struct mm_cand_req) * ROWS);
         float *lse_d = ct_dmalloc(sizeof(float) * ROWS);
+        uint32_t *keys_d = ct_dmalloc(sizeof(uint32_t) * (size_t)(ROWS * ld));
+        float *vals = ct_hmalloc(sizeof(float) * ROWS * CAP);
+        int32_t *tl = ct_hmalloc(sizeof(int32_t) * (size_t)n);
+        float *tv = ct_hmalloc(sizeof(float) * (size_t)n);
         for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+            const int with_keys = ci % 2 == 0;
             ct_fill_normal(x, ROWS * ld, 1.0f + (float)ci);
             for (int64_t i = 0; i < n; i++) x[1 * ld + i] = floorf(x[1 * ld + i] * 2.0f); /* coarse ties */
             for (int64_t i = 0; i < n; i++) x[2 * ld + i] = 0.25f;                        /* all equal */
@@ -395,27 +404,54 @@ static void test_topk_draw(void)
             req[5].draw = 0; /* asked for candidates only */
             req[6].k = 50;   /* a top-k that cuts (every token ties: all are candidates) */
             req[9].u = 0.0625 * (double)ci;
+            for (int r = 0; r < 6; r++) req[r].n_top = r % 3 == 0 ? 0 : r % 3 == 1 ? 5 : 40;
+            req[9].n_top = 3;
+            req[7].n_top = 5; /* the peaked row: its 5 largest although 4 of them are below the floor */
             CT_CU(cudaMemcpy(x_d, x, sizeof(float) * (size_t)(ROWS * ld), cudaMemcpyHostToDevice));
             CT_CU(cudaMemcpy(req_d, req, sizeof req, cudaMemcpyHostToDevice));
-            OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, lse_d, 0, &err));
+            OK(kn_cuda_topk_cands(x_d, ROWS, n, ld, req_d, CAP, cnt_d, ids_d, vals_d, lse_d,
+                                  with_keys ? keys_d : NULL, 0, &err));
             int32_t cnt[ROWS];
             ct_download(cnt, cnt_d, sizeof cnt);
             ct_download(ids, ids_d, sizeof(int32_t) * ROWS * CAP);
+            ct_download(vals, vals_d, sizeof(float) * ROWS * CAP);
             for (int32_t r = 0; r < ROWS; r++) {
                 const float *xr = x + r * ld;
                 const int32_t want = kn_draw(xr, (int32_t)n, &req[r], keys);
-                const int32_t nc = kn_topk_cands(xr, (int32_t)n, req[r].k, req[r].t, CAP, ref, rv, scratch);
+                const int32_t nc = kn_cands_req(xr, (int32_t)n, &req[r], CAP, ref, rv, scratch);
                 if (nc > CAP && want >= 0) {
                     drawn++;
                     CHECK_MSG(cnt[r] == MM_CANDS_DRAWN && ids[r * CAP] == want,
                               "draw n %lld cfg %zu row %d: count %d token %d, want %d", (long long)n, ci, r,
                               cnt[r], ids[r * CAP], want);
+                    if (cnt[r] != MM_CANDS_DRAWN || ids[r * CAP] != want) continue;
+                    const float lv = vals[r * CAP];
+                    CHECK_MSG(with_keys ? lv == xr[want] : isnan(lv), "draw n %lld cfg %zu row %d: logit %g",
+                              (long long)n, ci, r, lv);
+                    if (!req[r].n_top) continue;
+                    const struct mm_cand_req tq = {.k = req[r].n_top, .t = req[r].t, .flags = MM_CANDS_EXACT};
+                    /* the whole set (ascending ids); a list that fills its cap - 1 slots (ties by the
+                     * thousand) holds any cap - 1 of it */
+                    const int32_t nt = kn_cands_req(xr, (int32_t)n, &tq, (int32_t)n, tl, tv, scratch);
+                    int32_t got = 0, vok = 1;
+                    while (got < CAP - 1 && ids[r * CAP + 1 + got] >= 0) {
+                        vok &= vals[r * CAP + 1 + got] == xr[ids[r * CAP + 1 + got]];
+                        got++;
+                    }
+                    int32_t *gl = ids + r * CAP + 1;
+                    qsort(gl, (size_t)got, sizeof(int32_t), cmp_i32);
+                    for (int32_t a = 0; a < got; a++)
+                        vok &= (a == 0 || gl[a] > gl[a - 1]) &&
+                               bsearch(&gl[a], tl, (size_t)nt, sizeof(int32_t), cmp_i32) != NULL;
+                    CHECK_MSG(got == (nt < CAP - 1 ? nt : CAP - 1) && vok,
+                              "draw n %lld cfg %zu row %d: top list of %d, want %d", (long long)n, ci, r, got,
+                              nt);
                 } else {
                     CHECK_MSG(cnt[r] == nc, "draw n %lld cfg %zu row %d: count %d, want candidates %d",
                               (long long)n, ci, r, cnt[r], nc);
                 }
             }
-            CHECK(cnt[6] == n && cnt[7] == 1 && cnt[8] == 1);
+            CHECK(cnt[6] == n && cnt[7] == 5 && cnt[8] == 1);
         }
         CT_CU(cudaFree(x_d));
         CT_CU(cudaFree(req_d));
@@ -423,7 +459,8 @@ static void test_topk_draw(void)
         CT_CU(cudaFree(cnt_d));
         CT_CU(cudaFree(ids_d));
         CT_CU(cudaFree(vals_d));
-        free(x), free(keys), free(scratch), free(rv), free(ids), free(ref);
+        CT_CU(cudaFree(keys_d));
+        free(x), free(keys), free(scratch), free(rv), free(ids), free(ref), free(vals), free(tl), free(tv);
     }
     CHECK_MSG(drawn >= 40, "only %lld rows drawn from", (long long)drawn);
 }

@@ -47,7 +47,7 @@ static void check(const struct wk_step_item *it, const float *ref, const char *w
             continue;
         }
         const struct wk_cands *c = it[j].cands;
-        const struct mm_cand_req q = {.k = c->k, .t = c->temperature, .flags = c->flags};
+        const struct mm_cand_req q = {.k = c->k, .t = c->temperature, .flags = c->flags, .n_top = c->n_top};
         const int32_t n = kn_cands_req(row, V, &q, CAP, want, want_v, scratch);
         if (c->flags & MM_CANDS_LSE) {
             const float wl = mm_logsumexp(row, V);
@@ -60,6 +60,21 @@ static void check(const struct wk_step_item *it, const float *ref, const char *w
             const int32_t tok = kn_draw(row, V, &r, (uint32_t *)(void *)scratch);
             CHECK_MSG(c->n == -2 && c->ids[0] == tok, "%s seq %d: n %d token %d, want the draw's %d", what, j,
                       c->n, c->ids[0], tok);
+            if (c->n != -2 || c->ids[0] != tok) continue;
+            CHECK_MSG(c->logits[0] == row[tok], "%s seq %d: the token's logit %g, want %g", what, j,
+                      c->logits[0], row[tok]);
+            if (c->n_top > 0) { /* the top list: the exact top n_top's ids (any order) with their logits */
+                const struct mm_cand_req tq = {.k = c->n_top, .t = c->temperature, .flags = MM_CANDS_EXACT};
+                const int32_t nt = kn_cands_req(row, V, &tq, CAP, want, want_v, scratch);
+                int ok = c->n_top_out == nt;
+                for (int32_t a = 0; ok && a < nt; a++) {
+                    int found = 0;
+                    for (int32_t b = 0; b < nt; b++) found |= c->ids[1 + a] == want[b];
+                    ok &= found && c->logits[1 + a] == row[c->ids[1 + a]];
+                }
+                CHECK_MSG(ok, "%s seq %d: top list of %d, want the exact top %d (%d)", what, j, c->n_top_out,
+                          c->n_top, nt);
+            }
             continue;
         }
         if (n > c->cap) { /* whole */
@@ -95,7 +110,8 @@ int main(void)
     int32_t cid[S][CAP];
     float clg[S][CAP];
     /* seq 0 greedy; 1 top-k 40; 2 no top-k at a temperature whose candidates outgrow 8 (whole); 3 no top-k,
-     * top-p 0.9 and min-p, drawn from on the device (the random model's rows are flat); 4 greedy with 5
+     * top-p 0.9 and min-p, drawn from on the device (the random model's rows are flat) with
+     * log-probabilities: its token's logit, the row's log-sum-exp and the top 5; 4 greedy with 5
      * log-probabilities (no floor, the row's log-sum-exp) */
     struct wk_cands cands[S] = {
         {0},
@@ -109,7 +125,9 @@ int main(void)
          .draw = 1,
          .top_p = 0.9f,
          .min_p = 0.001f,
-         .u = 0.3},
+         .u = 0.3,
+         .flags = MM_CANDS_LSE,
+         .n_top = 5},
         {.k = 5,
          .temperature = 1.0f,
          .cap = CAP,

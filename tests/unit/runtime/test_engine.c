@@ -493,6 +493,80 @@ static void test_candidates_draw(void)
     free(full), free(keys), free(cands_rows);
 }
 
+/* the spy that makes every row flat (all logits 0.5) first: a top list of ties by the thousand */
+static void topk_rows_flat(void *ctx, float *src, int32_t rows, int64_t n, const struct mm_cand_req *req,
+                           int32_t cap, int32_t *counts, int32_t *ids, float *vals, float *lse)
+{
+    for (int64_t i = 0; i < rows * n; i++) src[i] = 0.5f;
+    cands_plain->topk_rows(ctx, src, rows, n, req, cap, counts, ids, vals, lse);
+}
+
+/* A sampled row without top-k that wants log-probabilities (n_top, MM_CANDS_LSE) and is flat (every token a
+ * candidate at temperature 50) is drawn from with its token's logit, the row's log-sum-exp and the top list:
+ * kn_draw's token, its logit in logits[0], mm_logsumexp's lse, and the ids of the exact top 5 (ties
+ * included: kn_cands_req without floor) with their logits after it */
+static void test_candidates_draw_logprobs(void)
+{
+    enum { N = 7, CAP = 64 };
+    int32_t ids[N];
+    prompt(ids, N, 123);
+    float *full = malloc(sizeof(float) * V), *scratch = malloc(sizeof(float) * V), tv[CAP];
+    uint32_t *keys = malloc(sizeof(uint32_t) * V);
+    cands_rows = malloc(sizeof(float) * 32 * V);
+    int32_t cid[CAP], want[CAP];
+    float clg[CAP];
+    struct mm_err err = {0};
+    cands_plain = E->be.iface;
+    struct wk_backend_iface spy = *cands_plain;
+    spy.topk_rows = topk_rows_spy;
+    E->be.iface = &spy;
+    cands_seen = 0;
+    struct wk_seq *g = NULL;
+    CHECK_EQ_INT(wk_seq_create(E, &g, &err), MM_OK);
+    struct wk_cands c = {.k = INT32_MAX,
+                         .temperature = 50.0f,
+                         .cap = CAP,
+                         .ids = cid,
+                         .logits = clg,
+                         .n = 99,
+                         .draw = 1,
+                         .top_p = 0.9f,
+                         .u = 0.3,
+                         .flags = MM_CANDS_LSE,
+                         .n_top = 5};
+    struct wk_step_item it = {g, ids, N, NULL, NULL, WK_LOGITS_CANDS, full, NULL, 0, 0, &c};
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
+    CHECK_EQ_INT(cands_seen, 1);
+    const float *row = cands_rows;
+    const struct mm_cand_req r = {.k = INT32_MAX, .t = 50.0f, .top_p = 0.9f, .draw = 1, .u = 0.3};
+    CHECK_EQ_INT(c.n, -2);
+    CHECK_EQ_INT(c.ids[0], kn_draw(row, V, &r, keys));
+    CHECK(c.logits[0] == row[c.ids[0]]);
+    CHECK(c.lse == mm_logsumexp(row, V));
+    const struct mm_cand_req tq = {.k = 5, .t = 50.0f, .flags = MM_CANDS_EXACT};
+    const int32_t nt = kn_cands_req(row, V, &tq, CAP, want, tv, scratch);
+    CHECK_EQ_INT(c.n_top_out, nt);
+    int ok = c.n_top_out == nt;
+    for (int32_t j = 0; ok && j < nt; j++) { /* the same set (the list comes in any order) */
+        int found = 0;
+        for (int32_t m = 0; m < nt; m++) found |= c.ids[1 + j] == want[m];
+        ok &= found && c.logits[1 + j] == row[c.ids[1 + j]];
+    }
+    CHECK_MSG(ok, "the drawn row's top list differs from the exact top 5");
+    /* a flat row: every token ties for the top 5, more than the engine's room: the whole row comes back */
+    struct wk_backend_iface flat = *cands_plain;
+    flat.topk_rows = topk_rows_flat;
+    E->be.iface = &flat;
+    c.n = 99;
+    struct wk_step_item it2 = {g, ids, 1, NULL, NULL, WK_LOGITS_CANDS, full, NULL, 0, 0, &c};
+    CHECK_EQ_INT(wk_engine_forward(E, &it2, 1, &err), MM_OK);
+    CHECK_EQ_INT(c.n, -1);
+    CHECK(full[0] == 0.5f && full[V - 1] == 0.5f);
+    wk_seq_free(E, g);
+    E->be.iface = cands_plain;
+    free(full), free(scratch), free(keys), free(cands_rows);
+}
+
 static void test_refusals(void)
 {
     struct mm_err err = {0};
@@ -668,6 +742,7 @@ int main(void)
     test_greedy_tokens();
     test_candidates();
     test_candidates_draw();
+    test_candidates_draw_logprobs();
     test_refusals();
     test_media();
     wk_engine_close(E);

@@ -465,8 +465,18 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
             fake_logits(V, s->h, it->logits);
             it->cands->n = -1;
             if (it->cands->draw && it->cands->k == INT32_MAX) {
-                it->cands->ids[0] = fake_draw(it->logits, V, it->cands->temperature, it->cands->u);
+                const int32_t tok = fake_draw(it->logits, V, it->cands->temperature, it->cands->u);
+                it->cands->ids[0] = tok, it->cands->logits[0] = it->logits[tok];
                 it->cands->n = -2;
+                /* with log-probabilities: the row's log-sum-exp and, as the top list, every token (a superset
+                 * of the n_top largest, in the order a backend may give: any) */
+                if (it->cands->flags & MM_CANDS_LSE) it->cands->lse = mm_logsumexp(it->logits, V);
+                it->cands->n_top_out = 0;
+                for (int32_t v = V - 1;
+                     it->cands->n_top > 0 && v >= 0 && 1 + it->cands->n_top_out < it->cands->cap; v--) {
+                    it->cands->ids[1 + it->cands->n_top_out] = v;
+                    it->cands->logits[1 + it->cands->n_top_out++] = it->logits[v];
+                }
                 e->st.drawn_rows++;
             } else if (V <= it->cands->cap) {
                 if (it->cands->flags & MM_CANDS_LSE) it->cands->lse = mm_logsumexp(it->logits, V);

@@ -400,10 +400,10 @@ static void test_logprobs(void)
 }
 
 /* Sampled requests take their tokens from the engine's candidates (WK_LOGITS_CANDS), with a top-k or without
- * (top-p only), the same tokens as from the whole row: the same seeded request asking for log-probabilities
- * matches (whole rows without a top-k; with one, the candidates with the row's log-sum-exp). Without a top-k
+ * (top-p only): the same seeded request asking for log-probabilities gets the same tokens (with a top-k from
+ * the candidates with the row's log-sum-exp; without, drawn with its logit and top list). Without a top-k
  * the engine draws (the fake always does) with the uniform the choice's state gives next, and the state moves
- * on as wk_sample's would; host_draw turns that off. */
+ * on as wk_sample's would; host_draw turns that off (the fake then hands every token as a candidate). */
 static void test_candidates(int32_t top_k, int32_t host_draw)
 {
     struct wk_sched_opts so = {.host_draw = host_draw};
@@ -426,9 +426,9 @@ static void test_candidates(int32_t top_k, int32_t host_draw)
         CHECK(submit(&v, q, r[k]) == MM_OK);
         CHECK(rec_wait_end(r[k], 5000) == 0);
         CHECK_EQ_INT(r[k]->n_tok[0], 12);
-        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->cand_rows) - c0, k && !top_k ? 0 : 12);
-        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows) - l0, k && !top_k ? 12 : 0);
-        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->drawn_rows) - d0, !k && !top_k && !host_draw ? 12 : 0);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->cand_rows) - c0, 12);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows) - l0, 0);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->drawn_rows) - d0, !top_k && !host_draw ? 12 : 0);
     }
     CHECK(memcmp(r[0]->tok[0], r[1]->tok[0], 12 * sizeof(int32_t)) == 0);
     int varied = 0; /* a sampled run, not the greedy one */
@@ -438,34 +438,92 @@ static void test_candidates(int32_t top_k, int32_t host_draw)
     env_close(&v);
 }
 
+/* Sampled without a top-k, with log-probabilities and the top 3: every token is drawn by the engine, which
+ * returns its logit and the top list with the row's log-sum-exp; each token's log-probability and top
+ * token equal those computed here from the fake's whole row, and the tokens, log-probabilities and top
+ * tokens equal those of the same seeded request sampled on the host (host_draw: every token a candidate) */
+static void test_logprobs_drawn(void)
+{
+    enum { N = 10, P = 11 };
+    struct rec *r[2];
+    int32_t ids[P];
+    mkprompt(ids, P, 47, 64);
+    for (int hd = 0; hd < 2; hd++) {
+        struct wk_sched_opts so = {.host_draw = hd};
+        struct env v = env_open(&k_cfg, &so, 1);
+        const struct fake_stats *fs = fake_engine_stats(v.e);
+        struct wk_request *q = mkreq(hd ? "lp-host" : "lp-drawn", ids, P, N, 1, 512);
+        q->sp.temperature = 1.5f;
+        q->sp.top_p = 0.9f;
+        q->sp.has_seed = 1;
+        q->sp.seed = 5;
+        q->sp.return_logprobs = 1;
+        q->sp.top_logprobs = 3;
+        const int64_t d0 = fake_engine_stat(v.e, &fs->drawn_rows),
+                      l0 = fake_engine_stat(v.e, &fs->logit_rows);
+        r[hd] = rec_new();
+        CHECK(submit(&v, q, r[hd]) == MM_OK);
+        CHECK(rec_wait_end(r[hd], 5000) == 0);
+        CHECK_EQ_INT(r[hd]->n_tok[0], N);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->drawn_rows) - d0, hd ? 0 : N);
+        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->logit_rows) - l0, 0);
+        env_close(&v);
+    }
+    uint64_t h = 0x1234;
+    for (int i = 0; i < P; i++) h = fake_mix(h, ids[i]);
+    for (int k = 0; k < N && k < r[0]->n_tok[0]; k++) {
+        float lg[64];
+        fake_logits(64, h, lg);
+        double sum = 0;
+        int32_t best = 0;
+        for (int i = 0; i < 64; i++) {
+            sum += exp((double)lg[i]);
+            if (lg[i] > lg[best]) best = i;
+        }
+        const int32_t tok = r[0]->tok[0][k];
+        CHECK_NEAR(r[0]->lp[0][k], lg[tok] - log(sum), 1e-4);
+        CHECK_EQ_INT(r[0]->top1[0][k], best);
+        CHECK_EQ_INT(r[1]->tok[0][k], tok);
+        CHECK(r[1]->lp[0][k] == r[0]->lp[0][k]);
+        CHECK_EQ_INT(r[1]->top1[0][k], best);
+        h = fake_mix(h, tok);
+    }
+    int varied = 0; /* sampled, not greedy */
+    for (int k = 0; k < N; k++) varied |= r[0]->tok[0][k] != r[0]->top1[0][k];
+    CHECK(varied);
+    rec_free(r[0]), rec_free(r[1]);
+}
+
 /* A request of 3 choices without a top-k: the prompt's last row gives all three their first token, so it is
  * not drawn from with one choice's uniform (candidates, or the whole row); the decode rows are, one draw per
- * choice and step; the tokens equal those of the same seeded request sampled from whole rows */
+ * choice and step; the tokens equal those of the same seeded request sampled on the host (host_draw) */
 static void test_draw_choices(void)
 {
     struct wk_sched_opts so = {0};
     struct env v = env_open(&k_cfg, &so, 1);
+    struct wk_sched_opts so_host = {.host_draw = 1};
+    struct env vh = env_open(&k_cfg, &so_host, 1);
     int32_t ids[9];
     mkprompt(ids, 9, 43, 64);
-    const struct fake_stats *fs = fake_engine_stats(v.e);
     struct rec *r[2];
     for (int k = 0; k < 2; k++) {
-        struct wk_request *q = mkreq(k ? "whole3" : "draw3", ids, 9, 6, 3, 512);
+        struct wk_request *q = mkreq(k ? "host3" : "draw3", ids, 9, 6, 3, 512);
         q->sp.temperature = 1.2f;
         q->sp.top_p = 0.8f;
         q->sp.has_seed = 1;
         q->sp.seed = 99;
-        q->sp.return_logprobs = k;
-        const int64_t d0 = fake_engine_stat(v.e, &fs->drawn_rows);
+        struct env *e = k ? &vh : &v;
+        const int64_t d0 = fake_engine_stat(e->e, &fake_engine_stats(e->e)->drawn_rows);
         r[k] = rec_new();
-        CHECK(submit(&v, q, r[k]) == MM_OK);
+        CHECK(submit(e, q, r[k]) == MM_OK);
         CHECK(rec_wait_end(r[k], 5000) == 0);
         for (int i = 0; i < 3; i++) CHECK_EQ_INT(r[k]->n_tok[i], 6);
-        CHECK_EQ_INT(fake_engine_stat(v.e, &fs->drawn_rows) - d0, k ? 0 : 3 * 5);
+        CHECK_EQ_INT(fake_engine_stat(e->e, &fake_engine_stats(e->e)->drawn_rows) - d0, k ? 0 : 3 * 5);
     }
     for (int i = 0; i < 3; i++) CHECK(memcmp(r[0]->tok[i], r[1]->tok[i], 6 * sizeof(int32_t)) == 0);
     rec_free(r[0]), rec_free(r[1]);
     env_close(&v);
+    env_close(&vh);
 }
 
 static void test_forward_failure_and_drain(void)
@@ -535,6 +593,7 @@ int main(void)
     test_candidates(0, 0);
     test_candidates(0, 1);
     test_draw_choices();
+    test_logprobs_drawn();
     test_forward_failure_and_drain();
     return test_done();
 }

@@ -91,7 +91,7 @@ struct cuda_be {
     int32_t argmax;     /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
     struct dbuf am_ids; /* its device ids (a fixed address: the kernel is part of a step's graph) */
     /* topk_rows: per-row requests (uploaded before the step's segment runs), counts, ids, logits */
-    struct dbuf tk_kt, tk_out;
+    struct dbuf tk_kt, tk_out, tk_keys;
     int32_t failed;
     struct mm_err ferr;
     /* cache */
@@ -389,6 +389,7 @@ struct a_topk {
     const struct mm_cand_req *req;
     int32_t *counts, *ids;
     float *vals, *lse;
+    uint32_t *keys;
 };
 
 static void ex_topk(void *ctx, const void *args)
@@ -397,7 +398,7 @@ static void ex_topk(void *ctx, const void *args)
     const struct a_topk *a = args;
     struct mm_err e__ = {0};
     if (kn_cuda_topk_cands(a->src, a->rows, a->n, a->n, a->req, a->cap, a->counts, a->ids, a->vals, a->lse,
-                           ST, &e__))
+                           a->keys, ST, &e__))
         fail(c, &e__, "sampling candidates");
 }
 
@@ -410,9 +411,18 @@ static void cu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const s
     const int32_t rr = rows < 32 ? 32 : rows;
     const size_t req_bytes = sizeof(struct mm_cand_req) * (size_t)rr,
                  out_bytes = (size_t)rr * (8 + 8 * (size_t)cap);
-    if (c->tk_kt.n < req_bytes || c->tk_out.n < out_bytes) flush(c); /* recorded operations may hold them */
+    /* a row that may be drawn from gets its draw's keys apart from its logits, so that the token's logit
+     * comes back too (its log-probability); once grown the buffer is passed every time (the same arguments
+     * each step: the step's graph replays) */
+    int32_t any_draw = 0;
+    for (int32_t i = 0; i < rows; i++) any_draw |= req[i].k > 0 && req[i].draw;
+    const size_t key_full = sizeof(uint32_t) * (size_t)rows * (size_t)n,
+                 key_bytes = any_draw || c->tk_keys.n >= key_full ? key_full : 0;
+    if (c->tk_kt.n < req_bytes || c->tk_out.n < out_bytes || c->tk_keys.n < key_bytes)
+        flush(c); /* recorded operations may hold them */
     char *kt = grow(c, &c->tk_kt, req_bytes), *out = grow(c, &c->tk_out, out_bytes);
-    if (!kt || !out) return;
+    uint32_t *keys = key_bytes ? grow(c, &c->tk_keys, key_bytes) : NULL;
+    if (!kt || !out || (key_bytes && !keys)) return;
     /* the requests in one upload, before anything recorded runs: nothing recorded reads them but this
      * step's own operation */
     cudaError_t e = cudaMemcpy(kt, req, sizeof(struct mm_cand_req) * (size_t)rows, cudaMemcpyHostToDevice);
@@ -427,6 +437,7 @@ static void cu_topk_rows(void *ctx, float *src, int32_t rows, int64_t n, const s
     a.counts = (int32_t *)out, a.ids = (int32_t *)(out + 4 * (size_t)rr);
     a.vals = (float *)(out + 4 * (size_t)rr + 4 * (size_t)rr * cap);
     a.lse = (float *)(out + 4 * (size_t)rr + 8 * (size_t)rr * cap);
+    a.keys = keys;
     run_op(c, ex_topk, &a, sizeof a);
     flush(c);
     /* three copies for the whole run (rows x cap ids and logits: 8 KB a row; a fourth for log-sum-exps), not
@@ -1758,11 +1769,11 @@ static void cu_destroy(void *ctx)
     free_cache(c);
     if (c->dl_host) cudaFreeHost(c->dl_host);
     if (c->bounce) cudaFreeHost(c->bounce);
-    struct dbuf *all[] = {&c->small_ws, &c->meta,   &c->bad,   &c->xb,     &c->qb16,
-                          &c->ob16,     &c->ws,     &c->sel,   &c->media,  &c->media_rows,
-                          &c->m_logits, &c->m_ids,  &c->m_wts, &c->m_off,  &c->m_perm,
-                          &c->m_inv,    &c->m_x,    &c->m_g,   &c->m_u,    &c->m_a,
-                          &c->m_e,      &c->am_ids, &c->tk_kt, &c->tk_out, &c->af_ws};
+    struct dbuf *all[] = {&c->small_ws, &c->meta,   &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
+                          &c->ws,       &c->sel,    &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
+                          &c->m_wts,    &c->m_off,  &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
+                          &c->m_u,      &c->m_a,    &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out,
+                          &c->af_ws,    &c->tk_keys};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(c, all[i]);
     if (c->side) cudaStreamSynchronize(ST); /* the stream-ordered frees */
     kn_cuda_blas_destroy(c->blas);
