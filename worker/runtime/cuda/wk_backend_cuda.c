@@ -1927,6 +1927,13 @@ static int32_t context_new(unsigned flags, int top, struct cuda_be **out, struct
 static int32_t cu_vision_context(void *ctx, int32_t threads, struct wk_be *out, struct mm_err *err)
 {
     (void)threads; /* the GPU's: no host threads */
+    int dev = 0, pools = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess || !pools) {
+        (void)cudaGetLastError();
+        return mm_err_set(err, MM_UNSUPPORTED,
+                          "cuda backend: the device has no stream-ordered allocator for a vision context");
+    }
     struct cuda_be *c = NULL;
     int32_t rc = context_new(cudaStreamNonBlocking, 0, &c, err);
     if (rc) return rc;
