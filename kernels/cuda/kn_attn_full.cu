@@ -114,9 +114,8 @@ extern "C" int32_t kn_cuda_attn_full_tc(const float *q, const float *k, const fl
     if (kn_cdiv(n, AF_Q) > INT32_MAX)
         return mm_err_set(err, MM_TOO_LARGE, "kn_cuda_attn_full_tc: %lld rows", (long long)n);
     const int64_t words = (int64_t)n_heads * n * (AW_D / 2);
-    const int64_t blocks = kn_cdiv(words, 256) < 4 * (int64_t)kn_cuda_sm_count()
-                               ? kn_cdiv(words, 256)
-                               : 4 * (int64_t)kn_cuda_sm_count();
+    int64_t blocks = kn_cdiv(words, 256); /* grid-stride: at most 4 CTAs per SM */
+    if (blocks > 4 * (int64_t)kn_cuda_sm_count()) blocks = 4 * (int64_t)kn_cuda_sm_count();
     KN_CU(kn_launch(k_full_pack, dim3((unsigned)blocks, 3), 256, 0, stream, q, k, v, stride, n, n_heads,
                     head_dim, (uint32_t *)ws),
           "kn_cuda_attn_full_tc: pack");

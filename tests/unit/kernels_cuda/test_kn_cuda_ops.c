@@ -532,69 +532,57 @@ static void test_embed_dequant(void)
         cudaFree(out_d);
 }
 
-static void test_attn_full(void)
+/* One vision attention case against the CPU twin: the warp-per-row kernel on f32 inputs (tc 0), or the
+ * tensor-core one on the same bf16-rounded q, k, v (tc 1: what is left is the probabilities' bf16 rounding
+ * and the summation order, METHOD.md: bf16 operands land at 1e-3..1e-2), whose too small workspace is refused
+ */
+static void attn_full_case(int64_t n, int32_t heads, int32_t hd, int tc)
 {
-    for (int pass = 0; pass < 2; pass++) {
-        const int64_t n = pass ? 300 : 45;
-        const int32_t heads = pass ? 16 : 4, hd = pass ? 80 : 16;
-        const int64_t stride = (int64_t)heads * hd, tot = n * stride;
-        float *q = ct_hmalloc(sizeof(float) * tot), *k = ct_hmalloc(sizeof(float) * tot);
-        float *v = ct_hmalloc(sizeof(float) * tot), *ref = ct_hmalloc(sizeof(float) * tot);
-        float *scr = ct_hmalloc(sizeof(float) * n * n);
-        ct_fill_normal(q, tot, 1.0f);
-        ct_fill_normal(k, tot, 1.0f);
-        ct_fill_normal(v, tot, 1.0f);
-        const float scale = 1.0f / sqrtf((float)hd);
-        kn_attn_full(q, k, v, stride, n, heads, hd, scale, ref, stride, scr, n * n);
-        float *q_d = ct_upload(q, sizeof(float) * tot), *k_d = ct_upload(k, sizeof(float) * tot);
-        float *v_d = ct_upload(v, sizeof(float) * tot), *o_d = ct_dmalloc(sizeof(float) * tot);
+    const int64_t stride = (int64_t)heads * hd, tot = n * stride;
+    float *q = ct_hmalloc(sizeof(float) * tot), *k = ct_hmalloc(sizeof(float) * tot);
+    float *v = ct_hmalloc(sizeof(float) * tot), *ref = ct_hmalloc(sizeof(float) * tot);
+    float *scr = ct_hmalloc(sizeof(float) * n * n);
+    ct_fill_normal(q, tot, 1.0f);
+    ct_fill_normal(k, tot, 1.0f);
+    ct_fill_normal(v, tot, 1.0f);
+    for (int64_t e = 0; tc && e < tot; e++)
+        q[e] = ct_bf16_round(q[e]), k[e] = ct_bf16_round(k[e]), v[e] = ct_bf16_round(v[e]);
+    const float scale = 1.0f / sqrtf((float)hd);
+    kn_attn_full(q, k, v, stride, n, heads, hd, scale, ref, stride, scr, n * n);
+    float *q_d = ct_upload(q, sizeof(float) * tot), *k_d = ct_upload(k, sizeof(float) * tot);
+    float *v_d = ct_upload(v, sizeof(float) * tot), *o_d = ct_dmalloc(sizeof(float) * tot);
+    const size_t wsb = tc ? kn_cuda_attn_full_tc_ws(n, heads, hd) : 0;
+    void *ws = NULL;
+    if (tc) {
+        CHECK(wsb > 0);
+        ws = ct_dmalloc(wsb);
+        OK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb, 0, &err));
+    } else {
         OK(kn_cuda_attn_full(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, 0, &err));
-        float *got = dl_f32(o_d, tot);
-        expect_close(pass ? "vision attention 300x16x80" : "vision attention 45x4x16", got, ref, tot, 1e-5);
-        free(got), free(q), free(k), free(v), free(ref), free(scr);
-        cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(o_d);
     }
+    float *got = dl_f32(o_d, tot);
+    char what[64];
+    snprintf(what, sizeof what, "vision attention %s%lldx%dx%d", tc ? "tc " : "", (long long)n, heads, hd);
+    expect_close(what, got, ref, tot, tc ? 1e-2 : 1e-5);
+    if (tc)
+        CHECK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb - 1, 0,
+                                   &err) == MM_INVALID);
+    free(got), free(q), free(k), free(v), free(ref), free(scr);
+    cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(o_d), cudaFree(ws);
 }
 
-/* The tensor-core vision attention against the CPU twin on the same bf16-rounded q, k, v: what is left is
- * the probabilities' bf16 rounding and the summation order (METHOD.md: bf16 operands land at 1e-3..1e-2);
- * edge shapes: one row, rows not a multiple of the 64-query and 64-key tiles, head_dim 16..128 */
-static void test_attn_full_tc(void)
+/* Both kernels; the tensor-core one also on edge shapes: one row, rows not a multiple of the 64-query and
+ * 64-key tiles, head_dim 16..128, and a head_dim above 128 it does not take */
+static void test_attn_full(void)
 {
+    attn_full_case(45, 4, 16, 0);
+    attn_full_case(300, 16, 80, 0);
     static const struct {
         int64_t n;
         int32_t heads, hd;
     } shapes[] = {{1, 1, 80}, {45, 4, 16}, {64, 2, 72}, {129, 3, 128}, {300, 16, 80}, {777, 16, 80}};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int64_t n = shapes[si].n;
-        const int32_t heads = shapes[si].heads, hd = shapes[si].hd;
-        const int64_t stride = (int64_t)heads * hd, tot = n * stride;
-        float *q = ct_hmalloc(sizeof(float) * tot), *k = ct_hmalloc(sizeof(float) * tot);
-        float *v = ct_hmalloc(sizeof(float) * tot), *ref = ct_hmalloc(sizeof(float) * tot);
-        float *scr = ct_hmalloc(sizeof(float) * n * n);
-        ct_fill_normal(q, tot, 1.0f);
-        ct_fill_normal(k, tot, 1.0f);
-        ct_fill_normal(v, tot, 1.0f);
-        for (int64_t e = 0; e < tot; e++)
-            q[e] = ct_bf16_round(q[e]), k[e] = ct_bf16_round(k[e]), v[e] = ct_bf16_round(v[e]);
-        const float scale = 1.0f / sqrtf((float)hd);
-        kn_attn_full(q, k, v, stride, n, heads, hd, scale, ref, stride, scr, n * n);
-        float *q_d = ct_upload(q, sizeof(float) * tot), *k_d = ct_upload(k, sizeof(float) * tot);
-        float *v_d = ct_upload(v, sizeof(float) * tot), *o_d = ct_dmalloc(sizeof(float) * tot);
-        const size_t wsb = kn_cuda_attn_full_tc_ws(n, heads, hd);
-        CHECK(wsb > 0);
-        void *ws = ct_dmalloc(wsb);
-        OK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb, 0, &err));
-        float *got = dl_f32(o_d, tot);
-        char what[64];
-        snprintf(what, sizeof what, "vision attention tc %lldx%dx%d", (long long)n, heads, hd);
-        expect_close(what, got, ref, tot, 1e-2);
-        /* too small a workspace, and a head_dim it does not take, are refused */
-        CHECK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb - 1, 0,
-                                   &err) == MM_INVALID);
-        free(got), free(q), free(k), free(v), free(ref), free(scr);
-        cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(o_d), cudaFree(ws);
-    }
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        attn_full_case(shapes[si].n, shapes[si].heads, shapes[si].hd, 1);
     CHECK(kn_cuda_attn_full_tc_ws(100, 2, 144) == 0);
 }
 
@@ -1247,7 +1235,6 @@ int main(void)
     test_topk_cands();
     test_topk_draw();
     test_attn_full();
-    test_attn_full_tc();
     test_moe();
     test_gemm();
     test_gemv();

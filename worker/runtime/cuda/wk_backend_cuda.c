@@ -1695,49 +1695,93 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
 
 /* ---- vision ---- */
 
+/* The vision ops are operations like the text ones (run_op: after what is recorded, timed under
+ * MMGW_CUDA_OP_TIMING), though no decode step records them. */
+struct a_layernorm {
+    const float *x;
+    const struct wk_weight *w, *b;
+    int64_t n;
+    int32_t dim;
+    float eps;
+    float *out;
+};
+
+static void ex_layernorm(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_layernorm *a = args;
+    struct mm_err e__ = {0};
+    if (kn_cuda_layernorm(a->x, a->dim, a->w->f32, a->b ? a->b->f32 : NULL, a->n, a->dim, a->eps, a->out,
+                          a->dim, 0, ST, &e__))
+        fail(c, &e__, "layernorm");
+}
+
 static void cu_layernorm(void *ctx, const float *x, const struct wk_weight *w, const struct wk_weight *b,
                          int64_t n, int32_t dim, float eps, float *out)
 {
+    struct a_layernorm a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.w = w, a.b = b, a.n = n, a.dim = dim, a.eps = eps, a.out = out;
+    run_op(ctx, ex_layernorm, &a, sizeof a);
+}
+
+struct a_gelu {
+    float *x;
+    int64_t n;
+    int32_t kind;
+};
+
+static void ex_gelu(void *ctx, const void *args)
+{
     struct cuda_be *c = ctx;
+    const struct a_gelu *a = args;
     struct mm_err e__ = {0};
-    flush(c);
-    if (c->op_step) wk_optime_begin(c->optime, "layernorm");
-    if (kn_cuda_layernorm(x, dim, w->f32, b ? b->f32 : NULL, n, dim, eps, out, dim, 0, ST, &e__))
-        fail(c, &e__, "layernorm");
-    if (c->op_step) wk_optime_end(c->optime);
+    if (kn_cuda_gelu(a->x, a->n, a->kind, ST, &e__)) fail(c, &e__, "gelu");
 }
 
 static void cu_gelu(void *ctx, float *x, int64_t n, int32_t kind)
 {
+    struct a_gelu a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.n = n, a.kind = kind;
+    run_op(ctx, ex_gelu, &a, sizeof a);
+}
+
+struct a_attn_full {
+    const float *q, *k, *v;
+    int64_t n;
+    int32_t n_heads, head_dim;
+    float *out;
+};
+
+static void ex_attn_full(void *ctx, const void *args)
+{
     struct cuda_be *c = ctx;
+    const struct a_attn_full *a = args;
     struct mm_err e__ = {0};
-    flush(c);
-    if (c->op_step) wk_optime_begin(c->optime, "gelu");
-    if (kn_cuda_gelu(x, n, kind, ST, &e__)) fail(c, &e__, "gelu");
-    if (c->op_step) wk_optime_end(c->optime);
+    const int64_t stride = (int64_t)a->n_heads * a->head_dim;
+    const float scale = 1.0f / sqrtf((float)a->head_dim);
+    /* bf16 mode: on the tensor cores (the products feeding it are bf16 already); fp32 mode: the exact kernel
+     */
+    const size_t wsb = c->fp32 ? 0 : kn_cuda_attn_full_tc_ws(a->n, a->n_heads, a->head_dim);
+    if (wsb) {
+        void *ws = grow(c, &c->af_ws, wsb);
+        if (ws && kn_cuda_attn_full_tc(a->q, a->k, a->v, stride, a->n, a->n_heads, a->head_dim, scale, a->out,
+                                       stride, ws, wsb, ST, &e__))
+            fail(c, &e__, "attn_full");
+    } else if (kn_cuda_attn_full(a->q, a->k, a->v, stride, a->n, a->n_heads, a->head_dim, scale, a->out,
+                                 stride, ST, &e__)) {
+        fail(c, &e__, "attn_full");
+    }
 }
 
 static void cu_attn_full(void *ctx, const float *q, const float *k, const float *v, int64_t n,
                          int32_t n_heads, int32_t head_dim, float *out)
 {
-    struct cuda_be *c = ctx;
-    struct mm_err e__ = {0};
-    flush(c);
-    const int64_t stride = (int64_t)n_heads * head_dim;
-    const float scale = 1.0f / sqrtf((float)head_dim);
-    /* bf16 mode: on the tensor cores (the products feeding it are bf16 already); fp32 mode: the exact kernel
-     */
-    const size_t wsb = c->fp32 ? 0 : kn_cuda_attn_full_tc_ws(n, n_heads, head_dim);
-    if (c->op_step) wk_optime_begin(c->optime, wsb ? "vision attention, tensor cores" : "vision attention");
-    if (wsb) {
-        void *ws = grow(c, &c->af_ws, wsb);
-        if (ws && kn_cuda_attn_full_tc(q, k, v, stride, n, n_heads, head_dim, scale, out, stride, ws, wsb, ST,
-                                       &e__))
-            fail(c, &e__, "attn_full");
-    } else if (kn_cuda_attn_full(q, k, v, stride, n, n_heads, head_dim, scale, out, stride, ST, &e__)) {
-        fail(c, &e__, "attn_full");
-    }
-    if (c->op_step) wk_optime_end(c->optime);
+    struct a_attn_full a;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.k = k, a.v = v, a.n = n, a.n_heads = n_heads, a.head_dim = head_dim, a.out = out;
+    run_op(ctx, ex_attn_full, &a, sizeof a);
 }
 
 static void cu_destroy(void *ctx)
@@ -1807,6 +1851,9 @@ __attribute__((noinline)) static const char *op_key(wk_step_fn fn, const void *a
     } names[] = {{ex_embed, "embed"},
                  {ex_head_rmsnorm, "head rmsnorm"},
                  {ex_rope, "rope"},
+                 {ex_layernorm, "layernorm"},
+                 {ex_gelu, "gelu"},
+                 {ex_attn_full, "vision attention"},
                  {ex_norm_rope, "head norm + rope"},
                  {ex_add, "add"},
                  {ex_argmax, "argmax"},
@@ -1865,7 +1912,8 @@ static const struct wk_backend_iface cuda_iface = {
     .vision_context = cu_vision_context,
 };
 
-/* The knobs (environment) that decide how operations run; a vision context takes its parent's. */
+/* The knobs (environment) that decide how operations run; a vision context reads them too and takes its
+ * parent's precision and cache types, so that its products are the main context's. */
 static void read_knobs(struct cuda_be *c)
 {
     const char *prec = getenv("MMGW_CUDA_PRECISION");
