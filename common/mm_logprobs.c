@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include "mm_topk.h"
+
 float mm_logsumexp(const float *x, int32_t n)
 {
     float mx = -INFINITY;
@@ -19,17 +21,6 @@ void mm_top_logprobs(const float *x, int32_t n, float lse, int32_t k, int32_t *i
 {
     /* k is small (<= 20): keep a sorted array and insert, one pass over the vocabulary */
     int32_t have = 0;
-    for (int32_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (have == k && !(v > logprobs[k - 1])) continue;
-        int32_t j = have < k ? have++ : k - 1;
-        while (j > 0 && v > logprobs[j - 1]) {
-            logprobs[j] = logprobs[j - 1];
-            ids[j] = ids[j - 1];
-            j--;
-        }
-        logprobs[j] = v;
-        ids[j] = i;
-    }
+    for (int32_t i = 0; i < n; i++) mm_topk_offer(logprobs, ids, &have, k, x[i], i);
     for (int32_t j = 0; j < have; j++) logprobs[j] -= lse;
 }

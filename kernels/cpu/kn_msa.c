@@ -6,6 +6,7 @@
 #include "kn_attn.h"
 #include "kn_gemm.h"
 #include "kn_simd.h"
+#include "mm_topk.h"
 
 /* One query's scores over blocks [0, n_blocks): the max over the block's visible keys of dot(q_g, key). */
 KN_INLINE void scores_row_body(const float *qi, int64_t p, int32_t n_idx_heads, int32_t idx_dim,
@@ -70,16 +71,7 @@ int32_t kn_msa_topk_local(const float *scores, int32_t n_idx_heads, int32_t n, c
             for (int32_t b = 0; b < n_blocks && cap > 0; b++) {
                 float v = (b >= lo && b <= own) ? INFINITY : s[b];
                 if (!(v > -INFINITY)) continue; /* -inf and NaN never take a slot */
-                if (cnt == cap && !(v > bs[cnt - 1])) continue;
-                int32_t at = cnt < cap ? cnt : cap - 1;
-                while (at > 0 && v > bs[at - 1]) {
-                    bs[at] = bs[at - 1];
-                    out[at] = out[at - 1];
-                    at--;
-                }
-                bs[at] = v;
-                out[at] = b;
-                if (cnt < cap) cnt++;
+                mm_topk_offer(bs, out, &cnt, cap, v, b);
             }
             for (int32_t j = cnt; j < sel_stride; j++) out[j] = -1;
         }

@@ -10,6 +10,7 @@
 #include "kn_act.h"
 #include "kn_gemm.h"
 #include "kn_msa.h"
+#include "mm_topk.h"
 #include "wk_backend_cpu_int.h"
 
 #define MOE_TASK_ROWS 64 /* rows of one expert per task: enough for the product kernel, and work to share */
@@ -77,17 +78,7 @@ static void route(const struct wk_moe *m, float *lg, int64_t n, int32_t *choice,
         float best[KN_MSA_MAX_TOPK];
         int32_t cnt = 0;
         for (int32_t e = 0; e < E; e++) {
-            float v = l[e] + (m->bias ? m->bias->data[e] : 0.0f);
-            if (cnt == K && !(v > best[K - 1])) continue;
-            int32_t at = cnt < K ? cnt : K - 1;
-            while (at > 0 && v > best[at - 1]) {
-                best[at] = best[at - 1];
-                ci[at] = ci[at - 1];
-                at--;
-            }
-            best[at] = v;
-            ci[at] = e;
-            if (cnt < K) cnt++;
+            mm_topk_offer(best, ci, &cnt, K, l[e] + (m->bias ? m->bias->data[e] : 0.0f), e);
         }
         double sum = 0.0;
         for (int32_t k = 0; k < K; k++) sum += l[ci[k]];
