@@ -10,9 +10,11 @@
  * tower.
  *
  *   encode_bench --model DIR [--ctx 4096] [--batch 16] [--patches 48] [--images 4] [--steps 200]
- *                [--backend cuda|cpu]
+ *                [--backend cuda|cpu] [--beside 0|1]
  *
  * --patches P: a P x P patch image (P even; M3's largest image is 48 x 48 patches = 576 tokens).
+ * --beside 0: no "beside" phase, so that MMGW_CUDA_OP_TIMING's totals for the vision context hold only the
+ * encodes that had the GPU to themselves (2 warm-up + --images).
  */
 #include <math.h>
 #include <pthread.h>
@@ -105,13 +107,14 @@ int main(int argc, char **argv)
 {
     const char *model = NULL;
     int32_t backend = WK_BACKEND_CUDA;
-    int64_t ctx = 4096, B = 16, P = 48, images = 4, steps = 200;
+    int64_t ctx = 4096, B = 16, P = 48, images = 4, steps = 200, beside = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         int64_t *v = !strcmp(argv[i], "--ctx")       ? &ctx
                      : !strcmp(argv[i], "--batch")   ? &B
                      : !strcmp(argv[i], "--patches") ? &P
                      : !strcmp(argv[i], "--images")  ? &images
                      : !strcmp(argv[i], "--steps")   ? &steps
+                     : !strcmp(argv[i], "--beside")  ? &beside
                                                      : NULL;
         if (!strcmp(argv[i], "--model"))
             model = argv[i + 1];
@@ -124,9 +127,10 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!model || ctx < 1 || B < 1 || B > 64 || P < 2 || P % 2 || images < 1 || steps < 10) {
+    if (!model || ctx < 1 || B < 1 || B > 64 || P < 2 || P % 2 || images < 1 || steps < 10 ||
+        steps < images) {
         fprintf(stderr, "usage: encode_bench --model DIR [--ctx N] [--batch 1-64] [--patches even P] "
-                        "[--images N] [--steps >= 10]\n");
+                        "[--images N] [--steps >= 10 and >= images] [--beside 0|1]\n");
         return 2;
     }
     struct wk_engine_opts o = {0};
@@ -220,7 +224,7 @@ int main(int argc, char **argv)
     }
     if (!rc)
         printf("  vision context alone: %lld images, %.1f ms each\n", (long long)images, alone_ms / images);
-    struct side sd = {.images = (int32_t)images};
+    struct side sd = {.images = beside ? (int32_t)images : 0};
     pthread_t th;
     if (pthread_create(&th, NULL, side_main, &sd)) return 1;
     int32_t ns = 0;
@@ -232,7 +236,7 @@ int main(int argc, char **argv)
         gap[ns++] = u - t, t = u;
     }
     pthread_join(th, NULL);
-    if (!rc && !sd.failed && ns > 0) report("beside", gap, ns, (int32_t)images, sd.ms);
+    if (!rc && !sd.failed && ns > 0 && beside) report("beside", gap, ns, (int32_t)images, sd.ms);
     for (int64_t s = 0; s < B; s++) wk_seq_free(E, seqs[s]);
     wk_engine_close(E);
     free(px), free(ids), free(gap);

@@ -6,7 +6,8 @@
  * Two kernels: a pack of q, k, v into bf16 rows of 128 (head-major [3][heads][n][128], dims past head_dim
  * zero, so the scores and outputs are the unpadded ones), then flash attention with kn_attn_warp.cuh's warp
  * core: CTA = 64 queries x one head, each warp 16 query rows; 64-key K and V tiles through a 2-stage
- * cp.async ring; keys past n are masked (their rows are zero-filled). */
+ * cp.async ring; keys past n are masked (their rows are zero-filled). The products cover only the first
+ * 16 * KS dims (KS = ceil(head_dim / 16): 5 of 8 k-steps at the towers' head_dim 80), the rest being zero. */
 #include "kn_attn_warp.cuh"
 #include "kn_cuda.h"
 
@@ -35,6 +36,7 @@ __global__ void k_full_pack(const float *__restrict__ q, const float *__restrict
     }
 }
 
+template <int KS>
 __global__ void __launch_bounds__(AF_THREADS)
     k_attn_full_tc(const uint16_t *__restrict__ ws, int64_t n, int32_t heads, int32_t hd, float scale_log2,
                    float *__restrict__ out, int64_t os)
@@ -70,10 +72,10 @@ __global__ void __launch_bounds__(AF_THREADS)
         kn_cp_async_commit();
         kn_cp_async_wait<1>();
         __syncthreads();
-        if (t == 0) aw_load_q(qa, q_s + w * 16 * AW_ROW_BYTES, lane);
+        if (t == 0) aw_load_q<KS>(qa, q_s + w * 16 * AW_ROW_BYTES, lane);
         const uint32_t sc = s_base + (t & 1) * AF_STAGE_BYTES;
         /* every query sees every key; "position" n - 1 masks the zero-filled rows past the item */
-        aw_step<AF_K>(st, qa, sc, sc + AF_TILE_BYTES, 0, t * AF_K, n - 1, scale_log2, lane);
+        aw_step<AF_K, KS>(st, qa, sc, sc + AF_TILE_BYTES, 0, t * AF_K, n - 1, scale_log2, lane);
         __syncthreads(); /* the stage is refilled next iteration */
     }
     kn_cp_async_wait<0>();
@@ -85,7 +87,7 @@ __global__ void __launch_bounds__(AF_THREADS)
         const float inv = st.l[hh] > 0.0f ? 1.0f / st.l[hh] : 0.0f;
         float *dst = out + i * os + (int64_t)h * hd;
 #pragma unroll
-        for (int dn = 0; dn < 16; dn++) {
+        for (int dn = 0; dn < 2 * KS; dn++) {
             const int d = dn * 8 + 2 * tig;
             if (d < hd) dst[d] = st.o[dn][2 * hh] * inv;
             if (d + 1 < hd) dst[d + 1] = st.o[dn][2 * hh + 1] * inv;
@@ -119,10 +121,16 @@ extern "C" int32_t kn_cuda_attn_full_tc(const float *q, const float *k, const fl
     KN_CU(kn_launch(k_full_pack, dim3((unsigned)blocks, 3), 256, 0, stream, q, k, v, stride, n, n_heads,
                     head_dim, (uint32_t *)ws),
           "kn_cuda_attn_full_tc: pack");
-    KN_CU(kn_smem_attr((const void *)k_attn_full_tc, AF_SMEM), "kn_cuda_attn_full_tc: shared memory");
-    KN_CU(kn_launch(k_attn_full_tc, dim3((unsigned)kn_cdiv(n, AF_Q), (unsigned)n_heads), AF_THREADS, AF_SMEM,
-                    stream, (const uint16_t *)ws, n, n_heads, head_dim, scale * 1.4426950408889634f, out,
-                    out_stride),
+    /* the k-steps of 16 dims that hold head_dim (KN_CUDA_ATTN_FULL_KS=8: all 8, as before) */
+    const int ks = kn_cuda_knob_int("KN_CUDA_ATTN_FULL_KS", 0) == 8 ? 8 : (head_dim + 15) / 16;
+    void (*kern)(const uint16_t *, int64_t, int32_t, int32_t, float, float *, int64_t) =
+        ks <= 4   ? k_attn_full_tc<4>
+        : ks == 5 ? k_attn_full_tc<5>
+        : ks == 6 ? k_attn_full_tc<6>
+                  : k_attn_full_tc<8>;
+    KN_CU(kn_smem_attr((const void *)kern, AF_SMEM), "kn_cuda_attn_full_tc: shared memory");
+    KN_CU(kn_launch(kern, dim3((unsigned)kn_cdiv(n, AF_Q), (unsigned)n_heads), AF_THREADS, AF_SMEM, stream,
+                    (const uint16_t *)ws, n, n_heads, head_dim, scale * 1.4426950408889634f, out, out_stride),
           "kn_cuda_attn_full_tc");
     return MM_OK;
 }

@@ -48,20 +48,22 @@ __device__ __forceinline__ void aw_tile_load(uint32_t dst, const uint8_t *src, i
     }
 }
 
-/* A fragments of a 16-row Q tile in shared memory. */
-__device__ __forceinline__ void aw_load_q(uint32_t qa[8][4], uint32_t q_s, int lane)
+/* A fragments of a 16-row Q tile in shared memory (the first KS k-steps of 16 dims). */
+template <int KS = 8> __device__ __forceinline__ void aw_load_q(uint32_t qa[8][4], uint32_t q_s, int lane)
 {
     const int m = lane >> 3;
 #pragma unroll
-    for (int ks = 0; ks < 8; ks++)
+    for (int ks = 0; ks < KS; ks++)
         kn_ldsm_x4(qa[ks], aw_row_addr(q_s, (m & 1) * 8 + (lane & 7), 2 * ks + (m >> 1)));
 }
 
 /* Fold NK keys (tile rows key0 .. key0+NK-1; the first at absolute position kpos) into st for query
  * position qpos (keys after it are masked), Q's A fragment of k-step ks given by qfrag(ks, qa): the score
  * product, online softmax and P x V. The callers differ only in where Q's fragments live (aw_step: registers;
- * the 8-warp decode tail: shared memory, read per k-step). */
-template <int NK, typename QF>
+ * the 8-warp decode tail: shared memory, read per k-step). KS < 8: only the first 16 * KS dims take part
+ * (a head_dim below 128 whose rows are zero past it, as the vision tower's 80: the skipped products would
+ * add exact zeros, and the output dims past 16 * KS stay 0). */
+template <int NK, typename QF, int KS = 8>
 __device__ __forceinline__ void aw_step_q(aw_state &st, QF qfrag, uint32_t k_s, uint32_t v_s, int key0,
                                           int64_t kpos, int64_t qpos, float scale_log2, int lane)
 {
@@ -72,7 +74,7 @@ __device__ __forceinline__ void aw_step_q(aw_state &st, QF qfrag, uint32_t k_s, 
 #pragma unroll
         for (int e = 0; e < 4; e++) s[nt][e] = 0.0f;
 #pragma unroll
-    for (int ks = 0; ks < 8; ks++) {
+    for (int ks = 0; ks < KS; ks++) {
         uint32_t qa[4];
         qfrag(ks, qa);
 #pragma unroll
@@ -105,7 +107,7 @@ __device__ __forceinline__ void aw_step_q(aw_state &st, QF qfrag, uint32_t k_s, 
         st.m[h] = mnew;
         st.l[h] *= corr;
 #pragma unroll
-        for (int dn = 0; dn < 16; dn++) st.o[dn][2 * h] *= corr, st.o[dn][2 * h + 1] *= corr;
+        for (int dn = 0; dn < 2 * KS; dn++) st.o[dn][2 * h] *= corr, st.o[dn][2 * h + 1] *= corr;
     }
 #pragma unroll
     for (int nt = 0; nt < NK / 8; nt++)
@@ -123,7 +125,7 @@ __device__ __forceinline__ void aw_step_q(aw_state &st, QF qfrag, uint32_t k_s, 
         pa[2] = kn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
         pa[3] = kn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-        for (int dp = 0; dp < 8; dp++) {
+        for (int dp = 0; dp < KS; dp++) {
             uint32_t vb[4];
             kn_ldsm_x4_trans(vb,
                              aw_row_addr(v_s, key0 + 16 * kk + (m & 1) * 8 + (lane & 7), 2 * dp + (m >> 1)));
@@ -134,17 +136,15 @@ __device__ __forceinline__ void aw_step_q(aw_state &st, QF qfrag, uint32_t k_s, 
 }
 
 /* aw_step_q with Q's fragments held in registers (aw_load_q) */
-template <int NK>
+template <int NK, int KS = 8>
 __device__ __forceinline__ void aw_step(aw_state &st, const uint32_t qa[8][4], uint32_t k_s, uint32_t v_s,
                                         int key0, int64_t kpos, int64_t qpos, float scale_log2, int lane)
 {
-    aw_step_q<NK>(
-        st,
-        [&](int ks, uint32_t f[4]) {
+    auto qf = [&](int ks, uint32_t f[4]) {
 #pragma unroll
-            for (int j = 0; j < 4; j++) f[j] = qa[ks][j];
-        },
-        k_s, v_s, key0, kpos, qpos, scale_log2, lane);
+        for (int j = 0; j < 4; j++) f[j] = qa[ks][j];
+    };
+    aw_step_q<NK, decltype(qf), KS>(st, qf, k_s, v_s, key0, kpos, qpos, scale_log2, lane);
 }
 
 /* Row totals of the lane-partial sums (all 4 lanes of a row group get them). */

@@ -314,6 +314,12 @@ int32_t kn_cuda_blas_set_stream(struct kn_cuda_blas *b, cudaStream_t stream, str
 int32_t kn_cuda_gemm_bf16(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                           const void *w, int64_t ldw, float beta, void *c, int64_t ldc, int32_t c_bf16,
                           struct mm_err *err);
+/** C[m][n] = A[m][k] . W[n][k]^T + bias[n] in one cuBLASLt product (the bias in its epilogue): bf16 A and W,
+ * f32 bias (16-byte aligned) and C, fp32 accumulation. MM_UNSUPPORTED when cuBLASLt has no algorithm for the
+ * shape or alignments: the caller then adds the bias in a pass of its own. */
+int32_t kn_cuda_gemm_bf16_bias(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const void *a,
+                               int64_t lda, const void *w, int64_t ldw, const float *bias, float *c,
+                               int64_t ldc, struct mm_err *err);
 /** Same product in plain fp32 (no TF32): f32 A and W, f32 C. For weights whose rounding to bf16 would move
  * decisions (the MoE router, the index projections) and for an all-fp32 run. */
 int32_t kn_cuda_gemm_f32(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,

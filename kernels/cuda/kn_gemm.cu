@@ -2,14 +2,33 @@
  * the column-major product C^T = W . A^T, so W goes in transposed and A as is. */
 #include "kn_cuda_internal.cuh"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define KN_BLAS_WS_BYTES (32u << 20)
+/* cuBLASLt plans kept per handle: a vision tower has ~6 product shapes, a text prefill 2-3 per chunk size */
+#define KN_LT_PLANS 16
+
+/* One shape's cuBLASLt set-up for the bias product: the heuristic's pick costs tens of microseconds of host
+ * time, so it is made once per (shape, strides, alignments) and reused */
+struct lt_plan {
+    int64_t m, n, k, lda, ldw, ldc;
+    uint32_t align; /* the smallest alignment of the four pointers, in bytes (<= 256) */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int ok; /* 0: the heuristic found nothing (the caller's two-pass route then) */
+};
 
 struct kn_cuda_blas {
     cublasHandle_t h;
     void *ws;
+    cublasLtHandle_t lt; /* created on the first bias product */
+    cudaStream_t stream;
+    struct lt_plan plans[KN_LT_PLANS];
+    int n_plans, next;
 };
 
 static int32_t blas_err(cublasStatus_t s, const char *what, struct mm_err *err)
@@ -31,6 +50,7 @@ extern "C" int32_t kn_cuda_blas_create(struct kn_cuda_blas **out, cudaStream_t s
     if (rc == MM_OK)
         rc = blas_err(cublasSetWorkspace(b->h, b->ws, KN_BLAS_WS_BYTES), "kn_cuda_blas_create", err);
     if (rc == MM_OK) rc = blas_err(cublasSetStream(b->h, stream), "kn_cuda_blas_create", err);
+    b->stream = stream;
     /* bf16 operands with fp32 accumulation and no reduced-precision shortcuts */
     if (rc == MM_OK) rc = blas_err(cublasSetMathMode(b->h, CUBLAS_DEFAULT_MATH), "kn_cuda_blas_create", err);
     if (rc) {
@@ -41,9 +61,20 @@ extern "C" int32_t kn_cuda_blas_create(struct kn_cuda_blas **out, cudaStream_t s
     return MM_OK;
 }
 
+static void lt_plan_free(struct lt_plan *p)
+{
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    memset(p, 0, sizeof(*p));
+}
+
 extern "C" void kn_cuda_blas_destroy(struct kn_cuda_blas *b)
 {
     if (!b) return;
+    for (int i = 0; i < b->n_plans; i++) lt_plan_free(&b->plans[i]);
+    if (b->lt) cublasLtDestroy(b->lt);
     if (b->h) cublasDestroy(b->h);
     if (b->ws) cudaFree(b->ws);
     free(b);
@@ -52,6 +83,7 @@ extern "C" void kn_cuda_blas_destroy(struct kn_cuda_blas *b)
 extern "C" int32_t kn_cuda_blas_set_stream(struct kn_cuda_blas *b, cudaStream_t stream, struct mm_err *err)
 {
     if (!b) return mm_err_set(err, MM_INVALID, "kn_cuda_blas_set_stream: NULL handle");
+    b->stream = stream;
     return blas_err(cublasSetStream(b->h, stream), "kn_cuda_blas_set_stream", err);
 }
 
@@ -75,6 +107,95 @@ extern "C" int32_t kn_cuda_gemm_bf16(struct kn_cuda_blas *b, int64_t m, int64_t 
                                  c_bf16 ? CUDA_R_16BF : CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT),
                     "kn_cuda_gemm_bf16", err);
+}
+
+static uint32_t ptr_align(const void *p)
+{
+    const uintptr_t a = (uintptr_t)p;
+    return a % 256 == 0 ? 256u : (uint32_t)(a & (~a + 1));
+}
+
+/* The plan for one call's shape, made on first use (NULL: cuBLASLt refused the set-up) */
+static struct lt_plan *lt_plan_get(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                   int64_t ldw, int64_t ldc, uint32_t align)
+{
+    for (int i = 0; i < b->n_plans; i++) {
+        struct lt_plan *p = &b->plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldw == ldw && p->ldc == ldc &&
+            p->align == align)
+            return p->ok ? p : NULL;
+    }
+    if (!b->lt && cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) return NULL;
+    struct lt_plan *p;
+    if (b->n_plans < KN_LT_PLANS) {
+        p = &b->plans[b->n_plans++];
+    } else { /* round robin over the full table */
+        p = &b->plans[b->next];
+        b->next = (b->next + 1) % KN_LT_PLANS;
+        lt_plan_free(p);
+    }
+    p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldw = ldw, p->ldc = ldc, p->align = align, p->ok = 0;
+    /* column-major: D[n][m] = op(W)[n][k] . X[k][m] + bias[n], W stored k x n (transposed in), X k x m */
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_t = CUDA_R_32F;
+    const uint64_t ws = KN_BLAS_WS_BYTES;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) ||
+        cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, ldw) ||
+        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, lda) ||
+        cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldc) ||
+        cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align,
+                                             sizeof align) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align,
+                                             sizeof align) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align,
+                                             sizeof align) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align,
+                                             sizeof align) ||
+        cublasLtMatmulAlgoGetHeuristic(b->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &nres) ||
+        nres < 1) {
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        return NULL; /* kept with ok = 0: the same shape is not asked again */
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->algo = res.algo;
+    p->ok = 1;
+    return p;
+}
+
+extern "C" int32_t kn_cuda_gemm_bf16_bias(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k,
+                                          const void *a, int64_t lda, const void *w, int64_t ldw,
+                                          const float *bias, float *c, int64_t ldc, struct mm_err *err)
+{
+    if (!b || !dims_ok(m, n, k, lda, ldw, ldc) || (m * n > 0 && (!a || !w || !c || !bias)))
+        return mm_err_set(err, MM_INVALID, "kn_cuda_gemm_bf16_bias: bad arguments (m %lld n %lld k %lld)",
+                          (long long)m, (long long)n, (long long)k);
+    if (m == 0 || n == 0) return MM_OK;
+    uint32_t al = ptr_align(a), t = ptr_align(w);
+    al = t < al ? t : al;
+    t = ptr_align(c);
+    al = t < al ? t : al;
+    struct lt_plan *p = lt_plan_get(b, m, n, k, lda, ldw, ldc, al);
+    if (!p) return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_bf16_bias: no cuBLASLt algorithm");
+    if (ptr_align(bias) < 16) /* the epilogue reads the bias in 16-byte vectors */
+        return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_bf16_bias: bias not 16-byte aligned");
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t s =
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmul(b->lt, p->op, &alpha, w, p->la, a, p->lb, &beta, c, p->lc, c, p->lc, &p->algo,
+                           b->ws, KN_BLAS_WS_BYTES, b->stream);
+    return blas_err(s, "kn_cuda_gemm_bf16_bias", err);
 }
 
 extern "C" int32_t kn_cuda_gemm_f32(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const float *a,

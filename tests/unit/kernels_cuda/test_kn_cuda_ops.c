@@ -223,6 +223,64 @@ static void test_activations(void)
     cudaFree(g_d), cudaFree(u_d), cudaFree(o_d);
 }
 
+/* The element-wise kernels' 4-per-thread forms give the bits of the one-per-thread forms
+ * (KN_CUDA_OPS_VEC=0), at a count that is a multiple of 4 (vectorized) and one that is not (fallback), and
+ * from a pointer one float in (not 16-byte aligned: fallback) */
+static void test_elementwise_vec(void)
+{
+    const int64_t dim = 1280, rows = 7, n = dim * rows; /* n % 4 == 0 */
+    float *x = ct_hmalloc(sizeof(float) * (n + 1)), *y = ct_hmalloc(sizeof(float) * (n + 1));
+    float *bias = ct_hmalloc(sizeof(float) * dim);
+    ct_fill_normal(x, n + 1, 2.0f);
+    ct_fill_normal(y, n + 1, 2.0f);
+    ct_fill_normal(bias, dim, 1.0f);
+    float *bias_d = ct_upload(bias, sizeof(float) * dim);
+    const int64_t counts[3] = {n, n - 3, n}, offs[3] = {0, 0, 1};
+    for (int c = 0; c < 3; c++) {
+        const int64_t m = counts[c], o = offs[c];
+        float *res[2][5];
+        for (int vec = 0; vec < 2; vec++) {
+            setenv("KN_CUDA_OPS_VEC", vec ? "1" : "0", 1);
+            kn_cuda_knobs_reload();
+            float *x_d = ct_upload(x, sizeof(float) * (n + 1)), *y_d = ct_upload(y, sizeof(float) * (n + 1));
+            float *g_d = ct_upload(x, sizeof(float) * (n + 1)), *b_d = ct_dmalloc(sizeof(float) * (n + 1));
+            uint16_t *h_d = ct_dmalloc(sizeof(uint16_t) * (n + 1)),
+                     *v_d = ct_dmalloc(sizeof(uint16_t) * (n + 1));
+            OK(kn_cuda_add(y_d + o, x_d + o, m, 0, &err));
+            OK(kn_cuda_gelu(g_d + o, m, 0, 0, &err));
+            /* the bias rows need whole rows: the uneven count is cut to rows, the offset shifts the rows */
+            const int64_t mb = m / dim * dim;
+            OK(kn_cuda_add_bias_convert(x_d + o, bias_d, mb, (int32_t)dim, b_d + o, 0, 0, &err));
+            OK(kn_cuda_add_bias_convert(x_d + o, bias_d, mb, (int32_t)dim, h_d + o, 1, 0, &err));
+            OK(kn_cuda_convert(x_d + o, v_d + o, m, 1, 0, &err));
+            res[vec][0] = dl_f32(y_d, n + 1), res[vec][1] = dl_f32(g_d, n + 1),
+            res[vec][2] = dl_f32(b_d, n + 1);
+            res[vec][3] = dl_bf16(h_d, n + 1), res[vec][4] = dl_bf16(v_d, n + 1);
+            cudaFree(x_d), cudaFree(y_d), cudaFree(g_d), cudaFree(b_d), cudaFree(h_d), cudaFree(v_d);
+        }
+        static const char *names[5] = {"add", "gelu", "bias f32", "bias bf16", "convert"};
+        for (int k = 0; k < 5; k++) {
+            const int64_t len = k >= 2 && k <= 3 ? m / dim * dim : m;
+            CHECK_MSG(!memcmp(res[0][k] + o, res[1][k] + o, sizeof(float) * len),
+                      "element-wise %s (count %lld, offset %lld): 4 per thread differs", names[k],
+                      (long long)m, (long long)o);
+            free(res[0][k]), free(res[1][k]);
+        }
+    }
+    /* and against the host: the bias rows */
+    float *ref = ct_hmalloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) ref[i] = x[i] + bias[i % dim];
+    float *x_d = ct_upload(x, sizeof(float) * n), *b_d = ct_dmalloc(sizeof(float) * n);
+    OK(kn_cuda_add_bias_convert(x_d, bias_d, n, (int32_t)dim, b_d, 0, 0, &err));
+    float *got = dl_f32(b_d, n);
+    CHECK_MSG(!memcmp(got, ref, sizeof(float) * n), "add bias (4 per thread) differs from the host sum");
+    printf("  %-28s 4 per thread bitwise equal to 1 per thread, 3 layouts\n", "element-wise ops");
+    unsetenv("KN_CUDA_OPS_VEC");
+    kn_cuda_knobs_reload();
+    free(got), free(ref), free(x), free(y), free(bias);
+    cudaFree(x_d), cudaFree(b_d), cudaFree(bias_d);
+}
+
 /* wk_argmax's rule on the host: the first largest value, NaN never chosen, 0 when all are NaN */
 static int32_t ref_argmax(const float *x, int64_t n)
 {
@@ -564,9 +622,19 @@ static void attn_full_case(int64_t n, int32_t heads, int32_t hd, int tc)
     char what[64];
     snprintf(what, sizeof what, "vision attention %s%lldx%dx%d", tc ? "tc " : "", (long long)n, heads, hd);
     expect_close(what, got, ref, tot, tc ? 1e-2 : 1e-5);
-    if (tc)
+    if (tc) {
         CHECK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb - 1, 0,
                                    &err) == MM_INVALID);
+        /* only the k-steps that hold head_dim take part: the same bits as all 8 (zeros past head_dim) */
+        setenv("KN_CUDA_ATTN_FULL_KS", "8", 1);
+        kn_cuda_knobs_reload();
+        OK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb, 0, &err));
+        unsetenv("KN_CUDA_ATTN_FULL_KS");
+        kn_cuda_knobs_reload();
+        float *all8 = dl_f32(o_d, tot);
+        CHECK_MSG(!memcmp(all8, got, sizeof(float) * tot), "%s: head_dim's k-steps differ from all 8", what);
+        free(all8);
+    }
     free(got), free(q), free(k), free(v), free(ref), free(scr);
     cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(o_d), cudaFree(ws);
 }
@@ -580,7 +648,8 @@ static void test_attn_full(void)
     static const struct {
         int64_t n;
         int32_t heads, hd;
-    } shapes[] = {{1, 1, 80}, {45, 4, 16}, {64, 2, 72}, {129, 3, 128}, {300, 16, 80}, {777, 16, 80}};
+    } shapes[] = {{1, 1, 80},   {45, 4, 16},  {64, 2, 72},   {129, 3, 128},
+                  {100, 2, 96}, {70, 2, 100}, {300, 16, 80}, {777, 16, 80}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         attn_full_case(shapes[si].n, shapes[si].heads, shapes[si].hd, 1);
     CHECK(kn_cuda_attn_full_tc_ws(100, 2, 144) == 0);
@@ -697,6 +766,36 @@ static void test_gemm(void)
     got = dl_bf16(c_d, m * n);
     expect_close("gemm bf16 -> bf16", got, ref, m * n, 4e-3);
     free(got);
+    /* the bias in cuBLASLt's epilogue: the product plus bias[n] (the vision tower's biased linears), the
+     * same values as the product and a separate bias pass; also into a 4-byte-aligned output (a row offset
+     * of one float), which either runs or is refused as MM_UNSUPPORTED, never wrong */
+    {
+        float *bias = ct_hmalloc(sizeof(float) * n), *rb = ct_hmalloc(sizeof(float) * m * n);
+        ct_fill_normal(bias, n, 1.0f);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) rb[i * n + j] = ref[i * n + j] + bias[j];
+        float *bias_d = ct_upload(bias, sizeof(float) * n);
+        float *cb_d = ct_dmalloc(sizeof(float) * (m * n + 1));
+        OK(kn_cuda_gemm_bf16_bias(bl, m, n, k, a_d, k, w_d, k, bias_d, cb_d, n, &err));
+        got = dl_f32(cb_d, m * n);
+        expect_close("gemm bf16 + bias (cuBLASLt epilogue)", got, rb, m * n, 1e-5);
+        free(got);
+        for (int rep = 0; rep < 2; rep++) { /* the second call reuses the shape's plan */
+            struct mm_err e2 = {0};
+            const int32_t rc = kn_cuda_gemm_bf16_bias(bl, m, n, k, a_d, k, w_d, k, bias_d, cb_d + 1, n, &e2);
+            CHECK_MSG(rc == MM_OK || rc == MM_UNSUPPORTED, "gemm bias, 4-byte output: rc %d (%s)", (int)rc,
+                      e2.msg);
+            if (rc == MM_OK) {
+                got = dl_f32(cb_d + 1, m * n);
+                expect_close("gemm bf16 + bias, 4-byte-aligned output", got, rb, m * n, 1e-5);
+                free(got);
+            }
+        }
+        struct mm_err e3 = {0};
+        CHECK(kn_cuda_gemm_bf16_bias(bl, m, n, k, a_d, k, w_d, k, NULL, cb_d, n, &e3) == MM_INVALID);
+        free(bias), free(rb);
+        cudaFree(bias_d), cudaFree(cb_d);
+    }
     /* plain fp32 (the router and index projections): exact to fp32 rounding */
     {
         float *af_d = ct_upload(a, sizeof(float) * m * k), *wf_d = ct_upload(w, sizeof(float) * n * k);
@@ -1237,6 +1336,7 @@ int main(void)
     test_attn_full();
     test_moe();
     test_gemm();
+    test_elementwise_vec();
     test_gemv();
     test_gemv_experts();
     test_gemm_small();

@@ -87,8 +87,9 @@ struct cuda_be {
     int32_t dl_rows;    /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
     void *dl_host;      /* its pinned staging */
     size_t dl_cap;
-    void *bounce;       /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
-    int32_t argmax;     /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
+    void *bounce;    /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
+    int32_t lt_bias; /* biased products with the bias in cuBLASLt's epilogue (MMGW_CUDA_LT_BIAS=0: a pass) */
+    int32_t argmax;  /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
     struct dbuf am_ids; /* its device ids (a fixed address: the kernel is part of a step's graph) */
     /* topk_rows: per-row requests (uploaded before the step's segment runs), counts, ids, logits */
     struct dbuf tk_kt, tk_out, tk_keys;
@@ -931,12 +932,13 @@ static void cu_rope(void *ctx, float *x, int64_t n, int32_t n_heads, int32_t hea
     run_op(ctx, ex_rope, &a, sizeof a);
 }
 
-/* y[n][rows] = x[n][cols] . W^T */
-static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, int64_t ldx, int64_t n,
-                 float *y, int64_t ldy)
+/* y[n][rows] = x[n][cols] . W^T (+ bias: f32, NULL for none; added in the product's epilogue where the
+ * cuBLAS route takes it, and then 1 is returned, else 0 and the caller adds it) */
+static int gemm_bias(struct cuda_be *c, const struct wk_weight *w, const float *x, int64_t ldx, int64_t n,
+                     float *y, int64_t ldy, const float *bias)
 {
     struct mm_err e__ = {0};
-    if (n <= 0) return;
+    if (n <= 0) return 0;
     if (w->f32 && (c->fp32 || !w->bf16)) { /* fp32 run, or a decision-making weight kept only in fp32 */
         /* decode-sized in the bf16 mode: cuBLAS's f32 products read these weights at 3-13 % of copy at 1-16
          * rows, the slowest operations of a decode step (kn_bench --only skinny); the exact mode keeps cuBLAS
@@ -945,11 +947,11 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
             (uintptr_t)w->f32 % 16 == 0) {
             if (kn_cuda_gemv_f32(n, w->rows, w->cols, x, ldx, w->f32, y, ldy, ST, &e__))
                 fail(c, &e__, "linear (gemv f32)");
-            return;
+            return 0;
         }
         if (kn_cuda_gemm_f32(c->blas, n, w->rows, w->cols, x, ldx, w->f32, w->cols, 0.0f, y, ldy, &e__))
             fail(c, &e__, "linear (fp32)");
-        return;
+        return 0;
     }
     /* decode-sized products: a stream over W (kn_gemv.cu), f32 x read as it is; at 3-4 rows cuBLAS reads the
      * widest projections faster (kn_bench --only skinny), so only 1-2 rows */
@@ -957,7 +959,7 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
         (uintptr_t)w->bf16 % 16 == 0) {
         if (kn_cuda_gemv_bf16(n, w->rows, w->cols, x, ldx, w->bf16, y, ldy, ST, &e__))
             fail(c, &e__, "linear (gemv)");
-        return;
+        return 0;
     }
     /* 3-16 rows on the tensor cores (kn_gemm_small.cu) for the shapes where cuBLAS's tiles waste the GPU */
     if (c->small_gemm && n >= 3 && w->bf16 && kn_cuda_gemm_small_ok(n, w->cols, ldx) &&
@@ -965,24 +967,42 @@ static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, i
         (uintptr_t)w->bf16 % 16 == 0) {
         const size_t wsb = kn_cuda_gemm_small_ws(n, w->rows, w->cols);
         void *ws = wsb ? grow(c, &c->small_ws, wsb) : NULL;
-        if (wsb && !ws) return;
+        if (wsb && !ws) return 0;
         if (kn_cuda_gemm_small_bf16(n, w->rows, w->cols, x, ldx, w->bf16, y, ldy, ws, wsb, ST, &e__))
             fail(c, &e__, "linear (small)");
-        return;
+        return 0;
     }
     void *xb = grow(c, &c->xb, (size_t)(n * w->cols) * 2);
-    if (!xb) return;
+    if (!xb) return 0;
     if (ldx != w->cols || !w->bf16) {
         mm_err_set(&e__, MM_INVALID, "row stride %lld for %lld columns", (long long)ldx, (long long)w->cols);
         fail(c, &e__, "linear");
-        return;
+        return 0;
     }
     if (kn_cuda_convert(x, xb, n * w->cols, 1, ST, &e__)) {
         fail(c, &e__, "linear (convert)");
-        return;
+        return 0;
+    }
+    /* the bias in cuBLASLt's epilogue: one pass over y less (MMGW_CUDA_LT_BIAS=0: the separate pass) */
+    if (bias && c->lt_bias) {
+        const int32_t rc = kn_cuda_gemm_bf16_bias(c->blas, n, w->rows, w->cols, xb, w->cols, w->bf16, w->cols,
+                                                  bias, y, ldy, &e__);
+        if (rc == MM_OK) return 1;
+        if (rc != MM_UNSUPPORTED) {
+            fail(c, &e__, "linear (bf16 + bias)");
+            return 1;
+        }
+        e__.code = 0;
     }
     if (kn_cuda_gemm_bf16(c->blas, n, w->rows, w->cols, xb, w->cols, w->bf16, w->cols, 0.0f, y, ldy, 0, &e__))
         fail(c, &e__, "linear (bf16)");
+    return 0;
+}
+
+static void gemm(struct cuda_be *c, const struct wk_weight *w, const float *x, int64_t ldx, int64_t n,
+                 float *y, int64_t ldy)
+{
+    (void)gemm_bias(c, w, x, ldx, n, y, ldy, NULL);
 }
 
 struct a_linear {
@@ -997,8 +1017,9 @@ static void ex_linear(void *ctx, const void *args)
     struct cuda_be *c = ctx;
     const struct a_linear *a = args;
     struct mm_err e__ = {0};
-    gemm(c, a->w, a->x, a->w->cols, a->n, a->y, a->w->rows);
-    if (a->bias && a->n > 0 &&
+    const int biased =
+        gemm_bias(c, a->w, a->x, a->w->cols, a->n, a->y, a->w->rows, a->bias ? a->bias->f32 : NULL);
+    if (a->bias && a->n > 0 && !biased &&
         kn_cuda_add_bias_convert(a->y, a->bias->f32, a->n * a->w->rows, (int32_t)a->w->rows, a->y, 0, ST,
                                  &e__))
         fail(c, &e__, "linear (bias)");
@@ -1944,6 +1965,8 @@ static void read_knobs(struct cuda_be *c)
     c->argmax = !(am && !strcmp(am, "0"));
     const char *rm = getenv("MMGW_CUDA_ROWS_MULTI");
     c->rows_multi = !(rm && !strcmp(rm, "0"));
+    const char *lb = getenv("MMGW_CUDA_LT_BIAS");
+    c->lt_bias = !(lb && !strcmp(lb, "0"));
 }
 
 /* A context with its stream (flags: cudaStreamDefault or cudaStreamNonBlocking; top: the device's greatest
