@@ -15,7 +15,7 @@
  * time, so it is made once per (shape, strides, alignments) and reused */
 struct lt_plan {
     int64_t m, n, k, lda, ldw, ldc;
-    uint32_t align; /* the smallest alignment of the four pointers, in bytes (<= 256) */
+    uint32_t align; /* the smallest alignment of A, W and C (= D), in bytes (<= 256) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -181,14 +181,12 @@ extern "C" int32_t kn_cuda_gemm_bf16_bias(struct kn_cuda_blas *b, int64_t m, int
         return mm_err_set(err, MM_INVALID, "kn_cuda_gemm_bf16_bias: bad arguments (m %lld n %lld k %lld)",
                           (long long)m, (long long)n, (long long)k);
     if (m == 0 || n == 0) return MM_OK;
-    uint32_t al = ptr_align(a), t = ptr_align(w);
-    al = t < al ? t : al;
-    t = ptr_align(c);
-    al = t < al ? t : al;
-    struct lt_plan *p = lt_plan_get(b, m, n, k, lda, ldw, ldc, al);
-    if (!p) return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_bf16_bias: no cuBLASLt algorithm");
     if (ptr_align(bias) < 16) /* the epilogue reads the bias in 16-byte vectors */
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_bf16_bias: bias not 16-byte aligned");
+    /* the lowest set bit of the three addresses together: the smallest of their alignments */
+    const uint32_t al = ptr_align((const void *)((uintptr_t)a | (uintptr_t)w | (uintptr_t)c));
+    struct lt_plan *p = lt_plan_get(b, m, n, k, lda, ldw, ldc, al);
+    if (!p) return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_bf16_bias: no cuBLASLt algorithm");
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t s =
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
