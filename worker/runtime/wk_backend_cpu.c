@@ -10,6 +10,7 @@
 #include "kn_act.h"
 #include "kn_attn.h"
 #include "kn_cands.h"
+#include "mm_dtype.h"
 #include "mm_logprobs.h"
 #include "kn_draw.h"
 #include "kn_gemm.h"
@@ -66,6 +67,15 @@ static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
 {
     (void)ctx;
     if (n > 0) memcpy(dst, src, sizeof(float) * (size_t)n);
+}
+
+/* host memory: the widening straight into dst, no staging copy */
+static int32_t cpu_upload_typed(void *ctx, float *dst, const void *src, int32_t dtype, int64_t n)
+{
+    (void)ctx;
+    if (dtype != MM_DT_F32 && dtype != MM_DT_BF16 && dtype != MM_DT_F16) return 0;
+    if (n > 0) (void)mm_convert_to_f32(dst, src, dtype, (size_t)n); /* cannot fail for these three */
+    return 1;
 }
 
 /* the sampling candidates in place (kernels/cpu/kn_cands.c): the sampler then sorts a few, not the row; a
@@ -434,6 +444,7 @@ static const struct wk_backend_iface cpu_iface = {
     .attn_layer = cpu_attn_layer,
     .cache_page_bytes = cpu_cache_page_bytes,
     .vision_context = cpu_vision_context,
+    .upload_typed = cpu_upload_typed,
 };
 
 int32_t wk_backend_cpu_create(int32_t threads, struct wk_be *out, struct mm_err *err)

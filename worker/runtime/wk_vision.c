@@ -59,8 +59,10 @@ int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, c
                   : v->act == WK_ACT_QUICK_GELU ? KN_GELU_QUICK
                                                 : KN_GELU_ERF;
 
-    float *host =
-        malloc(sizeof(float) * (size_t)(n * RL > nt * H ? n * RL : nt * H)); /* pixels, then output */
+    /* a backend that takes the pixels' own type widens them itself; else they are widened here first */
+    const int typed = B->upload_typed != NULL;
+    const int64_t host_n = !typed && n * RL > nt * H ? n * RL : nt * H; /* the output (and the pixels) */
+    float *host = malloc(sizeof(float) * (size_t)host_n);
     float *hc = malloc(sizeof(float) * (size_t)(n * (rd ? rd : 1))),
           *hsn = malloc(sizeof(float) * (size_t)(n * (rd ? rd : 1)));
     float *px = B->alloc(bc, n * RL), *x = B->alloc(bc, n * D), *h = B->alloc(bc, n * D);
@@ -74,11 +76,21 @@ int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, c
         rc = mm_err_set(err, MM_NOMEM, "encode_media: out of memory for %lld patches", (long long)n);
         goto out;
     }
-    if (mm_convert_to_f32(host, m->pixels, m->dtype, (size_t)(n * RL))) {
-        rc = mm_err_set(err, MM_INVALID, "encode_media: cannot convert pixels");
-        goto out;
+    if (!typed || !B->upload_typed(bc, px, m->pixels, m->dtype, n * RL)) {
+        if (n * RL > host_n) { /* it declined a dtype it was given room for: the pixels need more */
+            float *h2 = realloc(host, sizeof(float) * (size_t)(n * RL));
+            if (!h2) {
+                rc = mm_err_set(err, MM_NOMEM, "encode_media: out of memory for %lld patches", (long long)n);
+                goto out;
+            }
+            host = h2;
+        }
+        if (mm_convert_to_f32(host, m->pixels, m->dtype, (size_t)(n * RL))) {
+            rc = mm_err_set(err, MM_INVALID, "encode_media: cannot convert pixels");
+            goto out;
+        }
+        B->upload(bc, px, host, n * RL);
     }
-    B->upload(bc, px, host, n * RL);
     kn_rope_vision_table(m->grid_t, m->grid_h, m->grid_w, v->merge, hd, v->rope_theta, hc, hsn);
     B->upload(bc, ct, hc, n * rd);
     B->upload(bc, st, hsn, n * rd);

@@ -15,6 +15,7 @@
 #include "kn_gemm.h"
 #include "kn_norm.h"
 #include "kn_rope.h"
+#include "mm_dtype.h"
 
 static struct mm_err err;
 
@@ -104,6 +105,45 @@ static void test_norms(void)
     got = dl_f32(o_d, n * dim);
     expect_close("layernorm", got, ref, n * dim, 1e-6);
     free(got);
+    /* the row held in registers (dim <= 8 x 256) is bitwise the three-pass kernel, out of place, in place
+     * and into bf16; past 2048 the three-pass kernel runs */
+    {
+        static const int32_t dims[5] = {100, 1280, 2048, 2049, 256};
+        const int64_t rows = 9;
+        for (int d = 0; d < 5; d++) {
+            const int32_t dm = dims[d];
+            float *lx = ct_hmalloc(sizeof(float) * rows * dm), *lw = ct_hmalloc(sizeof(float) * dm),
+                  *lb = ct_hmalloc(sizeof(float) * dm);
+            ct_fill_normal(lx, rows * dm, 3.0f);
+            ct_fill_normal(lw, dm, 1.0f);
+            ct_fill_normal(lb, dm, 1.0f);
+            float *lw_d = ct_upload(lw, sizeof(float) * dm), *lb_d = ct_upload(lb, sizeof(float) * dm);
+            float *res[2][3];
+            for (int vec = 0; vec < 2; vec++) {
+                setenv("KN_CUDA_OPS_VEC", vec ? "1" : "0", 1);
+                kn_cuda_knobs_reload();
+                float *lx_d = ct_upload(lx, sizeof(float) * rows * dm), *lo_d = ct_dmalloc(sizeof(float) * rows * dm);
+                uint16_t *lh_d = ct_dmalloc(sizeof(uint16_t) * rows * dm);
+                OK(kn_cuda_layernorm(lx_d, dm, lw_d, lb_d, rows, dm, 1e-5f, lo_d, dm, 0, 0, &err));
+                OK(kn_cuda_layernorm(lx_d, dm, lw_d, lb_d, rows, dm, 1e-5f, lh_d, dm, 1, 0, &err));
+                OK(kn_cuda_layernorm(lx_d, dm, lw_d, d == 4 ? NULL : lb_d, rows, dm, 1e-5f, lx_d, dm, 0, 0, &err));
+                res[vec][0] = dl_f32(lo_d, rows * dm), res[vec][1] = dl_bf16(lh_d, rows * dm);
+                res[vec][2] = dl_f32(lx_d, rows * dm);
+                cudaFree(lx_d), cudaFree(lo_d), cudaFree(lh_d);
+            }
+            for (int k = 0; k < 3; k++) {
+                CHECK_MSG(!memcmp(res[0][k], res[1][k], sizeof(float) * rows * dm),
+                          "layernorm dim %d (%s): the register kernel differs", dm,
+                          k == 0 ? "f32" : k == 1 ? "bf16" : "in place");
+                free(res[0][k]), free(res[1][k]);
+            }
+            free(lx), free(lw), free(lb);
+            cudaFree(lw_d), cudaFree(lb_d);
+        }
+        unsetenv("KN_CUDA_OPS_VEC");
+        kn_cuda_knobs_reload();
+        printf("  %-28s row in registers bitwise equal to three passes, 5 dims\n", "layernorm");
+    }
 
     /* per-head norm in place over [n][heads * hd] */
     float *xh = ct_hmalloc(sizeof(float) * n * heads * hd);
@@ -279,6 +319,40 @@ static void test_elementwise_vec(void)
     kn_cuda_knobs_reload();
     free(got), free(ref), free(x), free(y), free(bias);
     cudaFree(x_d), cudaFree(b_d), cudaFree(bias_d);
+}
+
+/* kn_cuda_widen16: every one of the 65,536 bf16 and f16 bit patterns (subnormals, infinities, NaN payloads)
+ * widened bit for bit as mm_bf16_to_f32 / mm_f16_to_f32, 4 per thread and 1 per thread (an odd count from
+ * an odd element) */
+static void test_widen16(void)
+{
+    const int64_t n = 65536;
+    uint16_t *h = ct_hmalloc(sizeof(uint16_t) * (n + 4));
+    for (int64_t i = 0; i < n + 4; i++) h[i] = (uint16_t)(i * 40503u); /* a permutation of the patterns */
+    uint16_t *h_d = ct_upload(h, sizeof(uint16_t) * (n + 4));
+    float *o_d = ct_dmalloc(sizeof(float) * (n + 4));
+    for (int f16 = 0; f16 < 2; f16++) {
+        for (int shape = 0; shape < 2; shape++) { /* 0: n from element 0 (vector), 1: n - 1 from element 1 */
+            const int64_t o = shape, m = n - shape;
+            CT_CU(cudaMemset(o_d, 0xff, sizeof(float) * (n + 4)));
+            OK(kn_cuda_widen16(h_d + o, f16, o_d + o, m, 0, &err));
+            float *got = dl_f32(o_d, n + 4);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < m; i++) {
+                const float want = f16 ? mm_f16_to_f32(h[o + i]) : mm_bf16_to_f32(h[o + i]);
+                bad += memcmp(&want, &got[o + i], 4) != 0;
+            }
+            uint32_t past;
+            memcpy(&past, &got[o + m], 4);
+            CHECK_MSG(bad == 0, "widen16 %s (count %lld, offset %lld): %lld of %lld values differ",
+                      f16 ? "f16" : "bf16", (long long)m, (long long)o, (long long)bad, (long long)m);
+            CHECK_MSG(past == 0xffffffffu, "widen16 wrote past its count");
+            free(got);
+        }
+    }
+    CHECK_EQ_INT(kn_cuda_widen16(NULL, 0, o_d, 4, 0, &err), MM_INVALID);
+    printf("  %-28s all 65536 patterns of bf16 and f16 bitwise equal to the host's, 2 layouts\n", "widen16");
+    cudaFree(h_d), cudaFree(o_d), free(h);
 }
 
 /* wk_argmax's rule on the host: the first largest value, NaN never chosen, 0 when all are NaN */
@@ -1337,6 +1411,7 @@ int main(void)
     test_moe();
     test_gemm();
     test_elementwise_vec();
+    test_widen16();
     test_gemv();
     test_gemv_experts();
     test_gemm_small();

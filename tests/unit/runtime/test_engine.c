@@ -9,6 +9,7 @@
 #include "mm_logprobs.h"
 #include "kn_draw.h"
 #include "mkdemo.h"
+#include "mm_dtype.h"
 #include "mmgw_test.h"
 #include "wk_engine.h"
 #include "wk_engine_int.h" /* the backend table, to offer the forward an optional fused op */
@@ -650,6 +651,40 @@ static void test_media(void)
           memcmp(emb, emb2, sizeof(float) * (size_t)(nt * wk_engine_info(E)->hidden_size)) == 0);
     free(emb);
     free(emb2);
+    /* 16-bit pixels (what the gateway sends) give the embeddings of the same values in f32, bit for bit,
+     * whether the backend widens them (upload_typed) or the vision code does (upload_typed NULL) */
+    const int64_t H = wk_engine_info(E)->hidden_size;
+    uint16_t *p16 = malloc(sizeof(uint16_t) * (size_t)(n * row));
+    float *pw = malloc(sizeof(float) * (size_t)(n * row));
+    const struct wk_backend_iface *plain = E->be.iface;
+    struct wk_backend_iface untyped = *plain;
+    untyped.upload_typed = NULL;
+    for (int f16 = 0; f16 < 2; f16++) {
+        for (int64_t i = 0; i < n * row; i++) { /* half subnormals and both signs in the f16 round */
+            const float v = f16 ? (float)(sin((double)i * 0.01) * (i % 7 == 0 ? 1e-6 : 1.0)) : px[i];
+            p16[i] = f16 ? mm_f32_to_f16(v) : mm_f32_to_bf16(v);
+            pw[i] = f16 ? mm_f16_to_f32(p16[i]) : mm_bf16_to_f32(p16[i]);
+        }
+        struct wk_media mw = m, mh = m;
+        mw.pixels = pw;
+        mh.dtype = f16 ? MM_DT_F16 : MM_DT_BF16;
+        mh.pixels = p16;
+        float *ew = NULL, *eh = NULL, *eu = NULL;
+        int64_t nw = 0, nh = 0, nu = 0;
+        CHECK_EQ_INT(wk_engine_encode_media(E, &mw, &ew, &nw, &err), MM_OK);
+        CHECK_EQ_INT(wk_engine_encode_media(E, &mh, &eh, &nh, &err), MM_OK);
+        E->be.iface = &untyped;
+        CHECK_EQ_INT(wk_engine_encode_media(E, &mh, &eu, &nu, &err), MM_OK);
+        E->be.iface = plain;
+        CHECK(nw == n / 4 && nh == nw && nu == nw);
+        CHECK_MSG(ew && eh && !memcmp(ew, eh, sizeof(float) * (size_t)(nw * H)), "%s pixels: embeddings differ",
+                  f16 ? "f16" : "bf16");
+        CHECK_MSG(ew && eu && !memcmp(ew, eu, sizeof(float) * (size_t)(nw * H)),
+                  "%s pixels widened by the vision code: embeddings differ", f16 ? "f16" : "bf16");
+        free(ew), free(eh), free(eu);
+    }
+    free(p16);
+    free(pw);
     m.row_len = row - 1;
     CHECK_EQ_INT(wk_engine_encode_media(E, &m, &emb, &nt, &err), MM_INVALID);
     m.row_len = row;

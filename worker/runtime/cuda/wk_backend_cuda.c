@@ -89,6 +89,7 @@ struct cuda_be {
     size_t dl_cap;
     void *bounce;    /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
     int32_t lt_bias; /* biased products with the bias in cuBLASLt's epilogue (MMGW_CUDA_LT_BIAS=0: a pass) */
+    int32_t widen;   /* upload_typed widens 16-bit values on the device (MMGW_CUDA_WIDEN=0: on the host) */
     int32_t argmax;  /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
     struct dbuf am_ids; /* its device ids (a fixed address: the kernel is part of a step's graph) */
     /* topk_rows: per-row requests (uploaded before the step's segment runs), counts, ids, logits */
@@ -298,6 +299,32 @@ static void cu_download(void *ctx, float *dst, const float *src, int64_t n)
     cudaError_t e = copy(c, dst, src, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost);
     if (c->op_step) wk_optime_end(c->optime);
     if (e != cudaSuccess) failc(c, e, "download");
+}
+
+/* 16-bit values cross as they came (half the bytes of f32, no host conversion pass) and are widened on the
+ * device: an encode's 10.8 MB of f32 pixels were converted on the host, then copied up. */
+static int32_t cu_upload_typed(void *ctx, float *dst, const void *src, int32_t dtype, int64_t n)
+{
+    struct cuda_be *c = ctx;
+    if (dtype == MM_DT_F32) {
+        cu_upload(ctx, dst, src, n);
+        return 1;
+    }
+    if ((dtype != MM_DT_BF16 && dtype != MM_DT_F16) || !c->widen) return 0;
+    if (n <= 0) return 1;
+    flush(c);
+    if (c->op_step) wk_optime_begin(c->optime, "upload");
+    void *tmp = NULL;
+    cudaError_t e = dev_malloc(c, &tmp, 2 * (size_t)n);
+    if (e == cudaSuccess) e = copy(c, tmp, src, 2 * (size_t)n, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+        struct mm_err err = {0};
+        if (kn_cuda_widen16(tmp, dtype == MM_DT_F16, dst, n, ST, &err)) fail(c, &err, "upload (widen)");
+    }
+    if (tmp) dev_free(c, tmp); /* stream-ordered in a vision context; cudaFree waits for the widening */
+    if (c->op_step) wk_optime_end(c->optime);
+    if (e != cudaSuccess) failc(c, e, "upload");
+    return 1;
 }
 
 /* Rows of logits, row i to dst[i]: one copy into pinned memory, then host copies. One pageable cudaMemcpy
@@ -1931,6 +1958,7 @@ static const struct wk_backend_iface cuda_iface = {
     .add_rmsnorm = cu_add_rmsnorm,
     .cache_page_bytes = cu_cache_page_bytes,
     .vision_context = cu_vision_context,
+    .upload_typed = cu_upload_typed,
 };
 
 /* The knobs (environment) that decide how operations run; a vision context reads them too and takes its
@@ -1967,6 +1995,8 @@ static void read_knobs(struct cuda_be *c)
     c->rows_multi = !(rm && !strcmp(rm, "0"));
     const char *lb = getenv("MMGW_CUDA_LT_BIAS");
     c->lt_bias = !(lb && !strcmp(lb, "0"));
+    const char *wd = getenv("MMGW_CUDA_WIDEN");
+    c->widen = !(wd && !strcmp(wd, "0"));
 }
 
 /* A context with its stream (flags: cudaStreamDefault or cudaStreamNonBlocking; top: the device's greatest
