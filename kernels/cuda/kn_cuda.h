@@ -235,7 +235,8 @@ int32_t kn_cuda_add(float *y, const float *x, int64_t n, cudaStream_t stream, st
 int32_t kn_cuda_convert(const void *src, void *dst, int64_t n, int32_t to_bf16, cudaStream_t stream,
                         struct mm_err *err);
 /** Widen n 16-bit floats at src (f16 = 1: IEEE half, 0: bf16) to f32 at dst, bit for bit mm_f16_to_f32 /
- * mm_bf16_to_f32 (NaN payloads and subnormals kept): media pixels cross to the device in the width they came. */
+ * mm_bf16_to_f32 (NaN payloads and subnormals kept): media pixels cross to the device in the width they came.
+ */
 int32_t kn_cuda_widen16(const void *src, int32_t f16, float *dst, int64_t n, cudaStream_t stream,
                         struct mm_err *err);
 /** ids[r] = the index of the first largest of row r's n floats (rows at stride ld), NaN never chosen, 0 when

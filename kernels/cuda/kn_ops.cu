@@ -210,8 +210,8 @@ extern "C" int32_t kn_cuda_layernorm(const float *x, int64_t x_stride, const flo
     const int c = kn_cuda_knob("KN_CUDA_OPS_VEC", 1) ? (int)kn_cdiv(dim, OPS_THREADS) : 0;
 #define LN_REG(C)                                                                                            \
     case C:                                                                                                  \
-        KN_CU(kn_launch(k_layernorm_reg<C>, dim3((unsigned)n), OPS_THREADS, 0, stream, x, x_stride, w, b, dim, \
-                        eps, out, out_stride, out_bf16),                                                     \
+        KN_CU(kn_launch(k_layernorm_reg<C>, dim3((unsigned)n), OPS_THREADS, 0, stream, x, x_stride, w, b,    \
+                        dim, eps, out, out_stride, out_bf16),                                                \
               "kn_cuda_layernorm");                                                                          \
         return MM_OK;
     switch (c) {
@@ -267,6 +267,16 @@ extern "C" int32_t kn_cuda_rope_table(const int64_t *pos, int64_t n, int32_t rot
     return MM_OK;
 }
 
+/* rotate-half of one pair: out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]. The roundings
+ * are spelled out: three kernels rotate and must agree bit for bit (attn_layer's fused norm + RoPE is the
+ * separate ops' result), whatever the compiler would contract in each. */
+__device__ __forceinline__ void rope_pair(float *p0, float *p1, float c0, float s0, float c1, float s1)
+{
+    const float a = *p0, b = *p1;
+    *p0 = __fsub_rn(__fmul_rn(a, c0), __fmul_rn(b, s0));
+    *p1 = __fmaf_rn(b, c1, __fmul_rn(a, s1));
+}
+
 /* one thread per (row, head, pair j < rot/2): x[j], x[j + rot/2] rotated together */
 __global__ void k_rope_apply(float *__restrict__ x, int64_t n, int32_t heads, int32_t hd, int64_t stride,
                              const float *__restrict__ ct, const float *__restrict__ st, int32_t ts,
@@ -280,12 +290,8 @@ __global__ void k_rope_apply(float *__restrict__ x, int64_t n, int32_t heads, in
     const int64_t rh = t / half;
     const int64_t i = rh / heads;
     float *p = x + i * stride + (rh % heads) * hd;
-    const float c0 = ct[i * ts + j], s0 = st[i * ts + j];
-    const float c1 = ct[i * ts + j + half], s1 = st[i * ts + j + half];
-    const float a = p[j], b = p[j + half];
-    /* rotate-half: out = x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] */
-    p[j] = a * c0 - b * s0;
-    p[j + half] = b * c1 + a * s1;
+    rope_pair(p + j, p + j + half, ct[i * ts + j], st[i * ts + j], ct[i * ts + j + half],
+              st[i * ts + j + half]);
 }
 
 extern "C" int32_t kn_cuda_rope_apply(float *x, int64_t n, int32_t n_heads, int32_t head_dim, int64_t stride,
@@ -346,11 +352,8 @@ __global__ void k_head_norm_rope(const nr_args a)
     __syncwarp();
     const int32_t half = rot / 2;
     for (int32_t j = lane; j < half; j += 32) {
-        const float c0 = a.ct[i * a.ts + j], s0 = a.st[i * a.ts + j];
-        const float c1 = a.ct[i * a.ts + j + half], s1 = a.st[i * a.ts + j + half];
-        const float va = p[j], vb = p[j + half];
-        p[j] = va * c0 - vb * s0;
-        p[j + half] = vb * c1 + va * s1;
+        rope_pair(p + j, p + j + half, a.ct[i * a.ts + j], a.st[i * a.ts + j], a.ct[i * a.ts + j + half],
+                  a.st[i * a.ts + j + half]);
     }
     if (!bf) return;
     __syncwarp(); /* the rotated values other lanes wrote */
@@ -384,6 +387,24 @@ extern "C" int32_t kn_cuda_head_norm_rope(const struct kn_norm_rope_part *parts,
 
 /* ---- activations and conversions ---- */
 
+/* The element-wise kernels move 4 elements per thread (16-byte loads) where the count and the pointers
+ * allow it: one float per thread read the vision tower's 2304 x 5120 activations at ~1 TB/s (encode_bench
+ * op timing). Same arithmetic per element either way. KN_CUDA_OPS_VEC=0: one element per thread. */
+static bool vec4_ok(int64_t n, const void *a, const void *b, const void *c)
+{
+    return n % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 16 == 0 &&
+           kn_cuda_knob("KN_CUDA_OPS_VEC", 1);
+}
+
+/* M3's clamped SwiGLU of one element; the rounding steps spelled out so that every kernel below gives the
+ * same bits whatever the compiler would contract in its context */
+__device__ __forceinline__ float swiglu_f(float gate, float up, float alpha, float limit)
+{
+    const float g = fminf(gate, limit);
+    const float u = fminf(fmaxf(up, -limit), limit);
+    return __fdiv_rn(__fmul_rn(__fadd_rn(u, 1.0f), g), __fadd_rn(1.0f, expf(-alpha * g)));
+}
+
 __global__ void k_swiglu(const float *__restrict__ gate, const float *__restrict__ up, int64_t is, int64_t n,
                          int32_t dim, float alpha, float limit, void *out, int64_t os, int32_t bf16)
 {
@@ -392,9 +413,24 @@ __global__ void k_swiglu(const float *__restrict__ gate, const float *__restrict
     if (t >= n * dim) return;
     const int64_t r = t / dim;
     const int32_t j = (int32_t)(t % dim);
-    const float g = fminf(gate[r * is + j], limit);
-    const float u = fminf(fmaxf(up[r * is + j], -limit), limit);
-    store_out(out, r * os + j, (u + 1.0f) * g / (1.0f + expf(-alpha * g)), bf16);
+    store_out(out, r * os + j, swiglu_f(gate[r * is + j], up[r * is + j], alpha, limit), bf16);
+}
+
+/* Rows packed (strides = dim): one flat run of values, 4 per thread, no index division (the dense MLP's
+ * call has dim 1 and paid a 64-bit division per element). Same element function, same bits. */
+__global__ void k_swiglu4(const float4 *__restrict__ gate, const float4 *__restrict__ up, int64_t n4,
+                          float alpha, float limit, void *out, int32_t bf16)
+{
+    kn_chain_entry();
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n4) return;
+    const float4 g = gate[t], u = up[t];
+    const float4 v = make_float4(swiglu_f(g.x, u.x, alpha, limit), swiglu_f(g.y, u.y, alpha, limit),
+                                 swiglu_f(g.z, u.z, alpha, limit), swiglu_f(g.w, u.w, alpha, limit));
+    if (bf16)
+        ((uint2 *)out)[t] = make_uint2(kn_pack_bf16(v.x, v.y), kn_pack_bf16(v.z, v.w));
+    else
+        ((float4 *)out)[t] = v;
 }
 
 extern "C" int32_t kn_cuda_swiglu(const float *gate, const float *up, int64_t in_stride, int64_t n,
@@ -403,7 +439,15 @@ extern "C" int32_t kn_cuda_swiglu(const float *gate, const float *up, int64_t in
 {
     if (n < 0 || dim <= 0 || (n > 0 && (!gate || !up || !out))) return bad(err, "kn_cuda_swiglu");
     if (n == 0) return MM_OK;
-    KN_CU(kn_launch(k_swiglu, dim3((unsigned)kn_cdiv(n * dim, 256)), 256, 0, stream, gate, up, in_stride, n,
+    const int64_t total = n * dim;
+    if (in_stride == dim && out_stride == dim && vec4_ok(total, gate, up, out_bf16 ? NULL : out) &&
+        (uintptr_t)out % 8 == 0) {
+        KN_CU(kn_launch(k_swiglu4, dim3((unsigned)kn_cdiv(total / 4, 256)), 256, 0, stream,
+                        (const float4 *)gate, (const float4 *)up, total / 4, alpha, limit, out, out_bf16),
+              "kn_cuda_swiglu");
+        return MM_OK;
+    }
+    KN_CU(kn_launch(k_swiglu, dim3((unsigned)kn_cdiv(total, 256)), 256, 0, stream, gate, up, in_stride, n,
                     dim, alpha, limit, out, out_stride, out_bf16),
           "kn_cuda_swiglu");
     return MM_OK;
@@ -414,15 +458,6 @@ __device__ __forceinline__ float gelu_f(float v, int32_t kind)
     if (kind == 1) return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
     if (kind == 2) return v / (1.0f + expf(-1.702f * v));
     return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-}
-
-/* The element-wise kernels move 4 elements per thread (16-byte loads) where the count and the pointers
- * allow it: one float per thread read the vision tower's 2304 x 5120 activations at ~1 TB/s (encode_bench
- * op timing). Same arithmetic per element either way. KN_CUDA_OPS_VEC=0: one element per thread. */
-static bool vec4_ok(int64_t n, const void *a, const void *b, const void *c)
-{
-    return n % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 16 == 0 &&
-           kn_cuda_knob("KN_CUDA_OPS_VEC", 1);
 }
 
 __global__ void k_gelu(float *__restrict__ x, int64_t n, int32_t kind)
@@ -613,13 +648,14 @@ extern "C" int32_t kn_cuda_widen16(const void *src, int32_t f16, float *dst, int
     if (n < 0 || (n > 0 && (!src || !dst))) return bad(err, "kn_cuda_widen16");
     if (n == 0) return MM_OK;
     f16 = f16 != 0;
-    if (n % 4 == 0 && (uintptr_t)src % 8 == 0 && (uintptr_t)dst % 16 == 0 && kn_cuda_knob("KN_CUDA_OPS_VEC", 1))
+    if (n % 4 == 0 && (uintptr_t)src % 8 == 0 && (uintptr_t)dst % 16 == 0 &&
+        kn_cuda_knob("KN_CUDA_OPS_VEC", 1))
         KN_CU(kn_launch(k_widen16x4, dim3((unsigned)kn_cdiv(n / 4, 256)), 256, 0, stream, (const uint2 *)src,
                         (float4 *)dst, n / 4, f16),
               "kn_cuda_widen16");
     else
-        KN_CU(kn_launch(k_widen16, dim3((unsigned)kn_cdiv(n, 256)), 256, 0, stream, (const uint16_t *)src, dst,
-                        n, f16),
+        KN_CU(kn_launch(k_widen16, dim3((unsigned)kn_cdiv(n, 256)), 256, 0, stream, (const uint16_t *)src,
+                        dst, n, f16),
               "kn_cuda_widen16");
     return MM_OK;
 }

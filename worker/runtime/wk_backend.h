@@ -210,9 +210,9 @@ struct wk_backend_iface {
     int32_t (*vision_context)(void *ctx, int32_t threads, struct wk_be *out, struct mm_err *err);
 
     /** upload() of n values of element type dtype at host src into the floats at dst, widened to f32 as
-     * mm_convert_to_f32 does, bit for bit (media pixels come as bf16 or f16: a device moves half the bytes and
-     * widens them itself). Returns 1 when done, 0 when this dtype is not taken (the caller converts on the
-     * host and calls upload). Optional: NULL means 0 for every dtype. */
+     * mm_convert_to_f32 does, bit for bit (media pixels come as bf16 or f16: a device moves half the bytes
+     * and widens them itself). Returns 1 when done, 0 when this dtype is not taken (the caller converts on
+     * the host and calls upload). Optional: NULL means 0 for every dtype. */
     int32_t (*upload_typed)(void *ctx, float *dst, const void *src, int32_t dtype, int64_t n);
 };
 

@@ -122,11 +122,13 @@ static void test_norms(void)
             for (int vec = 0; vec < 2; vec++) {
                 setenv("KN_CUDA_OPS_VEC", vec ? "1" : "0", 1);
                 kn_cuda_knobs_reload();
-                float *lx_d = ct_upload(lx, sizeof(float) * rows * dm), *lo_d = ct_dmalloc(sizeof(float) * rows * dm);
+                float *lx_d = ct_upload(lx, sizeof(float) * rows * dm),
+                      *lo_d = ct_dmalloc(sizeof(float) * rows * dm);
                 uint16_t *lh_d = ct_dmalloc(sizeof(uint16_t) * rows * dm);
                 OK(kn_cuda_layernorm(lx_d, dm, lw_d, lb_d, rows, dm, 1e-5f, lo_d, dm, 0, 0, &err));
                 OK(kn_cuda_layernorm(lx_d, dm, lw_d, lb_d, rows, dm, 1e-5f, lh_d, dm, 1, 0, &err));
-                OK(kn_cuda_layernorm(lx_d, dm, lw_d, d == 4 ? NULL : lb_d, rows, dm, 1e-5f, lx_d, dm, 0, 0, &err));
+                OK(kn_cuda_layernorm(lx_d, dm, lw_d, d == 4 ? NULL : lb_d, rows, dm, 1e-5f, lx_d, dm, 0, 0,
+                                     &err));
                 res[vec][0] = dl_f32(lo_d, rows * dm), res[vec][1] = dl_bf16(lh_d, rows * dm);
                 res[vec][2] = dl_f32(lx_d, rows * dm);
                 cudaFree(lx_d), cudaFree(lo_d), cudaFree(lh_d);
@@ -134,7 +136,9 @@ static void test_norms(void)
             for (int k = 0; k < 3; k++) {
                 CHECK_MSG(!memcmp(res[0][k], res[1][k], sizeof(float) * rows * dm),
                           "layernorm dim %d (%s): the register kernel differs", dm,
-                          k == 0 ? "f32" : k == 1 ? "bf16" : "in place");
+                          k == 0   ? "f32"
+                          : k == 1 ? "bf16"
+                                   : "in place");
                 free(res[0][k]), free(res[1][k]);
             }
             free(lx), free(lw), free(lb);
@@ -319,6 +323,45 @@ static void test_elementwise_vec(void)
     kn_cuda_knobs_reload();
     free(got), free(ref), free(x), free(y), free(bias);
     cudaFree(x_d), cudaFree(b_d), cudaFree(bias_d);
+}
+
+/* SwiGLU over packed rows (4 per thread, f32 and bf16 out) against the general kernel, bitwise
+ * (KN_CUDA_OPS_VEC=0 picks the general one), and against the host; an odd count from an odd element stays
+ * general */
+static void test_swiglu_vec(void)
+{
+    const int64_t n = 2304 * 16; /* a multiple of 4 */
+    float *g = ct_hmalloc(sizeof(float) * (n + 1)), *u = ct_hmalloc(sizeof(float) * (n + 1)),
+          *ref = ct_hmalloc(sizeof(float) * n);
+    ct_fill_normal(g, n + 1, 5.0f);
+    ct_fill_normal(u, n + 1, 5.0f);
+    kn_swiglu_clamped(g, u, n, 1.702f, 7.0f, ref);
+    float *g_d = ct_upload(g, sizeof(float) * (n + 1)), *u_d = ct_upload(u, sizeof(float) * (n + 1));
+    float *res[2][3];
+    for (int vec = 0; vec < 2; vec++) {
+        setenv("KN_CUDA_OPS_VEC", vec ? "1" : "0", 1);
+        kn_cuda_knobs_reload();
+        float *o_d = ct_dmalloc(sizeof(float) * (n + 1)), *s_d = ct_dmalloc(sizeof(float) * (n + 1));
+        uint16_t *h_d = ct_dmalloc(sizeof(uint16_t) * n);
+        OK(kn_cuda_swiglu(g_d, u_d, 1, n, 1, 1.702f, 7.0f, o_d, 1, 0, 0, &err)); /* dense MLP */
+        OK(kn_cuda_swiglu(g_d, u_d, 1536, n / 1536, 1536, 1.702f, 7.0f, h_d, 1536, 1, 0,
+                          &err));                                                            /* MoE, bf16 */
+        OK(kn_cuda_swiglu(g_d + 1, u_d + 1, 1, n - 1, 1, 1.702f, 7.0f, s_d, 1, 0, 0, &err)); /* unaligned */
+        res[vec][0] = dl_f32(o_d, n), res[vec][1] = dl_bf16(h_d, n), res[vec][2] = dl_f32(s_d, n - 1);
+        cudaFree(o_d), cudaFree(s_d), cudaFree(h_d);
+    }
+    unsetenv("KN_CUDA_OPS_VEC");
+    kn_cuda_knobs_reload();
+    static const char *names[3] = {"packed", "rows, bf16", "unaligned"};
+    const int64_t lens[3] = {n, n, n - 1};
+    for (int k = 0; k < 3; k++)
+        CHECK_MSG(!memcmp(res[0][k], res[1][k], sizeof(float) * lens[k]),
+                  "swiglu %s: differs from the general kernel", names[k]);
+    expect_close("swiglu packed", res[1][0], ref, n, 1e-6);
+    for (int k = 0; k < 3; k++) free(res[0][k]), free(res[1][k]);
+    printf("  %-28s 4 per thread bitwise equal to the general kernel\n", "swiglu");
+    free(g), free(u), free(ref);
+    cudaFree(g_d), cudaFree(u_d);
 }
 
 /* kn_cuda_widen16: every one of the 65,536 bf16 and f16 bit patterns (subnormals, infinities, NaN payloads)
@@ -1412,6 +1455,7 @@ int main(void)
     test_gemm();
     test_elementwise_vec();
     test_widen16();
+    test_swiglu_vec();
     test_gemv();
     test_gemv_experts();
     test_gemm_small();

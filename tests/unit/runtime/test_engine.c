@@ -677,8 +677,8 @@ static void test_media(void)
         CHECK_EQ_INT(wk_engine_encode_media(E, &mh, &eu, &nu, &err), MM_OK);
         E->be.iface = plain;
         CHECK(nw == n / 4 && nh == nw && nu == nw);
-        CHECK_MSG(ew && eh && !memcmp(ew, eh, sizeof(float) * (size_t)(nw * H)), "%s pixels: embeddings differ",
-                  f16 ? "f16" : "bf16");
+        CHECK_MSG(ew && eh && !memcmp(ew, eh, sizeof(float) * (size_t)(nw * H)),
+                  "%s pixels: embeddings differ", f16 ? "f16" : "bf16");
         CHECK_MSG(ew && eu && !memcmp(ew, eu, sizeof(float) * (size_t)(nw * H)),
                   "%s pixels widened by the vision code: embeddings differ", f16 ? "f16" : "bf16");
         free(ew), free(eh), free(eu);

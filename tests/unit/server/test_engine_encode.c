@@ -197,7 +197,8 @@ static void test_same_as_inline(const char *dir)
 }
 
 /* Pixels in bf16 or f16 (the gateway sends bf16) give the embeddings of the same values in f32, bit for bit:
- * on CUDA they cross in 16 bits and are widened on the device (upload_typed), with odd counts of values too. */
+ * on CUDA they cross in 16 bits and are widened on the device (upload_typed), with odd counts of values too.
+ */
 static void test_typed_pixels(void)
 {
     const int64_t row = 3 * 2 * 14 * 14;
