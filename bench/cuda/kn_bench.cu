@@ -1198,6 +1198,8 @@ static const struct pf_route g_pf_routes[] = {
     {"pairs only, wgmma pairs", "KN_CUDA_PREFILL_UNION=0 KN_CUDA_PF_WGMMA=1"},
     {"union + pairs, wgmma pairs", "KN_CUDA_PF_WGMMA=1"},
     {"union + pairs, wgmma pairs, rare cap 100%", "KN_CUDA_PF_WGMMA=1 KN_CUDA_UNION_RARE_CAP=100"},
+    {"union + pairs, wgmma rare pairs", "KN_CUDA_PF_WGMMA=2"},
+    {"union + pairs, wgmma rare pairs, rare prefetch", "KN_CUDA_PF_WGMMA=2 KN_CUDA_UNION_RPF=1"},
 };
 enum {
     PF_R_PAIRS = 0,
@@ -1234,7 +1236,9 @@ enum {
     PF_R_DIAG_NEITHER = 43,
     PF_R_PW_PAIRS = 44,
     PF_R_PW = 45,
-    PF_R_PW_CAP100 = 46
+    PF_R_PW_CAP100 = 46,
+    PF_R_PW2 = 47,
+    PF_R_PW2_RPF = 48
 };
 
 /* the value route r gives knob `name`, copied to val (0: the route leaves it at the library default) */
@@ -2057,7 +2061,7 @@ static void bench_layer(void)
                 PF_R_PLAN0,     PF_R_DYN,        PF_R_LA_DYN,      PF_R_PFX,          PF_R_QPF,
                 PF_R_PFX_QPF,   PF_R_PAIRS_PFX,  PF_R_COST2,       PF_R_COST4,        PF_R_CAP40,
                 PF_R_CAP100,    PF_R_RPF,        PF_R_DIAG_NOPAIR, PF_R_DIAG_NOUNION, PF_R_PW_PAIRS,
-                PF_R_PW,        PF_R_PW_CAP100};
+                PF_R_PW,        PF_R_PW_CAP100,  PF_R_PW2,         PF_R_PW2_RPF};
             enum { NKV = sizeof kv_route / sizeof kv_route[0] };
             /* select alone, the default route, the pair path alone (the previous design) and the variants,
              * in KN_BENCH_PF_REPEAT interleaved rounds (medians) */

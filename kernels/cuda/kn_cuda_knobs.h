@@ -22,7 +22,7 @@
     X("KN_CUDA_UNION_RARE_CAP", "the hybrid decision: the largest share of an item's pairs (percent)")       \
     X("KN_CUDA_UNION_RPF", "1: the union consumers prefetch their rare partials into L2")                    \
     X("KN_CUDA_PF_DIAG_SKIP", "bench only, wrong output: bit 0 no pair attention, bit 1 no union kernel")    \
-    X("KN_CUDA_PF_WGMMA", "1: the pair path's tiles on the union kernel in pair mode (wgmma)")
+    X("KN_CUDA_PF_WGMMA", "1: pair tiles on the union kernel (wgmma); 2: only the hybrid's rare pairs")
 
 /* the names alone, for an array: {KN_CUDA_PF_KNOBS(KN_CUDA_KNOB_NAME) NULL} */
 #define KN_CUDA_KNOB_NAME(name, meaning) name,

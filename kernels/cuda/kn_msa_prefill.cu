@@ -29,8 +29,9 @@
  * KN_CUDA_UNION_DYN, KN_CUDA_UNION_QPF, KN_CUDA_UNION_RARE_COST, KN_CUDA_UNION_RARE_CAP, KN_CUDA_UNION_RPF
  * (kn_msa_prefill_union.cuh) and KN_CUDA_PF_PREFETCH (the next bucket's K/V into L2, default 0: measured
  * level) are the other measured options; KN_CUDA_PF_WGMMA=1 runs step 4 on the union kernel in pair mode
- * (kn_msa_prefill_union.cuh); KN_CUDA_PF_DIAG_SKIP is a benchmark-only phase breakdown. kn_cuda_knobs.h
- * lists them all (benchmarks and tests unset them between routes): a new knob goes there too. */
+ * (kn_msa_prefill_union.cuh; =2 only for the hybrid route's rare pairs, the rows it left on k_pf_attn);
+ * KN_CUDA_PF_DIAG_SKIP is a benchmark-only phase breakdown. kn_cuda_knobs.h lists them all (benchmarks and
+ * tests unset them between routes): a new knob goes there too. */
 #include <stdlib.h>
 
 #include "kn_attn_warp.cuh"
@@ -69,7 +70,10 @@ static size_t pf_align(size_t x)
 static size_t pf_layout(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb, int32_t ks,
                         pf_ws *w, uint8_t *base)
 {
-    const int64_t nb = (int64_t)sh->n_kv * qb->total_blocks;
+    /* the (group, block) buckets twice over: the first half for the hybrid route's rare pairs, the second for
+     * the pairs of rows the union route left, so that each half's tiles are one contiguous range
+     * (KN_CUDA_PF_WGMMA=2 gives the halves different kernels) */
+    const int64_t nb = 2 * (int64_t)sh->n_kv * qb->total_blocks;
     const int64_t pairs = (int64_t)qb->n * sh->n_kv * ks;
     const int64_t max_tiles = kn_cdiv(pairs, PF_WARPS) + nb;
     size_t off = 0;
@@ -121,8 +125,9 @@ __global__ void k_pf_bucket(const int32_t *__restrict__ sel, int32_t sel_stride,
     if (hd == 1 || (hd == 2 && !((rare[gi] >> slot) & 1u))) return;
     const int32_t i = (int32_t)(gi % n), g = (int32_t)(gi / n);
     const int32_t b = sel[gi * sel_stride + slot];
-    const int64_t bucket = pf_bucket(b, g, i, qseq, pos, seq_blk_off, total_blocks, block);
+    int64_t bucket = pf_bucket(b, g, i, qseq, pos, seq_blk_off, total_blocks, block);
     if (bucket < 0) return;
+    if (hd == 0) bucket += (int64_t)n_kv * total_blocks; /* a row the union route left: the upper half */
     if (!scatter) {
         atomicAdd(&counts[bucket], 1);
     } else {
@@ -169,15 +174,17 @@ __global__ void __launch_bounds__(PF_SCAN_THREADS)
     }
 }
 
+/* A tile's x is its (group, block) bucket, whichever half it came from; w the bucket index itself. */
 __global__ void k_pf_tiles(const int32_t *__restrict__ counts, const int32_t *__restrict__ offsets,
                            const int32_t *__restrict__ tile_off, int64_t nb, int4 *__restrict__ tiles)
 {
     const int64_t bkt = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (bkt >= nb) return;
     const int32_t c = counts[bkt];
+    const int32_t gb = (int32_t)(bkt < nb / 2 ? bkt : bkt - nb / 2);
     for (int32_t t = 0; t * PF_WARPS < c; t++)
         tiles[tile_off[bkt] + t] =
-            make_int4((int32_t)bkt, offsets[bkt] + t * PF_WARPS, min(PF_WARPS, c - t * PF_WARPS), 0);
+            make_int4(gb, offsets[bkt] + t * PF_WARPS, min(PF_WARPS, c - t * PF_WARPS), (int32_t)bkt);
 }
 
 struct pf_args {
@@ -194,7 +201,8 @@ struct pf_args {
     float scale_log2;
     const int32_t *list;
     const int4 *tiles;
-    const int32_t *n_tiles; /* device: tile_off[nb] */
+    const int32_t *t_first; /* device: the first tile of this kernel's range */
+    const int32_t *n_tiles; /* device: the end of its range */
     uint16_t *part_o;
     float *part_l;
     const int32_t *tile_off; /* first tile of each bucket (KN_CUDA_PF_PREFETCH) */
@@ -232,9 +240,9 @@ __global__ void __launch_bounds__(PF_THREADS, 2) k_pf_attn(const pf_args a)
 {
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, gid = lane >> 2, tig = lane & 3;
-    const int32_t total = *a.n_tiles;
-    const int32_t t0 = (int32_t)((int64_t)total * blockIdx.x / gridDim.x);
-    const int32_t t1 = (int32_t)((int64_t)total * (blockIdx.x + 1) / gridDim.x);
+    const int32_t first = *a.t_first, total = *a.n_tiles - first;
+    const int32_t t0 = first + (int32_t)((int64_t)total * blockIdx.x / gridDim.x);
+    const int32_t t1 = first + (int32_t)((int64_t)total * (blockIdx.x + 1) / gridDim.x);
     if (t0 >= t1) return;
     const uint32_t s_base = kn_smem_addr(smem);
     const uint32_t k_s = s_base, v_s = s_base + PF_TILE_BYTES;
@@ -262,7 +270,7 @@ __global__ void __launch_bounds__(PF_THREADS, 2) k_pf_attn(const pf_args a)
             aw_tile_load(v_s, vb, tok_bytes, PF_BLK, valid, tid, PF_THREADS);
             /* the hybrid route leaves few pairs per bucket, so each bucket's K/V load stalls the CTA: start
              * the next bucket's into L2 now (thread tid: K and V row tid, 2 lines each) */
-            const int32_t tn = a.prefetch ? a.tile_off[cur_bucket + 1] : t1;
+            const int32_t tn = a.prefetch ? a.tile_off[tl.w + 1] : t1;
             if (tn < t1) {
                 const uint8_t *kn, *vn;
                 int vn_rows;
@@ -434,7 +442,7 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
         return mm_err_set(err, MM_INVALID, "kn_cuda attention (prefill): workspace %zu < %zu bytes", ws_bytes,
                           need);
     pf_layout(sh, qb, ks, &w, (uint8_t *)ws);
-    const int64_t nb = (int64_t)sh->n_kv * qb->total_blocks;
+    const int64_t nb = 2 * (int64_t)sh->n_kv * qb->total_blocks; /* both halves (pf_layout) */
     const int64_t pairs = (int64_t)qb->n * sh->n_kv * ks;
     if (pairs >= INT32_MAX / 2 || qb->n >= (1 << 26))
         return mm_err_set(err, MM_TOO_LARGE, "kn_cuda attention (prefill): %lld pairs", (long long)pairs);
@@ -491,6 +499,7 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     a.scale_log2 = sh->scale * 1.4426950408889634f;
     a.list = w.list;
     a.tiles = w.tiles;
+    a.t_first = w.tile_off; /* tile_off[0] = 0: every tile */
     a.n_tiles = w.tile_off + nb;
     a.part_o = w.part_o;
     a.part_l = w.part_l;
@@ -503,14 +512,20 @@ int32_t kn_attn_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cuda
     /* KN_CUDA_PF_DIAG_SKIP (benchmarks only, the output is wrong): bit 0 skips the pair path's attention,
      * bit 1 the hybrid route's union kernel, so the time of each phase is the difference to the full call */
     const int skip = kn_cuda_knob_int("KN_CUDA_PF_DIAG_SKIP", 0);
-    /* KN_CUDA_PF_WGMMA=1: the same tiles on the union kernel in pair mode (wgmma, 8 pairs per item) */
-    const int pair_wgmma = kn_cuda_knob("KN_CUDA_PF_WGMMA", KN_PF_WGMMA) && kn_pf_union_pairs_supported(sh);
+    /* KN_CUDA_PF_WGMMA=1: the tiles on the union kernel in pair mode (wgmma, 8 pairs per item); =2: only the
+     * hybrid route's rare pairs (the lower half of the buckets, tiles [0, tile_off[nb / 2])), the rows the
+     * union route left on k_pf_attn */
+    const int pair_wgmma =
+        kn_pf_union_pairs_supported(sh) ? kn_cuda_knob_int("KN_CUDA_PF_WGMMA", KN_PF_WGMMA) : 0;
     if (!(skip & 1) && pair_wgmma) {
-        const struct kn_pf_union_pairs pp = {w.tiles,      w.list,   w.tile_off + nb, max_tiles,
-                                             w.pair_items, w.part_o, w.part_l};
+        const struct kn_pf_union_pairs pp = {
+            w.tiles,  w.list,  w.tile_off + (pair_wgmma == 2 ? nb / 2 : nb), max_tiles, w.pair_items,
+            w.part_o, w.part_l};
         const int32_t rc = kn_pf_union_pairs_launch(sh, qb, c, q, ks, &pp, stream, err);
         if (rc) return rc;
-    } else if (!(skip & 1)) {
+    }
+    if (!(skip & 1) && pair_wgmma != 1) {
+        if (pair_wgmma == 2) a.t_first = w.tile_off + nb / 2;
         k_pf_attn<<<(unsigned)grid, PF_THREADS, PF_SMEM, stream>>>(a);
         KN_LAUNCHED("kn_cuda attention (prefill)");
     }

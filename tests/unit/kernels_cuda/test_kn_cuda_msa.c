@@ -1242,7 +1242,7 @@ static void test_prefill_union(void)
      * the default; then each variant of the union kernel (KN_CUDA_UNION_KERNEL = KN_PF_UK_*: plain, overlap,
      * pingpong, pingpong + fast softmax, fast softmax, score-only pingpong + fast softmax, fast softmax +
      * value product in halves, in quarters) everywhere and at 50 %; and the old overlap knob */
-    enum { NV = 8, NR = 6 + 2 * NV + 22 };
+    enum { NV = 8, NR = 6 + 2 * NV + 23 };
     static const char *names[NR] = {"pairs only",
                                     "union everywhere",
                                     "union >= 50%",
@@ -1286,7 +1286,8 @@ static void test_prefill_union(void)
                                     "union >= 50%, rare, lookahead, rare prefetch",
                                     "pairs only, wgmma pairs",
                                     "union >= 50%, rare, wgmma pairs",
-                                    "union everywhere, rare, wgmma pairs"};
+                                    "union everywhere, rare, wgmma pairs",
+                                    "union >= 50%, rare, wgmma rare pairs only"};
     /* the rows before the hybrid ones pin KN_CUDA_UNION_RARE=0 (their route checks assume whole rows), except
      * "default"; KN_CUDA_PF_MERGE=1: the merge with one warp per (query, group) row, 0 (pairs only, the
      * hybrid one) the per-head merge; the lookahead consumer (8) must equal the fast one (4) bit for bit */
@@ -1313,22 +1314,23 @@ static void test_prefill_union(void)
         R_RPF_LA,
         R_PW_PAIRS,
         R_PW_RARE,
-        R_PW_RARE_ALL
+        R_PW_RARE_ALL,
+        R_PW2
     };
     static const char *k_union[NR] = {"0", [R_PAIRS_ROWM] = "0", [R_PW_PAIRS] = "0"};
-    static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50",
-                                    "0",  "50", "0",  "50",  "0",  "50", "0",  "50", "0",  "50", "0",
-                                    "0",  "50", "50", NULL,  "0",  "50", "50", "50", "50", "50", "0",
-                                    "50", "50", "50", "50",  "50", "50", "50", "50", NULL, "50", "0"};
-    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0", "0", "1",  "1",  "2", "2",
-                                     "3",  "3",  "4",  "4",  "5",  "5", "6", "6",  "7",  "7", NULL,
-                                     NULL, "4",  "4",  NULL, "8",  "8", "8", NULL, "4",  "4", "8",
-                                     "4",  "4",  "4",  "4",  "4",  "4", "4", "8",  NULL, "4", "4"};
+    static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50", "0",
+                                    "50", "0",  "50", "0",   "50", "0",  "50", "0",  "50", "0",  "0",  "50",
+                                    "50", NULL, "0",  "50",  "50", "50", "50", "50", "0",  "50", "50", "50",
+                                    "50", "50", "50", "50",  "50", NULL, "50", "0",  "50"};
+    static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0",  "0", "1", "1", "2",  "2",  "3",
+                                     "3",  "4",  "4",  "5",  "5",  "6",  "6", "7", "7", NULL, NULL, "4",
+                                     "4",  NULL, "8",  "8",  "8",  NULL, "4", "4", "8", "4",  "4",  "4",
+                                     "4",  "4",  "4",  "4",  "8",  NULL, "4", "4", "4"};
     static const char *k_ovl[NR] = {[R_KNOB] = "1"};
-    static const char *k_rare[NR] = {"0", "0", "0", "0",  NULL, "0", "0", "0", "0",  "0", "0",
-                                     "0", "0", "0", "0",  "0",  "0", "0", "0", "0",  "0", "0",
-                                     "1", "1", "1", NULL, "0",  "0", "1", "0", "1",  "1", "0",
-                                     "1", "1", "1", "1",  "1",  "1", "1", "1", NULL, "1", "1"};
+    static const char *k_rare[NR] = {"0", "0",  "0", "0", NULL, "0",  "0", "0", "0", "0", "0", "0",
+                                     "0", "0",  "0", "0", "0",  "0",  "0", "0", "0", "0", "1", "1",
+                                     "1", NULL, "0", "0", "1",  "0",  "1", "1", "0", "1", "1", "1",
+                                     "1", "1",  "1", "1", "1",  NULL, "1", "1", "1"};
     static const char *k_merge[NR] = {[0] = "0", [R_RARE] = "0", [R_RARE_ROWM] = "1", [R_PAIRS_ROWM] = "1"};
     /* KN_CUDA_UNION_PLAN=0: the plan kernel's first version, same routes and union lists */
     static const char *k_plan[NR] = {[R_PLAN0] = "0", [R_PLAN0_RARE] = "0"};
@@ -1346,7 +1348,10 @@ static void test_prefill_union(void)
     static const char *k_rpf[NR] = {[R_RPF] = "1", [R_RPF_LA] = "1"};
     /* KN_CUDA_PF_WGMMA=1: the pair path's tiles on the union kernel in pair mode (other arithmetic: checked
      * against the CPU, and that it ran: its pairs-only output differs from the mma.sync kernel's) */
-    static const char *k_pw[NR] = {[R_PW_PAIRS] = "1", [R_PW_RARE] = "1", [R_PW_RARE_ALL] = "1"};
+    /* =2: only the hybrid route's rare pairs in pair mode, the declined rows' pairs on k_pf_attn: each row
+     * the union route took is then bitwise the =1 route's, each row it declined the mma.sync route's */
+    static const char *k_pw[NR] = {
+        [R_PW_PAIRS] = "1", [R_PW_RARE] = "1", [R_PW_RARE_ALL] = "1", [R_PW2] = "2"};
     /* every prefill knob, unset after each route */
     static const char *const pf_knobs[] = {KN_CUDA_PF_KNOBS(KN_CUDA_KNOB_NAME) NULL};
     uint16_t *got[NR];
@@ -1387,7 +1392,8 @@ static void test_prefill_union(void)
     const int64_t taken = expected_union_rows(&w, &qs, sel, sel_stride, 50, route);
     int64_t wrong = 0, wrong_declined = 0, rows_differ = 0, wrong_v[NV] = {0}, wrong_knob = 0;
     int64_t hybrid_rows = 0, rare_all_rows = 0, wrong_rowm = 0, wrong_pairs_rowm = 0, wrong_la = 0,
-            wrong_plan = 0, wrong_dyn = 0, wrong_knobs = 0, cap100_rows = 0, pw_rows = 0;
+            wrong_plan = 0, wrong_dyn = 0, wrong_knobs = 0, cap100_rows = 0, pw_rows = 0, wrong_pw2 = 0,
+            pw2_w = 0, pw2_m = 0;
     for (int32_t i = 0; i < n; i++)
         for (int32_t g = 0; g < G; g++) {
             const size_t at = ((size_t)i * H + (size_t)g * (H / G)) * D,
@@ -1427,7 +1433,23 @@ static void test_prefill_union(void)
                            (memcmp(got[R_RPF_LA] + at, got[R_LA_RARE] + at, len_b) != 0);
             cap100_rows += memcmp(got[R_CAP100] + at, got[R_RARE] + at, len_b) != 0;
             pw_rows += memcmp(got[R_PW_PAIRS] + at, got[0] + at, len_b) != 0;
+            {
+                /* a hybrid row (rare pairs by wgmma) is the all-wgmma route's, a declined row the mma.sync
+                 * route's, a whole-union row both */
+                const int as_w = !memcmp(got[R_PW2] + at, got[R_PW_RARE] + at, len_b),
+                          as_m = !memcmp(got[R_PW2] + at, got[R_RARE] + at, len_b);
+                wrong_pw2 += !as_w && !as_m;
+                pw2_w += as_w && !as_m;
+                pw2_m += as_m && !as_w;
+            }
         }
+    CHECK_MSG(wrong_pw2 == 0 && pw2_w > 0 && pw2_m > 0,
+              "[prefill union] wgmma for the rare pairs only: %lld (query, group) rows are neither the "
+              "all-wgmma route's nor the mma.sync route's; %lld only the first's (rare pairs), %lld only the "
+              "second's (declined rows): both must be > 0",
+              (long long)wrong_pw2, (long long)pw2_w, (long long)pw2_m);
+    printf("  wgmma rare pairs only: %lld rows as the all-wgmma route, %lld as the mma.sync route\n",
+           (long long)pw2_w, (long long)pw2_m);
     CHECK_MSG(wrong_knobs == 0,
               "[prefill union] a hybrid decision knob (cost 2 / 4, cap 0) or the rare prefetch gives other "
               "outputs in %lld rows",
