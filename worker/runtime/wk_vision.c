@@ -77,7 +77,7 @@ int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, c
         goto out;
     }
     if (!typed || !B->upload_typed(bc, px, m->pixels, m->dtype, n * RL)) {
-        if (n * RL > host_n) { /* it declined a dtype it was given room for: the pixels need more */
+        if (n * RL > host_n) { /* the backend declined this dtype: the f32 pixels need more than the output */
             float *h2 = realloc(host, sizeof(float) * (size_t)(n * RL));
             if (!h2) {
                 rc = mm_err_set(err, MM_NOMEM, "encode_media: out of memory for %lld patches", (long long)n);

@@ -630,6 +630,13 @@ static void test_exhausted(void)
     wk_engine_close(e); /* frees the live sequences too */
 }
 
+/* a backend that offers upload_typed but takes no dtype: the vision code widens on the host */
+static int32_t upload_typed_declines(void *ctx, float *dst, const void *src, int32_t dtype, int64_t n)
+{
+    (void)ctx, (void)dst, (void)src, (void)dtype, (void)n;
+    return 0;
+}
+
 static void test_media(void)
 {
     struct mm_err err = {0};
@@ -657,8 +664,9 @@ static void test_media(void)
     uint16_t *p16 = malloc(sizeof(uint16_t) * (size_t)(n * row));
     float *pw = malloc(sizeof(float) * (size_t)(n * row));
     const struct wk_backend_iface *plain = E->be.iface;
-    struct wk_backend_iface untyped = *plain;
+    struct wk_backend_iface untyped = *plain, declines = *plain;
     untyped.upload_typed = NULL;
+    declines.upload_typed = upload_typed_declines;
     for (int f16 = 0; f16 < 2; f16++) {
         for (int64_t i = 0; i < n * row; i++) { /* half subnormals and both signs in the f16 round */
             const float v = f16 ? (float)(sin((double)i * 0.01) * (i % 7 == 0 ? 1e-6 : 1.0)) : px[i];
@@ -669,19 +677,23 @@ static void test_media(void)
         mw.pixels = pw;
         mh.dtype = f16 ? MM_DT_F16 : MM_DT_BF16;
         mh.pixels = p16;
-        float *ew = NULL, *eh = NULL, *eu = NULL;
-        int64_t nw = 0, nh = 0, nu = 0;
+        float *ew = NULL, *eh = NULL, *eu = NULL, *ed = NULL;
+        int64_t nw = 0, nh = 0, nu = 0, nd = 0;
         CHECK_EQ_INT(wk_engine_encode_media(E, &mw, &ew, &nw, &err), MM_OK);
         CHECK_EQ_INT(wk_engine_encode_media(E, &mh, &eh, &nh, &err), MM_OK);
         E->be.iface = &untyped;
         CHECK_EQ_INT(wk_engine_encode_media(E, &mh, &eu, &nu, &err), MM_OK);
+        E->be.iface = &declines;
+        CHECK_EQ_INT(wk_engine_encode_media(E, &mh, &ed, &nd, &err), MM_OK);
         E->be.iface = plain;
-        CHECK(nw == n / 4 && nh == nw && nu == nw);
+        CHECK(nw == n / 4 && nh == nw && nu == nw && nd == nw);
+        CHECK_MSG(ew && ed && !memcmp(ew, ed, sizeof(float) * (size_t)(nw * H)),
+                  "%s pixels, upload_typed declining: embeddings differ", f16 ? "f16" : "bf16");
         CHECK_MSG(ew && eh && !memcmp(ew, eh, sizeof(float) * (size_t)(nw * H)),
                   "%s pixels: embeddings differ", f16 ? "f16" : "bf16");
         CHECK_MSG(ew && eu && !memcmp(ew, eu, sizeof(float) * (size_t)(nw * H)),
                   "%s pixels widened by the vision code: embeddings differ", f16 ? "f16" : "bf16");
-        free(ew), free(eh), free(eu);
+        free(ew), free(eh), free(eu), free(ed);
     }
     free(p16);
     free(pw);
