@@ -37,10 +37,8 @@ struct wk_host {
     int32_t *ids, *seq_of;
     int64_t *pos;
     float *cos_t, *sin_t;
-    int32_t *sel; /* [idx_heads][max_tokens][topk] */
-    int64_t *media_rows;
-    float *media_data;
-    int64_t media_cap; /* rows media_data can hold */
+    int32_t *sel;        /* [idx_heads][max_tokens][topk] */
+    int64_t *media_rows; /* the batch rows of the step's media positions, in item order */
     /* per item */
     int64_t *seq_first, *seq_len;
     int32_t *seq_n;

@@ -243,6 +243,78 @@ static void test_fused_add_norm(void)
     free(a), free(b);
 }
 
+/* Media embeddings reach the step's rows run by run (one set_rows per run of consecutive media positions of
+ * an item, straight from the item's rows): record the calls and check they cover exactly the media rows, in
+ * order, with the items' data; the logits equal those of the same step with the rows handed over one by one.
+ */
+static const struct wk_backend_iface *rows_plain;
+static int64_t rows_seen[64], rows_calls;
+static const float *rows_data[64];
+static int32_t rows_one; /* forward each row in its own call */
+
+static void set_rows_recorded(void *ctx, float *out, int32_t dim, const int64_t *rows, const float *data,
+                              int64_t n_rows)
+{
+    for (int64_t r = 0; r < n_rows && rows_calls < 64; r++) {
+        rows_seen[rows_calls] = rows[r];
+        rows_data[rows_calls++] = data + r * dim;
+    }
+    if (!rows_one) {
+        rows_plain->set_rows(ctx, out, dim, rows, data, n_rows);
+        return;
+    }
+    for (int64_t r = 0; r < n_rows; r++) rows_plain->set_rows(ctx, out, dim, rows + r, data + r * dim, 1);
+}
+
+static void test_media_rows(void)
+{
+    enum { N0 = 9, N1 = 7 };
+    static const uint8_t use0[N0] = {0, 1, 1, 0, 0, 1, 1, 1, 1}, use1[N1] = {1, 1, 0, 1, 0, 0, 0};
+    const int32_t H = E->cfg.text.hidden;
+    int32_t ids0[N0], ids1[N1];
+    prompt(ids0, N0, 71);
+    prompt(ids1, N1, 72);
+    float *emb0 = malloc(sizeof(float) * N0 * H), *emb1 = malloc(sizeof(float) * N1 * H);
+    for (int64_t i = 0; i < (int64_t)N0 * H; i++) emb0[i] = (float)sin((double)i * 0.37);
+    for (int64_t i = 0; i < (int64_t)N1 * H; i++) emb1[i] = (float)cos((double)i * 0.29);
+    float *lg[2] = {malloc(sizeof(float) * (N0 + N1) * V), malloc(sizeof(float) * (N0 + N1) * V)};
+    rows_plain = E->be.iface;
+    struct wk_backend_iface rec = *rows_plain;
+    rec.set_rows = set_rows_recorded;
+    struct mm_err err = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        rows_one = pass;
+        rows_calls = 0;
+        struct wk_seq *a = NULL, *b = NULL;
+        CHECK_EQ_INT(wk_seq_create(E, &a, &err), MM_OK);
+        CHECK_EQ_INT(wk_seq_create(E, &b, &err), MM_OK);
+        struct wk_step_item it[2] = {
+            {a, ids0, N0, emb0, use0, WK_LOGITS_ALL, lg[pass], NULL, 0, 0, NULL},
+            {b, ids1, N1, emb1, use1, WK_LOGITS_ALL, lg[pass] + (int64_t)N0 * V, NULL, 0, 0, NULL}};
+        E->be.iface = &rec;
+        CHECK_EQ_INT(wk_engine_forward(E, it, 2, &err), MM_OK);
+        E->be.iface = rows_plain;
+        /* the media rows in batch order (item 0's rows, then item 1's from N0), each with its own data */
+        int64_t k = 0, bad = 0;
+        for (int32_t j = 0; j < 2; j++)
+            for (int32_t i = 0; i < (j ? N1 : N0); i++) {
+                if (!(j ? use1 : use0)[i]) continue;
+                const int64_t row = (j ? N0 : 0) + i;
+                const float *want = (j ? emb1 : emb0) + (int64_t)i * H;
+                bad += k >= rows_calls || rows_seen[k] != row || rows_data[k] != want;
+                k++;
+            }
+        CHECK_MSG(bad == 0 && k == rows_calls, "media rows: %lld wrong of %lld, %lld handed over",
+                  (long long)bad, (long long)k, (long long)rows_calls);
+        wk_seq_free(E, a);
+        wk_seq_free(E, b);
+    }
+    CHECK_MSG(!memcmp(lg[0], lg[1], sizeof(float) * (N0 + N1) * V),
+              "media rows by runs and one by one: logits differ (max %.3g)",
+              maxdiff(lg[0], lg[1], (int64_t)(N0 + N1) * V));
+    free(emb0), free(emb1), free(lg[0]), free(lg[1]);
+}
+
 /* tok is the greedy token of logits l, up to the batch-dependent rounding of this step (1e-4, the batching
  * test's bound): a near-tie may go either way */
 static int greedy_ok(const float *l, int32_t tok)
@@ -792,6 +864,7 @@ int main(void)
     test_candidates_draw_logprobs();
     test_refusals();
     test_media();
+    test_media_rows();
     wk_engine_close(E);
     test_exhausted();
     test_page_bytes(&o);
