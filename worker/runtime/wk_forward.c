@@ -286,28 +286,16 @@ static void commit(struct wk_engine *e, struct wk_step_item *it)
     s->len += it->n;
 }
 
-/* The step's media rows: their batch rows, in item order, into hs->media_rows (the embeddings stay where the
- * items hold them: set_media hands each run of consecutive rows to the backend as it lies). */
-static void stage_media(struct wk_engine *e, const struct wk_step_item *items, int32_t n_items,
-                        int64_t *n_rows)
-{
-    struct wk_host *hs = &e->hs;
-    int64_t cnt = 0, row = 0;
-    for (int32_t j = 0; j < n_items; j++)
-        for (int32_t i = 0; i < items[j].n; i++, row++)
-            if (items[j].use_embed && items[j].use_embed[i]) hs->media_rows[cnt++] = row;
-    *n_rows = cnt;
-}
-
 /* The media embeddings into the step's rows: one set_rows per run of consecutive media positions of an item
  * (an image is one run), straight from the item's rows: a gathered copy cost a pass over every image's
- * embeddings (14 MB for a 576-token image at M3's width) on the step's thread. */
+ * embeddings (14 MB for a 576-token image at M3's width) on the step's thread. A run's batch rows are
+ * consecutive; each run has its own stretch of hs->media_rows (T entries: every row at most once). */
 static void set_media(struct wk_engine *e, const struct wk_step_item *items, int32_t n_items)
 {
     const struct wk_backend_iface *B = e->be.iface;
     const int32_t H = e->cfg.text.hidden;
-    int64_t k = 0; /* next entry of hs->media_rows */
-    for (int32_t j = 0; j < n_items; j++) {
+    int64_t row0 = 0, k = 0; /* the item's first batch row; the run's first entry of hs->media_rows */
+    for (int32_t j = 0; j < n_items; row0 += items[j].n, j++) {
         const uint8_t *use = items[j].use_embed;
         if (!use) continue;
         for (int32_t i = 0; i < items[j].n;) {
@@ -315,8 +303,8 @@ static void set_media(struct wk_engine *e, const struct wk_step_item *items, int
                 i++;
                 continue;
             }
-            int32_t i1 = i + 1;
-            while (i1 < items[j].n && use[i1]) i1++;
+            int32_t i1 = i;
+            for (; i1 < items[j].n && use[i1]; i1++) e->hs.media_rows[k + i1 - i] = row0 + i1;
             B->set_rows(e->be.ctx, e->a.x, H, e->hs.media_rows + k, items[j].embeds + (int64_t)i * H, i1 - i);
             k += i1 - i;
             i = i1;
@@ -654,8 +642,6 @@ int32_t wk_forward_run(struct wk_engine *e, struct wk_step_item *items, int32_t 
     if ((rc = grow_items(hs, n_items, err))) return rc;
     int64_t *old_blocks = hs->old_blocks;
     if ((rc = take_pages(e, items, n_items, old_blocks, err))) return rc;
-    int64_t n_media = 0;
-    stage_media(e, items, n_items, &n_media);
 
     int64_t row = 0, max_pos = 0;
     int want_sel = 0;
@@ -683,7 +669,7 @@ int32_t wk_forward_run(struct wk_engine *e, struct wk_step_item *items, int32_t 
     B->upload(bc, e->a.cos_t, hs->cos_t, T * t->rot_dim);
     B->upload(bc, e->a.sin_t, hs->sin_t, T * t->rot_dim);
     B->embed(bc, e->w.embed, e->a.x, t->hidden);
-    if (n_media) set_media(e, items, n_items);
+    set_media(e, items, n_items);
     struct wk_sel_out sel = {want_sel && t->first_msa >= 0 ? hs->sel : NULL, t->topk_blocks};
     run_layers(e, T, &sel);
     compute_logits_timed(e, items, n_items);
