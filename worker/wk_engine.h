@@ -134,6 +134,14 @@ struct wk_cands {
     int32_t n_top, n_top_out;
 };
 
+/** Positions [at, at + n) of a step item take the embedding rows at rows ([n][hidden_size] f32): host memory,
+ * or (kept 1) the backend's, from a struct wk_embeds whose place is not WK_EMBEDS_HOST. */
+struct wk_embed_span {
+    int32_t at, n;
+    const float *rows;
+    int32_t kept;
+};
+
 /** One sequence's part of a forward step: n new tokens appended at positions [len, len + n). */
 struct wk_step_item {
     struct wk_seq *seq;
@@ -153,6 +161,11 @@ struct wk_step_item {
     int32_t sel_k;
     int32_t token;          /* out: the greedy token, for WK_LOGITS_ARGMAX */
     struct wk_cands *cands; /* in / out, for WK_LOGITS_CANDS */
+    /** Optional, instead of embeds / use_embed: n_spans runs of positions that take media embeddings, in
+     * increasing order and apart, each read where it lies (host memory, or the backend's for kept
+     * embeddings) without a staging copy. NULL = none. */
+    const struct wk_embed_span *spans;
+    int32_t n_spans;
 };
 
 /** Append every item's tokens to its sequence and compute the requested logits. Pages are taken from the
@@ -192,5 +205,38 @@ int32_t wk_engine_set_encode_threads(struct wk_engine *e, int32_t threads, struc
 int32_t wk_engine_encode_media_cancellable(struct wk_engine *e, const struct wk_media *m,
                                            const int32_t *cancel, float **embeds, int64_t *n_tokens,
                                            struct mm_err *err);
+
+/* ---- appended: media embeddings kept where the vision tower made them ---- */
+/** Where a struct wk_embeds lies. */
+enum wk_embeds_place {
+    WK_EMBEDS_HOST = 0,   /* malloc'ed host memory */
+    WK_EMBEDS_ENGINE = 1, /* the backend's memory (a GPU's), allocated by the engine's own context */
+    WK_EMBEDS_VISION = 2  /* the backend's memory, allocated by the vision context */
+};
+
+/** One item's embeddings, [n_tokens][hidden_size] f32. A forward reads them where they lie through
+ * wk_step_item.spans: on a GPU, embeddings kept in device memory reach the prompt's rows without a trip
+ * through the host (a download after the encode, then an upload in the step: 14 MB each way per M3 image). */
+struct wk_embeds {
+    float *data;
+    int64_t n_tokens;
+    int32_t place; /* enum wk_embeds_place */
+};
+
+/** wk_engine_encode_media_cancellable with the result left in the backend's memory when the backend can
+ * read it from there (its copy / free_vision operations) and the bytes kept so far stay within the engine's
+ * budget (wk_engine_set_media_keep); otherwise in host memory, as wk_engine_encode_media. The same threads
+ * as wk_engine_encode_media_cancellable. Release with wk_engine_embeds_free; nothing to release on error. */
+int32_t wk_engine_encode_media_kept(struct wk_engine *e, const struct wk_media *m, const int32_t *cancel,
+                                    struct wk_embeds *out, struct mm_err *err);
+/** Release embeddings (any place; data NULL is fine) and zero *x. On the engine's thread: a kept buffer is
+ * freed after the forward steps already issued, which may still read it. */
+void wk_engine_embeds_free(struct wk_engine *e, struct wk_embeds *x);
+/** Most bytes of embeddings kept in the backend's memory at once (default WK_MEDIA_KEEP_DEFAULT; 0: never,
+ * every result goes to the host). Call it before encoding starts. */
+void wk_engine_set_media_keep(struct wk_engine *e, int64_t bytes);
+/** Bytes of embeddings kept in the backend's memory now (for reports and tests). */
+int64_t wk_engine_media_kept(const struct wk_engine *e);
+#define WK_MEDIA_KEEP_DEFAULT ((int64_t)256 << 20)
 
 #endif

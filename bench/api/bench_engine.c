@@ -226,6 +226,28 @@ int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, fl
     return fake_model_encode_media(e->info.hidden_size, m, embeds, n_tokens, err);
 }
 
+void wk_engine_set_media_keep(struct wk_engine *e, int64_t bytes)
+{
+    (void)e;
+    (void)bytes;
+}
+
+/* nothing to keep elsewhere: the results stay on the host */
+int32_t wk_engine_encode_media_kept(struct wk_engine *e, const struct wk_media *m, const int32_t *cancel,
+                                    struct wk_embeds *out, struct mm_err *err)
+{
+    (void)cancel;
+    *out = (struct wk_embeds){0};
+    return fake_model_encode_media(e->info.hidden_size, m, &out->data, &out->n_tokens, err);
+}
+
+void wk_engine_embeds_free(struct wk_engine *e, struct wk_embeds *x)
+{
+    (void)e;
+    free(x->data);
+    *x = (struct wk_embeds){0};
+}
+
 int64_t wk_engine_free_pages(const struct wk_engine *e)
 {
     return e->info.pages_total - e->held;
@@ -330,6 +352,7 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
     for (int32_t i = 0; i < n_items; i++) {
         struct wk_step_item *it = &items[i];
         struct wk_seq *s = it->seq;
+        int32_t sp = 0; /* the first media span not ending before t */
         for (int32_t t = 0; t < it->n; t++) {
             if (s->len % B == 0 && s->len / B == s->n_pages) {
                 int32_t p = take_page(e);
@@ -338,6 +361,10 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
             int64_t v = it->ids[t];
             if (it->embeds && it->use_embed && it->use_embed[t])
                 v = (int64_t)(it->embeds[(int64_t)t * e->info.hidden_size] * 1000.0f);
+            while (sp < it->n_spans && it->spans[sp].at + it->spans[sp].n <= t) sp++;
+            if (sp < it->n_spans && it->spans[sp].at <= t)
+                v = (int64_t)(it->spans[sp].rows[(int64_t)(t - it->spans[sp].at) * e->info.hidden_size] *
+                              1000.0f);
             s->h = mix(s->h, v);
             s->len++;
             if (s->len % B == 0) publish(e, s->pages[s->n_pages - 1], page_key(s->h, s->media_hash));

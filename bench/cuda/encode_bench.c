@@ -15,6 +15,13 @@
  * --patches P: a P x P patch image (P even; M3's largest image is 48 x 48 patches = 576 tokens).
  * --beside 0: no "beside" phase, so that MMGW_CUDA_OP_TIMING's totals for the vision context hold only the
  * encodes that had the GPU to themselves (2 warm-up + --images).
+ * --prompts R (default 0): then R rounds of an image prompt's first token (64 text tokens, the image, 64 text
+ * tokens: encode through the vision context, then one prefill), three ways per round, interleaved:
+ *   - staged: the host embeddings copied into a buffer of the chunk's rows and handed over by use_embed (the
+ *     worker's path before embeddings were kept);
+ *   - host: the host embeddings handed over as a span (wk_engine_set_media_keep 0);
+ *   - kept: the embeddings left in device memory and read there (the default).
+ * Medians of encode, prefill and the sum.
  */
 #include <math.h>
 #include <pthread.h>
@@ -92,6 +99,49 @@ static int32_t step(struct wk_seq **seqs, int32_t B, int32_t *next)
     return rc;
 }
 
+/* One image prompt's first token: encode, then the prefill with the image at [64, 64 + nt). mode 0 staged,
+ * 1 host span, 2 kept span. */
+static int32_t prompt_once(int32_t mode, const int32_t *ids, int64_t L, double *enc_ms, double *pf_ms)
+{
+    struct mm_err err = {0};
+    const int64_t H = wk_engine_info(E)->hidden_size;
+    wk_engine_set_media_keep(E, mode == 2 ? WK_MEDIA_KEEP_DEFAULT : 0);
+    double t0 = now_ms();
+    struct wk_embeds k = {0};
+    int32_t rc = wk_engine_encode_media_kept(E, &M, NULL, &k, &err);
+    double t1 = now_ms();
+    struct wk_seq *s = NULL;
+    if (!rc) rc = wk_seq_create(E, &s, &err);
+    float *rows = NULL;
+    uint8_t *use = NULL;
+    struct wk_step_item it = {.seq = s, .ids = ids, .n = (int32_t)L, .logits_mode = WK_LOGITS_ARGMAX};
+    struct wk_embed_span sp = {64, (int32_t)k.n_tokens, k.data, k.place != WK_EMBEDS_HOST};
+    if (!rc && mode == 0) { /* as the scheduler did: the chunk's rows, the image's copied in */
+        rows = malloc(sizeof(float) * (size_t)(L * H));
+        use = calloc((size_t)L, 1);
+        if (!rows || !use) rc = MM_NOMEM;
+        if (!rc) {
+            memcpy(rows + 64 * H, k.data, sizeof(float) * (size_t)(k.n_tokens * H));
+            memset(use + 64, 1, (size_t)k.n_tokens);
+            it.embeds = rows, it.use_embed = use;
+        }
+    } else {
+        it.spans = &sp, it.n_spans = 1;
+    }
+    if (!rc && (mode == 2) != (k.place != WK_EMBEDS_HOST)) {
+        fprintf(stderr, "encode_bench: mode %d got embeddings in place %d\n", mode, k.place);
+        rc = MM_ERROR;
+    }
+    if (!rc) rc = wk_engine_forward(E, &it, 1, &err);
+    double t2 = now_ms();
+    if (rc) fprintf(stderr, "encode_bench: prompt (mode %d): %s\n", mode, err.msg);
+    if (s) wk_seq_free(E, s);
+    wk_engine_embeds_free(E, &k);
+    free(rows), free(use);
+    *enc_ms = t1 - t0, *pf_ms = t2 - t1;
+    return rc;
+}
+
 static void report(const char *mode, double *gap, int32_t n, int32_t images, double enc_ms)
 {
     qsort(gap, (size_t)n, sizeof *gap, cmp_d);
@@ -107,7 +157,7 @@ int main(int argc, char **argv)
 {
     const char *model = NULL;
     int32_t backend = WK_BACKEND_CUDA;
-    int64_t ctx = 4096, B = 16, P = 48, images = 4, steps = 200, beside = 1;
+    int64_t ctx = 4096, B = 16, P = 48, images = 4, steps = 200, beside = 1, prompts = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         int64_t *v = !strcmp(argv[i], "--ctx")       ? &ctx
                      : !strcmp(argv[i], "--batch")   ? &B
@@ -115,6 +165,7 @@ int main(int argc, char **argv)
                      : !strcmp(argv[i], "--images")  ? &images
                      : !strcmp(argv[i], "--steps")   ? &steps
                      : !strcmp(argv[i], "--beside")  ? &beside
+                     : !strcmp(argv[i], "--prompts") ? &prompts
                                                      : NULL;
         if (!strcmp(argv[i], "--model"))
             model = argv[i + 1];
@@ -237,6 +288,36 @@ int main(int argc, char **argv)
     }
     pthread_join(th, NULL);
     if (!rc && !sd.failed && ns > 0 && beside) report("beside", gap, ns, (int32_t)images, sd.ms);
+    /* image prompts: the first token three ways, interleaved, after one warm-up round */
+    const int64_t L = 128 + n / 4;
+    int32_t *pids = malloc(sizeof(int32_t) * (size_t)L);
+    double *pt = malloc(sizeof(double) * (size_t)(9 * (prompts + 1)));
+    if (!pids || !pt) return 1;
+    for (int64_t i = 0; i < L; i++)
+        pids[i] = i >= 64 && i < 64 + n / 4 ? info->image_token_id : 100 + (int32_t)(i % 500);
+    for (int64_t r = 0; r <= prompts && prompts > 0 && !rc; r++)
+        for (int32_t mode = 0; mode < 3 && !rc; mode++) {
+            double e = 0, f = 0;
+            rc = prompt_once(mode, pids, L, &e, &f);
+            if (r > 0)
+                pt[(mode * 3 + 0) * prompts + r - 1] = e, pt[(mode * 3 + 1) * prompts + r - 1] = f,
+                                                  pt[(mode * 3 + 2) * prompts + r - 1] = e + f;
+        }
+    for (int32_t mode = 0; mode < 3 && prompts > 0 && !rc; mode++) {
+        double med[3];
+        for (int32_t q = 0; q < 3; q++) {
+            double *x = pt + (mode * 3 + q) * prompts;
+            qsort(x, (size_t)prompts, sizeof *x, cmp_d);
+            med[q] = x[prompts / 2];
+        }
+        printf("  prompt %-6s %lld tokens (%lld of the image), %lld rounds: encode %.2f ms, prefill %.2f ms, "
+               "first token %.2f ms (medians)\n",
+               mode == 0   ? "staged"
+               : mode == 1 ? "host"
+                           : "kept",
+               (long long)L, (long long)(n / 4), (long long)prompts, med[0], med[1], med[2]);
+    }
+    free(pids), free(pt);
     for (int64_t s = 0; s < B; s++) wk_seq_free(E, seqs[s]);
     wk_engine_close(E);
     free(px), free(ids), free(gap);

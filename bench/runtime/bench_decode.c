@@ -65,7 +65,9 @@ static double run_conc(struct wk_engine *e, int32_t vocab, int n, int plen, int 
                                       NULL,
                                       0,
                                       0,
-                                      NULL};
+                                      NULL,
+                                      NULL,
+                                      0};
     }
     if (wk_engine_forward(e, it, n, &err)) die("prefill", &err);
     double rate[MAX_REPS];
@@ -78,8 +80,8 @@ static double run_conc(struct wk_engine *e, int32_t vocab, int n, int plen, int 
         for (int st = 0; st < steps; st++) {
             for (int j = 0; j < n; j++)
                 it[j] = (struct wk_step_item){
-                    f[j], &tok[j], 1, NULL, NULL, WK_LOGITS_LAST, logits + (int64_t)j * vocab,
-                    NULL, 0,       0, NULL};
+                    f[j], &tok[j], 1,    NULL, NULL, WK_LOGITS_LAST, logits + (int64_t)j * vocab, NULL,
+                    0,    0,       NULL, NULL, 0};
             double t0 = now_s();
             if (wk_engine_forward(e, it, n, &err)) die("decode", &err);
             t += now_s() - t0;

@@ -145,7 +145,9 @@ static struct tm2 prefill(struct wk_seq **s, int conc, int plen, int32_t *ids, f
                                       NULL,
                                       0,
                                       0,
-                                      NULL};
+                                      NULL,
+                                      NULL,
+                                      0};
     }
     struct tm2 t = {0, 0};
     forward_timed(it, conc, &t, "prefill");
@@ -162,7 +164,8 @@ static struct tm2 decode(struct wk_seq **s, int conc, int steps, int batched, fl
     for (int t = 0; t < steps; t++) {
         for (int j = 0; j < conc; j++)
             it[j] = (struct wk_step_item){
-                s[j], &tok[j], 1, NULL, NULL, WK_LOGITS_LAST, logits + (int64_t)j * V, NULL, 0, 0, NULL};
+                s[j], &tok[j], 1,    NULL, NULL, WK_LOGITS_LAST, logits + (int64_t)j * V, NULL,
+                0,    0,       NULL, NULL, 0};
         if (batched)
             forward_timed(it, conc, &tm, "decode");
         else

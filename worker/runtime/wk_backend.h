@@ -214,6 +214,17 @@ struct wk_backend_iface {
      * and widens them itself). Returns 1 when done, 0 when this dtype is not taken (the caller converts on
      * the host and calls upload). Optional: NULL means 0 for every dtype. */
     int32_t (*upload_typed)(void *ctx, float *dst, const void *src, int32_t dtype, int64_t n);
+
+    /* ---- appended: media embeddings kept where the vision tower made them (both optional, or neither) ----
+     */
+    /** dst = src over n floats, both in this backend's memory; src may be memory this context's vision
+     * context allocated, written by work that has completed (an encode that returned). Ordered after this
+     * context's earlier operations. NULL: media embeddings cross through the host (download, then set_rows).
+     */
+    void (*copy)(void *ctx, float *dst, const float *src, int64_t n);
+    /** Free, from this context, memory that its vision context allocated: after this context's earlier
+     * operations (which may read it), without waiting for anything the vision context runs meanwhile. */
+    void (*free_vision)(void *ctx, float *p);
 };
 
 /** Most weights one linear_multi call takes. */

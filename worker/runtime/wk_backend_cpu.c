@@ -445,6 +445,8 @@ static const struct wk_backend_iface cpu_iface = {
     .cache_page_bytes = cpu_cache_page_bytes,
     .vision_context = cpu_vision_context,
     .upload_typed = cpu_upload_typed,
+    .copy = cpu_copy,
+    .free_vision = cpu_free, /* a vision context's memory is the same heap */
 };
 
 int32_t wk_backend_cpu_create(int32_t threads, struct wk_be *out, struct mm_err *err)

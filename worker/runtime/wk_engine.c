@@ -150,6 +150,7 @@ int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts,
     mi->local_blocks = t->local_blocks;
     mi->bytes_per_page = bpp;
     e->threads = o.threads;
+    e->keep_cap = WK_MEDIA_KEEP_DEFAULT;
     mm_log_info("runtime",
                 "loaded %s: %d layers (first MSA %d), %.1f MiB of weights, %lld cache pages of %d tokens "
                 "(%.1f KiB each)",
@@ -196,11 +197,71 @@ int32_t wk_engine_encode_media_cancellable(struct wk_engine *e, const struct wk_
                                            const int32_t *cancel, float **embeds, int64_t *n_tokens,
                                            struct mm_err *err)
 {
-    if (!e->has_venc) return wk_vision_encode_on(e, &e->be, m, cancel, embeds, n_tokens, err);
+    if (!e->has_venc) return wk_vision_encode_on(e, &e->be, m, cancel, 0, embeds, n_tokens, err);
     pthread_mutex_lock(&e->venc_mu);
-    int32_t rc = wk_vision_encode_on(e, &e->venc, m, cancel, embeds, n_tokens, err);
+    int32_t rc = wk_vision_encode_on(e, &e->venc, m, cancel, 0, embeds, n_tokens, err);
     pthread_mutex_unlock(&e->venc_mu);
     return rc;
+}
+
+/* Kept embeddings need the engine's context to copy from them and to free them (a vision context's memory
+ * through free_vision). The budget is reserved before the encode, so concurrent encodes cannot overshoot it.
+ */
+int32_t wk_engine_encode_media_kept(struct wk_engine *e, const struct wk_media *m, const int32_t *cancel,
+                                    struct wk_embeds *out, struct mm_err *err)
+{
+    *out = (struct wk_embeds){0};
+    const struct wk_backend_iface *B = e->be.iface;
+    const int64_t mm = (int64_t)e->cfg.vision.merge * e->cfg.vision.merge;
+    const int64_t bytes =
+        mm > 0 && m->n_rows > 0 ? m->n_rows / mm * e->cfg.text.hidden * (int64_t)sizeof(float) : 0;
+    int32_t keep = B->copy && (!e->has_venc || B->free_vision) && bytes > 0 && e->keep_cap > 0;
+    if (keep && __atomic_add_fetch(&e->kept, bytes, __ATOMIC_RELAXED) > e->keep_cap) {
+        __atomic_sub_fetch(&e->kept, bytes, __ATOMIC_RELAXED);
+        keep = 0;
+    }
+    /* the same n_tokens x hidden floats as reserved: the tower makes n_rows / merge^2 of them */
+    const struct wk_be *be = e->has_venc ? &e->venc : &e->be;
+    if (e->has_venc) pthread_mutex_lock(&e->venc_mu);
+    int32_t rc = wk_vision_encode_on(e, be, m, cancel, keep, &out->data, &out->n_tokens, err);
+    if (e->has_venc) pthread_mutex_unlock(&e->venc_mu);
+    if (rc != MM_OK) {
+        if (keep) __atomic_sub_fetch(&e->kept, bytes, __ATOMIC_RELAXED);
+        *out = (struct wk_embeds){0};
+        return rc;
+    }
+    out->place = !keep ? WK_EMBEDS_HOST : e->has_venc ? WK_EMBEDS_VISION : WK_EMBEDS_ENGINE;
+    return MM_OK;
+}
+
+void wk_engine_embeds_free(struct wk_engine *e, struct wk_embeds *x)
+{
+    if (!x->data) {
+        *x = (struct wk_embeds){0};
+        return;
+    }
+    const struct wk_backend_iface *B = e->be.iface;
+    if (x->place == WK_EMBEDS_HOST) {
+        free(x->data);
+    } else {
+        if (x->place == WK_EMBEDS_VISION)
+            B->free_vision(e->be.ctx, x->data);
+        else
+            B->free(e->be.ctx, x->data);
+        __atomic_sub_fetch(&e->kept, x->n_tokens * e->cfg.text.hidden * (int64_t)sizeof(float),
+                           __ATOMIC_RELAXED);
+    }
+    *x = (struct wk_embeds){0};
+}
+
+void wk_engine_set_media_keep(struct wk_engine *e, int64_t bytes)
+{
+    e->keep_cap = bytes > 0 ? bytes : 0;
+}
+
+int64_t wk_engine_media_kept(const struct wk_engine *e)
+{
+    return __atomic_load_n(&e->kept, __ATOMIC_RELAXED);
 }
 
 /* The backend's vision context (wk_backend.h): a CPU instance with its own thread pool and scratch, a CUDA

@@ -68,6 +68,9 @@ struct wk_engine {
     struct wk_be venc;
     pthread_mutex_t venc_mu;
     int32_t has_venc;
+    /* embeddings kept in the backend's memory (wk_engine_encode_media_kept): the budget and the bytes held,
+     * the latter updated atomically (encodes reserve on their thread, frees return on the engine's) */
+    int64_t keep_cap, kept;
 };
 
 /* wk_forward.c */
@@ -80,8 +83,10 @@ void wk_forward_profile_report(void);
 int32_t wk_vision_encode(struct wk_engine *e, const struct wk_media *m, float **embeds, int64_t *n_tokens,
                          struct mm_err *err);
 /* The same on backend context be (e's own or e->venc); reads e's config and weights only. Stops with
- * MM_CANCELLED between layers once *cancel (may be NULL) is nonzero. */
+ * MM_CANCELLED between layers once *cancel (may be NULL) is nonzero. keep: *embeds is left in be's memory
+ * (be->iface->alloc'ed, to be freed there) instead of downloaded into a malloc'ed host buffer. */
 int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, const struct wk_media *m,
-                            const int32_t *cancel, float **embeds, int64_t *n_tokens, struct mm_err *err);
+                            const int32_t *cancel, int32_t keep, float **embeds, int64_t *n_tokens,
+                            struct mm_err *err);
 
 #endif

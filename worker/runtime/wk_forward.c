@@ -170,6 +170,28 @@ static int is_media_token(const struct wk_engine *e, int32_t id)
     return id == e->cfg.image_token_id || id == e->cfg.video_token_id;
 }
 
+static int32_t check_spans(const struct wk_engine *e, const struct wk_step_item *it, int32_t j,
+                           struct mm_err *err)
+{
+    if (it->n_spans < 0 || !it->spans)
+        return mm_err_set(err, MM_INVALID, "forward: item %d: %d spans at %p", j, it->n_spans,
+                          (const void *)it->spans);
+    if (it->use_embed) return mm_err_set(err, MM_INVALID, "forward: item %d has both spans and use_embed", j);
+    int64_t end = 0; /* the previous span's end: spans come in order and apart */
+    for (int32_t k = 0; k < it->n_spans; k++) {
+        const struct wk_embed_span *sp = &it->spans[k];
+        if (sp->at < end || sp->n < 1 || (int64_t)sp->at + sp->n > it->n || !sp->rows)
+            return mm_err_set(err, MM_INVALID, "forward: item %d: span %d (%d at %d) of %d positions", j, k,
+                              sp->n, sp->at, it->n);
+        if (sp->kept && !e->be.iface->copy)
+            return mm_err_set(err, MM_INVALID,
+                              "forward: item %d: span %d is kept but the %s backend keeps none", j, k,
+                              e->be.iface->name);
+        end = (int64_t)sp->at + sp->n;
+    }
+    return MM_OK;
+}
+
 static int32_t validate(struct wk_engine *e, struct wk_step_item *items, int32_t n_items, int64_t *total,
                         struct mm_err *err)
 {
@@ -206,6 +228,8 @@ static int32_t validate(struct wk_engine *e, struct wk_step_item *items, int32_t
             rc = mm_err_set(err, MM_INVALID, "forward: item %d asks for logits without a buffer", j);
         else if (it->use_embed && !it->embeds)
             rc = mm_err_set(err, MM_INVALID, "forward: item %d has use_embed without embeds", j);
+        else if (it->n_spans)
+            rc = check_spans(e, it, j, err);
         else if (it->sel && it->sel_k < t->topk_blocks)
             rc = mm_err_set(err, MM_INVALID, "forward: item %d: sel_k %d < topk_blocks %d", j, it->sel_k,
                             t->topk_blocks);
@@ -269,11 +293,15 @@ static void commit(struct wk_engine *e, struct wk_step_item *it)
 {
     struct wk_seq *s = it->seq;
     int32_t B = e->cfg.text.block;
+    int32_t sp = 0; /* the first span that does not end before position i */
     for (int32_t i = 0; i < it->n; i++) {
         int64_t p = s->len + i;
         int32_t slot = (int32_t)(p % B);
         s->cur_ids[slot] = it->ids[i];
-        if (is_media_token(e, it->ids[i]) || (it->use_embed && it->use_embed[i])) s->cur_media = 1;
+        while (sp < it->n_spans && it->spans[sp].at + it->spans[sp].n <= i) sp++;
+        if (is_media_token(e, it->ids[i]) || (it->use_embed && it->use_embed[i]) ||
+            (sp < it->n_spans && it->spans[sp].at <= i))
+            s->cur_media = 1;
         if (slot != B - 1) continue;
         if (!s->no_publish && s->cur_media && s->media_hash == 0) s->no_publish = 1;
         if (!s->no_publish) {
@@ -289,24 +317,40 @@ static void commit(struct wk_engine *e, struct wk_step_item *it)
 /* The media embeddings into the step's rows: one set_rows per run of consecutive media positions of an item
  * (an image is one run), straight from the item's rows: a gathered copy cost a pass over every image's
  * embeddings (14 MB for a 576-token image at M3's width) on the step's thread. A run's batch rows are
- * consecutive; each run has its own stretch of hs->media_rows (T entries: every row at most once). */
+ * consecutive; each run has its own stretch of hs->media_rows (T entries: every row at most once). Spans of
+ * kept embeddings (in the backend's memory) are one copy each into their consecutive rows of x. */
+static void set_run(struct wk_engine *e, int64_t *k, int64_t row, const float *data, int64_t n)
+{
+    const struct wk_backend_iface *B = e->be.iface;
+    for (int64_t r = 0; r < n; r++) e->hs.media_rows[*k + r] = row + r;
+    B->set_rows(e->be.ctx, e->a.x, e->cfg.text.hidden, e->hs.media_rows + *k, data, n);
+    *k += n;
+}
+
 static void set_media(struct wk_engine *e, const struct wk_step_item *items, int32_t n_items)
 {
     const struct wk_backend_iface *B = e->be.iface;
-    const int32_t H = e->cfg.text.hidden;
-    int64_t row0 = 0, k = 0; /* the item's first batch row; the run's first entry of hs->media_rows */
+    const int64_t H = e->cfg.text.hidden;
+    int64_t row0 = 0, k = 0; /* the item's first batch row; the next free entry of hs->media_rows */
     for (int32_t j = 0; j < n_items; row0 += items[j].n, j++) {
-        const uint8_t *use = items[j].use_embed;
+        const struct wk_step_item *it = &items[j];
+        for (int32_t s = 0; s < it->n_spans; s++) {
+            const struct wk_embed_span *sp = &it->spans[s];
+            if (sp->kept)
+                B->copy(e->be.ctx, e->a.x + (row0 + sp->at) * H, sp->rows, sp->n * H);
+            else
+                set_run(e, &k, row0 + sp->at, sp->rows, sp->n);
+        }
+        const uint8_t *use = it->use_embed;
         if (!use) continue;
-        for (int32_t i = 0; i < items[j].n;) {
+        for (int32_t i = 0; i < it->n;) {
             if (!use[i]) {
                 i++;
                 continue;
             }
             int32_t i1 = i;
-            for (; i1 < items[j].n && use[i1]; i1++) e->hs.media_rows[k + i1 - i] = row0 + i1;
-            B->set_rows(e->be.ctx, e->a.x, H, e->hs.media_rows + k, items[j].embeds + (int64_t)i * H, i1 - i);
-            k += i1 - i;
+            while (i1 < it->n && use[i1]) i1++;
+            set_run(e, &k, row0 + i, it->embeds + (int64_t)i * H, i1 - i);
             i = i1;
         }
     }

@@ -38,11 +38,12 @@ static int32_t check_media(const struct wk_engine *e, const struct wk_media *m, 
 int32_t wk_vision_encode(struct wk_engine *e, const struct wk_media *m, float **embeds, int64_t *n_tokens,
                          struct mm_err *err)
 {
-    return wk_vision_encode_on(e, &e->be, m, NULL, embeds, n_tokens, err);
+    return wk_vision_encode_on(e, &e->be, m, NULL, 0, embeds, n_tokens, err);
 }
 
 int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, const struct wk_media *m,
-                            const int32_t *cancel, float **embeds, int64_t *n_tokens, struct mm_err *err)
+                            const int32_t *cancel, int32_t keep, float **embeds, int64_t *n_tokens,
+                            struct mm_err *err)
 {
     *embeds = NULL;
     *n_tokens = 0;
@@ -61,8 +62,9 @@ int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, c
 
     /* a backend that takes the pixels' own type widens them itself; else they are widened here first */
     const int typed = B->upload_typed != NULL;
-    const int64_t host_n = !typed && n * RL > nt * H ? n * RL : nt * H; /* the output (and the pixels) */
-    float *host = malloc(sizeof(float) * (size_t)host_n);
+    /* the output (unless it stays in the backend's memory) and the pixels widened here */
+    const int64_t out_n = keep ? 0 : nt * H, host_n = !typed && n * RL > out_n ? n * RL : out_n;
+    float *host = host_n > 0 ? malloc(sizeof(float) * (size_t)host_n) : NULL;
     float *hc = malloc(sizeof(float) * (size_t)(n * (rd ? rd : 1))),
           *hsn = malloc(sizeof(float) * (size_t)(n * (rd ? rd : 1)));
     float *px = B->alloc(bc, n * RL), *x = B->alloc(bc, n * D), *h = B->alloc(bc, n * D);
@@ -71,8 +73,8 @@ int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, c
     float *f = B->alloc(bc, n * (I > PH ? I : PH)), *p2 = B->alloc(bc, n * H);
     float *ct = B->alloc(bc, n * (rd ? rd : 1)), *st = B->alloc(bc, n * (rd ? rd : 1));
     float *m1 = B->alloc(bc, nt * PH), *m2 = B->alloc(bc, nt * H);
-    if (!host || !hc || !hsn || !px || !x || !h || !q || !k || !vv || !o || !f || !p2 || !ct || !st || !m1 ||
-        !m2) {
+    if ((host_n > 0 && !host) || !hc || !hsn || !px || !x || !h || !q || !k || !vv || !o || !f || !p2 ||
+        !ct || !st || !m1 || !m2) {
         rc = mm_err_set(err, MM_NOMEM, "encode_media: out of memory for %lld patches", (long long)n);
         goto out;
     }
@@ -130,10 +132,15 @@ int32_t wk_vision_encode_on(const struct wk_engine *e, const struct wk_be *be, c
     B->linear(bc, w->merge1_w, w->merge1_b, p2, nt, m1); /* p2 viewed as [nt][mm * H] */
     B->gelu(bc, m1, nt * PH, KN_GELU_ERF);
     B->linear(bc, w->merge2_w, w->merge2_b, m1, nt, m2);
-    B->download(bc, host, m2, nt * H);
+    if (!keep) B->download(bc, host, m2, nt * H);
     if ((rc = B->batch_end(bc, err))) goto out; /* collects failures of the ops above */
-    *embeds = host;
-    host = NULL;
+    if (keep) {
+        *embeds = m2; /* done: batch_end waited for the ops that wrote it */
+        m2 = NULL;
+    } else {
+        *embeds = host;
+        host = NULL;
+    }
     *n_tokens = nt;
 out:;
     float *all[] = {px, x, h, q, k, vv, o, f, p2, ct, st, m1, m2};

@@ -19,6 +19,9 @@ const char *wk_cli_usage(void)
            "                        (default: as --threads; the CUDA backend encodes on its own stream\n"
            "                        whatever N > 0 says; 0 = encode on the model's threads, stalling the\n"
            "                        running streams for every image)\n"
+           "  --media-keep-mb N     media embeddings kept where they were encoded (the GPU's memory) until\n"
+           "                        their prefill, at most N MiB at once; past it they wait on the host\n"
+           "                        (default 256; 0 = always on the host)\n"
            "  --max-queue N         waiting requests before RESOURCE_EXHAUSTED (default 256)\n"
            "  --cache-pages N       KV/index cache pages (default: the engine's choice)\n"
            "  --max-seqs N          sequences (choices) running at once (default 256)\n"
@@ -52,6 +55,7 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
     cli->listen = "127.0.0.1:50051";
     cli->backend = WK_BACKEND_CPU;
     cli->encode_threads = -1; /* as --threads */
+    cli->media_keep_bytes = WK_MEDIA_KEEP_DEFAULT;
     cli->max_queue = 256;
     cli->max_seqs = 256;
     cli->step_tokens = 2048;
@@ -93,6 +97,8 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
             if (!(rc = parse_int(a, v, 0, 4096, &x, err))) cli->threads = (int32_t)x;
         } else if (!strcmp(a, "--encode-threads")) {
             if (!(rc = parse_int(a, v, 0, 4096, &x, err))) cli->encode_threads = (int32_t)x;
+        } else if (!strcmp(a, "--media-keep-mb")) {
+            if (!(rc = parse_int(a, v, 0, 1 << 24, &x, err))) cli->media_keep_bytes = x << 20;
         } else if (!strcmp(a, "--max-queue")) {
             if (!(rc = parse_int(a, v, 0, 1 << 20, &x, err))) cli->max_queue = (int32_t)x;
         } else if (!strcmp(a, "--cache-pages")) {

@@ -13,12 +13,13 @@ struct wk_cli {
     int32_t threads;        /* 0 = all cores */
     int32_t encode_threads; /* vision tower threads beside the step loop; 0 = encode inside the step; -1 = as
                                threads */
-    int32_t max_queue;      /* waiting requests before RESOURCE_EXHAUSTED */
-    int64_t cache_pages;    /* 0 = engine default */
-    int32_t max_seqs;       /* choices running at once */
-    int32_t step_tokens;    /* token budget per step (chunked prefill) */
-    int32_t grow_tokens;    /* reservation step for requests without max_new_tokens */
-    int64_t drain_ms;       /* SIGTERM: how long running requests may finish */
+    int64_t media_keep_bytes; /* embeddings kept in the backend's memory at once (wk_engine_set_media_keep) */
+    int32_t max_queue;        /* waiting requests before RESOURCE_EXHAUSTED */
+    int64_t cache_pages;      /* 0 = engine default */
+    int32_t max_seqs;         /* choices running at once */
+    int32_t step_tokens;      /* token budget per step (chunked prefill) */
+    int32_t grow_tokens;      /* reservation step for requests without max_new_tokens */
+    int64_t drain_ms;         /* SIGTERM: how long running requests may finish */
     int64_t max_message_bytes;
     int64_t upload_bytes; /* cap on staged uploads */
     int64_t upload_ttl_ms;

@@ -30,7 +30,7 @@ static int32_t is_cancelled(const struct wk_enc_job *j)
 
 static void run_job(struct wk_encoder *x, struct wk_enc_job *j)
 {
-    j->embeds = NULL;
+    j->embeds = (struct wk_embeds){0};
     j->n_tokens = 0;
     j->encode_us = 0;
     if (is_cancelled(j)) {
@@ -38,13 +38,11 @@ static void run_job(struct wk_encoder *x, struct wk_enc_job *j)
         return;
     }
     int64_t t0 = mm_now_ns();
-    j->status =
-        wk_engine_encode_media_cancellable(x->e, &j->media, &j->cancel, &j->embeds, &j->n_tokens, &j->err);
+    /* kept where the engine can (a GPU's memory): the prefill then reads them without a trip through the host
+     */
+    j->status = wk_engine_encode_media_kept(x->e, &j->media, &j->cancel, &j->embeds, &j->err);
+    j->n_tokens = j->embeds.n_tokens;
     j->encode_us = (mm_now_ns() - t0) / 1000;
-    if (j->status != MM_OK) {
-        free(j->embeds); /* an engine that failed owes nothing, but be sure */
-        j->embeds = NULL;
-    }
     mm_log_debug(LOG, "item %d: %lld patch rows -> %lld embeddings in %lld us (%s)", j->item,
                  (long long)j->media.n_rows, (long long)j->n_tokens, (long long)j->encode_us,
                  mm_status_name(j->status));
@@ -106,7 +104,7 @@ void wk_encoder_submit(struct wk_encoder *x, struct wk_enc_job *j)
     }
     pthread_mutex_unlock(&x->mu);
     if (stopped) { /* no thread left to hand it back: do it here */
-        j->embeds = NULL;
+        j->embeds = (struct wk_embeds){0};
         j->n_tokens = 0;
         j->status = mm_err_set(&j->err, MM_CANCELLED, "the media encoder has stopped");
         x->done(x->arg, j);

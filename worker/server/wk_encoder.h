@@ -28,7 +28,8 @@ struct wk_enc_job {
     /* out: valid in the done callback */
     int32_t status; /* MM_OK, MM_CANCELLED, or the engine's error */
     struct mm_err err;
-    float *embeds; /* [n_tokens, hidden] on MM_OK (malloc'ed; the receiver owns it) */
+    struct wk_embeds embeds; /* [n_tokens, hidden] on MM_OK (the receiver owns them: wk_engine_embeds_free on
+                                the engine's thread) */
     int64_t n_tokens;
     int64_t encode_us; /* time in wk_engine_encode_media */
 };

@@ -97,12 +97,12 @@ static void list_append(struct sreq **head, struct sreq *q)
     *pp = q;
 }
 
-static void free_sreq(struct sreq *q)
+static void free_sreq(struct wk_sched *s, struct sreq *q)
 {
     if (!q) return;
     for (int32_t i = 0; i < q->r->sp.n; i++) free(q->ch[i].gen);
     if (q->embeds) {
-        for (int32_t i = 0; i < q->r->n_media; i++) free(q->embeds[i]);
+        for (int32_t i = 0; i < q->r->n_media; i++) wk_engine_embeds_free(s->e, &q->embeds[i]);
         free(q->embeds);
     }
     free(q->jobs); /* detached by sched_end: the jobs still out are freed when they come back */
@@ -160,7 +160,7 @@ void sched_end(struct wk_sched *s, struct sreq *q, int32_t status, const char *m
     s->n_live--;
     if (s->n_live == 0) pthread_cond_broadcast(&s->idle_cv);
     pthread_mutex_unlock(&s->mu);
-    free_sreq(q);
+    free_sreq(s, q);
 }
 
 void sched_preempt(struct wk_sched *s, struct sreq *q)
@@ -503,7 +503,7 @@ void wk_sched_destroy(struct wk_sched *s)
     wk_encoder_destroy(s->enc); /* stopped by the scheduler thread; every job came back and was freed */
     for (struct wk_enc_job *j = s->enc_done; j;) {
         struct wk_enc_job *next = j->next;
-        sched_media_free_job(j);
+        sched_media_free_job(s, j);
         j = next;
     }
     pthread_mutex_destroy(&s->mu);
@@ -531,7 +531,7 @@ int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct w
     q->t_submit_ms = mm_now_ms();
     q->bounded = r->sp.has_max_new_tokens;
     if (r->n_media) {
-        q->embeds = calloc((size_t)r->n_media, sizeof(float *));
+        q->embeds = calloc((size_t)r->n_media, sizeof(struct wk_embeds));
         q->jobs = calloc((size_t)r->n_media, sizeof(struct wk_enc_job *));
         if (!q->embeds || !q->jobs) {
             free(q->embeds);

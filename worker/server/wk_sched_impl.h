@@ -38,7 +38,7 @@ struct sreq {
     int64_t prompt_fed;
     int64_t cached;
     int64_t admit_seq;        /* admission order, for choosing whom to preempt (youngest first) */
-    float **embeds;           /* per media item, encoded on first need, [n_tokens, hidden] */
+    struct wk_embeds *embeds; /* per media item, encoded on first need, [n_tokens, hidden] */
     struct wk_enc_job **jobs; /* per media item: its encoder job while the encoder has it (else NULL) */
     int32_t n_encoding;       /* jobs out; prefill stops at the first placeholder of an item still out */
     int64_t encode_us;        /* vision tower time, for the access log line */
@@ -119,12 +119,13 @@ void sched_media_collect(struct wk_sched *s);
 void sched_media_detach(struct sreq *q);
 /** The encoder's done callback (encoder thread): queue the job for the scheduler and wake it. */
 void sched_media_done(void *arg, struct wk_enc_job *j);
-/** Free a job that came back (its embeddings, its pixel bytes). */
-void sched_media_free_job(struct wk_enc_job *j);
-/** Embeddings for prompt positions [a, a + n) of q (encoding items on this thread when no encoder job did).
- * Returns 0 and fills rows/use (both NULL when the chunk has no media), or -1 after ending q. */
-int32_t sched_chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_t n, float **rows,
-                           uint8_t **use);
+/** Free a job that came back (its embeddings, its pixel bytes); on the engine's thread. */
+void sched_media_free_job(struct wk_sched *s, struct wk_enc_job *j);
+/** The media spans of prompt positions [a, a + n) of q (encoding items on this thread when no encoder job
+ * did), positions relative to a, rows where the item's embeddings lie. Returns 0 and fills *spans (malloc'ed,
+ * NULL when the chunk has no media) and *n_spans, or -1 after ending q. */
+int32_t sched_chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_t n,
+                           struct wk_embed_span **spans, int32_t *n_spans);
 /** q has items with the encoder (admitted, pages reserved). */
 static inline int32_t sched_encoding(const struct sreq *q)
 {

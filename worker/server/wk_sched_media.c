@@ -64,7 +64,7 @@ int32_t sched_media_start(struct wk_sched *s, struct sreq *q)
     struct wk_request *r = q->r;
     for (int32_t m = 0; m < r->n_media; m++) {
         struct wk_media_item *mi = &r->media[m];
-        if (q->embeds[m] || q->jobs[m] || !item_needed(mi, q->prompt_fed)) continue;
+        if (q->embeds[m].data || q->jobs[m] || !item_needed(mi, q->prompt_fed)) continue;
         if (!mi->pixels) { /* cannot happen: pixels go only with embeddings */
             end_request(s, q, MM_ERROR, "media item has neither pixels nor embeddings");
             return -1;
@@ -106,11 +106,11 @@ int64_t sched_media_ready_until(const struct sreq *q)
     return until;
 }
 
-void sched_media_free_job(struct wk_enc_job *j)
+void sched_media_free_job(struct wk_sched *s, struct wk_enc_job *j)
 {
     if (!j) return;
     if (j->release) j->release(j->release_arg);
-    free(j->embeds);
+    wk_engine_embeds_free(s->e, &j->embeds);
     free(j);
 }
 
@@ -151,7 +151,7 @@ void sched_media_collect(struct wk_sched *s)
         if (!q) { /* its request ended while it was out */
             mm_log_debug(LOG, "dropped the encode of an ended request's item (%s after %lld us)",
                          mm_status_name(j->status), (long long)j->encode_us);
-            sched_media_free_job(j);
+            sched_media_free_job(s, j);
             j = next;
             continue;
         }
@@ -172,9 +172,9 @@ void sched_media_collect(struct wk_sched *s)
         }
         if (rc == MM_OK) {
             q->embeds[m] = j->embeds;
-            j->embeds = NULL;
+            j->embeds = (struct wk_embeds){0};
         }
-        sched_media_free_job(j); /* releases the pixels */
+        sched_media_free_job(s, j); /* releases the pixels */
         if (rc != MM_OK) {
             /* only this request fails; its other jobs come back ownerless */
             end_request(s, q, rc, err.msg);
@@ -186,15 +186,15 @@ void sched_media_collect(struct wk_sched *s)
     }
 }
 
-int32_t sched_chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_t n, float **rows_out,
-                           uint8_t **use_out)
+int32_t sched_chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_t n,
+                           struct wk_embed_span **spans_out, int32_t *n_out)
 {
     struct wk_request *r = q->r;
     const int64_t H = s->info->hidden_size;
-    float *rows = NULL;
-    uint8_t *use = NULL;
-    *rows_out = NULL;
-    *use_out = NULL;
+    struct wk_embed_span *spans = NULL;
+    int32_t ns = 0, cap = 0;
+    *spans_out = NULL;
+    *n_out = 0;
     for (int32_t m = 0; m < r->n_media; m++) {
         struct wk_media_item *mi = &r->media[m];
         int64_t row = 0; /* embedding row of the run's first position */
@@ -203,51 +203,57 @@ int32_t sched_chunk_embeds(struct wk_sched *s, struct sreq *q, int64_t a, int64_
             int64_t lo = run->offset > a ? run->offset : a;
             int64_t hi = run->offset + run->length < a + n ? run->offset + run->length : a + n;
             if (lo < hi) {
-                if (!q->embeds[m]) {
+                if (!q->embeds[m].data) {
                     /* no encoder (or, defensively, an item no job covered): encode here, in the step */
                     struct wk_media wm = media_of(mi);
                     struct mm_err err = {0};
-                    int64_t nt = 0;
                     int64_t t0 = mm_now_ns();
-                    int32_t rc = mi->pixels ? wk_engine_encode_media(s->e, &wm, &q->embeds[m], &nt, &err)
-                                            : mm_err_set(&err, MM_ERROR, "no pixels left to encode");
+                    int32_t rc = mi->pixels
+                                     ? wk_engine_encode_media_kept(s->e, &wm, NULL, &q->embeds[m], &err)
+                                     : mm_err_set(&err, MM_ERROR, "no pixels left to encode");
                     q->encode_us += (mm_now_ns() - t0) / 1000;
-                    if (rc == MM_OK && nt != mi->n_tokens) {
+                    if (rc == MM_OK && q->embeds[m].n_tokens != mi->n_tokens) {
                         rc = mm_err_set(&err, MM_INVALID,
                                         "mm_inputs[%d]: the vision tower made %lld embeddings, the "
                                         "placeholders hold %lld",
-                                        m, (long long)nt, (long long)mi->n_tokens);
+                                        m, (long long)q->embeds[m].n_tokens, (long long)mi->n_tokens);
                     } else if (rc != MM_OK) {
                         mm_err_prefix(&err, "mm_inputs[%d]", m);
                     }
                     if (rc != MM_OK) {
-                        free(q->embeds[m]);
-                        q->embeds[m] = NULL;
-                        free(rows);
-                        free(use);
+                        wk_engine_embeds_free(s->e, &q->embeds[m]);
+                        free(spans);
                         sched_end(s, q, rc, err.msg);
                         return -1;
                     }
                     release_pixels(mi);
                 }
-                if (!rows) {
-                    rows = malloc((size_t)(n * H) * sizeof(float));
-                    use = calloc((size_t)n, 1);
-                    if (!rows || !use) {
-                        free(rows);
-                        free(use);
-                        sched_end(s, q, MM_NOMEM, "out of memory for media embeddings");
+                if (ns == cap) {
+                    cap = cap ? 2 * cap : 4;
+                    struct wk_embed_span *sp = realloc(spans, (size_t)cap * sizeof(*sp));
+                    if (!sp) {
+                        free(spans);
+                        sched_end(s, q, MM_NOMEM, "out of memory for media spans");
                         return -1;
                     }
+                    spans = sp;
                 }
-                memcpy(rows + (lo - a) * H, q->embeds[m] + (row + lo - run->offset) * H,
-                       (size_t)((hi - lo) * H) * sizeof(float));
-                memset(use + (lo - a), 1, (size_t)(hi - lo));
+                spans[ns++] = (struct wk_embed_span){.at = (int32_t)(lo - a),
+                                                     .n = (int32_t)(hi - lo),
+                                                     .rows = q->embeds[m].data + (row + lo - run->offset) * H,
+                                                     .kept = q->embeds[m].place != WK_EMBEDS_HOST};
             }
             row += run->length;
         }
     }
-    *rows_out = rows;
-    *use_out = use;
+    /* the forward wants them in position order; items' runs interleave only in odd prompts */
+    for (int32_t i = 1; i < ns; i++)
+        for (int32_t k = i; k > 0 && spans[k - 1].at > spans[k].at; k--) {
+            struct wk_embed_span t = spans[k];
+            spans[k] = spans[k - 1];
+            spans[k - 1] = t;
+        }
+    *spans_out = spans;
+    *n_out = ns;
     return 0;
 }

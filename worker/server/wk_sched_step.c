@@ -13,10 +13,10 @@
 
 #define LOG "sched"
 
-/* Step-local buffers for media embeddings of prompt chunks. */
+/* Step-local media spans of prompt chunks. */
 struct embed_buf {
-    float *rows;
-    uint8_t *use;
+    struct wk_embed_span *spans;
+    int32_t n;
 };
 
 static int32_t ensure_items(struct wk_sched *s, int32_t n)
@@ -406,7 +406,7 @@ int32_t sched_step(struct wk_sched *s)
             const int32_t mode =
                 need_logits ? token_mode(s, q, &q->ch[first], n_items, need_logits > 1) : WK_LOGITS_NONE;
             struct embed_buf eb;
-            if (sched_chunk_embeds(s, q, q->prompt_fed, nchunk, &eb.rows, &eb.use) != 0) {
+            if (sched_chunk_embeds(s, q, q->prompt_fed, nchunk, &eb.spans, &eb.n) != 0) {
                 q = next;
                 continue;
             }
@@ -415,8 +415,8 @@ int32_t sched_step(struct wk_sched *s)
                 .seq = q->ch[0].seq,
                 .ids = q->r->ids + q->prompt_fed,
                 .n = nchunk,
-                .embeds = eb.rows,
-                .use_embed = eb.use,
+                .spans = eb.spans,
+                .n_spans = eb.n,
                 .logits_mode = (last && need_logits) ? mode : WK_LOGITS_NONE,
                 .cands = (last && mode == WK_LOGITS_CANDS) ? &s->item_cands[n_items] : NULL};
             s->item_req[n_items] = q;
@@ -441,10 +441,7 @@ int32_t sched_step(struct wk_sched *s)
         n_logit_rows +=
             s->items[k].logits_mode == WK_LOGITS_LAST || s->items[k].logits_mode == WK_LOGITS_CANDS;
     if (ensure_logits(s, n_logit_rows) != 0) {
-        for (int32_t k = 0; k < n_items; k++) {
-            free(ebs[k].rows);
-            free(ebs[k].use);
-        }
+        for (int32_t k = 0; k < n_items; k++) free(ebs[k].spans);
         free(ebs);
         /* nothing ran; shed the youngest request so that the next step needs less */
         mm_log_error(LOG, "out of memory for %d logit rows", n_logit_rows);
@@ -462,10 +459,7 @@ int32_t sched_step(struct wk_sched *s)
         rc = wk_engine_forward(s->e, s->items, n_items, &err);
         s->steps++;
     }
-    for (int32_t k = 0; k < n_items; k++) {
-        free(ebs[k].rows);
-        free(ebs[k].use);
-    }
+    for (int32_t k = 0; k < n_items; k++) free(ebs[k].spans);
     free(ebs);
     if (n_items == 0) return 0;
 

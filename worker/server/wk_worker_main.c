@@ -83,6 +83,7 @@ int main(int argc, char **argv)
         mm_log_error(LOG, "cannot open model '%s': %s", cli.model, err.msg);
         return 1;
     }
+    wk_engine_set_media_keep(e, cli.media_keep_bytes);
     int32_t enc_threads = cli.encode_threads;
     if (enc_threads < 0) { /* as many as the model: while an image encodes, the OS shares the cores evenly */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -49,8 +49,8 @@ static struct wk_seq *run_chunks(const int32_t *ids, int32_t n, int32_t chunk, f
     CHECK_EQ_INT(wk_seq_create(E, &s, &err), MM_OK);
     for (int32_t o = 0; o < n; o += chunk) {
         int32_t k = n - o < chunk ? n - o : chunk;
-        struct wk_step_item it = {s,    ids + o, k, NULL, NULL, WK_LOGITS_ALL, logits + (int64_t)o * V,
-                                  NULL, 0,       0, NULL};
+        struct wk_step_item it = {s, ids + o, k,    NULL, NULL, WK_LOGITS_ALL, logits + (int64_t)o * V, NULL,
+                                  0, 0,       NULL, NULL, 0};
         CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
     }
     CHECK_EQ_INT(wk_seq_len(s), n);
@@ -89,8 +89,8 @@ static void decode(struct wk_seq **s, int32_t n, const int32_t *first, int32_t s
     for (int32_t j = 0; j < n; j++) cur[j] = first[j];
     for (int32_t t = 0; t < steps; t++) {
         for (int32_t j = 0; j < n; j++)
-            it[j] = (struct wk_step_item){s[j], &cur[j], 1, NULL, NULL, WK_LOGITS_LAST, lg + (int64_t)j * V,
-                                          NULL, 0,       0, NULL};
+            it[j] = (struct wk_step_item){
+                s[j], &cur[j], 1, NULL, NULL, WK_LOGITS_LAST, lg + (int64_t)j * V, NULL, 0, 0, NULL, NULL, 0};
         CHECK_EQ_INT(wk_engine_forward(E, it, n, &err), MM_OK);
         for (int32_t j = 0; j < n; j++) out[j * steps + t] = cur[j] = argmax(lg + (int64_t)j * V);
     }
@@ -118,8 +118,8 @@ static void test_batching(void)
     struct wk_step_item it[S];
     for (int j = 0; j < S; j++) {
         CHECK_EQ_INT(wk_seq_create(E, &sb[j], &err), MM_OK);
-        it[j] = (struct wk_step_item){sb[j],      ids[j], lens[j], NULL, NULL, WK_LOGITS_ALL,
-                                      batched[j], NULL,   0,       0,    NULL};
+        it[j] = (struct wk_step_item){sb[j], ids[j], lens[j], NULL, NULL, WK_LOGITS_ALL, batched[j], NULL,
+                                      0,     0,      NULL,    NULL, 0};
     }
     CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
     for (int j = 0; j < S; j++)
@@ -154,8 +154,8 @@ static void test_prefix_and_fork(void)
     int64_t k = wk_seq_reuse_prefix(E, s2, ids, N, 0);
     CHECK_EQ_INT(k, 32);
     CHECK_EQ_INT(wk_seq_len(s2), 32);
-    struct wk_step_item it = {s2, ids + k, (int32_t)(N + 1 - k), NULL, NULL, WK_LOGITS_ALL, got, NULL, 0,
-                              0,  NULL};
+    struct wk_step_item it = {
+        s2, ids + k, (int32_t)(N + 1 - k), NULL, NULL, WK_LOGITS_ALL, got, NULL, 0, 0, NULL, NULL, 0};
     CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
     CHECK_MSG(maxdiff(ref + k * V, got, (N + 1 - k) * V) < 1e-4, "reused prefix differs: %g",
               maxdiff(ref + k * V, got, (N + 1 - k) * V));
@@ -178,8 +178,8 @@ static void test_prefix_and_fork(void)
     CHECK_EQ_INT(wk_seq_len(child), N + 1);
     int32_t xa = 1234, xb = 4321;
     float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
-    struct wk_step_item two[2] = {{s2, &xa, 1, NULL, NULL, WK_LOGITS_LAST, la, NULL, 0, 0, NULL},
-                                  {child, &xb, 1, NULL, NULL, WK_LOGITS_LAST, lb, NULL, 0, 0, NULL}};
+    struct wk_step_item two[2] = {{s2, &xa, 1, NULL, NULL, WK_LOGITS_LAST, la, NULL, 0, 0, NULL, NULL, 0},
+                                  {child, &xb, 1, NULL, NULL, WK_LOGITS_LAST, lb, NULL, 0, 0, NULL, NULL, 0}};
     CHECK_EQ_INT(wk_engine_forward(E, two, 2, &err), MM_OK);
     int32_t full[N + 2];
     memcpy(full, ids, sizeof(int32_t) * (N + 1));
@@ -246,9 +246,10 @@ static void test_fused_add_norm(void)
 /* Media embeddings reach the step's rows run by run (one set_rows per run of consecutive media positions of
  * an item, straight from the item's rows): record the calls and check they cover exactly the media rows, in
  * order, with the items' data; the logits equal those of the same step with the rows handed over one by one.
- */
+ * The same rows as spans (wk_step_item.spans) give the same set_rows calls and logits from host memory, and
+ * the same logits as kept spans (the backend's copy, no set_rows at all). */
 static const struct wk_backend_iface *rows_plain;
-static int64_t rows_seen[64], rows_calls;
+static int64_t rows_seen[64], rows_calls, copy_calls;
 static const float *rows_data[64];
 static int32_t rows_one; /* forward each row in its own call */
 
@@ -266,9 +267,33 @@ static void set_rows_recorded(void *ctx, float *out, int32_t dim, const int64_t 
     for (int64_t r = 0; r < n_rows; r++) rows_plain->set_rows(ctx, out, dim, rows + r, data + r * dim, 1);
 }
 
+static void copy_recorded(void *ctx, float *dst, const float *src, int64_t n)
+{
+    copy_calls++;
+    rows_plain->copy(ctx, dst, src, n);
+}
+
+/* the runs of use[0, n) as spans over rows (kept or not) */
+static int32_t spans_of(const uint8_t *use, int32_t n, const float *rows, int32_t H, int32_t kept,
+                        struct wk_embed_span *sp)
+{
+    int32_t k = 0;
+    for (int32_t i = 0; i < n;) {
+        if (!use[i]) {
+            i++;
+            continue;
+        }
+        int32_t i1 = i;
+        while (i1 < n && use[i1]) i1++;
+        sp[k++] = (struct wk_embed_span){i, i1 - i, rows + (int64_t)i * H, kept};
+        i = i1;
+    }
+    return k;
+}
+
 static void test_media_rows(void)
 {
-    enum { N0 = 9, N1 = 7 };
+    enum { N0 = 9, N1 = 7, PASSES = 4 };
     static const uint8_t use0[N0] = {0, 1, 1, 0, 0, 1, 1, 1, 1}, use1[N1] = {1, 1, 0, 1, 0, 0, 0};
     const int32_t H = E->cfg.text.hidden;
     int32_t ids0[N0], ids1[N1];
@@ -277,42 +302,64 @@ static void test_media_rows(void)
     float *emb0 = malloc(sizeof(float) * N0 * H), *emb1 = malloc(sizeof(float) * N1 * H);
     for (int64_t i = 0; i < (int64_t)N0 * H; i++) emb0[i] = (float)sin((double)i * 0.37);
     for (int64_t i = 0; i < (int64_t)N1 * H; i++) emb1[i] = (float)cos((double)i * 0.29);
-    float *lg[2] = {malloc(sizeof(float) * (N0 + N1) * V), malloc(sizeof(float) * (N0 + N1) * V)};
+    float *lg[PASSES];
+    for (int p = 0; p < PASSES; p++) lg[p] = malloc(sizeof(float) * (N0 + N1) * V);
     rows_plain = E->be.iface;
     struct wk_backend_iface rec = *rows_plain;
     rec.set_rows = set_rows_recorded;
+    rec.copy = copy_recorded;
     struct mm_err err = {0};
-    for (int pass = 0; pass < 2; pass++) {
-        rows_one = pass;
-        rows_calls = 0;
+    /* passes: runs from use_embed, one row per call, host spans, kept spans */
+    for (int pass = 0; pass < PASSES; pass++) {
+        rows_one = pass == 1;
+        rows_calls = copy_calls = 0;
         struct wk_seq *a = NULL, *b = NULL;
         CHECK_EQ_INT(wk_seq_create(E, &a, &err), MM_OK);
         CHECK_EQ_INT(wk_seq_create(E, &b, &err), MM_OK);
         struct wk_step_item it[2] = {
-            {a, ids0, N0, emb0, use0, WK_LOGITS_ALL, lg[pass], NULL, 0, 0, NULL},
-            {b, ids1, N1, emb1, use1, WK_LOGITS_ALL, lg[pass] + (int64_t)N0 * V, NULL, 0, 0, NULL}};
+            {a, ids0, N0, emb0, use0, WK_LOGITS_ALL, lg[pass], NULL, 0, 0, NULL, NULL, 0},
+            {b, ids1, N1, emb1, use1, WK_LOGITS_ALL, lg[pass] + (int64_t)N0 * V, NULL, 0, 0, NULL, NULL, 0}};
+        struct wk_embed_span sp0[N0], sp1[N1];
+        if (pass >= 2) {
+            it[0].embeds = it[1].embeds = NULL;
+            it[0].use_embed = it[1].use_embed = NULL;
+            it[0].spans = sp0, it[0].n_spans = spans_of(use0, N0, emb0, H, pass == 3, sp0);
+            it[1].spans = sp1, it[1].n_spans = spans_of(use1, N1, emb1, H, pass == 3, sp1);
+            CHECK(it[0].n_spans == 2 && it[1].n_spans == 2);
+        }
         E->be.iface = &rec;
         CHECK_EQ_INT(wk_engine_forward(E, it, 2, &err), MM_OK);
         E->be.iface = rows_plain;
-        /* the media rows in batch order (item 0's rows, then item 1's from N0), each with its own data */
-        int64_t k = 0, bad = 0;
-        for (int32_t j = 0; j < 2; j++)
-            for (int32_t i = 0; i < (j ? N1 : N0); i++) {
-                if (!(j ? use1 : use0)[i]) continue;
-                const int64_t row = (j ? N0 : 0) + i;
-                const float *want = (j ? emb1 : emb0) + (int64_t)i * H;
-                bad += k >= rows_calls || rows_seen[k] != row || rows_data[k] != want;
-                k++;
-            }
-        CHECK_MSG(bad == 0 && k == rows_calls, "media rows: %lld wrong of %lld, %lld handed over",
-                  (long long)bad, (long long)k, (long long)rows_calls);
+        if (pass == 3) { /* kept spans: one copy each, no host rows */
+            CHECK_MSG(copy_calls == 4 && rows_calls == 0, "kept spans: %lld copies, %lld rows set",
+                      (long long)copy_calls, (long long)rows_calls);
+        } else {
+            /* the media rows in batch order (item 0's rows, then item 1's from N0), each with its own data */
+            int64_t k = 0, bad = 0;
+            for (int32_t j = 0; j < 2; j++)
+                for (int32_t i = 0; i < (j ? N1 : N0); i++) {
+                    if (!(j ? use1 : use0)[i]) continue;
+                    const int64_t row = (j ? N0 : 0) + i;
+                    const float *want = (j ? emb1 : emb0) + (int64_t)i * H;
+                    bad += k >= rows_calls || rows_seen[k] != row || rows_data[k] != want;
+                    k++;
+                }
+            CHECK_MSG(bad == 0 && k == rows_calls && copy_calls == 0,
+                      "media rows (pass %d): %lld wrong of %lld, %lld handed over, %lld copies", pass,
+                      (long long)bad, (long long)k, (long long)rows_calls, (long long)copy_calls);
+        }
         wk_seq_free(E, a);
         wk_seq_free(E, b);
     }
-    CHECK_MSG(!memcmp(lg[0], lg[1], sizeof(float) * (N0 + N1) * V),
-              "media rows by runs and one by one: logits differ (max %.3g)",
-              maxdiff(lg[0], lg[1], (int64_t)(N0 + N1) * V));
-    free(emb0), free(emb1), free(lg[0]), free(lg[1]);
+    for (int p = 1; p < PASSES; p++)
+        CHECK_MSG(!memcmp(lg[0], lg[p], sizeof(float) * (N0 + N1) * V),
+                  "media rows by runs and %s: logits differ (max %.3g)",
+                  p == 1   ? "one by one"
+                  : p == 2 ? "as host spans"
+                           : "as kept spans",
+                  maxdiff(lg[0], lg[p], (int64_t)(N0 + N1) * V));
+    free(emb0), free(emb1);
+    for (int p = 0; p < PASSES; p++) free(lg[p]);
 }
 
 /* tok is the greedy token of logits l, up to the batch-dependent rounding of this step (1e-4, the batching
@@ -336,8 +383,8 @@ static void test_greedy_tokens(void)
     struct wk_step_item it[S];
     for (int j = 0; j < S; j++) {
         CHECK_EQ_INT(wk_seq_create(E, &r[j], &err), MM_OK);
-        it[j] = (struct wk_step_item){r[j], ids[j], N, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
-                                      NULL, 0,      0, NULL};
+        it[j] = (struct wk_step_item){
+            r[j], ids[j], N, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V, NULL, 0, 0, NULL, NULL, 0};
     }
     CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
     const struct wk_backend_iface *plain = E->be.iface;
@@ -358,7 +405,9 @@ static void test_greedy_tokens(void)
                                           NULL,
                                           0,
                                           -1,
-                                          NULL};
+                                          NULL,
+                                          NULL,
+                                          0};
         }
         CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
         for (int j = 0; j < S; j++) {
@@ -384,13 +433,16 @@ static void test_greedy_tokens(void)
                                           NULL,
                                           0,
                                           -1,
-                                          NULL};
+                                          NULL,
+                                          NULL,
+                                          0};
         }
         CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
         for (int j = 0; j < S; j += 2) {
             /* the same step with logits, on the reference sequences */
-            struct wk_step_item one = {r[j], &next[j], 1, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
-                                       NULL, 0,        0, NULL};
+            struct wk_step_item one = {
+                r[j], &next[j], 1,    NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V, NULL,
+                0,    0,        NULL, NULL, 0};
             struct wk_seq *keep = r[j];
             CHECK_EQ_INT(wk_seq_fork(E, keep, &r[j], &err), MM_OK);
             one.seq = r[j];
@@ -400,8 +452,8 @@ static void test_greedy_tokens(void)
             wk_seq_free(E, r[j]);
             r[j] = keep;
             /* ref row j is now the decode step's: restore the prompt's for the next pass */
-            struct wk_step_item again = {NULL, ids[j], N, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V,
-                                         NULL, 0,      0, NULL};
+            struct wk_step_item again = {
+                NULL, ids[j], N, NULL, NULL, WK_LOGITS_LAST, ref + (int64_t)j * V, NULL, 0, 0, NULL, NULL, 0};
             CHECK_EQ_INT(wk_seq_create(E, &again.seq, &err), MM_OK);
             CHECK_EQ_INT(wk_engine_forward(E, &again, 1, &err), MM_OK);
             wk_seq_free(E, again.seq);
@@ -472,8 +524,9 @@ static void test_candidates(void)
                                      .logits = clg[j],
                                      .n = 99,
                                      .flags = j == 0 ? MM_CANDS_EXACT | MM_CANDS_LSE : 0};
-            it[j] = (struct wk_step_item){g[j], ids[j], N, NULL, NULL, WK_LOGITS_CANDS, full + (int64_t)j * V,
-                                          NULL, 0,      0, &c[j]};
+            it[j] = (struct wk_step_item){
+                g[j], ids[j], N,     NULL, NULL, WK_LOGITS_CANDS, full + (int64_t)j * V, NULL,
+                0,    0,      &c[j], NULL, 0};
         }
         CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
         CHECK_EQ_INT(cands_seen, pass ? 0 : S);
@@ -545,8 +598,8 @@ static void test_candidates_draw(void)
                                  .top_p = 0.9f,
                                  .min_p = 0.01f,
                                  .u = u};
-        it[j] = (struct wk_step_item){g[j], ids[j], N, NULL, NULL, WK_LOGITS_CANDS, full + (int64_t)j * V,
-                                      NULL, 0,      0, &c[j]};
+        it[j] = (struct wk_step_item){
+            g[j], ids[j], N, NULL, NULL, WK_LOGITS_CANDS, full + (int64_t)j * V, NULL, 0, 0, &c[j], NULL, 0};
     }
     CHECK_EQ_INT(wk_engine_forward(E, it, S, &err), MM_OK);
     CHECK_EQ_INT(cands_seen, S);
@@ -607,7 +660,7 @@ static void test_candidates_draw_logprobs(void)
                          .u = 0.3,
                          .flags = MM_CANDS_LSE,
                          .n_top = 5};
-    struct wk_step_item it = {g, ids, N, NULL, NULL, WK_LOGITS_CANDS, full, NULL, 0, 0, &c};
+    struct wk_step_item it = {g, ids, N, NULL, NULL, WK_LOGITS_CANDS, full, NULL, 0, 0, &c, NULL, 0};
     CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_OK);
     CHECK_EQ_INT(cands_seen, 1);
     const float *row = cands_rows;
@@ -631,7 +684,7 @@ static void test_candidates_draw_logprobs(void)
     flat.topk_rows = topk_rows_flat;
     E->be.iface = &flat;
     c.n = 99;
-    struct wk_step_item it2 = {g, ids, 1, NULL, NULL, WK_LOGITS_CANDS, full, NULL, 0, 0, &c};
+    struct wk_step_item it2 = {g, ids, 1, NULL, NULL, WK_LOGITS_CANDS, full, NULL, 0, 0, &c, NULL, 0};
     CHECK_EQ_INT(wk_engine_forward(E, &it2, 1, &err), MM_OK);
     CHECK_EQ_INT(c.n, -1);
     CHECK(full[0] == 0.5f && full[V - 1] == 0.5f);
@@ -647,7 +700,7 @@ static void test_refusals(void)
     CHECK_EQ_INT(wk_seq_create(E, &s, &err), MM_OK);
     int32_t ids[3] = {5, V, 7};
     float *lg = malloc(sizeof(float) * 3 * V);
-    struct wk_step_item it = {s, ids, 3, NULL, NULL, WK_LOGITS_LAST, lg, NULL, 0, 0, NULL};
+    struct wk_step_item it = {s, ids, 3, NULL, NULL, WK_LOGITS_LAST, lg, NULL, 0, 0, NULL, NULL, 0};
     CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
     CHECK(strstr(err.msg, "vocabulary") != NULL);
     ids[1] = 6;
@@ -663,6 +716,38 @@ static void test_refusals(void)
     it.sel = NULL;
     it.logits = NULL;
     CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+    it.logits = lg;
+    /* media spans out of order, overlapping, empty, past the item, without rows, beside use_embed, or kept
+     * on a backend that keeps nothing */
+    const int32_t H = E->cfg.text.hidden;
+    float *rows = calloc((size_t)(3 * H), sizeof(float));
+    static const uint8_t use[3] = {0, 1, 0};
+    const struct wk_embed_span bad[][2] = {
+        {{2, 1, rows, 0}, {0, 1, rows, 0}}, {{0, 2, rows, 0}, {1, 1, rows, 0}},
+        {{0, 0, rows, 0}, {1, 1, rows, 0}}, {{0, 1, rows, 0}, {2, 2, rows, 0}},
+        {{0, 1, rows, 0}, {1, 1, NULL, 0}}, {{0, 1, rows, 0}, {-1, 1, rows, 0}}};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        it.spans = bad[b], it.n_spans = 2;
+        CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+        CHECK_MSG(strstr(err.msg, "span") != NULL, "bad spans %zu: %s", b, err.msg);
+    }
+    const struct wk_embed_span one = {1, 1, rows, 0}, kept = {1, 1, rows, 1};
+    it.spans = &one, it.n_spans = 1;
+    it.embeds = rows, it.use_embed = use;
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+    it.embeds = NULL, it.use_embed = NULL;
+    it.spans = NULL; /* a count without spans */
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+    const struct wk_backend_iface *plain = E->be.iface;
+    struct wk_backend_iface nocopy = *plain;
+    nocopy.copy = NULL;
+    it.spans = &kept;
+    E->be.iface = &nocopy;
+    CHECK_EQ_INT(wk_engine_forward(E, &it, 1, &err), MM_INVALID);
+    E->be.iface = plain;
+    CHECK_MSG(strstr(err.msg, "kept") != NULL, "kept span without copy: %s", err.msg);
+    it.spans = NULL, it.n_spans = 0;
+    free(rows);
     CHECK_EQ_INT(wk_seq_len(s), 0); /* nothing of the above changed the sequence */
     wk_seq_free(E, s);
     free(lg);
@@ -682,10 +767,11 @@ static void test_exhausted(void)
     struct wk_seq *a = NULL, *b = NULL;
     wk_seq_create(e, &a, &err);
     wk_seq_create(e, &b, &err);
-    struct wk_step_item it = {a, ids, 40, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL};
+    struct wk_step_item it = {a, ids, 40, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL, NULL, 0};
     CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK); /* 3 pages */
-    struct wk_step_item two[2] = {{a, ids + 40, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL},
-                                  {b, ids, 20, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL}};
+    struct wk_step_item two[2] = {
+        {a, ids + 40, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL, NULL, 0},
+        {b, ids, 20, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL, NULL, 0}};
     CHECK_EQ_INT(wk_engine_forward(e, two, 2, &err), MM_EXHAUSTED); /* b needs 2, one is free */
     CHECK_EQ_INT(wk_seq_len(a), 40);
     CHECK_EQ_INT(wk_seq_len(b), 0);
@@ -696,7 +782,7 @@ static void test_exhausted(void)
     struct wk_seq *c = NULL;
     wk_seq_create(e, &c, &err);
     int32_t *big = calloc(300, sizeof(int32_t));
-    struct wk_step_item bi = {c, big, 300, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL};
+    struct wk_step_item bi = {c, big, 300, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL, NULL, 0};
     CHECK_EQ_INT(wk_engine_forward(e, &bi, 1, &err), MM_TOO_LARGE);
     free(big);
     wk_engine_close(e); /* frees the live sequences too */
@@ -810,13 +896,16 @@ static void test_page_bytes(const struct mk_demo_opts *d)
         if (ids && wk_seq_create(e, &s, &err) == MM_OK) {
             prompt(ids, n + 1, 7);
             for (int32_t o2 = 0; o2 < n; o2 += 64) {
-                struct wk_step_item it = {
-                    s, ids + o2, n - o2 < 64 ? n - o2 : 64, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0,
-                    0, NULL};
+                struct wk_step_item it = {s,    ids + o2, n - o2 < 64 ? n - o2 : 64,
+                                          NULL, NULL,     WK_LOGITS_NONE,
+                                          NULL, NULL,     0,
+                                          0,    NULL,     NULL,
+                                          0};
                 CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK);
             }
             CHECK_EQ_INT(wk_engine_free_pages(e), 0);
-            struct wk_step_item it = {s, ids + n, 1, NULL, NULL, WK_LOGITS_NONE, NULL, NULL, 0, 0, NULL};
+            struct wk_step_item it = {s, ids + n, 1,    NULL, NULL, WK_LOGITS_NONE, NULL, NULL,
+                                      0, 0,       NULL, NULL, 0};
             CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_EXHAUSTED);
             wk_seq_free(e, s);
         }

@@ -10,6 +10,7 @@
 #include "fake_engine.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -61,6 +62,14 @@ struct wk_engine {
     int32_t delay_us;        /* sleep per forward, so that tests can act mid-stream */
     int32_t encode_delay_us; /* time an encode takes (cancellable in 1 ms steps) */
     int32_t encoding;        /* atomic: an encode is running (to count forwards beside it) */
+    /* kept embeddings: the budget, and the live buffers (under kept_mu: the encoder thread adds) */
+    int64_t keep_cap;
+    pthread_mutex_t kept_mu;
+    struct fake_kept {
+        const float *p;
+        int64_t bytes;
+    } kept[256];
+    int32_t n_kept;
 };
 
 void fake_engine_set_delay(struct wk_engine *e, int32_t us)
@@ -151,6 +160,8 @@ int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts,
     }
     for (int64_t i = 0; i < e->info.pages_total; i++) e->published_idx[i] = -1;
     e->fail_after = -1;
+    e->keep_cap = WK_MEDIA_KEEP_DEFAULT;
+    pthread_mutex_init(&e->kept_mu, NULL);
     const char *d = getenv("FAKE_ENGINE_DELAY_US"); /* for the fake worker binary */
     if (d) e->delay_us = atoi(d);
     const char *ed = getenv("FAKE_ENGINE_ENCODE_DELAY_US");
@@ -167,6 +178,7 @@ void wk_engine_close(struct wk_engine *e)
     free(e->pub);
     free(e->published_idx);
     free(e->refs);
+    pthread_mutex_destroy(&e->kept_mu);
     if (g_last == e) g_last = NULL;
     free(e);
 }
@@ -213,6 +225,64 @@ int32_t wk_engine_encode_media_cancellable(struct wk_engine *e, const struct wk_
     __atomic_store_n(&e->encoding, 0, __ATOMIC_SEQ_CST);
     if (rc == MM_OK) __atomic_add_fetch(&e->st.encodes, 1, __ATOMIC_SEQ_CST);
     return rc;
+}
+
+void wk_engine_set_media_keep(struct wk_engine *e, int64_t bytes)
+{
+    e->keep_cap = bytes > 0 ? bytes : 0;
+}
+
+int64_t wk_engine_media_kept(const struct wk_engine *e)
+{
+    return __atomic_load_n(&e->st.kept_bytes, __ATOMIC_SEQ_CST);
+}
+
+int32_t wk_engine_encode_media_kept(struct wk_engine *e, const struct wk_media *m, const int32_t *cancel,
+                                    struct wk_embeds *out, struct mm_err *err)
+{
+    *out = (struct wk_embeds){0};
+    int32_t rc = wk_engine_encode_media_cancellable(e, m, cancel, &out->data, &out->n_tokens, err);
+    if (rc != MM_OK) return rc;
+    const int64_t bytes = out->n_tokens * e->info.hidden_size * (int64_t)sizeof(float);
+    pthread_mutex_lock(&e->kept_mu);
+    const int64_t held = __atomic_load_n(&e->st.kept_bytes, __ATOMIC_SEQ_CST);
+    if (held + bytes <= e->keep_cap && e->n_kept < 256) {
+        e->kept[e->n_kept++] = (struct fake_kept){out->data, bytes};
+        __atomic_add_fetch(&e->st.kept_bytes, bytes, __ATOMIC_SEQ_CST);
+        out->place = e->info.concurrent_encode ? WK_EMBEDS_VISION : WK_EMBEDS_ENGINE;
+    }
+    pthread_mutex_unlock(&e->kept_mu);
+    return MM_OK;
+}
+
+void wk_engine_embeds_free(struct wk_engine *e, struct wk_embeds *x)
+{
+    if (x->data && x->place != WK_EMBEDS_HOST) {
+        pthread_mutex_lock(&e->kept_mu);
+        for (int32_t i = 0; i < e->n_kept; i++)
+            if (e->kept[i].p == x->data) {
+                __atomic_sub_fetch(&e->st.kept_bytes, e->kept[i].bytes, __ATOMIC_SEQ_CST);
+                e->kept[i] = e->kept[--e->n_kept];
+                break;
+            }
+        pthread_mutex_unlock(&e->kept_mu);
+    }
+    free(x->data);
+    *x = (struct wk_embeds){0};
+}
+
+/* Whether n rows of a kept span lie inside a live kept buffer. */
+static int32_t kept_live(struct wk_engine *e, const float *rows, int64_t n)
+{
+    const int64_t bytes = n * e->info.hidden_size * (int64_t)sizeof(float);
+    int32_t ok = 0;
+    pthread_mutex_lock(&e->kept_mu);
+    for (int32_t i = 0; i < e->n_kept && !ok; i++) {
+        const char *b = (const char *)e->kept[i].p, *r = (const char *)rows;
+        ok = r >= b && r + bytes <= b + e->kept[i].bytes;
+    }
+    pthread_mutex_unlock(&e->kept_mu);
+    return ok;
 }
 
 int64_t wk_engine_free_pages(const struct wk_engine *e)
@@ -408,6 +478,15 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
         if (len + items[i].n > e->info.max_context) return mm_err_set(err, MM_INVALID, "past the context");
         need += (len + items[i].n + B - 1) / B - items[i].seq->n_pages;
         tokens += items[i].n;
+        int64_t end = 0; /* spans in order, apart, inside the item; kept ones alive */
+        for (int32_t k = 0; k < items[i].n_spans; k++) {
+            const struct wk_embed_span *sp = &items[i].spans[k];
+            if (sp->at < end || sp->n < 1 || sp->at + sp->n > items[i].n || !sp->rows)
+                return mm_err_set(err, MM_INVALID, "bad span");
+            if (sp->kept && !kept_live(e, sp->rows, sp->n))
+                return mm_err_set(err, MM_INVALID, "a kept span outside every live kept buffer");
+            end = sp->at + sp->n;
+        }
     }
     if (need > wk_engine_free_pages(e)) {
         e->st.exhausted++;
@@ -422,11 +501,19 @@ int32_t wk_engine_forward(struct wk_engine *e, struct wk_step_item *items, int32
     for (int32_t i = 0; i < n_items; i++) {
         struct wk_step_item *it = &items[i];
         struct wk_seq *s = it->seq;
+        for (int32_t k = 0; k < it->n_spans; k++)
+            __atomic_add_fetch(it->spans[k].kept ? &e->st.kept_spans : &e->st.host_spans, 1,
+                               __ATOMIC_SEQ_CST);
+        int32_t sp = 0; /* the first span not ending before t */
         for (int32_t t = 0; t < it->n; t++) {
             if (s->len % B == 0) seq_push_page(s, take_page(e));
             int64_t v = it->ids[t];
             if (it->embeds && it->use_embed && it->use_embed[t])
                 v = (int64_t)(it->embeds[(int64_t)t * e->info.hidden_size] * 1000.0f);
+            while (sp < it->n_spans && it->spans[sp].at + it->spans[sp].n <= t) sp++;
+            if (sp < it->n_spans && it->spans[sp].at <= t)
+                v = (int64_t)(it->spans[sp].rows[(int64_t)(t - it->spans[sp].at) * e->info.hidden_size] *
+                              1000.0f);
             s->h = fake_mix(s->h, v);
             if (seq_push_id(s, it->ids[t]) != 0) return mm_err_set(err, MM_NOMEM, "oom");
             s->len++;

@@ -16,6 +16,9 @@ struct fake_stats {
     int64_t drawn_rows;              /* of those, drawn from by the engine (no top-k, draw allowed) */
     /* written by the encoder thread (read them with fake_engine_stat) */
     int64_t encode_started, encode_cancelled, forwards_during_encode;
+    /* media spans the forward read: of embeddings kept "in the backend" (wk_engine_encode_media_kept) / on
+     * the host; kept embeddings alive now (bytes; atomic) */
+    int64_t kept_spans, host_spans, kept_bytes;
 };
 
 /** Shape of the next engine wk_engine_open makes. */
@@ -31,6 +34,9 @@ void fake_engine_set_delay(struct wk_engine *e, int32_t us);
 /** Every media encode takes us microseconds (cancellable; FAKE_ENGINE_ENCODE_DELAY_US for the fake worker).
  */
 void fake_engine_set_encode_delay(struct wk_engine *e, int32_t us);
+/* The fake's wk_engine_encode_media_kept keeps results "in the backend" (host memory it tracks: a forward
+ * refuses a kept span outside a live kept buffer, so a scheduler that frees them early fails) within the
+ * budget of wk_engine_set_media_keep, as the runtime does. */
 /** An atomic read of a stats field that another thread writes (encodes, encode_started...). */
 int64_t fake_engine_stat(const struct wk_engine *e, const int64_t *field);
 

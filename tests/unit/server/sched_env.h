@@ -46,6 +46,7 @@ static inline void env_close(struct env *v)
 {
     wk_sched_destroy(v->s);
     CHECK_EQ_INT(fake_engine_stats(v->e)->live_seqs, 0); /* every sequence was freed */
+    CHECK_EQ_INT(wk_engine_media_kept(v->e), 0);         /* and every kept embedding */
     wk_engine_close(v->e);
 }
 

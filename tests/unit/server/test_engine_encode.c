@@ -145,6 +145,103 @@ static void test_concurrent(void)
     free(px);
 }
 
+/* Prompt [0, KP) with an image's nt embeddings at [KAT, KAT + nt), prefilled in chunks of KC (the image split
+ * over two chunks), the last row's logits of every chunk into out. mode 0: the rows as embeds / use_embed
+ * (host), 1: as host spans, 2: as kept spans (rows in the backend's memory). */
+enum { KP = 100, KAT = 20, KC = 48 };
+
+static void run_media(struct wk_engine *e, const float *rows, int64_t nt, int mode, float *out)
+{
+    const int32_t Ve = wk_engine_info(e)->vocab_size;
+    const int64_t He = wk_engine_info(e)->hidden_size;
+    int32_t ids[KP];
+    prompt(ids, KP, 19);
+    for (int64_t i = KAT; i < KAT + nt; i++) ids[i] = wk_engine_info(e)->image_token_id;
+    float *emb = calloc((size_t)(KC * He), sizeof(float));
+    uint8_t use[KC];
+    struct wk_seq *s = NULL;
+    struct mm_err err = {0};
+    CHECK_EQ_INT(wk_seq_create(e, &s, &err), MM_OK);
+    for (int32_t o = 0, r = 0; o < KP; o += KC, r++) {
+        const int32_t k = KP - o < KC ? KP - o : KC;
+        const int64_t lo = o > KAT ? o : KAT, hi = o + k < KAT + nt ? o + k : KAT + nt;
+        struct wk_embed_span sp = {(int32_t)(lo - o), (int32_t)(hi - lo), rows + (lo - KAT) * He, mode == 2};
+        memset(use, 0, sizeof use);
+        for (int64_t i = lo; i < hi; i++) {
+            use[i - o] = 1;
+            memcpy(emb + (i - o) * He, rows + (i - KAT) * He, sizeof(float) * (size_t)He);
+        }
+        struct wk_step_item it = {
+            .seq = s, .ids = ids + o, .n = k, .logits_mode = WK_LOGITS_LAST, .logits = out + (int64_t)r * Ve};
+        if (lo < hi && mode == 0) it.embeds = emb, it.use_embed = use;
+        if (lo < hi && mode > 0) it.spans = &sp, it.n_spans = 1;
+        CHECK_EQ_INT(wk_engine_forward(e, &it, 1, &err), MM_OK);
+    }
+    wk_seq_free(e, s);
+    free(emb);
+}
+
+/* Embeddings kept where the encode made them (a GPU's memory; the CPU backend's heap): the same values as
+ * the host's, and a prefill reading them from there (kept spans) gives the logits of the host rows, bit for
+ * bit. The engine counts what it keeps, and past its budget the result goes to the host. place: where e
+ * keeps them (its vision context's memory, or its own when it has none). */
+static void test_kept(struct wk_engine *e, int32_t place)
+{
+    const int64_t gh = 16, gw = 16, n = gh * gw, row = 3 * 2 * 14 * 14;
+    const int64_t He = wk_engine_info(e)->hidden_size;
+    const int32_t Ve = wk_engine_info(e)->vocab_size, chunks = (KP + KC - 1) / KC;
+    uint16_t *px = malloc(sizeof(uint16_t) * (size_t)(n * row));
+    for (int64_t i = 0; i < n * row; i++) px[i] = mm_f32_to_bf16((float)cos((double)i * 0.011));
+    const struct wk_media m = {.kind = 0,
+                               .dtype = MM_DT_BF16,
+                               .pixels = px,
+                               .n_rows = n,
+                               .row_len = row,
+                               .grid_t = 1,
+                               .grid_h = gh,
+                               .grid_w = gw};
+    struct mm_err err = {0};
+    float *want = NULL;
+    int64_t nt = 0;
+    CHECK_EQ_INT(wk_engine_encode_media(e, &m, &want, &nt, &err), MM_OK);
+    CHECK_EQ_INT(nt, n / 4);
+    const int64_t bytes = nt * He * (int64_t)sizeof(float);
+    CHECK_EQ_INT(wk_engine_media_kept(e), 0);
+    struct wk_embeds k = {0};
+    CHECK_EQ_INT(wk_engine_encode_media_kept(e, &m, NULL, &k, &err), MM_OK);
+    CHECK_EQ_INT(k.place, place);
+    CHECK(k.data != NULL && k.n_tokens == nt);
+    CHECK_EQ_INT(wk_engine_media_kept(e), bytes);
+    float *lg[3];
+    for (int mode = 0; mode < 3; mode++) {
+        lg[mode] = malloc(sizeof(float) * (size_t)chunks * (size_t)Ve);
+        if (want && k.data) run_media(e, mode == 2 ? k.data : want, nt, mode, lg[mode]);
+    }
+    for (int mode = 1; mode < 3; mode++)
+        CHECK_MSG(!memcmp(lg[0], lg[mode], sizeof(float) * (size_t)chunks * (size_t)Ve),
+                  "the image's rows as %s spans: logits differ from use_embed's",
+                  mode == 1 ? "host" : "kept");
+    wk_engine_embeds_free(e, &k);
+    CHECK(k.data == NULL && k.n_tokens == 0);
+    CHECK_EQ_INT(wk_engine_media_kept(e), 0);
+
+    /* over the budget: on the host, the same values; a failed encode keeps nothing */
+    wk_engine_set_media_keep(e, bytes - 1);
+    CHECK_EQ_INT(wk_engine_encode_media_kept(e, &m, NULL, &k, &err), MM_OK);
+    CHECK_EQ_INT(k.place, WK_EMBEDS_HOST);
+    CHECK(k.data && want && k.n_tokens == nt && !memcmp(k.data, want, (size_t)bytes));
+    CHECK_EQ_INT(wk_engine_media_kept(e), 0);
+    wk_engine_embeds_free(e, &k);
+    wk_engine_set_media_keep(e, WK_MEDIA_KEEP_DEFAULT);
+    int32_t cancel = 1;
+    CHECK_EQ_INT(wk_engine_encode_media_kept(e, &m, &cancel, &k, &err), MM_CANCELLED);
+    CHECK(k.data == NULL);
+    CHECK_EQ_INT(wk_engine_media_kept(e), 0);
+    for (int mode = 0; mode < 3; mode++) free(lg[mode]);
+    free(want);
+    free(px);
+}
+
 /* Encoding through the separate vision context equals encoding on the engine's own threads. */
 static void test_same_as_inline(const char *dir)
 {
@@ -193,6 +290,7 @@ static void test_same_as_inline(const char *dir)
     free(a);
     free(b);
     free(px);
+    test_kept(inl, WK_EMBEDS_ENGINE); /* no vision context: kept in the engine's own memory */
     wk_engine_close(inl);
 }
 
@@ -273,6 +371,7 @@ int main(int argc, char **argv)
         test_concurrent();
         test_same_as_inline(dir);
         test_typed_pixels();
+        test_kept(E, WK_EMBEDS_VISION);
         wk_engine_close(E);
     } else {
         fprintf(stderr, "%s\n", err.msg);

@@ -67,6 +67,18 @@ static void test_cli(void)
     char *a10[] = {"w", "--model", "m", "--encode-threads", "-1"};
     CHECK_EQ_INT(wk_cli_parse(5, a10, &c, &err), MM_INVALID);
     CHECK(strstr(err.msg, "--encode-threads") != NULL);
+    /* embeddings kept where they were encoded: 256 MiB by default, 0 = never */
+    CHECK_EQ_INT(wk_cli_parse(3, a8, &c, &err), MM_OK);
+    CHECK_EQ_INT(c.media_keep_bytes, WK_MEDIA_KEEP_DEFAULT);
+    char *a11[] = {"w", "--model", "m", "--media-keep-mb", "0"},
+         *a12[] = {"w", "--model", "m", "--media-keep-mb", "64"},
+         *a13[] = {"w", "--model", "m", "--media-keep-mb", "-3"};
+    CHECK_EQ_INT(wk_cli_parse(5, a11, &c, &err), MM_OK);
+    CHECK_EQ_INT(c.media_keep_bytes, 0);
+    CHECK_EQ_INT(wk_cli_parse(5, a12, &c, &err), MM_OK);
+    CHECK_EQ_INT(c.media_keep_bytes, (int64_t)64 << 20);
+    CHECK_EQ_INT(wk_cli_parse(5, a13, &c, &err), MM_INVALID);
+    CHECK(strstr(err.msg, "--media-keep-mb") != NULL);
 }
 
 static void test_logprobs(void)

@@ -44,6 +44,17 @@ static int64_t wait_stat(struct env *v, const int64_t *field, int64_t want, int6
     return got;
 }
 
+/* Wait (up to ms) until *field of the fake's stats falls to 0; returns the value seen. */
+static int64_t wait_stat_down(struct env *v, const int64_t *field, int64_t ms)
+{
+    int64_t got = fake_engine_stat(v->e, field);
+    for (int64_t t = 0; t < ms && got > 0; t += 2) {
+        sleep_ms(2);
+        got = fake_engine_stat(v->e, field);
+    }
+    return got;
+}
+
 static int32_t wait_released(int32_t want, int64_t ms)
 {
     for (int64_t t = 0; t < ms && released() < want; t += 2) sleep_ms(2);
@@ -142,6 +153,13 @@ static void test_placement(int32_t encode_threads)
     check_solo_media(r, 0, ids, L, media_first, 8);
     CHECK_EQ_INT(fake_engine_stat(v.e, &fake_engine_stats(v.e)->encodes), 2);
     CHECK_EQ_INT(wait_released(rel0 + 2, 2000) - rel0, 2);
+    /* the embeddings stayed where the engine kept them (prefill chunks read them there) until the request
+     * was freed */
+    const struct fake_stats *st = fake_engine_stats(v.e);
+    CHECK_MSG(fake_engine_stat(v.e, &st->kept_spans) >= 3 && fake_engine_stat(v.e, &st->host_spans) == 0,
+              "%lld kept spans, %lld host spans", (long long)fake_engine_stat(v.e, &st->kept_spans),
+              (long long)fake_engine_stat(v.e, &st->host_spans));
+    CHECK_EQ_INT(wait_stat_down(&v, &st->kept_bytes, 2000), 0);
     rec_free(r);
 
     /* the same prompt: pages up to position 28 are reused, media included, so no item is encoded again */
@@ -180,6 +198,43 @@ static void test_placement(int32_t encode_threads)
     CHECK_MSG(strstr(r->msg, "mm_inputs[0]") && strstr(r->msg, "2 embeddings"), "message: %s", r->msg);
     CHECK_EQ_INT(wait_released(rel0 + 5, 2000) - rel0, 5);
     rec_free(r);
+    env_close(&v);
+}
+
+/* The engine keeps embeddings within its budget and hands the rest over on the host: with room for one of two
+ * images, one request reads kept spans and the other host spans, and both equal their solo runs; all kept
+ * bytes come back when the requests end. */
+static void test_keep_budget(int32_t encode_threads)
+{
+    struct wk_sched_opts so = {.step_tokens = 6};
+    struct env v = env_open_enc(&k_cfg, &so, 1, encode_threads);
+    enum { L = 24, T = 5 };
+    wk_engine_set_media_keep(v.e, (int64_t)T * k_cfg.hidden * (int64_t)sizeof(float));
+    int32_t ids[2][L];
+    float media_first[2][L];
+    struct rec *r[2];
+    fake_engine_set_encode_delay(v.e, 20000); /* both encodes outlast the first prefill chunk */
+    fake_engine_set_delay(v.e, 3000);         /* and the first request decodes while the second encodes */
+    for (int q = 0; q < 2; q++) {
+        mkprompt(ids[q], L, 31 + q, 64);
+        nan_fill(media_first[q], L);
+        struct wk_media_item it = image_item(ids[q], media_first[q], 3 + q, T, 0.5f + (float)q);
+        r[q] = rec_new();
+        char id[8];
+        snprintf(id, sizeof id, "kb%d", q);
+        CHECK(submit(&v, media_req(id, ids[q], L, 30, &it, 1, 512), r[q]) == MM_OK);
+    }
+    for (int q = 0; q < 2; q++) {
+        CHECK(rec_wait_end(r[q], 5000) == 0);
+        CHECK_EQ_INT(r[q]->status, MM_OK);
+        check_solo_media(r[q], 0, ids[q], L, media_first[q], 30);
+        rec_free(r[q]);
+    }
+    const struct fake_stats *st = fake_engine_stats(v.e);
+    CHECK_MSG(fake_engine_stat(v.e, &st->kept_spans) >= 1 && fake_engine_stat(v.e, &st->host_spans) >= 1,
+              "%lld kept spans, %lld host spans", (long long)fake_engine_stat(v.e, &st->kept_spans),
+              (long long)fake_engine_stat(v.e, &st->host_spans));
+    CHECK_EQ_INT(wait_stat_down(&v, &st->kept_bytes, 2000), 0);
     env_close(&v);
 }
 
@@ -456,6 +511,8 @@ int main(void)
 {
     test_placement(0);
     test_placement(1);
+    test_keep_budget(0);
+    test_keep_budget(1);
     test_steps_continue(0);
     test_steps_continue(1);
     test_prefix_prefilled_meanwhile();
