@@ -167,7 +167,7 @@ static void run_media(struct wk_engine *e, const float *rows, int64_t nt, int mo
         const int64_t lo = o > KAT ? o : KAT, hi = o + k < KAT + nt ? o + k : KAT + nt;
         struct wk_embed_span sp = {(int32_t)(lo - o), (int32_t)(hi - lo), rows + (lo - KAT) * He, mode == 2};
         memset(use, 0, sizeof use);
-        for (int64_t i = lo; i < hi; i++) {
+        for (int64_t i = lo; i < hi && mode == 0; i++) { /* kept rows (mode 2) may be device memory */
             use[i - o] = 1;
             memcpy(emb + (i - o) * He, rows + (i - KAT) * He, sizeof(float) * (size_t)He);
         }
