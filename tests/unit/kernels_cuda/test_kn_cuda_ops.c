@@ -751,6 +751,20 @@ static void attn_full_case(int64_t n, int32_t heads, int32_t hd, int tc)
         float *all8 = dl_f32(o_d, tot);
         CHECK_MSG(!memcmp(all8, got, sizeof(float) * tot), "%s: head_dim's k-steps differ from all 8", what);
         free(all8);
+        /* CTAs of 2, 3, 4, 8 warps instead of 6: every warp folds the keys in the same order, same bits */
+        static const char *const ws_w[] = {"2", "3", "4", "8"};
+        for (int wi = 0; wi < 4; wi++) {
+            setenv("KN_CUDA_ATTN_FULL_W", ws_w[wi], 1);
+            kn_cuda_knobs_reload();
+            OK(kn_cuda_attn_full_tc(q_d, k_d, v_d, stride, n, heads, hd, scale, o_d, stride, ws, wsb, 0,
+                                    &err));
+            float *gw = dl_f32(o_d, tot);
+            CHECK_MSG(!memcmp(gw, got, sizeof(float) * tot), "%s: CTAs of %s warps differ from 6", what,
+                      ws_w[wi]);
+            free(gw);
+        }
+        unsetenv("KN_CUDA_ATTN_FULL_W");
+        kn_cuda_knobs_reload();
     }
     free(got), free(q), free(k), free(v), free(ref), free(scr);
     cudaFree(q_d), cudaFree(k_d), cudaFree(v_d), cudaFree(o_d), cudaFree(ws);
