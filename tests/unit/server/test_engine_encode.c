@@ -90,20 +90,29 @@ static void *encode_main(void *p)
     return NULL;
 }
 
+/* A bf16 image (what the gateway sends) of gh x gw patches valued sin(i f); *px receives its pixels. */
+static struct wk_media bf16_image(int64_t gh, int64_t gw, double f, uint16_t **px)
+{
+    const int64_t n = gh * gw, row = 3 * 2 * 14 * 14;
+    uint16_t *p = malloc(sizeof(uint16_t) * (size_t)(n * row));
+    for (int64_t i = 0; p && i < n * row; i++) p[i] = mm_f32_to_bf16((float)sin((double)i * f));
+    *px = p;
+    return (struct wk_media){.kind = 0,
+                             .dtype = MM_DT_BF16,
+                             .pixels = p,
+                             .n_rows = n,
+                             .row_len = row,
+                             .grid_t = 1,
+                             .grid_h = gh,
+                             .grid_w = gw};
+}
+
 static void test_concurrent(void)
 {
     /* a 32 x 32 patch image: 1,024 patches, 256 embeddings */
-    const int64_t gh = 32, gw = 32, n = gh * gw, row = 3 * 2 * 14 * 14;
-    uint16_t *px = malloc(sizeof(uint16_t) * (size_t)(n * row));
-    for (int64_t i = 0; i < n * row; i++) px[i] = mm_f32_to_bf16((float)sin((double)i * 0.013));
-    const struct wk_media m = {.kind = 0,
-                               .dtype = MM_DT_BF16,
-                               .pixels = px,
-                               .n_rows = n,
-                               .row_len = row,
-                               .grid_t = 1,
-                               .grid_h = gh,
-                               .grid_w = gw};
+    const int64_t n = 32 * 32;
+    uint16_t *px = NULL;
+    const struct wk_media m = bf16_image(32, 32, 0.013, &px);
     struct mm_err err = {0};
     float *want = NULL;
     int64_t nt = 0;
@@ -187,19 +196,11 @@ static void run_media(struct wk_engine *e, const float *rows, int64_t nt, int mo
  * keeps them (its vision context's memory, or its own when it has none). */
 static void test_kept(struct wk_engine *e, int32_t place)
 {
-    const int64_t gh = 16, gw = 16, n = gh * gw, row = 3 * 2 * 14 * 14;
+    const int64_t n = 16 * 16;
     const int64_t He = wk_engine_info(e)->hidden_size;
     const int32_t Ve = wk_engine_info(e)->vocab_size, chunks = (KP + KC - 1) / KC;
-    uint16_t *px = malloc(sizeof(uint16_t) * (size_t)(n * row));
-    for (int64_t i = 0; i < n * row; i++) px[i] = mm_f32_to_bf16((float)cos((double)i * 0.011));
-    const struct wk_media m = {.kind = 0,
-                               .dtype = MM_DT_BF16,
-                               .pixels = px,
-                               .n_rows = n,
-                               .row_len = row,
-                               .grid_t = 1,
-                               .grid_h = gh,
-                               .grid_w = gw};
+    uint16_t *px = NULL;
+    const struct wk_media m = bf16_image(16, 16, 0.011, &px);
     struct mm_err err = {0};
     float *want = NULL;
     int64_t nt = 0;
