@@ -34,6 +34,7 @@
 /* upload / download of this many bytes or more go through a pinned buffer of WK_CUDA_BOUNCE bytes */
 #define WK_CUDA_BOUNCE_MIN (1 << 20)
 #define WK_CUDA_BOUNCE (8 << 20)
+#define WK_CUDA_BOUNCE_SLOTS 8 /* 1 MB chunks in flight (copy_bounced) */
 
 struct wk_weight {
     int64_t rows, cols;
@@ -87,7 +88,9 @@ struct cuda_be {
     int32_t dl_rows;    /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
     void *dl_host;      /* its pinned staging */
     size_t dl_cap;
-    void *bounce;    /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
+    void *bounce; /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
+    cudaEvent_t bounce_ev[WK_CUDA_BOUNCE_SLOTS]; /* the last copy through each slot of it */
+    int32_t bounce_ring; /* chunks pipelined through it (MMGW_CUDA_BOUNCE_RING=0: staged whole) */
     int32_t lt_bias; /* biased products with the bias in cuBLASLt's epilogue (MMGW_CUDA_LT_BIAS=0: a pass) */
     int32_t widen;   /* upload_typed widens 16-bit values on the device (MMGW_CUDA_WIDEN=0: on the host) */
     int32_t argmax;  /* argmax_rows on the device (MMGW_CUDA_ARGMAX=0: the rows downloaded, host argmax) */
@@ -251,20 +254,72 @@ static void cu_free(void *ctx, float *p)
     dev_free(ctx, p);
 }
 
-/* A copy that is done when it returns: large ones through the pinned bounce buffer on this context's stream;
- * otherwise the main context's on the legacy stream (ordered after its blocking stream's work), a vision
- * context's on its own stream. */
+/* The pinned bounce buffer as a ring of WK_CUDA_BOUNCE_SLOTS slots, each with the event of the last copy that
+ * used it (allocated together, at the first large copy). */
+static int32_t bounce_ready(struct cuda_be *c)
+{
+    if (c->bounce) return 1;
+    if (cudaMallocHost(&c->bounce, WK_CUDA_BOUNCE) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->bounce = NULL;
+        return 0;
+    }
+    for (int i = 0; i < WK_CUDA_BOUNCE_SLOTS; i++)
+        if (cudaEventCreateWithFlags(&c->bounce_ev[i], cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            while (i > 0) cudaEventDestroy(c->bounce_ev[--i]);
+            cudaFreeHost(c->bounce);
+            c->bounce = NULL;
+            return 0;
+        }
+    return 1;
+}
+
+/* A large copy through the bounce ring in slot-sized chunks, the host's memcpy of one chunk overlapping the
+ * DMA of the others: up, chunk i is staged once the DMA that last read its slot is done, then sent; down,
+ * every chunk is fetched as soon as its slot is free and copied out one chunk behind. The sequential version
+ * (stage all 8 MB, send, wait) paid the memcpy and the DMA one after the other. */
+static cudaError_t copy_bounced(struct cuda_be *c, void *dst, const void *src, size_t bytes, int up)
+{
+    const size_t slot = WK_CUDA_BOUNCE / WK_CUDA_BOUNCE_SLOTS;
+    const size_t n = (bytes + slot - 1) / slot;
+    const enum cudaMemcpyKind kind = up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < n + 1 && e == cudaSuccess; i++) {
+        if (i < n) { /* chunk i into / out of slot i % SLOTS */
+            const size_t off = i * slot, len = bytes - off < slot ? bytes - off : slot;
+            char *buf = (char *)c->bounce + (i % WK_CUDA_BOUNCE_SLOTS) * slot;
+            if (i >= WK_CUDA_BOUNCE_SLOTS) e = cudaEventSynchronize(c->bounce_ev[i % WK_CUDA_BOUNCE_SLOTS]);
+            if (e == cudaSuccess && up) memcpy(buf, (const char *)src + off, len);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(up ? (char *)dst + off : buf, up ? buf : (const char *)src + off, len,
+                                    kind, ST);
+            if (e == cudaSuccess) e = cudaEventRecord(c->bounce_ev[i % WK_CUDA_BOUNCE_SLOTS], ST);
+        }
+        if (!up && i >= 1 && e == cudaSuccess) { /* chunk i - 1 out, once its DMA is done */
+            const size_t k = i - 1, off = k * slot, len = bytes - off < slot ? bytes - off : slot;
+            e = cudaEventSynchronize(c->bounce_ev[k % WK_CUDA_BOUNCE_SLOTS]);
+            if (e == cudaSuccess)
+                memcpy((char *)dst + off, (char *)c->bounce + (k % WK_CUDA_BOUNCE_SLOTS) * slot, len);
+        }
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(ST); /* done when it returns, and every slot free */
+    return e;
+}
+
+/* A copy that is done when it returns: large ones through the pinned bounce ring on this context's stream
+ * (MMGW_CUDA_BOUNCE_RING=0: the whole buffer staged at once, then sent, as before); otherwise the main
+ * context's on the legacy stream (ordered after its blocking stream's work), a vision context's on its own
+ * stream. */
 static cudaError_t copy(struct cuda_be *c, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
 {
     /* large copies through pinned memory in chunks: a pageable copy of an encode's 14 MB of embeddings took
      * 12.6 ms of host time (encode_bench, op timing) */
-    if (bytes >= WK_CUDA_BOUNCE_MIN && !c->bounce &&
-        cudaMallocHost(&c->bounce, WK_CUDA_BOUNCE) != cudaSuccess)
-        (void)cudaGetLastError(), c->bounce = NULL;
-    if (bytes >= WK_CUDA_BOUNCE_MIN && c->bounce) {
+    if (bytes >= WK_CUDA_BOUNCE_MIN && bounce_ready(c)) {
+        const int up = kind == cudaMemcpyHostToDevice;
+        if (c->bounce_ring) return copy_bounced(c, dst, src, bytes, up);
         for (size_t off = 0; off < bytes; off += WK_CUDA_BOUNCE) {
             const size_t len = bytes - off < WK_CUDA_BOUNCE ? bytes - off : WK_CUDA_BOUNCE;
-            const int up = kind == cudaMemcpyHostToDevice;
             if (up) memcpy(c->bounce, (const char *)src + off, len);
             cudaError_t e = cudaMemcpyAsync(up ? (char *)dst + off : c->bounce,
                                             up ? c->bounce : (const char *)src + off, len, kind, ST);
@@ -1885,7 +1940,10 @@ static void cu_destroy(void *ctx)
     }
     free_cache(c);
     if (c->dl_host) cudaFreeHost(c->dl_host);
-    if (c->bounce) cudaFreeHost(c->bounce);
+    if (c->bounce) {
+        for (int i = 0; i < WK_CUDA_BOUNCE_SLOTS; i++) cudaEventDestroy(c->bounce_ev[i]);
+        cudaFreeHost(c->bounce);
+    }
     struct dbuf *all[] = {&c->small_ws, &c->meta,   &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
                           &c->ws,       &c->sel,    &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
                           &c->m_wts,    &c->m_off,  &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
@@ -2024,6 +2082,8 @@ static void read_knobs(struct cuda_be *c)
     c->lt_bias = !(lb && !strcmp(lb, "0"));
     const char *wd = getenv("MMGW_CUDA_WIDEN");
     c->widen = !(wd && !strcmp(wd, "0"));
+    const char *br = getenv("MMGW_CUDA_BOUNCE_RING");
+    c->bounce_ring = !(br && !strcmp(br, "0"));
 }
 
 /* A context with its stream (flags: cudaStreamDefault or cudaStreamNonBlocking; top: the device's greatest
