@@ -193,15 +193,29 @@ int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, fl
     return wk_engine_encode_media_cancellable(e, m, NULL, embeds, n_tokens, err);
 }
 
+/* An encode on the vision context when there is one (encodes serialized among themselves), else on the
+ * engine's own; keep as wk_vision_encode_on. */
+static int32_t encode(struct wk_engine *e, const struct wk_media *m, const int32_t *cancel, int32_t keep,
+                      float **embeds, int64_t *n_tokens, struct mm_err *err)
+{
+    if (!e->has_venc) return wk_vision_encode_on(e, &e->be, m, cancel, keep, embeds, n_tokens, err);
+    pthread_mutex_lock(&e->venc_mu);
+    int32_t rc = wk_vision_encode_on(e, &e->venc, m, cancel, keep, embeds, n_tokens, err);
+    pthread_mutex_unlock(&e->venc_mu);
+    return rc;
+}
+
 int32_t wk_engine_encode_media_cancellable(struct wk_engine *e, const struct wk_media *m,
                                            const int32_t *cancel, float **embeds, int64_t *n_tokens,
                                            struct mm_err *err)
 {
-    if (!e->has_venc) return wk_vision_encode_on(e, &e->be, m, cancel, 0, embeds, n_tokens, err);
-    pthread_mutex_lock(&e->venc_mu);
-    int32_t rc = wk_vision_encode_on(e, &e->venc, m, cancel, 0, embeds, n_tokens, err);
-    pthread_mutex_unlock(&e->venc_mu);
-    return rc;
+    return encode(e, m, cancel, 0, embeds, n_tokens, err);
+}
+
+/* Bytes of n_tokens embeddings: what a kept result counts against the budget. */
+static int64_t embeds_bytes(const struct wk_engine *e, int64_t n_tokens)
+{
+    return n_tokens * e->cfg.text.hidden * (int64_t)sizeof(float);
 }
 
 /* Kept embeddings need the engine's context to copy from them and to free them (a vision context's memory
@@ -213,18 +227,14 @@ int32_t wk_engine_encode_media_kept(struct wk_engine *e, const struct wk_media *
     *out = (struct wk_embeds){0};
     const struct wk_backend_iface *B = e->be.iface;
     const int64_t mm = (int64_t)e->cfg.vision.merge * e->cfg.vision.merge;
-    const int64_t bytes =
-        mm > 0 && m->n_rows > 0 ? m->n_rows / mm * e->cfg.text.hidden * (int64_t)sizeof(float) : 0;
+    const int64_t bytes = mm > 0 && m->n_rows > 0 ? embeds_bytes(e, m->n_rows / mm) : 0;
     int32_t keep = B->copy && (!e->has_venc || B->free_vision) && bytes > 0 && e->keep_cap > 0;
     if (keep && __atomic_add_fetch(&e->kept, bytes, __ATOMIC_RELAXED) > e->keep_cap) {
         __atomic_sub_fetch(&e->kept, bytes, __ATOMIC_RELAXED);
         keep = 0;
     }
     /* the same n_tokens x hidden floats as reserved: the tower makes n_rows / merge^2 of them */
-    const struct wk_be *be = e->has_venc ? &e->venc : &e->be;
-    if (e->has_venc) pthread_mutex_lock(&e->venc_mu);
-    int32_t rc = wk_vision_encode_on(e, be, m, cancel, keep, &out->data, &out->n_tokens, err);
-    if (e->has_venc) pthread_mutex_unlock(&e->venc_mu);
+    int32_t rc = encode(e, m, cancel, keep, &out->data, &out->n_tokens, err);
     if (rc != MM_OK) {
         if (keep) __atomic_sub_fetch(&e->kept, bytes, __ATOMIC_RELAXED);
         *out = (struct wk_embeds){0};
@@ -248,8 +258,7 @@ void wk_engine_embeds_free(struct wk_engine *e, struct wk_embeds *x)
             B->free_vision(e->be.ctx, x->data);
         else
             B->free(e->be.ctx, x->data);
-        __atomic_sub_fetch(&e->kept, x->n_tokens * e->cfg.text.hidden * (int64_t)sizeof(float),
-                           __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&e->kept, embeds_bytes(e, x->n_tokens), __ATOMIC_RELAXED);
     }
     *x = (struct wk_embeds){0};
 }
