@@ -4,7 +4,7 @@
  * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
  *
  *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]] [--prof-raw timestamps.tsv]
- *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8
+ *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8 skinny experts
  */
 #include <math.h>
 #include <stdint.h>
@@ -2443,6 +2443,133 @@ static void bench_skinny(void)
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
+/* MoE expert products of a prefill: the wgmma grouped launch against the host-grouped cuBLAS route        */
+
+#define EX_SETS 8
+struct experts_arg {
+    struct kn_cuda_blas *bl;
+    int32_t E, K, H, I;
+    int64_t pairs;
+    int32_t *off_d[EX_SETS], *off_h; /* rotated offsets: a prompt's routing differs from the last one's */
+    void **tab_d, **tab_h;           /* [3][E] bf16 weights: gate, up, down */
+    void *maps_gu, *maps_dn;         /* their tensor maps */
+    uint16_t *x, *act;               /* [pairs][H] expert-sorted rows; [pairs][I] activations */
+    float *g, *u, *eo;
+    int route; /* 0 wgmma with TMA loads, 1 wgmma with cp.async loads, 2 host-grouped cuBLAS (what the backend
+                  did), 3 the same with one routing every call, 4 one cuBLAS product of all rows */
+};
+
+static void run_experts(void *p, int it)
+{
+    struct experts_arg *a = (struct experts_arg *)p;
+    const int64_t P = a->pairs;
+    const int32_t *off_d = a->off_d[a->route == 3 ? 0 : it % EX_SETS];
+    if (a->route <= 1) {
+        const void *mg = a->route == 0 ? a->maps_gu : NULL, *md = a->route == 0 ? a->maps_dn : NULL;
+        KC(kn_cuda_gemm_experts_bf16(a->E, off_d, P, a->I, a->H, a->x, a->H, (const void *const *)a->tab_d,
+                                     (const void *const *)a->tab_d + a->E, mg,
+                                     mg ? (const uint8_t *)mg + (size_t)a->E * KN_CUDA_TMAP_BYTES : NULL,
+                                     a->g, a->u, a->I, 0, &g_err));
+        KC(kn_cuda_swiglu(a->g, a->u, a->I, P, a->I, 1.702f, 7.0f, a->act, a->I, 1, 0, &g_err));
+        KC(kn_cuda_gemm_experts_bf16(a->E, off_d, P, a->H, a->I, a->act, a->I,
+                                     (const void *const *)a->tab_d + 2 * a->E, NULL, md, NULL, a->eo, NULL,
+                                     a->H, 0, &g_err));
+    } else if (a->route <= 3) {
+        int32_t *off = a->off_h + a->E + 1; /* read back as the backend did: one sync */
+        CK(cudaMemcpy(off, off_d, sizeof(int32_t) * (size_t)(a->E + 1), cudaMemcpyDeviceToHost));
+        for (int32_t e = 0; e < a->E; e++) {
+            const int64_t r0 = off[e], cnt = off[e + 1] - r0;
+            if (cnt <= 0) continue;
+            KC(kn_cuda_gemm_bf16(a->bl, cnt, a->I, a->H, a->x + r0 * a->H, a->H, a->tab_h[e], a->H, 0.0f,
+                                 a->g + r0 * a->I, a->I, 0, &g_err));
+            KC(kn_cuda_gemm_bf16(a->bl, cnt, a->I, a->H, a->x + r0 * a->H, a->H, a->tab_h[a->E + e], a->H,
+                                 0.0f, a->u + r0 * a->I, a->I, 0, &g_err));
+            KC(kn_cuda_swiglu(a->g + r0 * a->I, a->u + r0 * a->I, a->I, cnt, a->I, 1.702f, 7.0f,
+                              a->act + r0 * a->I, a->I, 1, 0, &g_err));
+            KC(kn_cuda_gemm_bf16(a->bl, cnt, a->H, a->I, a->act + r0 * a->I, a->I, a->tab_h[2 * a->E + e],
+                                 a->I, 0.0f, a->eo + r0 * a->H, a->H, 0, &g_err));
+        }
+    } else { /* every row against expert 0: the same FLOPs in three whole products (a ceiling, not a route) */
+        KC(kn_cuda_gemm_bf16(a->bl, P, a->I, a->H, a->x, a->H, a->tab_h[0], a->H, 0.0f, a->g, a->I, 0,
+                             &g_err));
+        KC(kn_cuda_gemm_bf16(a->bl, P, a->I, a->H, a->x, a->H, a->tab_h[a->E], a->H, 0.0f, a->u, a->I, 0,
+                             &g_err));
+        KC(kn_cuda_swiglu(a->g, a->u, a->I, P, a->I, 1.702f, 7.0f, a->act, a->I, 1, 0, &g_err));
+        KC(kn_cuda_gemm_bf16(a->bl, P, a->H, a->I, a->act, a->I, a->tab_h[2 * a->E], a->I, 0.0f, a->eo, a->H,
+                             0, &g_err));
+    }
+}
+
+static void bench_experts(void)
+{
+    printf("== MoE expert products of a prefill (gate + up, SwiGLU, down): wgmma grouped vs host-grouped "
+           "cuBLAS\n");
+    /* E, top-k, hidden, expert MLP: the synthetic MoE models of model_bench (16 and 64 experts); 256 small
+     * experts; 32 large ones */
+    static const int32_t cfgs[][4] = {
+        {16, 4, 4096, 1024}, {64, 8, 4096, 512}, {256, 8, 3072, 1536}, {32, 2, 6144, 9216}};
+    static const int64_t toks[] = {256, 2048, 8192};
+    static const char *names[] = {"wgmma grouped, TMA", "wgmma grouped, cp.async", "host-grouped cuBLAS",
+                                  "host-grouped cuBLAS, one routing", "one cuBLAS product (ceiling)"};
+    struct experts_arg a;
+    memset(&a, 0, sizeof a);
+    KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        a.E = cfgs[ci][0], a.K = cfgs[ci][1], a.H = cfgs[ci][2], a.I = cfgs[ci][3];
+        const int64_t wbytes = (int64_t)a.H * a.I * 2;
+        uint16_t *w = (uint16_t *)dmalloc((size_t)(3 * a.E * wbytes));
+        fill_bf16(w, 3 * a.E * wbytes / 2, 101 + ci, 0.02f);
+        a.tab_h = (void **)hmalloc(sizeof(void *) * 3 * (size_t)a.E);
+        for (int32_t e = 0; e < 3 * a.E; e++) a.tab_h[e] = (uint8_t *)w + e * wbytes;
+        a.tab_d = (void **)upload(a.tab_h, sizeof(void *) * 3 * (size_t)a.E);
+        KC(kn_cuda_experts_maps_create((const void *const *)a.tab_h, 2 * a.E, a.I, a.H, &a.maps_gu, &g_err));
+        KC(kn_cuda_experts_maps_create((const void *const *)a.tab_h + 2 * a.E, a.E, a.H, a.I, &a.maps_dn,
+                                       &g_err));
+        for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
+            const int64_t T = g_quick ? toks[ti] / 8 : toks[ti];
+            a.pairs = T * a.K;
+            /* each pair's expert uniform at random (trained routers are less even), a new draw per set */
+            a.off_h = (int32_t *)hmalloc(sizeof(int32_t) * 2 * (size_t)(a.E + 1));
+            for (int set = 0; set < EX_SETS; set++) {
+                memset(a.off_h, 0, sizeof(int32_t) * (size_t)(a.E + 1));
+                for (int64_t p = 0; p < a.pairs; p++) a.off_h[1 + rnd() % (uint64_t)a.E]++;
+                for (int32_t e = 0; e < a.E; e++) a.off_h[e + 1] += a.off_h[e];
+                a.off_d[set] = (int32_t *)upload(a.off_h, sizeof(int32_t) * (size_t)(a.E + 1));
+            }
+            a.x = (uint16_t *)dmalloc((size_t)(a.pairs * a.H * 2));
+            a.act = (uint16_t *)dmalloc((size_t)(a.pairs * a.I * 2));
+            a.g = (float *)dmalloc(sizeof(float) * (size_t)(a.pairs * a.I));
+            a.u = (float *)dmalloc(sizeof(float) * (size_t)(a.pairs * a.I));
+            a.eo = (float *)dmalloc(sizeof(float) * (size_t)(a.pairs * a.H));
+            fill_bf16(a.x, a.pairs * a.H, 202 + ti, 1.0f);
+            const double flops = 2.0 * (double)a.pairs * 3.0 * a.H * a.I;
+            char cfg[128];
+            snprintf(cfg, sizeof cfg, "%d experts top-%d, hidden %d, expert MLP %d, %lld tokens", a.E, a.K,
+                     a.H, a.I, (long long)T);
+            double ms[5];
+            for (int pass = 0; pass < 2; pass++) /* the later pass counts: the first warms every route */
+                for (int r = 0; r < 5; r++) {
+                    a.route = r;
+                    ms[r] = time_ms(run_experts, &a, 2, g_quick ? 3 : 16);
+                }
+            for (int r = 0; r < 5; r++) {
+                printf("  %-62s %-34s %9.3f ms %7.1f TFLOP/s\n", cfg, names[r], ms[r],
+                       flops / (ms[r] * 1e-3) / 1e12);
+                emit("experts", cfg, names[r], flops / (ms[r] * 1e-3) / 1e12, "TFLOP/s");
+            }
+            emit("experts", cfg, "wgmma TMA vs host-grouped", ms[2] / ms[0], "x");
+            for (int set = 0; set < EX_SETS; set++) cudaFree(a.off_d[set]);
+            cudaFree(a.x), cudaFree(a.act), cudaFree(a.g), cudaFree(a.u), cudaFree(a.eo);
+            free(a.off_h);
+        }
+        cudaFree(w), cudaFree(a.tab_d);
+        kn_cuda_experts_maps_free(a.maps_gu), kn_cuda_experts_maps_free(a.maps_dn);
+        free(a.tab_h);
+    }
+    kn_cuda_blas_destroy(a.bl);
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
 
 static int want(const char *only, const char *name)
 {
@@ -2471,9 +2598,10 @@ int main(int argc, char **argv)
                 return 1;
             }
         } else {
-            fprintf(stderr,
-                    "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
-                    "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny,select8]\n");
+            fprintf(
+                stderr,
+                "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
+                "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny,select8,experts]\n");
             return 2;
         }
     }
@@ -2511,6 +2639,7 @@ int main(int argc, char **argv)
     if (want(only, "fp8agree")) bench_fp8_agree();
     if (want(only, "select8")) bench_select_fp8();
     if (want(only, "skinny")) bench_skinny();
+    if (want(only, "experts")) bench_experts();
     /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer, "layerprof"
      * runs only the timestamp profile */
     if (want(only, "tail")) bench_tail();

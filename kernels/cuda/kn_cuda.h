@@ -404,6 +404,27 @@ int32_t kn_cuda_gemm_small_experts_bf16(int32_t n_exp, const int32_t *off, int64
                                         const void *const *w_b, float *y_a, float *y_b, int64_t ldy,
                                         cudaStream_t stream, struct mm_err *err);
 int kn_cuda_gemm_small_experts_ok(int64_t cols, int64_t ldx);
+/** MoE products of a prefill grouped by expert without the host (kn_gemm_experts.cu, wgmma): for each
+ * expert e < n_exp, rows off[e] .. off[e + 1] (device offsets, kn_cuda_moe_sort; off[n_exp] <= n) of
+ * y_a = x . W^T with W = w_a[e] (device table of bf16 [rows][cols] pointers, 16-byte aligned), and of y_b
+ * from w_b[e] when w_b is not NULL (gate and up in one launch). x bf16 rows (stride ldx) in expert order, f32
+ * sums in y (stride ldy, even). One persistent launch over tiles of 128 routed rows x 256 weight rows;
+ * needs kn_cuda_gemm_experts_ok(n_exp, rows, cols, ldx) (at most 512 experts, rows a multiple of 8, cols of
+ * 64) and sm_90a. maps_a / maps_b: the same weights' tensor maps (kn_cuda_experts_maps_create; NULL: the
+ * operands are loaded with cp.async instead of TMA; the sums are the same bits). */
+int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows, int64_t cols,
+                                  const uint16_t *x, int64_t ldx, const void *const *w_a,
+                                  const void *const *w_b, const void *maps_a, const void *maps_b, float *y_a,
+                                  float *y_b, int64_t ldy, cudaStream_t stream, struct mm_err *err);
+/** Bytes of one tensor map in a kn_cuda_experts_maps_create array. */
+#define KN_CUDA_TMAP_BYTES 128
+/** Device tensor maps (*maps, n x KN_CUDA_TMAP_BYTES) of n bf16 weights [rows][cols] (w: host array of their
+ * device addresses, 16-byte aligned) for kn_cuda_gemm_experts_bf16; MM_UNSUPPORTED where the driver makes
+ * none. Free with kn_cuda_experts_maps_free. */
+int32_t kn_cuda_experts_maps_create(const void *const *w, int32_t n, int64_t rows, int64_t cols, void **maps,
+                                    struct mm_err *err);
+void kn_cuda_experts_maps_free(void *maps);
+int kn_cuda_gemm_experts_ok(int32_t n_exp, int64_t rows, int64_t cols, int64_t ldx);
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows

@@ -1350,6 +1350,100 @@ static void test_gemm_small_experts(int64_t cols)
     cudaFree(off_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
 }
 
+/* MoE prefill products grouped by expert on the device with wgmma (kn_cuda_gemm_experts_bf16): experts with
+ * 0, 1, 7, 64 (the second warpgroup has no rows), 65, 130 and 300 rows (row tiles of 128 cut anywhere),
+ * weights of 384 rows (the second 256-row tile half empty) and 264 (not a multiple of 128), inner dimensions
+ * of 192 and 128 (3 and 2 k-slices), gate and up from two tables in one launch, then one table; 300 experts
+ * of 0-9 rows (the tile prefix over every lane of the scan). Against the CPU products of the bf16 operands;
+ * rows of y past the experts' rows and columns past the weight's rows stay untouched. */
+static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t cols, int tables)
+{
+    int32_t *off = ct_hmalloc(sizeof(int32_t) * (size_t)(E + 1));
+    off[0] = 0;
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + cnt[e];
+    const int64_t P = off[E], n = P + 5, ldx = cols + 8, ldy = rows + 2;
+    float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+    uint16_t *xb = ct_hmalloc(sizeof(uint16_t) * n * ldx);
+    ct_fill_normal(x, n * ldx, 1.0f);
+    ct_to_bf16(x, xb, n * ldx);
+    for (int64_t p = 0; p < n; p++)
+        for (int64_t k = 0; k < cols; k++) xr[p * cols + k] = ct_bf16_round(x[p * ldx + k]);
+    struct expert_tabs et;
+    expert_tabs_make(&et, E, rows, cols);
+    int32_t *off_d = ct_upload(off, sizeof(int32_t) * (size_t)(E + 1));
+    uint16_t *x_d = ct_upload(xb, sizeof(uint16_t) * n * ldx);
+    float *y_d[2] = {ct_dmalloc(sizeof(float) * n * ldy), ct_dmalloc(sizeof(float) * n * ldy)};
+    float *ref = ct_hmalloc(sizeof(float) * P * rows), *g2 = ct_hmalloc(sizeof(float) * P * rows);
+    /* the weights' tensor maps: the TMA loads (the first call), then without them the cp.async loads */
+    const void **wh = ct_hmalloc(sizeof(void *) * 2 * (size_t)E);
+    for (int e = 0; e < 2 * E; e++) wh[e] = (const uint16_t *)et.w_d + (int64_t)e * rows * cols;
+    void *maps = NULL;
+    OK(kn_cuda_experts_maps_create(wh, 2 * E, rows, cols, &maps, &err));
+    float *tma[2] = {NULL, NULL};
+    for (int pass = 0; pass < 2; pass++) {
+        for (int h = 0; h < 2; h++) /* NaN again: the second pass must write every row itself */
+            CHECK(cudaMemset(y_d[h], 0xff, sizeof(float) * n * ldy) == cudaSuccess);
+        OK(kn_cuda_gemm_experts_bf16(
+            E, off_d, n, rows, cols, x_d, ldx, (const void *const *)et.tab_d,
+            tables == 2 ? (const void *const *)et.tab_d + E : NULL, pass ? NULL : maps,
+            pass || tables == 1 ? NULL : (const uint8_t *)maps + (size_t)E * KN_CUDA_TMAP_BYTES, y_d[0],
+            tables == 2 ? y_d[1] : NULL, ldy, 0, &err));
+        for (int half = 0; half < tables; half++) {
+            for (int e = 0; e < E; e++)
+                if (cnt[e])
+                    kn_sgemm_nt(cnt[e], rows, cols, xr + (int64_t)off[e] * cols, cols,
+                                et.w + ((int64_t)half * E + e) * rows * cols, cols, 0.0f, ref + off[e] * rows,
+                                rows);
+            float *got = dl_f32(y_d[half], n * ldy);
+            int untouched = 1;
+            for (int64_t p = 0; p < n; p++) {
+                if (p < P) memcpy(g2 + p * rows, got + p * ldy, sizeof(float) * rows);
+                for (int64_t r = p < P ? rows : 0; r < ldy; r++) untouched &= isnan(got[p * ldy + r]);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "gemm experts, %d experts %lldx%lld, %s, %s", E, (long long)rows,
+                     (long long)cols,
+                     tables == 1 ? "one table"
+                     : half      ? "second table"
+                                 : "first table",
+                     pass ? "cp.async" : "TMA");
+            expect_close(what, g2, ref, P * rows, 1e-5);
+            CHECK_MSG(untouched, "%s: wrote outside its rows", what);
+            if (!pass)
+                tma[half] = got;
+            else {
+                CHECK_MSG(!memcmp(got, tma[half], sizeof(float) * n * ldy), "%s: not the TMA loads' bits",
+                          what);
+                free(got), free(tma[half]);
+            }
+        }
+    }
+    kn_cuda_experts_maps_free(maps);
+    free(wh);
+    free(off), free(x), free(xr), free(xb), free(ref), free(g2);
+    expert_tabs_free(&et);
+    cudaFree(off_d), cudaFree(x_d), cudaFree(y_d[0]), cudaFree(y_d[1]);
+}
+
+static void test_gemm_experts(void)
+{
+    const int32_t cnt[8] = {0, 1, 130, 64, 65, 300, 0, 7};
+    gemm_experts_case(8, cnt, 384, 192, 2);
+    gemm_experts_case(8, cnt, 264, 128, 1);
+    int32_t many[300];
+    for (int e = 0; e < 300; e++) many[e] = (int32_t)(ct_next() % 10);
+    gemm_experts_case(300, many, 256, 64, 2);
+    CHECK(kn_cuda_gemm_experts_ok(512, 264, 128, 128) && !kn_cuda_gemm_experts_ok(513, 264, 128, 128) &&
+          !kn_cuda_gemm_experts_ok(8, 260, 128, 128) && !kn_cuda_gemm_experts_ok(8, 264, 96, 96) &&
+          !kn_cuda_gemm_experts_ok(8, 264, 128, 132));
+    struct mm_err e2 = {0};
+    CHECK(kn_cuda_gemm_experts_bf16(8, (const int32_t *)16, 10, 264, 96, (const uint16_t *)16, 96,
+                                    (const void *const *)16, NULL, NULL, NULL, (float *)16, NULL, 264, 0,
+                                    &e2) == MM_INVALID);
+    OK(kn_cuda_gemm_experts_bf16(0, NULL, 0, 264, 128, NULL, 128, NULL, NULL, NULL, NULL, NULL, NULL, 264, 0,
+                                 &err));
+}
+
 /* MoE decode products (kn_cuda_gemv_experts_bf16): n tokens x K experts each, every pair's expert weight
  * looked up in device tables; gate and up in one launch (x row = pair / K), then down on the pairs' own rows
  * (xdiv 1); and the combine in pair order (inv NULL). Against the CPU products of the rounded operands. */
@@ -1475,6 +1569,7 @@ int main(void)
     test_gemm_small();
     test_gemm_small_experts(512);
     test_gemm_small_experts(96); /* 3 k blocks: most warps get none */
+    test_gemm_experts();
     test_bad_args();
     CT_CU(cudaDeviceSynchronize());
     return test_done();

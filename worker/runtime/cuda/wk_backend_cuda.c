@@ -85,6 +85,8 @@ struct cuda_be {
                            many activation rows on (MMGW_CUDA_F32_STAGED; 0: one kn_cuda_gemv_f32 each) */
     int32_t rows_multi; /* linear_multi's same-shape bf16 pairs at 3-16 rows (gate/up) in one row-route launch
                            (MMGW_CUDA_ROWS_MULTI=0: one launch each) */
+    int32_t moe_wgmma;  /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
+                           MMGW_CUDA_MOE_WGMMA=0:  the host-grouped cuBLAS products) */
     int32_t dl_rows;    /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
     void *dl_host;      /* its pinned staging */
     size_t dl_cap;
@@ -122,7 +124,9 @@ struct cuda_be {
 
 struct moe_tab {
     const void *key;
-    void **d; /* device [3][n_experts] */
+    void **d;        /* device [3][n_experts] */
+    void *maps_gu;   /* device tensor maps of w1 | w3 ([2][n_experts]) for the wgmma route's TMA, or NULL */
+    void *maps_down; /* of w2 ([n_experts]) */
 };
 
 static void fail(struct cuda_be *c, const struct mm_err *e, const char *what)
@@ -1567,18 +1571,23 @@ static void cu_attn_layer(void *ctx, const struct wk_attn_layer *l)
  * the expert offsets to size one cuBLAS product per expert that got tokens. */
 static void moe_tables_free(struct cuda_be *c)
 {
-    for (int32_t i = 0; i < c->n_moe_tabs; i++) cudaFree(c->moe_tabs[i].d);
+    for (int32_t i = 0; i < c->n_moe_tabs; i++) {
+        cudaFree(c->moe_tabs[i].d);
+        kn_cuda_experts_maps_free(c->moe_tabs[i].maps_gu);
+        kn_cuda_experts_maps_free(c->moe_tabs[i].maps_down);
+    }
     free(c->moe_tabs);
     c->moe_tabs = NULL;
     c->n_moe_tabs = 0;
 }
 
-/* The device table of a MoE layer's expert weights (bf16 pointers of w1, w3, w2), built on first use; NULL
- * when an expert has no 16-byte aligned bf16 copy or out of memory (the host-grouped path then runs). */
-static void *const *moe_table(struct cuda_be *c, const struct wk_moe *m)
+/* The device table of a MoE layer's expert weights (bf16 pointers of w1, w3, w2), built on first use, with
+ * the weights' tensor maps where the wgmma expert products take them; NULL when an expert has no 16-byte
+ * aligned bf16 copy or out of memory (the host-grouped path then runs). */
+static const struct moe_tab *moe_table(struct cuda_be *c, const struct wk_moe *m)
 {
     for (int32_t i = 0; i < c->n_moe_tabs; i++)
-        if (c->moe_tabs[i].key == (const void *)m->w1) return c->moe_tabs[i].d;
+        if (c->moe_tabs[i].key == (const void *)m->w1) return &c->moe_tabs[i];
     const int32_t E = m->n_experts;
     void **h = malloc(sizeof(void *) * 3 * (size_t)E);
     struct moe_tab *t = realloc(c->moe_tabs, sizeof *t * (size_t)(c->n_moe_tabs + 1));
@@ -1603,12 +1612,26 @@ static void *const *moe_table(struct cuda_be *c, const struct wk_moe *m)
         d = NULL;
     }
     (void)cudaGetLastError();
+    struct moe_tab *nt = &c->moe_tabs[c->n_moe_tabs];
+    memset(nt, 0, sizeof *nt);
+    if (d && kn_cuda_gemm_experts_ok(E, m->inter, m->hidden, m->hidden) &&
+        kn_cuda_gemm_experts_ok(E, m->hidden, m->inter, m->inter)) {
+        struct mm_err e2 = {0}; /* no maps: the expert products load with cp.async */
+        if (kn_cuda_experts_maps_create((const void *const *)h, 2 * E, m->inter, m->hidden, &nt->maps_gu,
+                                        &e2) ||
+            kn_cuda_experts_maps_create((const void *const *)h + 2 * E, E, m->hidden, m->inter,
+                                        &nt->maps_down, &e2)) {
+            kn_cuda_experts_maps_free(nt->maps_gu);
+            nt->maps_gu = nt->maps_down = NULL;
+            (void)cudaGetLastError();
+        }
+    }
     free(h);
     if (!d) return NULL;
-    c->moe_tabs[c->n_moe_tabs].key = m->w1;
-    c->moe_tabs[c->n_moe_tabs].d = d;
+    nt->key = m->w1;
+    nt->d = d;
     c->n_moe_tabs++;
-    return d;
+    return nt;
 }
 
 /* Decode-sized MoE (few (token, expert) pairs): every step on the device, no host read, so it records and
@@ -1617,7 +1640,8 @@ static void *const *moe_table(struct cuda_be *c, const struct wk_moe *m)
  * roundings as the grouped path (x and the activation rounded to bf16 at the products, f32 sums). */
 struct a_moe_dev { /* both MoE routes without the host */
     const struct wk_weight *router, *bias;
-    void *const *tab; /* device [3][E] */
+    void *const *tab;                /* device [3][E] */
+    const void *maps_gu, *maps_down; /* their tensor maps (ex_moe_wgmma), or NULL */
     const float *x;
     float *out;
     int64_t n;
@@ -1707,6 +1731,48 @@ static void ex_moe_grouped(void *ctx, const void *args)
     moe_combine_out(c, a, eo, inv, wts, "moe (grouped)");
 }
 
+/* A prefill's MoE, still without the host: routed rows sorted by expert and gathered in bf16, then every
+ * expert's products in one persistent wgmma launch each (gate and up together, then down) that finds the
+ * experts' rows from the device offsets (kn_cuda_gemm_experts_bf16), one SwiGLU over all pairs, the combine.
+ * The host-grouped route it replaces read the offsets back (a sync per MoE layer) and launched 3 products and
+ * a SwiGLU per expert. Same roundings (x and the activation rounded to bf16 at the products, f32 sums); the
+ * sums' order is the kernel's, not cuBLAS's. */
+static void ex_moe_wgmma(void *ctx, const void *args)
+{
+    struct cuda_be *c = ctx;
+    const struct a_moe_dev *a = args;
+    struct mm_err e__ = {0};
+    const int64_t n = a->n, pairs = n * a->K;
+    const int32_t E = a->E;
+    float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
+    int32_t *ids = grow(c, &c->m_ids, sizeof(int32_t) * (size_t)pairs);
+    float *wts = grow(c, &c->m_wts, sizeof(float) * (size_t)pairs);
+    int32_t *off = grow(c, &c->m_off, sizeof(int32_t) * (size_t)(E + 1));
+    int32_t *perm = grow(c, &c->m_perm, sizeof(int32_t) * (size_t)pairs);
+    int32_t *inv = grow(c, &c->m_inv, sizeof(int32_t) * (size_t)pairs);
+    uint16_t *xs = grow(c, &c->m_x, sizeof(uint16_t) * (size_t)(pairs * a->H));
+    float *g = grow(c, &c->m_g, sizeof(float) * (size_t)(pairs * a->I));
+    float *u = grow(c, &c->m_u, sizeof(float) * (size_t)(pairs * a->I));
+    uint16_t *act = grow(c, &c->m_a, sizeof(uint16_t) * (size_t)(pairs * a->I));
+    float *eo = grow(c, &c->m_e, sizeof(float) * (size_t)(pairs * a->H));
+    if (!lg || !ids || !wts || !off || !perm || !inv || !xs || !g || !u || !act || !eo) return;
+    gemm(c, a->router, a->x, a->H, n, lg, E);
+    if (kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__) ||
+        kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__) ||
+        kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, 1, ST, &e__) ||
+        kn_cuda_gemm_experts_bf16(
+            E, off, pairs, a->I, a->H, xs, a->H, (const void *const *)a->tab, (const void *const *)a->tab + E,
+            a->maps_gu, a->maps_gu ? (const uint8_t *)a->maps_gu + (size_t)E * KN_CUDA_TMAP_BYTES : NULL, g,
+            u, a->I, ST, &e__) ||
+        kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 1, ST, &e__) ||
+        kn_cuda_gemm_experts_bf16(E, off, pairs, a->H, a->I, act, a->I, (const void *const *)a->tab + 2 * E,
+                                  NULL, a->maps_down, NULL, eo, NULL, a->H, ST, &e__)) {
+        fail(c, &e__, "moe (experts, wgmma)");
+        return;
+    }
+    moe_combine_out(c, a, eo, inv, wts, "moe (experts, wgmma)");
+}
+
 /* Most (token, expert) pairs that take the per-pair route: each pair reads its expert's weights, so once
  * tokens share experts the grouped products (each expert once, sized on the host) read less; at 64 pairs
  * over 16 experts (4x the bytes) the two measured level (bench/cuda/README.md "MoE decode") */
@@ -1720,8 +1786,9 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
     struct cuda_be *c = ctx;
     struct mm_err e__ = {0};
     if (n <= 0) return;
-    /* few pairs: per-pair products; more pairs of a decode-sized batch: grouped by expert on the device (a
-     * prefill stays on cuBLAS: the device-grouped products re-read the weights every 16 rows) */
+    /* few pairs: per-pair products; more pairs of a decode-sized batch: grouped by expert on the device
+     * (products that re-read the weights every 16 rows); more tokens (a prefill): the wgmma expert products
+     */
     wk_step_fn fn = NULL;
     if (!c->fp32 && (uintptr_t)x % 16 == 0) {
         if (c->gemv && n * m->topk <= MOE_PAIRS_MAX && kn_cuda_gemv_ok(1, m->hidden, m->hidden) &&
@@ -1731,12 +1798,18 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
                  kn_cuda_gemm_small_experts_ok(m->hidden, m->hidden) &&
                  kn_cuda_gemm_small_experts_ok(m->inter, m->inter))
             fn = ex_moe_grouped;
+        else if (c->moe_wgmma && n > MOE_DEVICE_GROUPED_MAX &&
+                 kn_cuda_gemm_experts_ok(m->n_experts, m->inter, m->hidden, m->hidden) &&
+                 kn_cuda_gemm_experts_ok(m->n_experts, m->hidden, m->inter, m->inter) &&
+                 n * m->topk <= INT32_MAX)
+            fn = ex_moe_wgmma;
     }
-    void *const *tab = fn ? moe_table(c, m) : NULL;
+    const struct moe_tab *tab = fn ? moe_table(c, m) : NULL;
     if (tab) {
         struct a_moe_dev a;
         memset(&a, 0, sizeof a);
-        a.router = m->router, a.bias = m->bias, a.tab = tab, a.x = x, a.out = out, a.n = n;
+        a.router = m->router, a.bias = m->bias, a.tab = tab->d, a.x = x, a.out = out, a.n = n;
+        a.maps_gu = tab->maps_gu, a.maps_down = tab->maps_down;
         a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
         a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
         run_op(c, fn, &a, sizeof a);
@@ -2072,6 +2145,8 @@ static void read_knobs(struct cuda_be *c)
     c->q16 = q16 && !strcmp(q16, "0") ? 0 : q16 && !strcmp(q16, "1") ? 1 : 2;
     const char *fs = getenv("MMGW_CUDA_F32_STAGED");
     c->f32_staged = fs && atoi(fs) >= 0 ? atoi(fs) : WK_CUDA_F32_STAGED_MIN;
+    const char *mw = getenv("MMGW_CUDA_MOE_WGMMA");
+    c->moe_wgmma = !(mw && !strcmp(mw, "0"));
     const char *dr = getenv("MMGW_CUDA_DOWNLOAD_ROWS");
     c->dl_rows = !(dr && !strcmp(dr, "0"));
     const char *am = getenv("MMGW_CUDA_ARGMAX");

@@ -1,0 +1,419 @@
+/* MoE expert products of a prefill, grouped by expert on the device with wgmma (kn_cuda_gemm_experts_bf16).
+ *
+ * Why: the host-grouped route read the expert offsets back (a sync per MoE layer) and launched 3 cuBLAS
+ * products and a SwiGLU per expert that has rows: with tens to hundreds of experts that is hundreds of
+ * launches per layer, more host time than GPU time for prompts of a few thousand tokens. Here one persistent
+ * launch covers every expert: each CTA walks the tiles (expert, 128 routed rows, 256 weight rows) of all
+ * experts, which it finds from the device offsets and a per-CTA prefix of tile counts in shared memory.
+ *
+ * CTA: warps 0-7 are two consumer warpgroups (64 routed rows each, two m64n128k16 accumulators = 256 weight
+ * rows), warps 8-11 the producer warpgroup (64-column k-slices of both operands into a ring of 4 stages of
+ * 48 KB, sw128 tiles, completion on the stage's "full" mbarrier). Both operands are K-major
+ * (x rows [n][cols], weights [rows][cols] as nn.Linear stores them), so no transpose anywhere. The
+ * consumers keep one k-slice's products in flight (wait_group 1) and release the slice before it; the
+ * producer runs ahead into the next tile while the consumers store the f32 sums.
+ *
+ * Two producers: with the weights' tensor maps (kn_cuda_experts_maps_create, made once per weight table) one
+ * thread loads each k-slice with two TMA copies (cp.async.bulk.tensor, the 128-byte swizzle done by the copy
+ * engine, out-of-range rows zero-filled, completion by transaction bytes); without them (or
+ * KN_CUDA_EXPERTS_TMA=0) 128 threads issue 16-byte cp.async copies, which measured 1.4-2.2x slower (H200,
+ * bench/cuda/README.md "Fourteenth session"): the sums are the same bits either way. */
+#include "kn_cuda_internal.cuh"
+#include "kn_wgmma.cuh"
+
+#include <cuda.h> /* CUtensorMap and the encoder's signature only: the driver is reached through the runtime */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GE_BM 128 /* routed rows per tile: two consumer warpgroups of 64 */
+#define GE_BN 256 /* weight rows per tile: two m64n128 accumulators per warpgroup */
+#define GE_BK 64  /* columns per k-slice: one 128-byte swizzle row */
+#define GE_STAGES 4
+#define GE_A_BYTES (GE_BM * GE_BK * 2)
+#define GE_B_BYTES (GE_BN * GE_BK * 2)
+#define GE_STAGE_BYTES (GE_A_BYTES + GE_B_BYTES)
+#define GE_EMAX 512 /* experts whose tile prefix fits in shared memory */
+#define GE_THREADS 384
+#define GE_PRODUCER 8 /* first producer warp */
+/* header: full and empty mbarriers of each stage, then the tile prefix (GE_EMAX + 1 words) */
+#define GE_BAR_FULL 0
+#define GE_BAR_EMPTY (8 * GE_STAGES)
+#define GE_PREFIX (16 * GE_STAGES)
+#define GE_HEAD_BYTES (GE_PREFIX + 4 * (GE_EMAX + 1))
+#define GE_SMEM (((GE_HEAD_BYTES + 1023) & ~1023) + GE_STAGES * GE_STAGE_BYTES + 1024)
+
+struct ge_args {
+    CUtensorMap xm;               /* the routed rows (TMA producer) */
+    const CUtensorMap *wm0, *wm1; /* the weights' maps, [n_exp] each (TMA producer) */
+    const int32_t *off;
+    const uint16_t *x;
+    const void *const *w0, *const *w1;
+    float *y0, *y1;
+    int64_t ldx, ldy, rows, cols;
+    int32_t n_exp, n_w, nt; /* weight tables (1 or 2), 256-row tiles of one weight */
+};
+
+/* Tile t of the CTA's walk -> expert e, its first routed row p0 and row count, the weight table, the first
+ * routed row of the tile and its first weight row. Tiles of an expert: table-major, then weight tiles, then
+ * row tiles (neighbouring CTAs share a weight tile; the expert's rows come back from L2). */
+struct ge_tile {
+    int32_t e, p0, cnt, wsel, m0, n0;
+};
+
+__device__ __forceinline__ ge_tile ge_locate(const ge_args &a, const int32_t *prefix, int32_t t)
+{
+    int32_t lo = 0, hi = a.n_exp; /* the last e with prefix[e] <= t (prefix[n_exp] > t) */
+    while (hi - lo > 1) {
+        const int32_t mid = (lo + hi) >> 1;
+        if (prefix[mid] <= t)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    ge_tile r;
+    r.e = lo;
+    r.p0 = __ldg(a.off + lo);
+    r.cnt = __ldg(a.off + lo + 1) - r.p0;
+    const int32_t mt = (r.cnt + GE_BM - 1) / GE_BM, local = t - prefix[lo];
+    r.wsel = local / (mt * a.nt);
+    const int32_t rem = local - r.wsel * mt * a.nt;
+    r.n0 = (rem / mt) * GE_BN;
+    r.m0 = (rem % mt) * GE_BM;
+    return r;
+}
+
+/* mb_wait with a warp-uniform loop (a vote), and lane 0's arrival as a predicated instruction: code between a
+ * wgmma's issue and its wait must not branch divergently, or ptxas serializes every wgmma (C7518) */
+__device__ __forceinline__ void ge_wait_uniform(uint32_t bar, uint32_t parity)
+{
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!__all_sync(0xffffffffu, done));
+}
+
+__device__ __forceinline__ void ge_arrive_lane0(uint32_t bar, int lane)
+{
+    asm volatile("{\n.reg .pred p;\n.reg .b64 st;\nsetp.eq.u32 p, %1, 0;\n"
+                 "@p mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar),
+                 "r"(lane)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ge_setmaxnreg_inc(void)
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 192;\n");
+}
+
+__device__ __forceinline__ void ge_setmaxnreg_dec(void)
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 104;\n");
+}
+
+/* Producer thread j (0..127): 16-byte chunk j & 7 of rows j / 8 + 16 i of both tiles of each k-slice. Rows
+ * past the expert's count or the weight's rows are zero-filled (their sums are never stored). */
+__device__ __forceinline__ void ge_produce(const ge_args &a, const int32_t *prefix, int32_t total,
+                                           uint32_t s0, uint32_t st0, int j)
+{
+    const int c = j & 7, r0 = j >> 3;
+    const int32_t ks = (int32_t)(a.cols / GE_BK);
+    uint32_t it = 0;
+    for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
+        const ge_tile tl = ge_locate(a, prefix, t);
+        const uint16_t *w = (const uint16_t *)(tl.wsel ? a.w1 : a.w0)[tl.e];
+        for (int32_t k = 0; k < ks; k++, it++) {
+            const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES;
+            if (it >= GE_STAGES) mb_wait(s0 + GE_BAR_EMPTY + 8 * s, ((it / GE_STAGES) & 1u) ^ 1u);
+            const int64_t kc = (int64_t)k * GE_BK + 8 * c;
+#pragma unroll
+            for (int i = 0; i < GE_BM / 16; i++) {
+                const int r = r0 + 16 * i;
+                const bool ok = tl.m0 + r < tl.cnt;
+                const uint16_t *src = ok ? a.x + (int64_t)(tl.p0 + tl.m0 + r) * a.ldx + kc : a.x;
+                kn_cp_async16(st + wg_sw128_off(r, c, GE_BM), src, ok ? 16 : 0);
+            }
+#pragma unroll
+            for (int i = 0; i < GE_BN / 16; i++) {
+                const int r = r0 + 16 * i;
+                const bool ok = tl.n0 + r < a.rows;
+                const uint16_t *src = ok ? w + (int64_t)(tl.n0 + r) * a.cols + kc : w;
+                kn_cp_async16(st + GE_A_BYTES + wg_sw128_off(r, c, GE_BN), src, ok ? 16 : 0);
+            }
+            mb_arrive_cp_async(s0 + GE_BAR_FULL + 8 * s);
+        }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* TMA producer (one thread): both tiles of each k-slice by two bulk tensor copies; the stage's "full"
+ * barrier expects their bytes (whole boxes, zero-filled rows included). */
+__device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *prefix, int32_t total,
+                                               uint32_t s0, uint32_t st0)
+{
+    const int32_t ks = (int32_t)(a.cols / GE_BK);
+    const uint64_t xm = (uint64_t)&a.xm;
+    uint32_t it = 0;
+    for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
+        const ge_tile tl = ge_locate(a, prefix, t);
+        const uint64_t wm = (uint64_t)((tl.wsel ? a.wm1 : a.wm0) + tl.e);
+        for (int32_t k = 0; k < ks; k++, it++) {
+            const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES, full = s0 + GE_BAR_FULL + 8 * s;
+            if (it >= GE_STAGES) mb_wait(s0 + GE_BAR_EMPTY + 8 * s, ((it / GE_STAGES) & 1u) ^ 1u);
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
+                         "n"(GE_STAGE_BYTES)
+                         : "memory");
+            asm volatile(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                "%3}], [%4];\n" ::"r"(st),
+                "l"(xm), "r"(k * GE_BK), "r"(tl.p0 + tl.m0), "r"(full)
+                : "memory");
+            asm volatile(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                "%3}], [%4];\n" ::"r"(st + GE_A_BYTES),
+                "l"(wm), "r"(k * GE_BK), "r"(tl.n0), "r"(full)
+                : "memory");
+        }
+    }
+}
+
+__device__ __forceinline__ void ge_issue(float (&d0)[64], float (&d1)[64], uint32_t st, int wg, int acc)
+{
+    const uint32_t at = st + (uint32_t)wg * 64u * 128u, bt = st + GE_A_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < GE_BK / 16; kk++) {
+        const uint64_t da = wg_desc(at + 32u * (uint32_t)kk, 16, 1024);
+        wg_mma_ss(d0, da, wg_desc(bt + 32u * (uint32_t)kk, 16, 1024), acc || kk);
+        wg_mma_ss(d1, da, wg_desc(bt + 128u * 128u + 32u * (uint32_t)kk, 16, 1024), acc || kk);
+    }
+}
+
+/* Row gid (+8) of warp wl's 16 and columns 8 nt + 2 tig of one 128-column half: float2 stores of the rows
+ * the expert has and the columns the weight has (rows is a multiple of 8). */
+__device__ __forceinline__ void ge_store(const float (&d)[64], float *y, int64_t ldy, int32_t nrow,
+                                         int64_t ncol, int32_t r, int64_t c0)
+{
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++) {
+        const int64_t c = c0 + 8 * nt;
+        if (c >= ncol) break;
+        if (r < nrow) *(float2 *)(y + (int64_t)r * ldy + c) = make_float2(d[4 * nt], d[4 * nt + 1]);
+        if (r + 8 < nrow)
+            *(float2 *)(y + (int64_t)(r + 8) * ldy + c) = make_float2(d[4 * nt + 2], d[4 * nt + 3]);
+    }
+}
+
+__device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *prefix, int32_t total,
+                                           uint32_t s0, uint32_t st0, int warp, int lane)
+{
+    const int wg = warp >> 2, wl = warp & 3, gid = lane >> 2, tig = lane & 3;
+    const int32_t ks = (int32_t)(a.cols / GE_BK);
+    float d0[64], d1[64];
+    uint32_t it = 0;
+    for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
+        const ge_tile tl = ge_locate(a, prefix, t);
+        /* a warpgroup none of whose 64 rows the expert has only hands the stages back (uniform per warpgroup)
+         */
+        const bool live = __any_sync(0xffffffffu, tl.m0 + 64 * wg < tl.cnt);
+        for (int32_t k = 0; k < ks; k++, it++) {
+            const uint32_t s = it % GE_STAGES;
+            ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
+            if (!live) {
+                ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * s, lane);
+                continue;
+            }
+            /* the producer's cp.async writes before the tensor cores read them; no register touch of d0 / d1
+             * while a slice is in flight (ptxas would insert a wait), only after the tile's last wait */
+            wg_fence_proxy_async();
+            wg_fence();
+            ge_issue(d0, d1, st0 + s * GE_STAGE_BYTES, wg, k > 0);
+            wg_commit();
+            if (k > 0) { /* the previous slice's products are done: its stage goes back */
+                wg_wait<1>();
+                ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * ((it - 1) % GE_STAGES), lane);
+            }
+        }
+        if (!live) continue;
+        wg_wait<0>();
+        wg_touch(d0);
+        wg_touch(d1);
+        ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * ((it - 1) % GE_STAGES), lane);
+        const int32_t r = tl.m0 + 64 * wg + 16 * wl + gid; /* within the expert's rows */
+        float *y = (tl.wsel ? a.y1 : a.y0) + (int64_t)tl.p0 * a.ldy;
+        ge_store(d0, y, a.ldy, tl.cnt, a.rows, r, tl.n0 + 2 * tig);
+        ge_store(d1, y, a.ldy, tl.cnt, a.rows, r, tl.n0 + 128 + 2 * tig);
+    }
+}
+
+template <int TMA>
+__global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_constant__ ge_args a)
+{
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const uint32_t s0 = kn_smem_addr(smem), st0 = (s0 + GE_HEAD_BYTES + 1023u) & ~1023u;
+    int32_t *prefix = (int32_t *)(smem + GE_PREFIX);
+    kn_chain_entry();
+    if (tid == 0) {
+        for (int s = 0; s < GE_STAGES; s++) {
+            mb_init(s0 + GE_BAR_FULL + 8 * s, TMA ? 1 : 128); /* the TMA thread's expect_tx, or every
+                                                                 producer thread through cp.async */
+            mb_init(s0 + GE_BAR_EMPTY + 8 * s, 8);            /* one arrival per consumer warp */
+        }
+        /* the barriers' initialization visible to the copy engine (the async proxy) */
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    /* prefix[e] = tiles of the experts before e (warp 0: each lane sums a run of experts, then a scan) */
+    if (warp == 0) {
+        const int32_t per = (a.n_exp + 31) / 32, e0 = lane * per;
+        int32_t e1 = e0 + per, sum = 0;
+        if (e1 > a.n_exp) e1 = a.n_exp;
+        for (int32_t e = e0; e < e1; e++) {
+            const int32_t cnt = __ldg(a.off + e + 1) - __ldg(a.off + e);
+            sum += (cnt + GE_BM - 1) / GE_BM * a.nt * a.n_w;
+        }
+        int32_t inc = sum;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int32_t v = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += v;
+        }
+        int32_t run = inc - sum;
+        for (int32_t e = e0; e < e1; e++) {
+            prefix[e] = run;
+            const int32_t cnt = __ldg(a.off + e + 1) - __ldg(a.off + e);
+            run += (cnt + GE_BM - 1) / GE_BM * a.nt * a.n_w;
+        }
+        if (lane == 31) prefix[a.n_exp] = inc;
+    }
+    __syncthreads();
+    const int32_t total = prefix[a.n_exp];
+    if (warp >= GE_PRODUCER) {
+        ge_setmaxnreg_dec();
+        if (!TMA)
+            ge_produce(a, prefix, total, s0, st0, tid - 32 * GE_PRODUCER);
+        else if (tid == 32 * GE_PRODUCER)
+            ge_produce_tma(a, prefix, total, s0, st0);
+    } else {
+        ge_setmaxnreg_inc();
+        ge_consume(a, prefix, total, s0, st0, warp, lane);
+    }
+}
+
+/* cuTensorMapEncodeTiled from the driver the runtime loaded (no link against libcuda) */
+typedef CUresult (*ge_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
+                                 CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                 CUtensorMapFloatOOBfill);
+
+static ge_encode_fn ge_encoder(void)
+{
+    static ge_encode_fn fn;
+    static int tried;
+    if (!tried) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (ge_encode_fn)p;
+        (void)cudaGetLastError();
+        tried = 1;
+    }
+    return fn;
+}
+
+/* A 2-D map of bf16 [rows][cols] (row stride ld elements) in boxes of 64 columns x box_rows rows, 128-byte
+ * swizzle: the sw128 tile layout of kn_wgmma.cuh */
+static int ge_encode(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int64_t ld, uint32_t box_rows)
+{
+    ge_encode_fn enc = ge_encoder();
+    if (!enc || (uintptr_t)p % 16) return 0;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
+    const cuuint32_t box[2] = {GE_BK, box_rows}, es[2] = {1, 1};
+    return enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+extern "C" int32_t kn_cuda_experts_maps_create(const void *const *w, int32_t n, int64_t rows, int64_t cols,
+                                               void **maps, struct mm_err *err)
+{
+    if (!maps || n <= 0 || !w || rows <= 0 || cols <= 0 || cols % GE_BK || rows > INT32_MAX ||
+        cols > INT32_MAX)
+        return mm_err_set(err, MM_INVALID, "kn_cuda_experts_maps_create: bad arguments");
+    *maps = NULL;
+    static_assert(sizeof(CUtensorMap) == KN_CUDA_TMAP_BYTES, "tensor map size");
+    CUtensorMap *h =
+        (CUtensorMap *)aligned_alloc(64, sizeof(CUtensorMap) * (size_t)n); /* the encoder's alignment */
+    if (!h) return mm_err_set(err, MM_NOMEM, "kn_cuda_experts_maps_create: out of memory");
+    for (int32_t i = 0; i < n; i++)
+        if (!ge_encode(&h[i], w[i], rows, cols, cols, GE_BN)) {
+            free(h);
+            return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_experts_maps_create: no tensor map for weight %d",
+                              (int)i);
+        }
+    void *d = NULL;
+    int32_t rc =
+        kn_cuda_check(cudaMalloc(&d, sizeof(CUtensorMap) * (size_t)n), "kn_cuda_experts_maps_create", err);
+    if (!rc)
+        rc = kn_cuda_check(cudaMemcpy(d, h, sizeof(CUtensorMap) * (size_t)n, cudaMemcpyHostToDevice),
+                           "kn_cuda_experts_maps_create", err);
+    free(h);
+    if (rc) {
+        cudaFree(d);
+        return rc;
+    }
+    *maps = d;
+    return MM_OK;
+}
+
+extern "C" void kn_cuda_experts_maps_free(void *maps)
+{
+    if (maps) cudaFree(maps);
+}
+
+extern "C" int kn_cuda_gemm_experts_ok(int32_t n_exp, int64_t rows, int64_t cols, int64_t ldx)
+{
+    return n_exp >= 0 && n_exp <= GE_EMAX && rows > 0 && rows % 8 == 0 && rows <= INT32_MAX && cols > 0 &&
+           cols % GE_BK == 0 && ldx >= cols && ldx % 8 == 0;
+}
+
+extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows,
+                                             int64_t cols, const uint16_t *x, int64_t ldx,
+                                             const void *const *w_a, const void *const *w_b,
+                                             const void *maps_a, const void *maps_b, float *y_a, float *y_b,
+                                             int64_t ldy, cudaStream_t stream, struct mm_err *err)
+{
+    if (!kn_cuda_gemm_experts_ok(n_exp, rows, cols, ldx) || n < 0 || n > INT32_MAX || ldy < rows || ldy % 2 ||
+        (uintptr_t)x % 16 || (uintptr_t)y_a % 8 || (uintptr_t)y_b % 8 ||
+        (n_exp > 0 && n > 0 && (!x || !off || !w_a || !y_a || (w_b && !y_b))))
+        return mm_err_set(
+            err, MM_INVALID,
+            "kn_cuda_gemm_experts_bf16: bad arguments (experts %d rows %lld cols %lld ldx %lld)", (int)n_exp,
+            (long long)rows, (long long)cols, (long long)ldx);
+    if (n_exp == 0 || n == 0) return MM_OK;
+    ge_args a;
+    memset(&a, 0, sizeof a);
+    /* the TMA producer when the weights have maps and the rows' map can be made */
+    const int tma = maps_a && (!w_b || maps_b) && kn_cuda_knob("KN_CUDA_EXPERTS_TMA", 1) &&
+                    ge_encode(&a.xm, x, n, cols, ldx, GE_BM);
+    a.wm0 = (const CUtensorMap *)maps_a, a.wm1 = (const CUtensorMap *)(w_b ? maps_b : maps_a);
+    a.off = off, a.x = x, a.w0 = w_a, a.w1 = w_b ? w_b : w_a, a.y0 = y_a, a.y1 = w_b ? y_b : y_a;
+    a.ldx = ldx, a.ldy = ldy, a.rows = rows, a.cols = cols;
+    a.n_exp = n_exp, a.n_w = w_b ? 2 : 1, a.nt = (int32_t)((rows + GE_BN - 1) / GE_BN);
+    /* at most this many tiles: every routed row in a full tile, plus one partial tile per expert */
+    const int64_t bound = (n / GE_BM + n_exp) * a.nt * a.n_w;
+    if (bound > INT32_MAX)
+        return mm_err_set(err, MM_INVALID, "kn_cuda_gemm_experts_bf16: %lld tiles", (long long)bound);
+    const int64_t sms = kn_cuda_sm_count();
+    const unsigned grid = (unsigned)(bound < sms ? bound : sms);
+    void (*kern)(const ge_args) = tma ? k_gemm_experts<1> : k_gemm_experts<0>;
+    int32_t rc = kn_cuda_check(kn_smem_attr((const void *)kern, GE_SMEM), "kn_cuda_gemm_experts_bf16", err);
+    if (rc) return rc;
+    return kn_cuda_check(kn_launch(kern, dim3(grid), GE_THREADS, GE_SMEM, stream, a),
+                         "kn_cuda_gemm_experts_bf16", err);
+}
