@@ -1641,7 +1641,8 @@ static const struct moe_tab *moe_table(struct cuda_be *c, const struct wk_moe *m
 struct a_moe_dev { /* both MoE routes without the host */
     const struct wk_weight *router, *bias;
     void *const *tab;                /* device [3][E] */
-    const void *maps_gu, *maps_down; /* their tensor maps (ex_moe_wgmma), or NULL */
+    const void *maps_gu, *maps_down; /* their tensor maps (the wgmma products), or NULL */
+    int32_t wgmma; /* ex_moe_sorted: a prefill's wgmma products, else the decode-sized ones */
     const float *x;
     float *out;
     int64_t n;
@@ -1692,85 +1693,58 @@ static void ex_moe_pairs(void *ctx, const void *args)
     moe_combine_out(c, a, eo, NULL, wts, "moe (pairs)");
 }
 
-/* More pairs, still without the host: the routed rows sorted by expert on the device (kn_cuda_moe_sort),
- * gathered in f32, and each expert's products over its rows by one grouped launch that reads the expert
- * offsets on the device (kn_cuda_gemm_small_experts_bf16: gate and up together, then down); CTAs of experts
- * without rows exit. Same roundings as the host-grouped path (x and the activation rounded to bf16 at the
- * products, f32 sums). */
-static void ex_moe_grouped(void *ctx, const void *args)
+/* More pairs, still without the host: the routed rows sorted by expert on the device (kn_cuda_moe_sort) and
+ * gathered, each expert's products over its rows by launches that read the expert offsets on the device (gate
+ * and up together, then down), one SwiGLU over all pairs, the combine. Decode-sized batches:
+ * kn_cuda_gemm_small_experts_bf16 (f32 rows; CTAs of experts without rows exit; the weights re-read every 16
+ * rows). A prefill (a->wgmma): kn_cuda_gemm_experts_bf16, one persistent wgmma launch over every expert's
+ * tiles with bf16 rows and TMA loads; the host-grouped route it replaces read the offsets back (a sync per
+ * MoE layer) and launched 3 products and a SwiGLU per expert. Same roundings as the host-grouped path (x and
+ * the activation rounded to bf16 at the products, f32 sums; the sums' order is the kernel's). */
+static void ex_moe_sorted(void *ctx, const void *args)
 {
     struct cuda_be *c = ctx;
     const struct a_moe_dev *a = args;
     struct mm_err e__ = {0};
     const int64_t n = a->n, pairs = n * a->K;
-    const int32_t E = a->E;
+    const int32_t E = a->E, wg = a->wgmma;
+    const size_t row_el = wg ? sizeof(uint16_t) : sizeof(float); /* gathered rows and activations */
     float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
     int32_t *ids = grow(c, &c->m_ids, sizeof(int32_t) * (size_t)pairs);
     float *wts = grow(c, &c->m_wts, sizeof(float) * (size_t)pairs);
     int32_t *off = grow(c, &c->m_off, sizeof(int32_t) * (size_t)(E + 1));
     int32_t *perm = grow(c, &c->m_perm, sizeof(int32_t) * (size_t)pairs);
     int32_t *inv = grow(c, &c->m_inv, sizeof(int32_t) * (size_t)pairs);
-    float *xs = grow(c, &c->m_x, sizeof(float) * (size_t)(pairs * a->H));
+    void *xs = grow(c, &c->m_x, row_el * (size_t)(pairs * a->H));
     float *g = grow(c, &c->m_g, sizeof(float) * (size_t)(pairs * a->I));
     float *u = grow(c, &c->m_u, sizeof(float) * (size_t)(pairs * a->I));
-    float *act = grow(c, &c->m_a, sizeof(float) * (size_t)(pairs * a->I));
+    void *act = grow(c, &c->m_a, row_el * (size_t)(pairs * a->I));
     float *eo = grow(c, &c->m_e, sizeof(float) * (size_t)(pairs * a->H));
     if (!lg || !ids || !wts || !off || !perm || !inv || !xs || !g || !u || !act || !eo) return;
     gemm(c, a->router, a->x, a->H, n, lg, E);
-    if (kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__) ||
-        kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__) ||
-        kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, 0, ST, &e__) ||
-        kn_cuda_gemm_small_experts_bf16(E, off, a->I, a->H, xs, a->H, (const void *const *)a->tab,
-                                        (const void *const *)a->tab + E, g, u, a->I, ST, &e__) ||
-        kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__) ||
-        kn_cuda_gemm_small_experts_bf16(E, off, a->H, a->I, act, a->I, (const void *const *)a->tab + 2 * E,
-                                        NULL, eo, NULL, a->H, ST, &e__)) {
-        fail(c, &e__, "moe (grouped)");
+    const void *const *tab = (const void *const *)a->tab;
+    const void *maps_up = a->maps_gu ? (const uint8_t *)a->maps_gu + (size_t)E * KN_CUDA_TMAP_BYTES : NULL;
+    int32_t rc =
+        kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__);
+    if (!rc) rc = kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__);
+    if (!rc) rc = kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, wg, ST, &e__);
+    if (!rc)
+        rc = wg ? kn_cuda_gemm_experts_bf16(E, off, pairs, a->I, a->H, xs, a->H, tab, tab + E, a->maps_gu,
+                                            maps_up, g, u, a->I, ST, &e__)
+                : kn_cuda_gemm_small_experts_bf16(E, off, a->I, a->H, xs, a->H, tab, tab + E, g, u, a->I, ST,
+                                                  &e__);
+    if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, wg, ST, &e__);
+    if (!rc)
+        rc = wg ? kn_cuda_gemm_experts_bf16(E, off, pairs, a->H, a->I, act, a->I, tab + 2 * E, NULL,
+                                            a->maps_down, NULL, eo, NULL, a->H, ST, &e__)
+                : kn_cuda_gemm_small_experts_bf16(E, off, a->H, a->I, act, a->I, tab + 2 * E, NULL, eo, NULL,
+                                                  a->H, ST, &e__);
+    const char *what = wg ? "moe (experts, wgmma)" : "moe (grouped)";
+    if (rc) {
+        fail(c, &e__, what);
         return;
     }
-    moe_combine_out(c, a, eo, inv, wts, "moe (grouped)");
-}
-
-/* A prefill's MoE, still without the host: routed rows sorted by expert and gathered in bf16, then every
- * expert's products in one persistent wgmma launch each (gate and up together, then down) that finds the
- * experts' rows from the device offsets (kn_cuda_gemm_experts_bf16), one SwiGLU over all pairs, the combine.
- * The host-grouped route it replaces read the offsets back (a sync per MoE layer) and launched 3 products and
- * a SwiGLU per expert. Same roundings (x and the activation rounded to bf16 at the products, f32 sums); the
- * sums' order is the kernel's, not cuBLAS's. */
-static void ex_moe_wgmma(void *ctx, const void *args)
-{
-    struct cuda_be *c = ctx;
-    const struct a_moe_dev *a = args;
-    struct mm_err e__ = {0};
-    const int64_t n = a->n, pairs = n * a->K;
-    const int32_t E = a->E;
-    float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
-    int32_t *ids = grow(c, &c->m_ids, sizeof(int32_t) * (size_t)pairs);
-    float *wts = grow(c, &c->m_wts, sizeof(float) * (size_t)pairs);
-    int32_t *off = grow(c, &c->m_off, sizeof(int32_t) * (size_t)(E + 1));
-    int32_t *perm = grow(c, &c->m_perm, sizeof(int32_t) * (size_t)pairs);
-    int32_t *inv = grow(c, &c->m_inv, sizeof(int32_t) * (size_t)pairs);
-    uint16_t *xs = grow(c, &c->m_x, sizeof(uint16_t) * (size_t)(pairs * a->H));
-    float *g = grow(c, &c->m_g, sizeof(float) * (size_t)(pairs * a->I));
-    float *u = grow(c, &c->m_u, sizeof(float) * (size_t)(pairs * a->I));
-    uint16_t *act = grow(c, &c->m_a, sizeof(uint16_t) * (size_t)(pairs * a->I));
-    float *eo = grow(c, &c->m_e, sizeof(float) * (size_t)(pairs * a->H));
-    if (!lg || !ids || !wts || !off || !perm || !inv || !xs || !g || !u || !act || !eo) return;
-    gemm(c, a->router, a->x, a->H, n, lg, E);
-    if (kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__) ||
-        kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__) ||
-        kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, 1, ST, &e__) ||
-        kn_cuda_gemm_experts_bf16(
-            E, off, pairs, a->I, a->H, xs, a->H, (const void *const *)a->tab, (const void *const *)a->tab + E,
-            a->maps_gu, a->maps_gu ? (const uint8_t *)a->maps_gu + (size_t)E * KN_CUDA_TMAP_BYTES : NULL, g,
-            u, a->I, ST, &e__) ||
-        kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 1, ST, &e__) ||
-        kn_cuda_gemm_experts_bf16(E, off, pairs, a->H, a->I, act, a->I, (const void *const *)a->tab + 2 * E,
-                                  NULL, a->maps_down, NULL, eo, NULL, a->H, ST, &e__)) {
-        fail(c, &e__, "moe (experts, wgmma)");
-        return;
-    }
-    moe_combine_out(c, a, eo, inv, wts, "moe (experts, wgmma)");
+    moe_combine_out(c, a, eo, inv, wts, what);
 }
 
 /* Most (token, expert) pairs that take the per-pair route: each pair reads its expert's weights, so once
@@ -1790,6 +1764,7 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
      * (products that re-read the weights every 16 rows); more tokens (a prefill): the wgmma expert products
      */
     wk_step_fn fn = NULL;
+    int32_t wgmma = 0;
     if (!c->fp32 && (uintptr_t)x % 16 == 0) {
         if (c->gemv && n * m->topk <= MOE_PAIRS_MAX && kn_cuda_gemv_ok(1, m->hidden, m->hidden) &&
             kn_cuda_gemv_ok(1, m->inter, m->inter))
@@ -1797,19 +1772,19 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
         else if (c->small_gemm && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 &&
                  kn_cuda_gemm_small_experts_ok(m->hidden, m->hidden) &&
                  kn_cuda_gemm_small_experts_ok(m->inter, m->inter))
-            fn = ex_moe_grouped;
+            fn = ex_moe_sorted;
         else if (c->moe_wgmma && n > MOE_DEVICE_GROUPED_MAX &&
                  kn_cuda_gemm_experts_ok(m->n_experts, m->inter, m->hidden, m->hidden) &&
                  kn_cuda_gemm_experts_ok(m->n_experts, m->hidden, m->inter, m->inter) &&
                  n * m->topk <= INT32_MAX)
-            fn = ex_moe_wgmma;
+            fn = ex_moe_sorted, wgmma = 1;
     }
     const struct moe_tab *tab = fn ? moe_table(c, m) : NULL;
     if (tab) {
         struct a_moe_dev a;
         memset(&a, 0, sizeof a);
         a.router = m->router, a.bias = m->bias, a.tab = tab->d, a.x = x, a.out = out, a.n = n;
-        a.maps_gu = tab->maps_gu, a.maps_down = tab->maps_down;
+        a.maps_gu = tab->maps_gu, a.maps_down = tab->maps_down, a.wgmma = wgmma;
         a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
         a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
         run_op(c, fn, &a, sizeof a);
@@ -2067,7 +2042,7 @@ __attribute__((noinline)) static const char *op_key(wk_step_fn fn, const void *a
                  {ex_attn_dense, "attention, dense"},
                  {ex_attn_msa, "attention, msa"},
                  {ex_moe_pairs, "moe, pairs on the device"},
-                 {ex_moe_grouped, "moe, grouped on the device"}};
+                 {ex_moe_sorted, "moe, grouped on the device"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (names[i].fn == fn) return names[i].name;
     snprintf(buf, n, "other");
