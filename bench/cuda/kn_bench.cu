@@ -2509,12 +2509,19 @@ static void bench_experts(void)
     static const int32_t cfgs[][4] = {
         {16, 4, 4096, 1024}, {64, 8, 4096, 512}, {256, 8, 3072, 1536}, {32, 2, 6144, 9216}};
     static const int64_t toks[] = {256, 2048, 8192};
-    static const char *names[] = {"wgmma grouped, TMA", "wgmma grouped, cp.async", "host-grouped cuBLAS",
-                                  "host-grouped cuBLAS, one routing", "one cuBLAS product (ceiling)"};
+    /* routes 5 / 6: route 0 with the tile shape forced (KN_CUDA_EXPERTS_TILE) */
+    static const char *names[] = {"wgmma grouped, TMA",           "wgmma grouped, cp.async",
+                                  "host-grouped cuBLAS",          "host-grouped cuBLAS, one routing",
+                                  "one cuBLAS product (ceiling)", "wgmma TMA, tiles 128 x 256",
+                                  "wgmma TMA, tiles 256 x 128"};
+    const int n_routes = (int)(sizeof names / sizeof names[0]);
     struct experts_arg a;
     memset(&a, 0, sizeof a);
     KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
+    /* KN_BENCH_EXPERTS_CFG=i / KN_BENCH_EXPERTS_TOKENS=n: one configuration / one token count (profiling) */
+    const char *only_cfg = getenv("KN_BENCH_EXPERTS_CFG"), *only_tok = getenv("KN_BENCH_EXPERTS_TOKENS");
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        if (only_cfg && (size_t)atoi(only_cfg) != ci) continue;
         a.E = cfgs[ci][0], a.K = cfgs[ci][1], a.H = cfgs[ci][2], a.I = cfgs[ci][3];
         const int64_t wbytes = (int64_t)a.H * a.I * 2;
         uint16_t *w = (uint16_t *)dmalloc((size_t)(3 * a.E * wbytes));
@@ -2526,7 +2533,8 @@ static void bench_experts(void)
         KC(kn_cuda_experts_maps_create((const void *const *)a.tab_h + 2 * a.E, a.E, a.H, a.I, &a.maps_dn,
                                        &g_err));
         for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
-            const int64_t T = g_quick ? toks[ti] / 8 : toks[ti];
+            if (only_tok && ti > 0) break;
+            const int64_t T = only_tok ? atoll(only_tok) : g_quick ? toks[ti] / 8 : toks[ti];
             a.pairs = T * a.K;
             /* each pair's expert uniform at random (trained routers are less even), a new draw per set */
             a.off_h = (int32_t *)hmalloc(sizeof(int32_t) * 2 * (size_t)(a.E + 1));
@@ -2546,13 +2554,15 @@ static void bench_experts(void)
             char cfg[128];
             snprintf(cfg, sizeof cfg, "%d experts top-%d, hidden %d, expert MLP %d, %lld tokens", a.E, a.K,
                      a.H, a.I, (long long)T);
-            double ms[5];
+            double ms[8];
             for (int pass = 0; pass < 2; pass++) /* the later pass counts: the first warms every route */
-                for (int r = 0; r < 5; r++) {
-                    a.route = r;
+                for (int r = 0; r < n_routes; r++) {
+                    a.route = r >= 5 ? 0 : r;
+                    if (r >= 5) knob_setenv("KN_CUDA_EXPERTS_TILE", r == 5 ? "1" : "2", 1);
                     ms[r] = time_ms(run_experts, &a, 2, g_quick ? 3 : 16);
+                    if (r >= 5) knob_unsetenv("KN_CUDA_EXPERTS_TILE");
                 }
-            for (int r = 0; r < 5; r++) {
+            for (int r = 0; r < n_routes; r++) {
                 printf("  %-62s %-34s %9.3f ms %7.1f TFLOP/s\n", cfg, names[r], ms[r],
                        flops / (ms[r] * 1e-3) / 1e12);
                 emit("experts", cfg, names[r], flops / (ms[r] * 1e-3) / 1e12, "TFLOP/s");

@@ -408,10 +408,11 @@ int kn_cuda_gemm_small_experts_ok(int64_t cols, int64_t ldx);
  * expert e < n_exp, rows off[e] .. off[e + 1] (device offsets, kn_cuda_moe_sort; off[n_exp] <= n) of
  * y_a = x . W^T with W = w_a[e] (device table of bf16 [rows][cols] pointers, 16-byte aligned), and of y_b
  * from w_b[e] when w_b is not NULL (gate and up in one launch). x bf16 rows (stride ldx) in expert order, f32
- * sums in y (stride ldy, even). One persistent launch over tiles of 128 routed rows x 256 weight rows;
- * needs kn_cuda_gemm_experts_ok(n_exp, rows, cols, ldx) (at most 512 experts, rows a multiple of 8, cols of
- * 64) and sm_90a. maps_a / maps_b: the same weights' tensor maps (kn_cuda_experts_maps_create; NULL: the
- * operands are loaded with cp.async instead of TMA; the sums are the same bits). */
+ * sums in y (stride ldy, even). One persistent launch over tiles of 128 routed rows x 256 weight rows (256 x
+ * 128 for large weights with many rows); needs kn_cuda_gemm_experts_ok(n_exp, rows, cols, ldx) (at most 512
+ * experts, rows a multiple of 8, cols of 64) and sm_90a. maps_a / maps_b: the same weights' tensor maps
+ * (kn_cuda_experts_maps_create; NULL: the operands are loaded with cp.async instead of TMA; the sums are the
+ * same bits). */
 int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows, int64_t cols,
                                   const uint16_t *x, int64_t ldx, const void *const *w_a,
                                   const void *const *w_b, const void *maps_a, const void *maps_b, float *y_a,

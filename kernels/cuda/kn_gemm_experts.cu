@@ -3,8 +3,9 @@
  * Why: the host-grouped route read the expert offsets back (a sync per MoE layer) and launched 3 cuBLAS
  * products and a SwiGLU per expert that has rows: with tens to hundreds of experts that is hundreds of
  * launches per layer, more host time than GPU time for prompts of a few thousand tokens. Here one persistent
- * launch covers every expert: each CTA walks the tiles (expert, 128 routed rows, 256 weight rows) of all
- * experts, which it finds from the device offsets and a per-CTA prefix of tile counts in shared memory.
+ * launch covers every expert: each CTA walks the tiles (expert, 128 routed rows, 256 weight rows, or 256 x
+ * 128) of all experts, which it finds from the device offsets and a per-CTA prefix of tile counts in shared
+ * memory.
  *
  * CTA: warps 0-7 are two consumer warpgroups (64 routed rows each, two m64n128k16 accumulators = 256 weight
  * rows), warps 8-11 the producer warpgroup (64-column k-slices of both operands into a ring of 4 stages of
@@ -26,13 +27,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GE_BM 128 /* routed rows per tile: two consumer warpgroups of 64 */
-#define GE_BN 256 /* weight rows per tile: two m64n128 accumulators per warpgroup */
-#define GE_BK 64  /* columns per k-slice: one 128-byte swizzle row */
+/* Tile shapes (template W): 0 = 128 routed rows x 256 weight rows (a warpgroup's 64 rows against two 128-row
+ * halves of the weight tile), 1 = 256 x 128 (a warpgroup's two 64-row halves of its 128 rows against the
+ * weight tile): the weight tile then serves twice the rows, for experts with many rows whose weights do not
+ * stay in L2 between the CTAs that share them. Both: two m64n128 accumulators per thread, 48 KB a k-slice. */
+#define GE_BM(W) ((W) ? 256 : 128)
+#define GE_BN(W) ((W) ? 128 : 256)
+#define GE_BK 64   /* columns per k-slice: one 128-byte swizzle row */
+#define GE_BOX 128 /* rows of a TMA box: both operands' tiles are 1-2 boxes */
 #define GE_STAGES 4
-#define GE_A_BYTES (GE_BM * GE_BK * 2)
-#define GE_B_BYTES (GE_BN * GE_BK * 2)
-#define GE_STAGE_BYTES (GE_A_BYTES + GE_B_BYTES)
+#define GE_A_BYTES(W) (GE_BM(W) * GE_BK * 2)
+#define GE_STAGE_BYTES ((GE_BM(0) + GE_BN(0)) * GE_BK * 2)
 #define GE_EMAX 512 /* experts whose tile prefix fits in shared memory */
 #define GE_THREADS 384
 #define GE_PRODUCER 8 /* first producer warp */
@@ -51,7 +56,7 @@ struct ge_args {
     const void *const *w0, *const *w1;
     float *y0, *y1;
     int64_t ldx, ldy, rows, cols;
-    int32_t n_exp, n_w, nt; /* weight tables (1 or 2), 256-row tiles of one weight */
+    int32_t n_exp, n_w, nt; /* weight tables (1 or 2), weight tiles of one weight */
 };
 
 /* Tile t of the CTA's walk -> expert e, its first routed row p0 and row count, the weight table, the first
@@ -61,6 +66,7 @@ struct ge_tile {
     int32_t e, p0, cnt, wsel, m0, n0;
 };
 
+template <int W>
 __device__ __forceinline__ ge_tile ge_locate(const ge_args &a, const int32_t *prefix, int32_t t)
 {
     int32_t lo = 0, hi = a.n_exp; /* the last e with prefix[e] <= t (prefix[n_exp] > t) */
@@ -75,11 +81,11 @@ __device__ __forceinline__ ge_tile ge_locate(const ge_args &a, const int32_t *pr
     r.e = lo;
     r.p0 = __ldg(a.off + lo);
     r.cnt = __ldg(a.off + lo + 1) - r.p0;
-    const int32_t mt = (r.cnt + GE_BM - 1) / GE_BM, local = t - prefix[lo];
+    const int32_t mt = (r.cnt + GE_BM(W) - 1) / GE_BM(W), local = t - prefix[lo];
     r.wsel = local / (mt * a.nt);
     const int32_t rem = local - r.wsel * mt * a.nt;
-    r.n0 = (rem / mt) * GE_BN;
-    r.m0 = (rem % mt) * GE_BM;
+    r.n0 = (rem / mt) * GE_BN(W);
+    r.m0 = (rem % mt) * GE_BM(W);
     return r;
 }
 
@@ -105,18 +111,25 @@ __device__ __forceinline__ void ge_arrive_lane0(uint32_t bar, int lane)
                  : "memory");
 }
 
+/* Registers: the launch gives every thread 168 (65536 / 384, in steps of 8); the producer warpgroup drops to
+ * 128 and the consumers rise to 184. A rise waits until the CTA has the registers free, so what the producers
+ * give must cover it (at 128 / 192 the consumers waited forever); under 128 the cp.async producer spills. */
+static_assert((168 - 128) * 128 >= (184 - 168) * 256,
+              "setmaxnreg: the consumers' rise exceeds the producers' drop");
+
 __device__ __forceinline__ void ge_setmaxnreg_inc(void)
 {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 192;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 184;\n");
 }
 
 __device__ __forceinline__ void ge_setmaxnreg_dec(void)
 {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 104;\n");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 128;\n");
 }
 
 /* Producer thread j (0..127): 16-byte chunk j & 7 of rows j / 8 + 16 i of both tiles of each k-slice. Rows
  * past the expert's count or the weight's rows are zero-filled (their sums are never stored). */
+template <int W>
 __device__ __forceinline__ void ge_produce(const ge_args &a, const int32_t *prefix, int32_t total,
                                            uint32_t s0, uint32_t st0, int j)
 {
@@ -124,25 +137,25 @@ __device__ __forceinline__ void ge_produce(const ge_args &a, const int32_t *pref
     const int32_t ks = (int32_t)(a.cols / GE_BK);
     uint32_t it = 0;
     for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
-        const ge_tile tl = ge_locate(a, prefix, t);
+        const ge_tile tl = ge_locate<W>(a, prefix, t);
         const uint16_t *w = (const uint16_t *)(tl.wsel ? a.w1 : a.w0)[tl.e];
         for (int32_t k = 0; k < ks; k++, it++) {
             const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES;
             if (it >= GE_STAGES) mb_wait(s0 + GE_BAR_EMPTY + 8 * s, ((it / GE_STAGES) & 1u) ^ 1u);
             const int64_t kc = (int64_t)k * GE_BK + 8 * c;
 #pragma unroll
-            for (int i = 0; i < GE_BM / 16; i++) {
+            for (int i = 0; i < GE_BM(W) / 16; i++) {
                 const int r = r0 + 16 * i;
                 const bool ok = tl.m0 + r < tl.cnt;
                 const uint16_t *src = ok ? a.x + (int64_t)(tl.p0 + tl.m0 + r) * a.ldx + kc : a.x;
-                kn_cp_async16(st + wg_sw128_off(r, c, GE_BM), src, ok ? 16 : 0);
+                kn_cp_async16(st + wg_sw128_off(r, c, GE_BM(W)), src, ok ? 16 : 0);
             }
 #pragma unroll
-            for (int i = 0; i < GE_BN / 16; i++) {
+            for (int i = 0; i < GE_BN(W) / 16; i++) {
                 const int r = r0 + 16 * i;
                 const bool ok = tl.n0 + r < a.rows;
                 const uint16_t *src = ok ? w + (int64_t)(tl.n0 + r) * a.cols + kc : w;
-                kn_cp_async16(st + GE_A_BYTES + wg_sw128_off(r, c, GE_BN), src, ok ? 16 : 0);
+                kn_cp_async16(st + GE_A_BYTES(W) + wg_sw128_off(r, c, GE_BN(W)), src, ok ? 16 : 0);
             }
             mb_arrive_cp_async(s0 + GE_BAR_FULL + 8 * s);
         }
@@ -150,8 +163,19 @@ __device__ __forceinline__ void ge_produce(const ge_args &a, const int32_t *pref
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/* TMA producer (one thread): both tiles of each k-slice by two bulk tensor copies; the stage's "full"
- * barrier expects their bytes (whole boxes, zero-filled rows included). */
+/* TMA producer (one thread): both tiles of each k-slice by bulk tensor copies of 128-row boxes (1 or 2 per
+ * operand); the stage's "full" barrier expects their bytes (whole boxes, zero-filled rows included). */
+__device__ __forceinline__ void ge_tma_box(uint32_t dst, uint64_t map, int32_t col, int32_t row,
+                                           uint32_t full)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+        "%3}], [%4];\n" ::"r"(dst),
+        "l"(map), "r"(col), "r"(row), "r"(full)
+        : "memory");
+}
+
+template <int W>
 __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *prefix, int32_t total,
                                                uint32_t s0, uint32_t st0)
 {
@@ -159,7 +183,7 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
     const uint64_t xm = (uint64_t)&a.xm;
     uint32_t it = 0;
     for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
-        const ge_tile tl = ge_locate(a, prefix, t);
+        const ge_tile tl = ge_locate<W>(a, prefix, t);
         const uint64_t wm = (uint64_t)((tl.wsel ? a.wm1 : a.wm0) + tl.e);
         for (int32_t k = 0; k < ks; k++, it++) {
             const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES, full = s0 + GE_BAR_FULL + 8 * s;
@@ -167,28 +191,29 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
                          "n"(GE_STAGE_BYTES)
                          : "memory");
-            asm volatile(
-                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-                "%3}], [%4];\n" ::"r"(st),
-                "l"(xm), "r"(k * GE_BK), "r"(tl.p0 + tl.m0), "r"(full)
-                : "memory");
-            asm volatile(
-                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-                "%3}], [%4];\n" ::"r"(st + GE_A_BYTES),
-                "l"(wm), "r"(k * GE_BK), "r"(tl.n0), "r"(full)
-                : "memory");
+#pragma unroll
+            for (int i = 0; i < GE_BM(W) / GE_BOX; i++)
+                ge_tma_box(st + i * GE_BOX * 128, xm, k * GE_BK, tl.p0 + tl.m0 + i * GE_BOX, full);
+#pragma unroll
+            for (int i = 0; i < GE_BN(W) / GE_BOX; i++)
+                ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_BK, tl.n0 + i * GE_BOX, full);
         }
     }
 }
 
+/* W = 0: d0 / d1 = the warpgroup's 64 rows x weight rows 0-127 / 128-255; W = 1: rows 0-63 / 64-127 of the
+ * warpgroup's 128 x the tile's 128 weight rows */
+template <int W>
 __device__ __forceinline__ void ge_issue(float (&d0)[64], float (&d1)[64], uint32_t st, int wg, int acc)
 {
-    const uint32_t at = st + (uint32_t)wg * 64u * 128u, bt = st + GE_A_BYTES;
+    const uint32_t bt = st + GE_A_BYTES(W);
+    const uint32_t a0 = st + (uint32_t)wg * (W ? 128u : 64u) * 128u, a1 = W ? a0 + 64u * 128u : a0;
+    const uint32_t b1 = W ? bt : bt + 128u * 128u;
 #pragma unroll
     for (int kk = 0; kk < GE_BK / 16; kk++) {
-        const uint64_t da = wg_desc(at + 32u * (uint32_t)kk, 16, 1024);
-        wg_mma_ss(d0, da, wg_desc(bt + 32u * (uint32_t)kk, 16, 1024), acc || kk);
-        wg_mma_ss(d1, da, wg_desc(bt + 128u * 128u + 32u * (uint32_t)kk, 16, 1024), acc || kk);
+        const uint32_t ko = 32u * (uint32_t)kk;
+        wg_mma_ss(d0, wg_desc(a0 + ko, 16, 1024), wg_desc(bt + ko, 16, 1024), acc || kk);
+        wg_mma_ss(d1, wg_desc(a1 + ko, 16, 1024), wg_desc(b1 + ko, 16, 1024), acc || kk);
     }
 }
 
@@ -207,6 +232,7 @@ __device__ __forceinline__ void ge_store(const float (&d)[64], float *y, int64_t
     }
 }
 
+template <int W>
 __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *prefix, int32_t total,
                                            uint32_t s0, uint32_t st0, int warp, int lane)
 {
@@ -215,10 +241,10 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
     float d0[64], d1[64];
     uint32_t it = 0;
     for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
-        const ge_tile tl = ge_locate(a, prefix, t);
+        const ge_tile tl = ge_locate<W>(a, prefix, t);
         /* a warpgroup none of whose 64 rows the expert has only hands the stages back (uniform per warpgroup)
          */
-        const bool live = __any_sync(0xffffffffu, tl.m0 + 64 * wg < tl.cnt);
+        const bool live = __any_sync(0xffffffffu, tl.m0 + (W ? 128 : 64) * wg < tl.cnt);
         for (int32_t k = 0; k < ks; k++, it++) {
             const uint32_t s = it % GE_STAGES;
             ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
@@ -230,7 +256,7 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
              * while a slice is in flight (ptxas would insert a wait), only after the tile's last wait */
             wg_fence_proxy_async();
             wg_fence();
-            ge_issue(d0, d1, st0 + s * GE_STAGE_BYTES, wg, k > 0);
+            ge_issue<W>(d0, d1, st0 + s * GE_STAGE_BYTES, wg, k > 0);
             wg_commit();
             if (k > 0) { /* the previous slice's products are done: its stage goes back */
                 wg_wait<1>();
@@ -242,14 +268,14 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
         wg_touch(d0);
         wg_touch(d1);
         ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * ((it - 1) % GE_STAGES), lane);
-        const int32_t r = tl.m0 + 64 * wg + 16 * wl + gid; /* within the expert's rows */
+        const int32_t r = tl.m0 + (W ? 128 : 64) * wg + 16 * wl + gid; /* within the expert's rows */
         float *y = (tl.wsel ? a.y1 : a.y0) + (int64_t)tl.p0 * a.ldy;
         ge_store(d0, y, a.ldy, tl.cnt, a.rows, r, tl.n0 + 2 * tig);
-        ge_store(d1, y, a.ldy, tl.cnt, a.rows, r, tl.n0 + 128 + 2 * tig);
+        ge_store(d1, y, a.ldy, tl.cnt, a.rows, W ? r + 64 : r, tl.n0 + (W ? 0 : 128) + 2 * tig);
     }
 }
 
-template <int TMA>
+template <int TMA, int W>
 __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_constant__ ge_args a)
 {
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -273,7 +299,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
         if (e1 > a.n_exp) e1 = a.n_exp;
         for (int32_t e = e0; e < e1; e++) {
             const int32_t cnt = __ldg(a.off + e + 1) - __ldg(a.off + e);
-            sum += (cnt + GE_BM - 1) / GE_BM * a.nt * a.n_w;
+            sum += (cnt + GE_BM(W) - 1) / GE_BM(W) * a.nt * a.n_w;
         }
         int32_t inc = sum;
 #pragma unroll
@@ -285,7 +311,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
         for (int32_t e = e0; e < e1; e++) {
             prefix[e] = run;
             const int32_t cnt = __ldg(a.off + e + 1) - __ldg(a.off + e);
-            run += (cnt + GE_BM - 1) / GE_BM * a.nt * a.n_w;
+            run += (cnt + GE_BM(W) - 1) / GE_BM(W) * a.nt * a.n_w;
         }
         if (lane == 31) prefix[a.n_exp] = inc;
     }
@@ -294,12 +320,12 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
     if (warp >= GE_PRODUCER) {
         ge_setmaxnreg_dec();
         if (!TMA)
-            ge_produce(a, prefix, total, s0, st0, tid - 32 * GE_PRODUCER);
+            ge_produce<W>(a, prefix, total, s0, st0, tid - 32 * GE_PRODUCER);
         else if (tid == 32 * GE_PRODUCER)
-            ge_produce_tma(a, prefix, total, s0, st0);
+            ge_produce_tma<W>(a, prefix, total, s0, st0);
     } else {
         ge_setmaxnreg_inc();
-        ge_consume(a, prefix, total, s0, st0, warp, lane);
+        ge_consume<W>(a, prefix, total, s0, st0, warp, lane);
     }
 }
 
@@ -351,7 +377,7 @@ extern "C" int32_t kn_cuda_experts_maps_create(const void *const *w, int32_t n, 
         (CUtensorMap *)aligned_alloc(64, sizeof(CUtensorMap) * (size_t)n); /* the encoder's alignment */
     if (!h) return mm_err_set(err, MM_NOMEM, "kn_cuda_experts_maps_create: out of memory");
     for (int32_t i = 0; i < n; i++)
-        if (!ge_encode(&h[i], w[i], rows, cols, cols, GE_BN)) {
+        if (!ge_encode(&h[i], w[i], rows, cols, cols, GE_BOX)) {
             free(h);
             return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_experts_maps_create: no tensor map for weight %d",
                               (int)i);
@@ -400,18 +426,25 @@ extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, 
     memset(&a, 0, sizeof a);
     /* the TMA producer when the weights have maps and the rows' map can be made */
     const int tma = maps_a && (!w_b || maps_b) && kn_cuda_knob("KN_CUDA_EXPERTS_TMA", 1) &&
-                    ge_encode(&a.xm, x, n, cols, ldx, GE_BM);
+                    ge_encode(&a.xm, x, n, cols, ldx, GE_BOX);
     a.wm0 = (const CUtensorMap *)maps_a, a.wm1 = (const CUtensorMap *)(w_b ? maps_b : maps_a);
     a.off = off, a.x = x, a.w0 = w_a, a.w1 = w_b ? w_b : w_a, a.y0 = y_a, a.y1 = w_b ? y_b : y_a;
     a.ldx = ldx, a.ldy = ldy, a.rows = rows, a.cols = cols;
-    a.n_exp = n_exp, a.n_w = w_b ? 2 : 1, a.nt = (int32_t)((rows + GE_BN - 1) / GE_BN);
+    /* the tile shape: 256 routed rows x 128 weight rows when the experts average 256 rows or more and one
+     * expert's weight is 32 MB or more (32 experts of 6144 x 9216 at 512 rows: 424-478 against 403 TFLOP/s;
+     * with 4-9 MB weights level or 4 % slower, within the run's noise); KN_CUDA_EXPERTS_TILE: 1 = always
+     * 128 x 256, 2 = always 256 x 128 */
+    const int tile = kn_cuda_knob("KN_CUDA_EXPERTS_TILE", 0);
+    const int W = tile ? tile == 2 : n >= 256 * (int64_t)n_exp && rows * cols * 2 >= ((int64_t)32 << 20);
+    a.n_exp = n_exp, a.n_w = w_b ? 2 : 1, a.nt = (int32_t)((rows + GE_BN(W) - 1) / GE_BN(W));
     /* at most this many tiles: every routed row in a full tile, plus one partial tile per expert */
-    const int64_t bound = (n / GE_BM + n_exp) * a.nt * a.n_w;
+    const int64_t bound = (n / GE_BM(W) + n_exp) * a.nt * a.n_w;
     if (bound > INT32_MAX)
         return mm_err_set(err, MM_INVALID, "kn_cuda_gemm_experts_bf16: %lld tiles", (long long)bound);
     const int64_t sms = kn_cuda_sm_count();
     const unsigned grid = (unsigned)(bound < sms ? bound : sms);
-    void (*kern)(const ge_args) = tma ? k_gemm_experts<1> : k_gemm_experts<0>;
+    void (*kern)(const ge_args) = tma ? (W ? k_gemm_experts<1, 1> : k_gemm_experts<1, 0>)
+                                      : (W ? k_gemm_experts<0, 1> : k_gemm_experts<0, 0>);
     int32_t rc = kn_cuda_check(kn_smem_attr((const void *)kern, GE_SMEM), "kn_cuda_gemm_experts_bf16", err);
     if (rc) return rc;
     return kn_cuda_check(kn_launch(kern, dim3(grid), GE_THREADS, GE_SMEM, stream, a),

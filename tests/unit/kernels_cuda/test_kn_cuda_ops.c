@@ -1356,7 +1356,7 @@ static void test_gemm_small_experts(int64_t cols)
  * of 192 and 128 (3 and 2 k-slices), gate and up from two tables in one launch, then one table; 300 experts
  * of 0-9 rows (the tile prefix over every lane of the scan). Against the CPU products of the bf16 operands;
  * rows of y past the experts' rows and columns past the weight's rows stay untouched. */
-static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t cols, int tables)
+static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t cols, int tables, int tile)
 {
     int32_t *off = ct_hmalloc(sizeof(int32_t) * (size_t)(E + 1));
     off[0] = 0;
@@ -1401,8 +1401,8 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
                 for (int64_t r = p < P ? rows : 0; r < ldy; r++) untouched &= isnan(got[p * ldy + r]);
             }
             char what[96];
-            snprintf(what, sizeof what, "gemm experts, %d experts %lldx%lld, %s, %s", E, (long long)rows,
-                     (long long)cols,
+            snprintf(what, sizeof what, "gemm experts, %s, %d experts %lldx%lld, %s, %s",
+                     tile == 2 ? "256x128" : "128x256", E, (long long)rows, (long long)cols,
                      tables == 1 ? "one table"
                      : half      ? "second table"
                                  : "first table",
@@ -1428,11 +1428,16 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
 static void test_gemm_experts(void)
 {
     const int32_t cnt[8] = {0, 1, 130, 64, 65, 300, 0, 7};
-    gemm_experts_case(8, cnt, 384, 192, 2);
-    gemm_experts_case(8, cnt, 264, 128, 1);
     int32_t many[300];
     for (int e = 0; e < 300; e++) many[e] = (int32_t)(ct_next() % 10);
-    gemm_experts_case(300, many, 256, 64, 2);
+    /* both tile shapes (KN_CUDA_EXPERTS_TILE; by default chosen from the rows per expert) */
+    for (int tile = 1; tile <= 2; tile++) {
+        knob_setenv("KN_CUDA_EXPERTS_TILE", tile == 2 ? "2" : "1", 1);
+        gemm_experts_case(8, cnt, 384, 192, 2, tile);
+        gemm_experts_case(8, cnt, 264, 128, 1, tile);
+        gemm_experts_case(300, many, 256, 64, 2, tile);
+    }
+    knob_unsetenv("KN_CUDA_EXPERTS_TILE");
     CHECK(kn_cuda_gemm_experts_ok(512, 264, 128, 128) && !kn_cuda_gemm_experts_ok(513, 264, 128, 128) &&
           !kn_cuda_gemm_experts_ok(8, 260, 128, 128) && !kn_cuda_gemm_experts_ok(8, 264, 96, 96) &&
           !kn_cuda_gemm_experts_ok(8, 264, 128, 132));
