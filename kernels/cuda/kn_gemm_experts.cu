@@ -66,6 +66,13 @@ struct ge_tile {
     int32_t e, p0, cnt, wsel, m0, n0;
 };
 
+/* Tiles of expert e: its row tiles x the weight tiles of each table */
+template <int W> __device__ __forceinline__ int32_t ge_expert_tiles(const ge_args &a, int32_t e)
+{
+    const int32_t cnt = __ldg(a.off + e + 1) - __ldg(a.off + e);
+    return (cnt + GE_BM(W) - 1) / GE_BM(W) * a.nt * a.n_w;
+}
+
 template <int W>
 __device__ __forceinline__ ge_tile ge_locate(const ge_args &a, const int32_t *prefix, int32_t t)
 {
@@ -242,8 +249,8 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
     uint32_t it = 0;
     for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
         const ge_tile tl = ge_locate<W>(a, prefix, t);
-        /* a warpgroup none of whose 64 rows the expert has only hands the stages back (uniform per warpgroup)
-         */
+        /* a warpgroup none of whose rows (64, or 128 when W) the expert has only hands the stages back
+         * (uniform per warpgroup) */
         const bool live = __any_sync(0xffffffffu, tl.m0 + (W ? 128 : 64) * wg < tl.cnt);
         for (int32_t k = 0; k < ks; k++, it++) {
             const uint32_t s = it % GE_STAGES;
@@ -252,7 +259,7 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
                 ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * s, lane);
                 continue;
             }
-            /* the producer's cp.async writes before the tensor cores read them; no register touch of d0 / d1
+            /* the producer's copies before the tensor cores read them; no register touch of d0 / d1
              * while a slice is in flight (ptxas would insert a wait), only after the tile's last wait */
             wg_fence_proxy_async();
             wg_fence();
@@ -297,10 +304,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
         const int32_t per = (a.n_exp + 31) / 32, e0 = lane * per;
         int32_t e1 = e0 + per, sum = 0;
         if (e1 > a.n_exp) e1 = a.n_exp;
-        for (int32_t e = e0; e < e1; e++) {
-            const int32_t cnt = __ldg(a.off + e + 1) - __ldg(a.off + e);
-            sum += (cnt + GE_BM(W) - 1) / GE_BM(W) * a.nt * a.n_w;
-        }
+        for (int32_t e = e0; e < e1; e++) sum += ge_expert_tiles<W>(a, e);
         int32_t inc = sum;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -310,8 +314,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
         int32_t run = inc - sum;
         for (int32_t e = e0; e < e1; e++) {
             prefix[e] = run;
-            const int32_t cnt = __ldg(a.off + e + 1) - __ldg(a.off + e);
-            run += (cnt + GE_BM(W) - 1) / GE_BM(W) * a.nt * a.n_w;
+            run += ge_expert_tiles<W>(a, e);
         }
         if (lane == 31) prefix[a.n_exp] = inc;
     }

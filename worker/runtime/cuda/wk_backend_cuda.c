@@ -86,7 +86,7 @@ struct cuda_be {
     int32_t rows_multi; /* linear_multi's same-shape bf16 pairs at 3-16 rows (gate/up) in one row-route launch
                            (MMGW_CUDA_ROWS_MULTI=0: one launch each) */
     int32_t moe_wgmma;  /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
-                           MMGW_CUDA_MOE_WGMMA=0:  the host-grouped cuBLAS products) */
+                           MMGW_CUDA_MOE_WGMMA=0: the host-grouped cuBLAS products) */
     int32_t dl_rows;    /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
     void *dl_host;      /* its pinned staging */
     size_t dl_cap;
@@ -1581,6 +1581,13 @@ static void moe_tables_free(struct cuda_be *c)
     c->n_moe_tabs = 0;
 }
 
+/* Whether kn_cuda_gemm_experts_bf16 takes both of a MoE layer's products (gate / up, then down) */
+static int moe_wgmma_fits(const struct wk_moe *m)
+{
+    return kn_cuda_gemm_experts_ok(m->n_experts, m->inter, m->hidden, m->hidden) &&
+           kn_cuda_gemm_experts_ok(m->n_experts, m->hidden, m->inter, m->inter);
+}
+
 /* The device table of a MoE layer's expert weights (bf16 pointers of w1, w3, w2), built on first use, with
  * the weights' tensor maps where the wgmma expert products take them; NULL when an expert has no 16-byte
  * aligned bf16 copy or out of memory (the host-grouped path then runs). */
@@ -1614,8 +1621,7 @@ static const struct moe_tab *moe_table(struct cuda_be *c, const struct wk_moe *m
     (void)cudaGetLastError();
     struct moe_tab *nt = &c->moe_tabs[c->n_moe_tabs];
     memset(nt, 0, sizeof *nt);
-    if (d && kn_cuda_gemm_experts_ok(E, m->inter, m->hidden, m->hidden) &&
-        kn_cuda_gemm_experts_ok(E, m->hidden, m->inter, m->inter)) {
+    if (d && moe_wgmma_fits(m)) {
         struct mm_err e2 = {0}; /* no maps: the expert products load with cp.async */
         if (kn_cuda_experts_maps_create((const void *const *)h, 2 * E, m->inter, m->hidden, &nt->maps_gu,
                                         &e2) ||
@@ -1773,10 +1779,7 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
                  kn_cuda_gemm_small_experts_ok(m->hidden, m->hidden) &&
                  kn_cuda_gemm_small_experts_ok(m->inter, m->inter))
             fn = ex_moe_sorted;
-        else if (c->moe_wgmma && n > MOE_DEVICE_GROUPED_MAX &&
-                 kn_cuda_gemm_experts_ok(m->n_experts, m->inter, m->hidden, m->hidden) &&
-                 kn_cuda_gemm_experts_ok(m->n_experts, m->hidden, m->inter, m->inter) &&
-                 n * m->topk <= INT32_MAX)
+        else if (c->moe_wgmma && n > MOE_DEVICE_GROUPED_MAX && moe_wgmma_fits(m) && n * m->topk <= INT32_MAX)
             fn = ex_moe_sorted, wgmma = 1;
     }
     const struct moe_tab *tab = fn ? moe_table(c, m) : NULL;
