@@ -426,6 +426,10 @@ int32_t kn_cuda_experts_maps_create(const void *const *w, int32_t n, int64_t row
                                     struct mm_err *err);
 void kn_cuda_experts_maps_free(void *maps);
 int kn_cuda_gemm_experts_ok(int32_t n_exp, int64_t rows, int64_t cols, int64_t ldx);
+/** The plan kn_cuda_gemm_experts_bf16 takes for n routed rows over n_exp experts of [rows][cols] weights,
+ * knobs included: bit 0 set = tiles of 256 routed rows x 128 weight rows (else 128 x 256), bit 1 set = a
+ * tile's 64-row quarters without rows are skipped. For tests and benchmarks. */
+int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows, int64_t cols);
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows

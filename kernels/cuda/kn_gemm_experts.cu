@@ -34,7 +34,8 @@
 #define GE_BM(W) ((W) ? 256 : 128)
 #define GE_BN(W) ((W) ? 128 : 256)
 #define GE_BK 64   /* columns per k-slice: one 128-byte swizzle row */
-#define GE_BOX 128 /* rows of a TMA box: both operands' tiles are 1-2 boxes */
+#define GE_BOX 128 /* rows of a weight's TMA box: its tile is 1-2 boxes */
+#define GE_XBOX 64 /* rows of a routed-rows box: a tile loads only the boxes that hold the expert's rows */
 #define GE_STAGES 4
 #define GE_A_BYTES(W) (GE_BM(W) * GE_BK * 2)
 #define GE_STAGE_BYTES ((GE_BM(0) + GE_BN(0)) * GE_BK * 2)
@@ -57,6 +58,8 @@ struct ge_args {
     float *y0, *y1;
     int64_t ldx, ldy, rows, cols;
     int32_t n_exp, n_w, nt; /* weight tables (1 or 2), weight tiles of one weight */
+    int32_t skip;           /* a tile's 64-row quarters the expert lacks are neither loaded (TMA) nor
+                               multiplied (kn_cuda_gemm_experts_plan) */
 };
 
 /* Tile t of the CTA's walk -> expert e, its first routed row p0 and row count, the weight table, the first
@@ -94,6 +97,14 @@ __device__ __forceinline__ ge_tile ge_locate(const ge_args &a, const int32_t *pr
     r.n0 = (rem / mt) * GE_BN(W);
     r.m0 = (rem % mt) * GE_BM(W);
     return r;
+}
+
+/* The 64-row quarters of tile tl's routed rows that hold rows of its expert (all of them when a.skip is 0):
+ * the boxes the TMA producer loads and the accumulators the consumers use */
+template <int W> __device__ __forceinline__ int ge_quarters(const ge_args &a, const ge_tile &tl)
+{
+    const int32_t q = (tl.cnt - tl.m0 + GE_XBOX - 1) / GE_XBOX;
+    return !a.skip || q > GE_BM(W) / GE_XBOX ? GE_BM(W) / GE_XBOX : (int)q;
 }
 
 /* mb_wait with a warp-uniform loop (a vote), and lane 0's arrival as a predicated instruction: code between a
@@ -192,15 +203,15 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
     for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
         const ge_tile tl = ge_locate<W>(a, prefix, t);
         const uint64_t wm = (uint64_t)((tl.wsel ? a.wm1 : a.wm0) + tl.e);
+        const int nx = ge_quarters<W>(a, tl); /* routed-row boxes to load */
         for (int32_t k = 0; k < ks; k++, it++) {
             const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES, full = s0 + GE_BAR_FULL + 8 * s;
             if (it >= GE_STAGES) mb_wait(s0 + GE_BAR_EMPTY + 8 * s, ((it / GE_STAGES) & 1u) ^ 1u);
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
-                         "n"(GE_STAGE_BYTES)
+                         "r"((uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u)
                          : "memory");
-#pragma unroll
-            for (int i = 0; i < GE_BM(W) / GE_BOX; i++)
-                ge_tma_box(st + i * GE_BOX * 128, xm, k * GE_BK, tl.p0 + tl.m0 + i * GE_BOX, full);
+            for (int i = 0; i < nx; i++)
+                ge_tma_box(st + i * GE_XBOX * 128, xm, k * GE_BK, tl.p0 + tl.m0 + i * GE_XBOX, full);
 #pragma unroll
             for (int i = 0; i < GE_BN(W) / GE_BOX; i++)
                 ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_BK, tl.n0 + i * GE_BOX, full);
@@ -208,19 +219,21 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
     }
 }
 
-/* W = 0: d0 / d1 = the warpgroup's 64 rows x weight rows 0-127 / 128-255; W = 1: rows 0-63 / 64-127 of the
- * warpgroup's 128 x the tile's 128 weight rows */
-template <int W>
+/* W = 0: d0 / d1 = the warpgroup's 64 rows (quarter wg) x weight rows 0-127 / 128-255; W = 1: quarters wg
+ * / wg + 2 of the tile's 256 rows x its 128 weight rows (so that a tile of up to 128 rows keeps both
+ * warpgroups busy on one accumulator each). TWO = 0: d0 only (W = 1, the expert has no rows in the
+ * warpgroup's second quarter). */
+template <int W, int TWO>
 __device__ __forceinline__ void ge_issue(float (&d0)[64], float (&d1)[64], uint32_t st, int wg, int acc)
 {
     const uint32_t bt = st + GE_A_BYTES(W);
-    const uint32_t a0 = st + (uint32_t)wg * (W ? 128u : 64u) * 128u, a1 = W ? a0 + 64u * 128u : a0;
+    const uint32_t a0 = st + (uint32_t)wg * 64u * 128u, a1 = W ? a0 + 128u * 128u : a0;
     const uint32_t b1 = W ? bt : bt + 128u * 128u;
 #pragma unroll
     for (int kk = 0; kk < GE_BK / 16; kk++) {
         const uint32_t ko = 32u * (uint32_t)kk;
         wg_mma_ss(d0, wg_desc(a0 + ko, 16, 1024), wg_desc(bt + ko, 16, 1024), acc || kk);
-        wg_mma_ss(d1, wg_desc(a1 + ko, 16, 1024), wg_desc(b1 + ko, 16, 1024), acc || kk);
+        if (TWO) wg_mma_ss(d1, wg_desc(a1 + ko, 16, 1024), wg_desc(b1 + ko, 16, 1024), acc || kk);
     }
 }
 
@@ -239,6 +252,33 @@ __device__ __forceinline__ void ge_store(const float (&d)[64], float *y, int64_t
     }
 }
 
+/* One tile's k-slices for a live warpgroup: one slice's products kept in flight, the slice before it
+ * released; the loop is compiled once per accumulator count so that no branch sits between a wgmma and its
+ * wait */
+template <int W, int TWO>
+__device__ __forceinline__ void ge_mainloop(float (&d0)[64], float (&d1)[64], uint32_t s0, uint32_t st0,
+                                            int32_t ks, uint32_t &it, int wg, int lane)
+{
+    for (int32_t k = 0; k < ks; k++, it++) {
+        const uint32_t s = it % GE_STAGES;
+        ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
+        /* the producer's copies before the tensor cores read them; no register touch of d0 / d1 while a
+         * slice is in flight (ptxas would insert a wait), only after the tile's last wait */
+        wg_fence_proxy_async();
+        wg_fence();
+        ge_issue<W, TWO>(d0, d1, st0 + s * GE_STAGE_BYTES, wg, k > 0);
+        wg_commit();
+        if (k > 0) { /* the previous slice's products are done: its stage goes back */
+            wg_wait<1>();
+            ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * ((it - 1) % GE_STAGES), lane);
+        }
+    }
+    wg_wait<0>();
+    wg_touch(d0);
+    if (TWO) wg_touch(d1);
+    ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * ((it - 1) % GE_STAGES), lane);
+}
+
 template <int W>
 __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *prefix, int32_t total,
                                            uint32_t s0, uint32_t st0, int warp, int lane)
@@ -249,36 +289,26 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
     uint32_t it = 0;
     for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
         const ge_tile tl = ge_locate<W>(a, prefix, t);
-        /* a warpgroup none of whose rows (64, or 128 when W) the expert has only hands the stages back
-         * (uniform per warpgroup) */
-        const bool live = __any_sync(0xffffffffu, tl.m0 + (W ? 128 : 64) * wg < tl.cnt);
-        for (int32_t k = 0; k < ks; k++, it++) {
-            const uint32_t s = it % GE_STAGES;
-            ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
-            if (!live) {
+        /* a warpgroup none of whose quarters the expert has only hands the stages back; W = 1: one whose
+         * second quarter it lacks uses d0 only (votes: branches around a wgmma must be warp-uniform) */
+        const int nq = ge_quarters<W>(a, tl);
+        const bool live = __any_sync(0xffffffffu, nq > wg), two = !W || __any_sync(0xffffffffu, nq > 2 + wg);
+        if (!live) {
+            for (int32_t k = 0; k < ks; k++, it++) {
+                const uint32_t s = it % GE_STAGES;
+                ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
                 ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * s, lane);
-                continue;
             }
-            /* the producer's copies before the tensor cores read them; no register touch of d0 / d1
-             * while a slice is in flight (ptxas would insert a wait), only after the tile's last wait */
-            wg_fence_proxy_async();
-            wg_fence();
-            ge_issue<W>(d0, d1, st0 + s * GE_STAGE_BYTES, wg, k > 0);
-            wg_commit();
-            if (k > 0) { /* the previous slice's products are done: its stage goes back */
-                wg_wait<1>();
-                ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * ((it - 1) % GE_STAGES), lane);
-            }
+            continue;
         }
-        if (!live) continue;
-        wg_wait<0>();
-        wg_touch(d0);
-        wg_touch(d1);
-        ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * ((it - 1) % GE_STAGES), lane);
-        const int32_t r = tl.m0 + (W ? 128 : 64) * wg + 16 * wl + gid; /* within the expert's rows */
+        if (two)
+            ge_mainloop<W, 1>(d0, d1, s0, st0, ks, it, wg, lane);
+        else
+            ge_mainloop<W, 0>(d0, d1, s0, st0, ks, it, wg, lane);
+        const int32_t r = tl.m0 + 64 * wg + 16 * wl + gid; /* within the expert's rows */
         float *y = (tl.wsel ? a.y1 : a.y0) + (int64_t)tl.p0 * a.ldy;
         ge_store(d0, y, a.ldy, tl.cnt, a.rows, r, tl.n0 + 2 * tig);
-        ge_store(d1, y, a.ldy, tl.cnt, a.rows, W ? r + 64 : r, tl.n0 + (W ? 0 : 128) + 2 * tig);
+        if (two) ge_store(d1, y, a.ldy, tl.cnt, a.rows, W ? r + 128 : r, tl.n0 + (W ? 0 : 128) + 2 * tig);
     }
 }
 
@@ -411,6 +441,31 @@ extern "C" int kn_cuda_gemm_experts_ok(int32_t n_exp, int64_t rows, int64_t cols
            cols % GE_BK == 0 && ldx >= cols && ldx % 8 == 0;
 }
 
+extern "C" int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows, int64_t cols)
+{
+    /* From the same-run medians of kn_bench --only experts (H200, v48-v50; TFLOP/s):
+     * - experts averaging 128-255 rows with weights of 32 MB or more: tiles of 256 routed rows x 128 weight
+     *   rows, so that most experts read their weights once, where 128-row tiles read them twice (32 experts
+     *   of 6144 x 9216 at 128 rows: 388-399 against 294-340, cuBLAS per expert 371);
+     * - from 256 rows both shapes take two or more row tiles, and 128 x 256 tiles that all cost the same
+     *   came out ahead in two runs (32 experts at 512 rows 514-545 against 477-485; M3's 128 experts of
+     *   3072 x 6144 at 256 rows 391-409 against 388-389; cuBLAS 552 and 410);
+     * - 256 x 128 tiles always skip their 64-row quarters without rows (multiplying them cost up to half);
+     * - 128 x 256 tiles skip them only when the experts average under 128 rows (then few tiles share a weight
+     *   tile, and the loads saved count: 8-64 rows 2-10 % ahead); with more rows every tile costs the same,
+     *   which keeps the CTAs that share a weight tile in step, so that one DRAM read serves them (32 experts
+     *   at 512 rows 545 against 414, 64 of 512 x 4096 at 256 rows 401 against 375).
+     * KN_CUDA_EXPERTS_TILE (an integer knob: kn_cuda_knob reads only on / off): 1 = 128 x 256, 2 = 256 x 128;
+     * KN_CUDA_EXPERTS_SKIP: 0 never, 1 always. */
+    const int tile = kn_cuda_knob_int("KN_CUDA_EXPERTS_TILE", 0),
+              skip = kn_cuda_knob_int("KN_CUDA_EXPERTS_SKIP", -1);
+    const int many = n >= 128 * (int64_t)n_exp;
+    const int W =
+        tile ? tile == 2 : many && n < 256 * (int64_t)n_exp && rows * cols * 2 >= ((int64_t)32 << 20);
+    const int sk = skip >= 0 ? skip != 0 : W || !many;
+    return W | sk << 1;
+}
+
 extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows,
                                              int64_t cols, const uint16_t *x, int64_t ldx,
                                              const void *const *w_a, const void *const *w_b,
@@ -429,16 +484,12 @@ extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, 
     memset(&a, 0, sizeof a);
     /* the TMA producer when the weights have maps and the rows' map can be made */
     const int tma = maps_a && (!w_b || maps_b) && kn_cuda_knob("KN_CUDA_EXPERTS_TMA", 1) &&
-                    ge_encode(&a.xm, x, n, cols, ldx, GE_BOX);
+                    ge_encode(&a.xm, x, n, cols, ldx, GE_XBOX);
     a.wm0 = (const CUtensorMap *)maps_a, a.wm1 = (const CUtensorMap *)(w_b ? maps_b : maps_a);
     a.off = off, a.x = x, a.w0 = w_a, a.w1 = w_b ? w_b : w_a, a.y0 = y_a, a.y1 = w_b ? y_b : y_a;
     a.ldx = ldx, a.ldy = ldy, a.rows = rows, a.cols = cols;
-    /* the tile shape: 256 routed rows x 128 weight rows when the experts average 256 rows or more and one
-     * expert's weight is 32 MB or more (32 experts of 6144 x 9216 at 512 rows: 424-478 against 403 TFLOP/s;
-     * with 4-9 MB weights level or 4 % slower, within the run's noise); KN_CUDA_EXPERTS_TILE: 1 = always
-     * 128 x 256, 2 = always 256 x 128 */
-    const int tile = kn_cuda_knob("KN_CUDA_EXPERTS_TILE", 0);
-    const int W = tile ? tile == 2 : n >= 256 * (int64_t)n_exp && rows * cols * 2 >= ((int64_t)32 << 20);
+    const int plan = kn_cuda_gemm_experts_plan(n_exp, n, rows, cols), W = plan & 1;
+    a.skip = (plan >> 1) & 1;
     a.n_exp = n_exp, a.n_w = w_b ? 2 : 1, a.nt = (int32_t)((rows + GE_BN(W) - 1) / GE_BN(W));
     /* at most this many tiles: every routed row in a full tile, plus one partial tile per expert */
     const int64_t bound = (n / GE_BM(W) + n_exp) * a.nt * a.n_w;

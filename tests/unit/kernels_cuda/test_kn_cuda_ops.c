@@ -1351,7 +1351,8 @@ static void test_gemm_small_experts(int64_t cols)
 }
 
 /* MoE prefill products grouped by expert on the device with wgmma (kn_cuda_gemm_experts_bf16): experts with
- * 0, 1, 7, 64 (the second warpgroup has no rows), 65, 130 and 300 rows (row tiles of 128 cut anywhere),
+ * 0, 1, 7, 64 (the second warpgroup has no rows), 65, 130, 200 and 300 rows (row tiles cut anywhere: 1-4 of a
+ * tile's 64-row quarters used),
  * weights of 384 rows (the second 256-row tile half empty) and 264 (not a multiple of 128), inner dimensions
  * of 192 and 128 (3 and 2 k-slices), gate and up from two tables in one launch, then one table; 300 experts
  * of 0-9 rows (the tile prefix over every lane of the scan). Against the CPU products of the bf16 operands;
@@ -1374,20 +1375,30 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
     uint16_t *x_d = ct_upload(xb, sizeof(uint16_t) * n * ldx);
     float *y_d[2] = {ct_dmalloc(sizeof(float) * n * ldy), ct_dmalloc(sizeof(float) * n * ldy)};
     float *ref = ct_hmalloc(sizeof(float) * P * rows), *g2 = ct_hmalloc(sizeof(float) * P * rows);
-    /* the weights' tensor maps: the TMA loads (the first call), then without them the cp.async loads */
+    /* the weights' tensor maps: the TMA loads with the quarters without rows skipped (the first call,
+     * KN_CUDA_EXPERTS_SKIP=1), then without maps the cp.async loads, then TMA with every quarter of a tile
+     * loaded and multiplied (KN_CUDA_EXPERTS_SKIP=0): the same bits */
     const void **wh = ct_hmalloc(sizeof(void *) * 2 * (size_t)E);
     for (int e = 0; e < 2 * E; e++) wh[e] = (const uint16_t *)et.w_d + (int64_t)e * rows * cols;
     void *maps = NULL;
     OK(kn_cuda_experts_maps_create(wh, 2 * E, rows, cols, &maps, &err));
     float *tma[2] = {NULL, NULL};
-    for (int pass = 0; pass < 2; pass++) {
-        for (int h = 0; h < 2; h++) /* NaN again: the second pass must write every row itself */
+    for (int pass = 0; pass < 3; pass++) {
+        for (int h = 0; h < 2; h++) /* NaN again: each pass must write every row itself */
             CHECK(cudaMemset(y_d[h], 0xff, sizeof(float) * n * ldy) == cudaSuccess);
+        if (pass != 1) {
+            knob_setenv("KN_CUDA_EXPERTS_SKIP", pass ? "0" : "1", 1);
+            const int plan = kn_cuda_gemm_experts_plan(E, n, rows, cols);
+            CHECK_MSG((plan & 1) == (tile == 2) && (plan >> 1 & 1) == !pass,
+                      "experts plan %d for tile knob %d, skip knob %d", plan, tile, !pass);
+        }
+        const int cp = pass == 1;
         OK(kn_cuda_gemm_experts_bf16(
             E, off_d, n, rows, cols, x_d, ldx, (const void *const *)et.tab_d,
-            tables == 2 ? (const void *const *)et.tab_d + E : NULL, pass ? NULL : maps,
-            pass || tables == 1 ? NULL : (const uint8_t *)maps + (size_t)E * KN_CUDA_TMAP_BYTES, y_d[0],
+            tables == 2 ? (const void *const *)et.tab_d + E : NULL, cp ? NULL : maps,
+            cp || tables == 1 ? NULL : (const uint8_t *)maps + (size_t)E * KN_CUDA_TMAP_BYTES, y_d[0],
             tables == 2 ? y_d[1] : NULL, ldy, 0, &err));
+        if (pass != 1) knob_unsetenv("KN_CUDA_EXPERTS_SKIP");
         for (int half = 0; half < tables; half++) {
             for (int e = 0; e < E; e++)
                 if (cnt[e])
@@ -1406,7 +1417,9 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
                      tables == 1 ? "one table"
                      : half      ? "second table"
                                  : "first table",
-                     pass ? "cp.async" : "TMA");
+                     pass == 1 ? "cp.async"
+                     : pass    ? "TMA, no quarter skipped"
+                               : "TMA");
             expect_close(what, g2, ref, P * rows, 1e-5);
             CHECK_MSG(untouched, "%s: wrote outside its rows", what);
             if (!pass)
@@ -1414,7 +1427,8 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
             else {
                 CHECK_MSG(!memcmp(got, tma[half], sizeof(float) * n * ldy), "%s: not the TMA loads' bits",
                           what);
-                free(got), free(tma[half]);
+                free(got);
+                if (pass == 2) free(tma[half]);
             }
         }
     }
@@ -1427,17 +1441,25 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
 
 static void test_gemm_experts(void)
 {
-    const int32_t cnt[8] = {0, 1, 130, 64, 65, 300, 0, 7};
+    const int32_t cnt[9] = {0, 1, 130, 64, 65, 300, 0, 7, 200};
     int32_t many[300];
     for (int e = 0; e < 300; e++) many[e] = (int32_t)(ct_next() % 10);
     /* both tile shapes (KN_CUDA_EXPERTS_TILE; by default chosen from the rows per expert) */
     for (int tile = 1; tile <= 2; tile++) {
         knob_setenv("KN_CUDA_EXPERTS_TILE", tile == 2 ? "2" : "1", 1);
-        gemm_experts_case(8, cnt, 384, 192, 2, tile);
-        gemm_experts_case(8, cnt, 264, 128, 1, tile);
+        gemm_experts_case(9, cnt, 384, 192, 2, tile);
+        gemm_experts_case(9, cnt, 264, 128, 1, tile);
         gemm_experts_case(300, many, 256, 64, 2, tile);
     }
     knob_unsetenv("KN_CUDA_EXPERTS_TILE");
+    /* without knobs: M3's experts (128 of 3072 x 6144, top-4) at 8192 tokens (256 rows each) 128 x 256 tiles
+     * that multiply every quarter, at 256 tokens ones that skip the empty quarters; 32 experts of 9216 x 6144
+     * at 2048 tokens top-2 (128 rows each) 256 x 128 tiles, skipping; small experts with many rows (64 of
+     * 512 x 4096, top-8, 8192 tokens) 128 x 256, every quarter */
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(128, 8192 * 4, 3072, 6144), 0);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(128, 256 * 4, 3072, 6144), 2);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(32, 2048 * 2, 9216, 6144), 3);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(64, 8192 * 8, 512, 4096), 0);
     CHECK(kn_cuda_gemm_experts_ok(512, 264, 128, 128) && !kn_cuda_gemm_experts_ok(513, 264, 128, 128) &&
           !kn_cuda_gemm_experts_ok(8, 260, 128, 128) && !kn_cuda_gemm_experts_ok(8, 264, 96, 96) &&
           !kn_cuda_gemm_experts_ok(8, 264, 128, 132));
