@@ -1832,11 +1832,13 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
         failc(c, ce, "moe (offsets)");
         return;
     }
-    for (int32_t e = 0; e < E; e++) {
+    /* gate and up per expert, one SwiGLU over every pair's row (the experts' rows are contiguous and cover
+     * all pairs), down per expert */
+    int32_t rc = 0;
+    for (int32_t e = 0; e < E && !rc; e++) {
         const int64_t r0 = c->h_off[e], cnt = c->h_off[e + 1] - r0;
         if (cnt <= 0) continue;
-        const struct wk_weight *w1 = m->w1[e], *w3 = m->w3[e], *w2 = m->w2[e];
-        int32_t rc;
+        const struct wk_weight *w1 = m->w1[e], *w3 = m->w3[e];
         if (bf) {
             const uint16_t *xe = (const uint16_t *)xs + r0 * H;
             rc = kn_cuda_gemm_bf16(c->blas, cnt, I, H, xe, H, w1->bf16, H, 0.0f, g + r0 * I, I, 0, &e__);
@@ -1847,21 +1849,22 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
             rc = kn_cuda_gemm_f32(c->blas, cnt, I, H, xe, H, w1->f32, H, 0.0f, g + r0 * I, I, &e__);
             if (!rc) rc = kn_cuda_gemm_f32(c->blas, cnt, I, H, xe, H, w3->f32, H, 0.0f, u + r0 * I, I, &e__);
         }
-        if (!rc)
-            rc = kn_cuda_swiglu(g + r0 * I, u + r0 * I, I, cnt, I, m->alpha, m->limit,
-                                (uint8_t *)act + (size_t)(r0 * I) * (bf ? 2 : 4), I, bf, ST, &e__);
-        if (!rc) {
-            if (bf)
-                rc = kn_cuda_gemm_bf16(c->blas, cnt, H, I, (const uint16_t *)act + r0 * I, I, w2->bf16, I,
-                                       0.0f, eo + r0 * H, H, 0, &e__);
-            else
-                rc = kn_cuda_gemm_f32(c->blas, cnt, H, I, (const float *)act + r0 * I, I, w2->f32, I, 0.0f,
-                                      eo + r0 * H, H, &e__);
-        }
-        if (rc) {
-            fail(c, &e__, "moe (experts)");
-            return;
-        }
+    }
+    if (!rc) rc = kn_cuda_swiglu(g, u, I, pairs, I, m->alpha, m->limit, act, I, bf, ST, &e__);
+    for (int32_t e = 0; e < E && !rc; e++) {
+        const int64_t r0 = c->h_off[e], cnt = c->h_off[e + 1] - r0;
+        if (cnt <= 0) continue;
+        const struct wk_weight *w2 = m->w2[e];
+        if (bf)
+            rc = kn_cuda_gemm_bf16(c->blas, cnt, H, I, (const uint16_t *)act + r0 * I, I, w2->bf16, I, 0.0f,
+                                   eo + r0 * H, H, 0, &e__);
+        else
+            rc = kn_cuda_gemm_f32(c->blas, cnt, H, I, (const float *)act + r0 * I, I, w2->f32, I, 0.0f,
+                                  eo + r0 * H, H, &e__);
+    }
+    if (rc) {
+        fail(c, &e__, "moe (experts)");
+        return;
     }
     ce = cudaMemsetAsync(out, 0, sizeof(float) * (size_t)(n * H), ST);
     if (ce != cudaSuccess) {
