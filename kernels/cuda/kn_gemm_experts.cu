@@ -453,8 +453,8 @@ extern "C" int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows,
      * - 256 x 128 tiles always skip their 64-row quarters without rows (multiplying them cost up to half);
      * - 128 x 256 tiles skip them only when the experts average under 128 rows (then few tiles share a weight
      *   tile, and the loads saved count: 8-64 rows 2-10 % ahead); with more rows every tile costs the same,
-     *   which keeps the CTAs that share a weight tile in step, so that one DRAM read serves them (32 experts
-     *   at 512 rows 545 against 414, 64 of 512 x 4096 at 256 rows 401 against 375).
+     *   which keeps the CTAs that share a tile's rows or weights in step, so that one DRAM read serves
+     *   them (32 experts at 512 rows 545 against 414, 64 of 512 x 4096 at 256 rows 401 against 375).
      * KN_CUDA_EXPERTS_TILE (an integer knob: kn_cuda_knob reads only on / off): 1 = 128 x 256, 2 = 256 x 128;
      * KN_CUDA_EXPERTS_SKIP: 0 never, 1 always. */
     const int tile = kn_cuda_knob_int("KN_CUDA_EXPERTS_TILE", 0),
