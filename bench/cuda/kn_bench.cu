@@ -2515,13 +2515,21 @@ static void bench_experts(void)
                                       {128, 4, 6144, 3072}};
     static const int64_t toks[] = {256, 2048, 8192};
     /* routes 5-10: route 0 with the tile shape forced (KN_CUDA_EXPERTS_TILE, odd routes 128 x 256), and
-     * (7-10) the quarters without rows always (KN_CUDA_EXPERTS_SKIP=1) or never (0) skipped */
-    static const char *names[] = {"wgmma grouped, TMA",           "wgmma grouped, cp.async",
-                                  "host-grouped cuBLAS",          "host-grouped cuBLAS, one routing",
-                                  "one cuBLAS product (ceiling)", "wgmma TMA, tiles 128 x 256",
-                                  "wgmma TMA, tiles 256 x 128",   "wgmma TMA, 128 x 256, skip",
-                                  "wgmma TMA, 256 x 128, skip",   "wgmma TMA, 128 x 256, no skip",
-                                  "wgmma TMA, 256 x 128, no skip"};
+     * (7-10) the quarters without rows always (KN_CUDA_EXPERTS_SKIP=1) or never (0) skipped; 11 / 12: the
+     * default plan with L2 eviction hints on the loads (KN_CUDA_EXPERTS_L2=1 / 2) */
+    static const char *names[] = {"wgmma grouped, TMA",
+                                  "wgmma grouped, cp.async",
+                                  "host-grouped cuBLAS",
+                                  "host-grouped cuBLAS, one routing",
+                                  "one cuBLAS product (ceiling)",
+                                  "wgmma TMA, tiles 128 x 256",
+                                  "wgmma TMA, tiles 256 x 128",
+                                  "wgmma TMA, 128 x 256, skip",
+                                  "wgmma TMA, 256 x 128, skip",
+                                  "wgmma TMA, 128 x 256, no skip",
+                                  "wgmma TMA, 256 x 128, no skip",
+                                  "wgmma TMA, rows evict-last, weights first",
+                                  "wgmma TMA, rows evict-last"};
     const int n_routes = (int)(sizeof names / sizeof names[0]);
     struct experts_arg a;
     memset(&a, 0, sizeof a);
@@ -2530,7 +2538,7 @@ static void bench_experts(void)
     const char *only_cfg = getenv("KN_BENCH_EXPERTS_CFG"), *only_tok = getenv("KN_BENCH_EXPERTS_TOKENS");
     /* KN_BENCH_EXPERTS_ROUTES=0,7: only those routes (profiling) */
     const char *only_routes = getenv("KN_BENCH_EXPERTS_ROUTES");
-    int route_on[11];
+    int route_on[13];
     for (int r = 0; r < n_routes; r++) {
         char key[8];
         snprintf(key, sizeof key, "%d", r);
@@ -2576,18 +2584,20 @@ static void bench_experts(void)
             /* 1 warm pass and 3 timed ones, each in another order (a route timed right after cuBLAS's
              * largest products read up to 15 % slower than the same route first: the clocks or the memory
              * system remember); a route's time is the median of its 3 */
-            double ms[11], rs[3][11];
+            double ms[13], rs[3][13];
             for (int pass = 0; pass < 4; pass++)
                 for (int j = 0; j < n_routes; j++) {
                     const int r = (j + 4 * pass) % n_routes;
                     if (!route_on[r]) continue;
                     a.route = r >= 5 ? 0 : r;
-                    if (r >= 5) knob_setenv("KN_CUDA_EXPERTS_TILE", r % 2 ? "1" : "2", 1);
-                    if (r >= 7) knob_setenv("KN_CUDA_EXPERTS_SKIP", r >= 9 ? "0" : "1", 1);
+                    if (r >= 5 && r <= 10) knob_setenv("KN_CUDA_EXPERTS_TILE", r % 2 ? "1" : "2", 1);
+                    if (r >= 7 && r <= 10) knob_setenv("KN_CUDA_EXPERTS_SKIP", r >= 9 ? "0" : "1", 1);
+                    if (r >= 11) knob_setenv("KN_CUDA_EXPERTS_L2", r == 11 ? "1" : "2", 1);
                     const double t = time_ms(run_experts, &a, 2, g_quick ? 3 : 12);
                     if (pass) rs[pass - 1][r] = t;
                     if (r >= 5) knob_unsetenv("KN_CUDA_EXPERTS_TILE");
                     if (r >= 7) knob_unsetenv("KN_CUDA_EXPERTS_SKIP");
+                    if (r >= 11) knob_unsetenv("KN_CUDA_EXPERTS_L2");
                 }
             for (int r = 0; r < n_routes; r++) {
                 if (!route_on[r]) continue;

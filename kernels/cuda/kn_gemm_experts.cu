@@ -58,6 +58,8 @@ struct ge_args {
     float *y0, *y1;
     int64_t ldx, ldy, rows, cols;
     int32_t n_exp, n_w, nt; /* weight tables (1 or 2), weight tiles of one weight */
+    int32_t l2;             /* KN_CUDA_EXPERTS_L2: 1 = routed rows kept in L2 (evict-last), weights streamed
+                               (evict-first); 2 = the rows kept only; 0 = no hints */
     int32_t skip;           /* a tile's 64-row quarters the expert lacks are neither loaded (TMA) nor
                                multiplied (kn_cuda_gemm_experts_plan) */
 };
@@ -193,12 +195,25 @@ __device__ __forceinline__ void ge_tma_box(uint32_t dst, uint64_t map, int32_t c
         : "memory");
 }
 
+/* ge_tma_box with an L2 eviction policy (createpolicy) */
+__device__ __forceinline__ void ge_tma_box_hint(uint32_t dst, uint64_t map, int32_t col, int32_t row,
+                                                uint32_t full, uint64_t pol)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                 "l"(map), "r"(col), "r"(row), "r"(full), "l"(pol)
+                 : "memory");
+}
+
 template <int W>
 __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *prefix, int32_t total,
                                                uint32_t s0, uint32_t st0)
 {
     const int32_t ks = (int32_t)(a.cols / GE_BK);
     const uint64_t xm = (uint64_t)&a.xm;
+    uint64_t keep, stream;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(keep));
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(stream));
     uint32_t it = 0;
     for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
         const ge_tile tl = ge_locate<W>(a, prefix, t);
@@ -210,11 +225,22 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
                          "r"((uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u)
                          : "memory");
-            for (int i = 0; i < nx; i++)
-                ge_tma_box(st + i * GE_XBOX * 128, xm, k * GE_BK, tl.p0 + tl.m0 + i * GE_XBOX, full);
+            for (int i = 0; i < nx; i++) {
+                const uint32_t d = st + i * GE_XBOX * 128;
+                const int32_t row = tl.p0 + tl.m0 + i * GE_XBOX;
+                if (a.l2)
+                    ge_tma_box_hint(d, xm, k * GE_BK, row, full, keep);
+                else
+                    ge_tma_box(d, xm, k * GE_BK, row, full);
+            }
 #pragma unroll
-            for (int i = 0; i < GE_BN(W) / GE_BOX; i++)
-                ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_BK, tl.n0 + i * GE_BOX, full);
+            for (int i = 0; i < GE_BN(W) / GE_BOX; i++) {
+                const uint32_t d = st + GE_A_BYTES(W) + i * GE_BOX * 128;
+                if (a.l2 == 1)
+                    ge_tma_box_hint(d, wm, k * GE_BK, tl.n0 + i * GE_BOX, full, stream);
+                else
+                    ge_tma_box(d, wm, k * GE_BK, tl.n0 + i * GE_BOX, full);
+            }
         }
     }
 }
@@ -490,6 +516,7 @@ extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, 
     a.ldx = ldx, a.ldy = ldy, a.rows = rows, a.cols = cols;
     const int plan = kn_cuda_gemm_experts_plan(n_exp, n, rows, cols), W = plan & 1;
     a.skip = (plan >> 1) & 1;
+    a.l2 = kn_cuda_knob_int("KN_CUDA_EXPERTS_L2", 0);
     a.n_exp = n_exp, a.n_w = w_b ? 2 : 1, a.nt = (int32_t)((rows + GE_BN(W) - 1) / GE_BN(W));
     /* at most this many tiles: every routed row in a full tile, plus one partial tile per expert */
     const int64_t bound = (n / GE_BM(W) + n_exp) * a.nt * a.n_w;

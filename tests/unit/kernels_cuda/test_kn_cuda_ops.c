@@ -1377,7 +1377,8 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
     float *ref = ct_hmalloc(sizeof(float) * P * rows), *g2 = ct_hmalloc(sizeof(float) * P * rows);
     /* the weights' tensor maps: the TMA loads with the quarters without rows skipped (the first call,
      * KN_CUDA_EXPERTS_SKIP=1), then without maps the cp.async loads, then TMA with every quarter of a tile
-     * loaded and multiplied (KN_CUDA_EXPERTS_SKIP=0): the same bits */
+     * loaded and multiplied (KN_CUDA_EXPERTS_SKIP=0) and L2 eviction hints on the loads
+     * (KN_CUDA_EXPERTS_L2=1): the same bits */
     const void **wh = ct_hmalloc(sizeof(void *) * 2 * (size_t)E);
     for (int e = 0; e < 2 * E; e++) wh[e] = (const uint16_t *)et.w_d + (int64_t)e * rows * cols;
     void *maps = NULL;
@@ -1386,6 +1387,7 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
     for (int pass = 0; pass < 3; pass++) {
         for (int h = 0; h < 2; h++) /* NaN again: each pass must write every row itself */
             CHECK(cudaMemset(y_d[h], 0xff, sizeof(float) * n * ldy) == cudaSuccess);
+        if (pass == 2) knob_setenv("KN_CUDA_EXPERTS_L2", "1", 1); /* L2 hints: the same bits */
         if (pass != 1) {
             knob_setenv("KN_CUDA_EXPERTS_SKIP", pass ? "0" : "1", 1);
             const int plan = kn_cuda_gemm_experts_plan(E, n, rows, cols);
@@ -1399,6 +1401,7 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
             cp || tables == 1 ? NULL : (const uint8_t *)maps + (size_t)E * KN_CUDA_TMAP_BYTES, y_d[0],
             tables == 2 ? y_d[1] : NULL, ldy, 0, &err));
         if (pass != 1) knob_unsetenv("KN_CUDA_EXPERTS_SKIP");
+        if (pass == 2) knob_unsetenv("KN_CUDA_EXPERTS_L2");
         for (int half = 0; half < tables; half++) {
             for (int e = 0; e < E; e++)
                 if (cnt[e])
