@@ -7,15 +7,15 @@
  * 128) of all experts, which it finds from the device offsets and a per-CTA prefix of tile counts in shared
  * memory.
  *
- * CTA: warps 0-7 are two consumer warpgroups (64 routed rows each, two m64n128k16 accumulators = 256 weight
- * rows), warps 8-11 the producer warpgroup (64-column k-slices of both operands into a ring of 4 stages of
- * 48 KB, sw128 tiles, completion on the stage's "full" mbarrier). Both operands are K-major
- * (x rows [n][cols], weights [rows][cols] as nn.Linear stores them), so no transpose anywhere. The
- * consumers keep one k-slice's products in flight (wait_group 1) and release the slice before it; the
+ * CTA: warps 0-7 are two consumer warpgroups (two m64n128k16 accumulators each: 64 routed rows x 256 weight
+ * rows, or two 64-row quarters x 128), warps 8-11 the producer warpgroup (64-column k-slices of both operands
+ * into a ring of 4 stages of 48 KB, sw128 tiles, completion on the stage's "full" mbarrier). Both operands
+ * are K-major (x rows [n][cols], weights [rows][cols] as nn.Linear stores them), so no transpose anywhere.
+ * The consumers keep one k-slice's products in flight (wait_group 1) and release the slice before it; the
  * producer runs ahead into the next tile while the consumers store the f32 sums.
  *
  * Two producers: with the weights' tensor maps (kn_cuda_experts_maps_create, made once per weight table) one
- * thread loads each k-slice with two TMA copies (cp.async.bulk.tensor, the 128-byte swizzle done by the copy
+ * thread loads each k-slice with 2-6 TMA copies (cp.async.bulk.tensor, the 128-byte swizzle done by the copy
  * engine, out-of-range rows zero-filled, completion by transaction bytes); without them (or
  * KN_CUDA_EXPERTS_TMA=0) 128 threads issue 16-byte cp.async copies, which measured 1.4-2.2x slower (H200,
  * bench/cuda/README.md "Fourteenth session"): the sums are the same bits either way. */
@@ -28,9 +28,9 @@
 #include <string.h>
 
 /* Tile shapes (template W): 0 = 128 routed rows x 256 weight rows (a warpgroup's 64 rows against two 128-row
- * halves of the weight tile), 1 = 256 x 128 (a warpgroup's two 64-row halves of its 128 rows against the
- * weight tile): the weight tile then serves twice the rows, for experts with many rows whose weights do not
- * stay in L2 between the CTAs that share them. Both: two m64n128 accumulators per thread, 48 KB a k-slice. */
+ * halves of the weight tile), 1 = 256 x 128 (a warpgroup's two 64-row quarters, wg and wg + 2, against the
+ * weight tile): the weight tile then serves twice the rows, so an expert of up to 256 rows reads its weights
+ * once (kn_cuda_gemm_experts_plan picks). Both: two m64n128 accumulators per thread, 48 KB a k-slice. */
 #define GE_BM(W) ((W) ? 256 : 128)
 #define GE_BN(W) ((W) ? 128 : 256)
 #define GE_BK 64   /* columns per k-slice: one 128-byte swizzle row */
@@ -183,26 +183,24 @@ __device__ __forceinline__ void ge_produce(const ge_args &a, const int32_t *pref
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/* TMA producer (one thread): both tiles of each k-slice by bulk tensor copies of 128-row boxes (1 or 2 per
- * operand); the stage's "full" barrier expects their bytes (whole boxes, zero-filled rows included). */
+/* TMA producer (one thread): each k-slice's routed rows in 64-row boxes (the quarters it loads) and its
+ * weight tile in 128-row boxes, by bulk tensor copies; the stage's "full" barrier expects their bytes (whole
+ * boxes, zero-filled rows included). One box, with the L2 eviction policy pol when hint is set. */
 __device__ __forceinline__ void ge_tma_box(uint32_t dst, uint64_t map, int32_t col, int32_t row,
-                                           uint32_t full)
+                                           uint32_t full, bool hint, uint64_t pol)
 {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-        "%3}], [%4];\n" ::"r"(dst),
-        "l"(map), "r"(col), "r"(row), "r"(full)
-        : "memory");
-}
-
-/* ge_tma_box with an L2 eviction policy (createpolicy) */
-__device__ __forceinline__ void ge_tma_box_hint(uint32_t dst, uint64_t map, int32_t col, int32_t row,
-                                                uint32_t full, uint64_t pol)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-                 "l"(map), "r"(col), "r"(row), "r"(full), "l"(pol)
-                 : "memory");
+    if (hint)
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+            "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+            "l"(map), "r"(col), "r"(row), "r"(full), "l"(pol)
+            : "memory");
+    else
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+            "%3}], [%4];\n" ::"r"(dst),
+            "l"(map), "r"(col), "r"(row), "r"(full)
+            : "memory");
 }
 
 template <int W>
@@ -225,22 +223,13 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
                          "r"((uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u)
                          : "memory");
-            for (int i = 0; i < nx; i++) {
-                const uint32_t d = st + i * GE_XBOX * 128;
-                const int32_t row = tl.p0 + tl.m0 + i * GE_XBOX;
-                if (a.l2)
-                    ge_tma_box_hint(d, xm, k * GE_BK, row, full, keep);
-                else
-                    ge_tma_box(d, xm, k * GE_BK, row, full);
-            }
+            for (int i = 0; i < nx; i++)
+                ge_tma_box(st + i * GE_XBOX * 128, xm, k * GE_BK, tl.p0 + tl.m0 + i * GE_XBOX, full,
+                           a.l2 != 0, keep);
 #pragma unroll
-            for (int i = 0; i < GE_BN(W) / GE_BOX; i++) {
-                const uint32_t d = st + GE_A_BYTES(W) + i * GE_BOX * 128;
-                if (a.l2 == 1)
-                    ge_tma_box_hint(d, wm, k * GE_BK, tl.n0 + i * GE_BOX, full, stream);
-                else
-                    ge_tma_box(d, wm, k * GE_BK, tl.n0 + i * GE_BOX, full);
-            }
+            for (int i = 0; i < GE_BN(W) / GE_BOX; i++)
+                ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_BK, tl.n0 + i * GE_BOX, full,
+                           a.l2 == 1, stream);
         }
     }
 }
