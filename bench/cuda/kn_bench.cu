@@ -2500,6 +2500,35 @@ static void run_experts(void *p, int it)
     }
 }
 
+/* The expert products' routes (run_experts' a->route, with knobs as env_set takes them); rows 5-12: route 0
+ * with the plan's knobs set (KN_CUDA_EXPERTS_TILE 1 = 128 x 256, 2 = 256 x 128; KN_CUDA_EXPERTS_SKIP: the
+ * quarters without rows always (1) or never (0) skipped; KN_CUDA_EXPERTS_L2: eviction hints on the loads) */
+static const struct ex_route {
+    const char *name;
+    int route;
+    const char *env;
+} g_ex_routes[] = {{"wgmma grouped, TMA", 0, NULL},
+                   {"wgmma grouped, cp.async", 1, NULL},
+                   {"host-grouped cuBLAS", 2, NULL},
+                   {"host-grouped cuBLAS, one routing", 3, NULL},
+                   {"one cuBLAS product (ceiling)", 4, NULL},
+                   {"wgmma TMA, tiles 128 x 256", 0, "KN_CUDA_EXPERTS_TILE=1"},
+                   {"wgmma TMA, tiles 256 x 128", 0, "KN_CUDA_EXPERTS_TILE=2"},
+                   {"wgmma TMA, 128 x 256, skip", 0, "KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=1"},
+                   {"wgmma TMA, 256 x 128, skip", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_SKIP=1"},
+                   {"wgmma TMA, 128 x 256, no skip", 0, "KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=0"},
+                   {"wgmma TMA, 256 x 128, no skip", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_SKIP=0"},
+                   {"wgmma TMA, rows evict-last, weights first", 0, "KN_CUDA_EXPERTS_L2=1"},
+                   {"wgmma TMA, rows evict-last", 0, "KN_CUDA_EXPERTS_L2=2"}};
+#define EX_ROUTES (sizeof g_ex_routes / sizeof g_ex_routes[0])
+
+/* Set (env) or clear (NULL) the knobs an expert-products route may set. */
+static void ex_set_env(const char *env)
+{
+    static const char *const knobs[] = {"KN_CUDA_EXPERTS_TILE", "KN_CUDA_EXPERTS_SKIP", "KN_CUDA_EXPERTS_L2"};
+    env_set(knobs, sizeof knobs / sizeof knobs[0], env);
+}
+
 static int want(const char *only, const char *name);
 
 static void bench_experts(void)
@@ -2514,23 +2543,6 @@ static void bench_experts(void)
                                       {32, 2, 6144, 9216},
                                       {128, 4, 6144, 3072}};
     static const int64_t toks[] = {256, 2048, 8192};
-    /* routes 5-10: route 0 with the tile shape forced (KN_CUDA_EXPERTS_TILE, odd routes 128 x 256), and
-     * (7-10) the quarters without rows always (KN_CUDA_EXPERTS_SKIP=1) or never (0) skipped; 11 / 12: the
-     * default plan with L2 eviction hints on the loads (KN_CUDA_EXPERTS_L2=1 / 2) */
-    static const char *names[] = {"wgmma grouped, TMA",
-                                  "wgmma grouped, cp.async",
-                                  "host-grouped cuBLAS",
-                                  "host-grouped cuBLAS, one routing",
-                                  "one cuBLAS product (ceiling)",
-                                  "wgmma TMA, tiles 128 x 256",
-                                  "wgmma TMA, tiles 256 x 128",
-                                  "wgmma TMA, 128 x 256, skip",
-                                  "wgmma TMA, 256 x 128, skip",
-                                  "wgmma TMA, 128 x 256, no skip",
-                                  "wgmma TMA, 256 x 128, no skip",
-                                  "wgmma TMA, rows evict-last, weights first",
-                                  "wgmma TMA, rows evict-last"};
-    const int n_routes = (int)(sizeof names / sizeof names[0]);
     struct experts_arg a;
     memset(&a, 0, sizeof a);
     KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
@@ -2538,8 +2550,8 @@ static void bench_experts(void)
     const char *only_cfg = getenv("KN_BENCH_EXPERTS_CFG"), *only_tok = getenv("KN_BENCH_EXPERTS_TOKENS");
     /* KN_BENCH_EXPERTS_ROUTES=0,7: only those routes (profiling) */
     const char *only_routes = getenv("KN_BENCH_EXPERTS_ROUTES");
-    int route_on[13];
-    for (int r = 0; r < n_routes; r++) {
+    int route_on[EX_ROUTES];
+    for (int r = 0; r < (int)EX_ROUTES; r++) {
         char key[8];
         snprintf(key, sizeof key, "%d", r);
         route_on[r] = !only_routes || want(only_routes, key);
@@ -2584,29 +2596,25 @@ static void bench_experts(void)
             /* 1 warm pass and 3 timed ones, each in another order (a route timed right after cuBLAS's
              * largest products read up to 15 % slower than the same route first: the clocks or the memory
              * system remember); a route's time is the median of its 3 */
-            double ms[13], rs[3][13];
+            double ms[EX_ROUTES], rs[3][EX_ROUTES];
             for (int pass = 0; pass < 4; pass++)
-                for (int j = 0; j < n_routes; j++) {
-                    const int r = (j + 4 * pass) % n_routes;
+                for (int j = 0; j < (int)EX_ROUTES; j++) {
+                    const int r = (j + 4 * pass) % (int)EX_ROUTES;
                     if (!route_on[r]) continue;
-                    a.route = r >= 5 ? 0 : r;
-                    if (r >= 5 && r <= 10) knob_setenv("KN_CUDA_EXPERTS_TILE", r % 2 ? "1" : "2", 1);
-                    if (r >= 7 && r <= 10) knob_setenv("KN_CUDA_EXPERTS_SKIP", r >= 9 ? "0" : "1", 1);
-                    if (r >= 11) knob_setenv("KN_CUDA_EXPERTS_L2", r == 11 ? "1" : "2", 1);
+                    a.route = g_ex_routes[r].route;
+                    ex_set_env(g_ex_routes[r].env);
                     const double t = time_ms(run_experts, &a, 2, g_quick ? 3 : 12);
                     if (pass) rs[pass - 1][r] = t;
-                    if (r >= 5) knob_unsetenv("KN_CUDA_EXPERTS_TILE");
-                    if (r >= 7) knob_unsetenv("KN_CUDA_EXPERTS_SKIP");
-                    if (r >= 11) knob_unsetenv("KN_CUDA_EXPERTS_L2");
+                    ex_set_env(NULL);
                 }
-            for (int r = 0; r < n_routes; r++) {
+            for (int r = 0; r < (int)EX_ROUTES; r++) {
                 if (!route_on[r]) continue;
                 double v[3] = {rs[0][r], rs[1][r], rs[2][r]};
                 qsort(v, 3, sizeof(double), cmp_double);
                 ms[r] = v[1];
-                printf("  %-62s %-34s %9.3f ms %7.1f TFLOP/s\n", cfg, names[r], ms[r],
+                printf("  %-62s %-34s %9.3f ms %7.1f TFLOP/s\n", cfg, g_ex_routes[r].name, ms[r],
                        flops / (ms[r] * 1e-3) / 1e12);
-                emit("experts", cfg, names[r], flops / (ms[r] * 1e-3) / 1e12, "TFLOP/s");
+                emit("experts", cfg, g_ex_routes[r].name, flops / (ms[r] * 1e-3) / 1e12, "TFLOP/s");
             }
             if (route_on[0] && route_on[2])
                 emit("experts", cfg, "wgmma TMA vs host-grouped", ms[2] / ms[0], "x");
