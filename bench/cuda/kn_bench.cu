@@ -2455,6 +2455,7 @@ struct experts_arg {
     void *maps_gu, *maps_dn;         /* their tensor maps */
     uint16_t *x, *act;               /* [pairs][H] expert-sorted rows; [pairs][I] activations */
     float *g, *u, *eo;
+    int32_t *ctr; /* the products' dynamic tile order */
     int route; /* 0 wgmma with TMA loads, 1 wgmma with cp.async loads, 2 host-grouped cuBLAS (what the backend
                   did), 3 the same with one routing every call, 4 one cuBLAS product of all rows */
 };
@@ -2469,11 +2470,11 @@ static void run_experts(void *p, int it)
         KC(kn_cuda_gemm_experts_bf16(a->E, off_d, P, a->I, a->H, a->x, a->H, (const void *const *)a->tab_d,
                                      (const void *const *)a->tab_d + a->E, mg,
                                      mg ? (const uint8_t *)mg + (size_t)a->E * KN_CUDA_TMAP_BYTES : NULL,
-                                     a->g, a->u, a->I, 0, &g_err));
+                                     a->g, a->u, a->I, a->ctr, 0, &g_err));
         KC(kn_cuda_swiglu(a->g, a->u, a->I, P, a->I, 1.702f, 7.0f, a->act, a->I, 1, 0, &g_err));
         KC(kn_cuda_gemm_experts_bf16(a->E, off_d, P, a->H, a->I, a->act, a->I,
                                      (const void *const *)a->tab_d + 2 * a->E, NULL, md, NULL, a->eo, NULL,
-                                     a->H, 0, &g_err));
+                                     a->H, a->ctr, 0, &g_err));
     } else if (a->route <= 3) {
         int32_t *off = a->off_h + a->E + 1; /* read back as the backend did: one sync */
         CK(cudaMemcpy(off, off_d, sizeof(int32_t) * (size_t)(a->E + 1), cudaMemcpyDeviceToHost));
@@ -2507,25 +2508,31 @@ static const struct ex_route {
     const char *name;
     int route;
     const char *env;
-} g_ex_routes[] = {{"wgmma grouped, TMA", 0, NULL},
-                   {"wgmma grouped, cp.async", 1, NULL},
-                   {"host-grouped cuBLAS", 2, NULL},
-                   {"host-grouped cuBLAS, one routing", 3, NULL},
-                   {"one cuBLAS product (ceiling)", 4, NULL},
-                   {"wgmma TMA, tiles 128 x 256", 0, "KN_CUDA_EXPERTS_TILE=1"},
-                   {"wgmma TMA, tiles 256 x 128", 0, "KN_CUDA_EXPERTS_TILE=2"},
-                   {"wgmma TMA, 128 x 256, skip", 0, "KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=1"},
-                   {"wgmma TMA, 256 x 128, skip", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_SKIP=1"},
-                   {"wgmma TMA, 128 x 256, no skip", 0, "KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=0"},
-                   {"wgmma TMA, 256 x 128, no skip", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_SKIP=0"},
-                   {"wgmma TMA, rows evict-last, weights first", 0, "KN_CUDA_EXPERTS_L2=1"},
-                   {"wgmma TMA, rows evict-last", 0, "KN_CUDA_EXPERTS_L2=2"}};
+} g_ex_routes[] = {
+    {"wgmma grouped, TMA", 0, NULL},
+    {"wgmma grouped, cp.async", 1, NULL},
+    {"host-grouped cuBLAS", 2, NULL},
+    {"host-grouped cuBLAS, one routing", 3, NULL},
+    {"one cuBLAS product (ceiling)", 4, NULL},
+    {"wgmma TMA, tiles 128 x 256", 0, "KN_CUDA_EXPERTS_TILE=1"},
+    {"wgmma TMA, tiles 256 x 128", 0, "KN_CUDA_EXPERTS_TILE=2"},
+    {"wgmma TMA, 128 x 256, skip", 0, "KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=1"},
+    {"wgmma TMA, 256 x 128, skip", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_SKIP=1"},
+    {"wgmma TMA, 128 x 256, no skip", 0, "KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=0"},
+    {"wgmma TMA, 256 x 128, no skip", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_SKIP=0"},
+    {"wgmma TMA, rows evict-last, weights first", 0, "KN_CUDA_EXPERTS_L2=1"},
+    {"wgmma TMA, rows evict-last", 0, "KN_CUDA_EXPERTS_L2=2"},
+    {"wgmma TMA, static tile order", 0, "KN_CUDA_EXPERTS_DYN=0"},
+    {"wgmma TMA, static order, 128 x 256, skip", 0,
+     "KN_CUDA_EXPERTS_DYN=0 KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=1"},
+    {"wgmma TMA, 256 x 128, rows evict-last", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_L2=2"}};
 #define EX_ROUTES (sizeof g_ex_routes / sizeof g_ex_routes[0])
 
 /* Set (env) or clear (NULL) the knobs an expert-products route may set. */
 static void ex_set_env(const char *env)
 {
-    static const char *const knobs[] = {"KN_CUDA_EXPERTS_TILE", "KN_CUDA_EXPERTS_SKIP", "KN_CUDA_EXPERTS_L2"};
+    static const char *const knobs[] = {"KN_CUDA_EXPERTS_TILE", "KN_CUDA_EXPERTS_SKIP", "KN_CUDA_EXPERTS_L2",
+                                        "KN_CUDA_EXPERTS_DYN"};
     env_set(knobs, sizeof knobs / sizeof knobs[0], env);
 }
 
@@ -2546,6 +2553,7 @@ static void bench_experts(void)
     struct experts_arg a;
     memset(&a, 0, sizeof a);
     KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
+    a.ctr = (int32_t *)dmalloc(sizeof(int32_t));
     /* KN_BENCH_EXPERTS_CFG=i / KN_BENCH_EXPERTS_TOKENS=n: one configuration / one token count (profiling) */
     const char *only_cfg = getenv("KN_BENCH_EXPERTS_CFG"), *only_tok = getenv("KN_BENCH_EXPERTS_TOKENS");
     /* KN_BENCH_EXPERTS_ROUTES=0,7: only those routes (profiling) */
@@ -2591,8 +2599,8 @@ static void bench_experts(void)
             snprintf(cfg, sizeof cfg, "%d experts top-%d, hidden %d, expert MLP %d, %lld tokens", a.E, a.K,
                      a.H, a.I, (long long)T);
             printf("  %-62s plan gate + up %d, down %d (bit 0: 256 x 128 tiles, bit 1: quarters skipped)\n",
-                   cfg, kn_cuda_gemm_experts_plan(a.E, a.pairs, a.I, a.H),
-                   kn_cuda_gemm_experts_plan(a.E, a.pairs, a.H, a.I));
+                   cfg, kn_cuda_gemm_experts_plan(a.E, a.pairs, a.I, a.H, 1),
+                   kn_cuda_gemm_experts_plan(a.E, a.pairs, a.H, a.I, 1));
             /* 1 warm pass and 3 timed ones, each in another order (a route timed right after cuBLAS's
              * largest products read up to 15 % slower than the same route first: the clocks or the memory
              * system remember); a route's time is the median of its 3 */
@@ -2626,6 +2634,7 @@ static void bench_experts(void)
         kn_cuda_experts_maps_free(a.maps_gu), kn_cuda_experts_maps_free(a.maps_dn);
         free(a.tab_h);
     }
+    cudaFree(a.ctr);
     kn_cuda_blas_destroy(a.bl);
 }
 

@@ -412,11 +412,14 @@ int kn_cuda_gemm_small_experts_ok(int64_t cols, int64_t ldx);
  * 128 for large weights with many rows); needs kn_cuda_gemm_experts_ok(n_exp, rows, cols, ldx) (at most 512
  * experts, rows a multiple of 8, cols of 64) and sm_90a. maps_a / maps_b: the same weights' tensor maps
  * (kn_cuda_experts_maps_create; NULL: the operands are loaded with cp.async instead of TMA; the sums are the
- * same bits). */
+ * same bits). tile_ctr: a device int32 the call zeroes (one memset on the stream) and its CTAs take tiles
+ * from, so that the CTAs sharing a tile's operands run in step (TMA loads only; NULL: a static tile order,
+ * the same bits); calls that share one must be ordered on one stream. */
 int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows, int64_t cols,
                                   const uint16_t *x, int64_t ldx, const void *const *w_a,
                                   const void *const *w_b, const void *maps_a, const void *maps_b, float *y_a,
-                                  float *y_b, int64_t ldy, cudaStream_t stream, struct mm_err *err);
+                                  float *y_b, int64_t ldy, int32_t *tile_ctr, cudaStream_t stream,
+                                  struct mm_err *err);
 /** Bytes of one tensor map in a kn_cuda_experts_maps_create array. */
 #define KN_CUDA_TMAP_BYTES 128
 /** Device tensor maps (*maps, n x KN_CUDA_TMAP_BYTES) of n bf16 weights [rows][cols] (w: host array of their
@@ -429,7 +432,7 @@ int kn_cuda_gemm_experts_ok(int32_t n_exp, int64_t rows, int64_t cols, int64_t l
 /** The plan kn_cuda_gemm_experts_bf16 takes for n routed rows over n_exp experts of [rows][cols] weights,
  * knobs included: bit 0 set = tiles of 256 routed rows x 128 weight rows (else 128 x 256), bit 1 set = a
  * tile's 64-row quarters without rows are skipped. For tests and benchmarks. */
-int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows, int64_t cols);
+int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows, int64_t cols, int dynamic);
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows

@@ -3,9 +3,16 @@
  * Why: the host-grouped route read the expert offsets back (a sync per MoE layer) and launched 3 cuBLAS
  * products and a SwiGLU per expert that has rows: with tens to hundreds of experts that is hundreds of
  * launches per layer, more host time than GPU time for prompts of a few thousand tokens. Here one persistent
- * launch covers every expert: each CTA walks the tiles (expert, 128 routed rows, 256 weight rows, or 256 x
- * 128) of all experts, which it finds from the device offsets and a per-CTA prefix of tile counts in shared
- * memory.
+ * launch covers every expert: its CTAs work through the tiles (expert, 128 routed rows, 256 weight rows, or
+ * 256 x 128) of all experts, which they find from the device offsets and a per-CTA prefix of tile counts in
+ * shared memory.
+ *
+ * Tile order: with a tile counter (the default where the caller gives one) the producer takes each next tile
+ * from it (atomicAdd) and hands its index to the consumers in the tile's first stage, so the tiles that share
+ * an operand (neighbouring indices) start within a microsecond of each other and stay in step. The static
+ * order (blockIdx.x, + gridDim.x, ...) let CTAs drift apart over the ~50 waves of a large prefill until the
+ * second reader of a weight tile found it gone from L2: M3's experts at 8192 tokens read 16.9 GB from DRAM
+ * for 10.1 GB of operands, the dynamic order 10.3 GB (ncu, v58; bench/cuda/README.md "Sixteenth session").
  *
  * CTA: warps 0-7 are two consumer warpgroups (two m64n128k16 accumulators each: 64 routed rows x 256 weight
  * rows, or two 64-row quarters x 128), warps 8-11 the producer warpgroup (64-column k-slices of both operands
@@ -42,11 +49,14 @@
 #define GE_EMAX 512 /* experts whose tile prefix fits in shared memory */
 #define GE_THREADS 384
 #define GE_PRODUCER 8 /* first producer warp */
-/* header: full and empty mbarriers of each stage, then the tile prefix (GE_EMAX + 1 words) */
+/* header: full and empty mbarriers of each stage, the tile prefix (GE_EMAX + 1 words), then each stage's
+ * tile (the dynamic order: the producer writes a tile's index into its first k-slice's stage, -1 at the end)
+ */
 #define GE_BAR_FULL 0
 #define GE_BAR_EMPTY (8 * GE_STAGES)
 #define GE_PREFIX (16 * GE_STAGES)
-#define GE_HEAD_BYTES (GE_PREFIX + 4 * (GE_EMAX + 1))
+#define GE_TWORD (GE_PREFIX + 4 * (GE_EMAX + 1))
+#define GE_HEAD_BYTES (GE_TWORD + 4 * GE_STAGES)
 #define GE_SMEM (((GE_HEAD_BYTES + 1023) & ~1023) + GE_STAGES * GE_STAGE_BYTES + 1024)
 
 struct ge_args {
@@ -62,6 +72,8 @@ struct ge_args {
                                (evict-first); 2 = the rows kept only; 0 = no hints */
     int32_t skip;           /* a tile's 64-row quarters the expert lacks are neither loaded (TMA) nor
                                multiplied (kn_cuda_gemm_experts_plan) */
+    int32_t *ctr;           /* the dynamic tile order (TMA producer): the next tile to hand out, zeroed
+                               before the launch; NULL = the static order (blockIdx.x + i gridDim.x) */
 };
 
 /* Tile t of the CTA's walk -> expert e, its first routed row p0 and row count, the weight table, the first
@@ -205,7 +217,7 @@ __device__ __forceinline__ void ge_tma_box(uint32_t dst, uint64_t map, int32_t c
 
 template <int W>
 __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *prefix, int32_t total,
-                                               uint32_t s0, uint32_t st0)
+                                               uint32_t s0, uint32_t st0, volatile int32_t *tword)
 {
     const int32_t ks = (int32_t)(a.cols / GE_BK);
     const uint64_t xm = (uint64_t)&a.xm;
@@ -213,13 +225,16 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(keep));
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(stream));
     uint32_t it = 0;
-    for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
+    const bool dyn = a.ctr != nullptr;
+    for (int32_t t = dyn ? atomicAdd(a.ctr, 1) : (int32_t)blockIdx.x; t < total;
+         t = dyn ? atomicAdd(a.ctr, 1) : t + (int32_t)gridDim.x) {
         const ge_tile tl = ge_locate<W>(a, prefix, t);
         const uint64_t wm = (uint64_t)((tl.wsel ? a.wm1 : a.wm0) + tl.e);
         const int nx = ge_quarters<W>(a, tl); /* routed-row boxes to load */
         for (int32_t k = 0; k < ks; k++, it++) {
             const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES, full = s0 + GE_BAR_FULL + 8 * s;
             if (it >= GE_STAGES) mb_wait(s0 + GE_BAR_EMPTY + 8 * s, ((it / GE_STAGES) & 1u) ^ 1u);
+            if (k == 0) tword[s] = t; /* published by the arrive's release, read after the consumers' wait */
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
                          "r"((uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u)
                          : "memory");
@@ -231,6 +246,12 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
                 ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_BK, tl.n0 + i * GE_BOX, full,
                            a.l2 == 1, stream);
         }
+    }
+    if (dyn) { /* no tiles left: -1 in the next stage, whose phase this arrival completes */
+        const uint32_t s = it % GE_STAGES;
+        if (it >= GE_STAGES) mb_wait(s0 + GE_BAR_EMPTY + 8 * s, ((it / GE_STAGES) & 1u) ^ 1u);
+        tword[s] = -1;
+        mb_arrive(s0 + GE_BAR_FULL + 8 * s);
     }
 }
 
@@ -296,13 +317,22 @@ __device__ __forceinline__ void ge_mainloop(float (&d0)[64], float (&d1)[64], ui
 
 template <int W>
 __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *prefix, int32_t total,
-                                           uint32_t s0, uint32_t st0, int warp, int lane)
+                                           uint32_t s0, uint32_t st0, const volatile int32_t *tword, int warp,
+                                           int lane)
 {
     const int wg = warp >> 2, wl = warp & 3, gid = lane >> 2, tig = lane & 3;
     const int32_t ks = (int32_t)(a.cols / GE_BK);
+    const bool dyn = a.ctr != nullptr;
     float d0[64], d1[64];
     uint32_t it = 0;
-    for (int32_t t = (int32_t)blockIdx.x; t < total; t += (int32_t)gridDim.x) {
+    for (int32_t t = (int32_t)blockIdx.x;; t += (int32_t)gridDim.x) {
+        if (dyn) { /* the tile is in its first k-slice's stage (the wait again in the main loop returns at
+                      once) */
+            const uint32_t s = it % GE_STAGES;
+            ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
+            t = tword[s];
+        }
+        if (t < 0 || t >= total) break;
         const ge_tile tl = ge_locate<W>(a, prefix, t);
         /* a warpgroup none of whose quarters the expert has only hands the stages back; W = 1: one whose
          * second quarter it lacks uses d0 only (votes: branches around a wgmma must be warp-uniform) */
@@ -365,15 +395,16 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
     }
     __syncthreads();
     const int32_t total = prefix[a.n_exp];
+    volatile int32_t *tword = (volatile int32_t *)(smem + GE_TWORD);
     if (warp >= GE_PRODUCER) {
         ge_setmaxnreg_dec();
         if (!TMA)
             ge_produce<W>(a, prefix, total, s0, st0, tid - 32 * GE_PRODUCER);
         else if (tid == 32 * GE_PRODUCER)
-            ge_produce_tma<W>(a, prefix, total, s0, st0);
+            ge_produce_tma<W>(a, prefix, total, s0, st0, tword);
     } else {
         ge_setmaxnreg_inc();
-        ge_consume<W>(a, prefix, total, s0, st0, warp, lane);
+        ge_consume<W>(a, prefix, total, s0, st0, tword, warp, lane);
     }
 }
 
@@ -456,20 +487,21 @@ extern "C" int kn_cuda_gemm_experts_ok(int32_t n_exp, int64_t rows, int64_t cols
            cols % GE_BK == 0 && ldx >= cols && ldx % 8 == 0;
 }
 
-extern "C" int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows, int64_t cols)
+extern "C" int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows, int64_t cols, int dynamic)
 {
-    /* From the same-run medians of kn_bench --only experts (H200, v48-v50; TFLOP/s):
-     * - experts averaging 128-255 rows with weights of 32 MB or more: tiles of 256 routed rows x 128 weight
-     *   rows, so that most experts read their weights once, where 128-row tiles read them twice (32 experts
-     *   of 6144 x 9216 at 128 rows: 388-399 against 294-340, cuBLAS per expert 371);
-     * - from 256 rows both shapes take two or more row tiles, and 128 x 256 tiles that all cost the same
-     *   came out ahead in two runs (32 experts at 512 rows 514-545 against 477-485; M3's 128 experts of
-     *   3072 x 6144 at 256 rows 391-409 against 388-389; cuBLAS 552 and 410);
-     * - 256 x 128 tiles always skip their 64-row quarters without rows (multiplying them cost up to half);
-     * - 128 x 256 tiles skip them only when the experts average under 128 rows (then few tiles share a weight
-     *   tile, and the loads saved count: 8-64 rows 2-10 % ahead); with more rows every tile costs the same,
-     *   which keeps the CTAs that share a tile's rows or weights in step, so that one DRAM read serves
-     *   them (32 experts at 512 rows 545 against 414, 64 of 512 x 4096 at 256 rows 401 against 375).
+    /* The tile shape, both orders (same-run medians of kn_bench --only experts, H200, TFLOP/s): experts
+     * averaging 128-255 rows with weights of 32 MB or more take tiles of 256 routed rows x 128 weight rows,
+     * so that most experts read their weights in one tile where 128-row tiles would take two, the second
+     * nearly empty (32 experts of 6144 x 9216 at 128 rows: static order 388-399 against 294-340, cuBLAS per
+     * expert 371, v49-v50; dynamic order 358 / 382 against 342 / 333, v58 / v59); the others 128 x 256.
+     *
+     * Skipping a tile's 64-row quarters without rows: always in the dynamic order (v58: 128 x 256 tiles that
+     * skip ahead of or level with multiplying every quarter in every cell, M3's 128 experts of 3072 x 6144 at
+     * 256 rows 451 against 424). In the static order, where tiles of unequal cost let the CTAs that share a
+     * tile's operands drift apart over the waves (and the L2 copy go), 256 x 128 tiles skip, 128 x 256 ones
+     * only when the experts average under 128 rows (8-64 rows 2-10 % ahead; with more rows tiles that all
+     * cost the same came out ahead: 32 experts at 512 rows 545 against 414, 64 of 512 x 4096 at 256 rows 401
+     * against 375, v48-v50).
      * KN_CUDA_EXPERTS_TILE (an integer knob: kn_cuda_knob reads only on / off): 1 = 128 x 256, 2 = 256 x 128;
      * KN_CUDA_EXPERTS_SKIP: 0 never, 1 always. */
     const int tile = kn_cuda_knob_int("KN_CUDA_EXPERTS_TILE", 0),
@@ -477,7 +509,7 @@ extern "C" int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows,
     const int many = n >= 128 * (int64_t)n_exp;
     const int W =
         tile ? tile == 2 : many && n < 256 * (int64_t)n_exp && rows * cols * 2 >= ((int64_t)32 << 20);
-    const int sk = skip >= 0 ? skip != 0 : W || !many;
+    const int sk = skip >= 0 ? skip != 0 : dynamic || W || !many;
     return W | sk << 1;
 }
 
@@ -485,7 +517,8 @@ extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, 
                                              int64_t cols, const uint16_t *x, int64_t ldx,
                                              const void *const *w_a, const void *const *w_b,
                                              const void *maps_a, const void *maps_b, float *y_a, float *y_b,
-                                             int64_t ldy, cudaStream_t stream, struct mm_err *err)
+                                             int64_t ldy, int32_t *tile_ctr, cudaStream_t stream,
+                                             struct mm_err *err)
 {
     if (!kn_cuda_gemm_experts_ok(n_exp, rows, cols, ldx) || n < 0 || n > INT32_MAX || ldy < rows || ldy % 2 ||
         (uintptr_t)x % 16 || (uintptr_t)y_a % 8 || (uintptr_t)y_b % 8 ||
@@ -503,7 +536,10 @@ extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, 
     a.wm0 = (const CUtensorMap *)maps_a, a.wm1 = (const CUtensorMap *)(w_b ? maps_b : maps_a);
     a.off = off, a.x = x, a.w0 = w_a, a.w1 = w_b ? w_b : w_a, a.y0 = y_a, a.y1 = w_b ? y_b : y_a;
     a.ldx = ldx, a.ldy = ldy, a.rows = rows, a.cols = cols;
-    const int plan = kn_cuda_gemm_experts_plan(n_exp, n, rows, cols), W = plan & 1;
+    /* the dynamic tile order: CTAs that share a tile's weights or rows take it at nearly the same moment and
+     * stay in step, where the static order let them drift apart over the waves (and the L2 copy go) */
+    a.ctr = tma && tile_ctr && kn_cuda_knob("KN_CUDA_EXPERTS_DYN", 1) ? tile_ctr : NULL;
+    const int plan = kn_cuda_gemm_experts_plan(n_exp, n, rows, cols, a.ctr != NULL), W = plan & 1;
     a.skip = (plan >> 1) & 1;
     a.l2 = kn_cuda_knob_int("KN_CUDA_EXPERTS_L2", 0);
     a.n_exp = n_exp, a.n_w = w_b ? 2 : 1, a.nt = (int32_t)((rows + GE_BN(W) - 1) / GE_BN(W));
@@ -516,6 +552,9 @@ extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, 
     void (*kern)(const ge_args) = tma ? (W ? k_gemm_experts<1, 1> : k_gemm_experts<1, 0>)
                                       : (W ? k_gemm_experts<0, 1> : k_gemm_experts<0, 0>);
     int32_t rc = kn_cuda_check(kn_smem_attr((const void *)kern, GE_SMEM), "kn_cuda_gemm_experts_bf16", err);
+    if (!rc && a.ctr)
+        rc = kn_cuda_check(cudaMemsetAsync(a.ctr, 0, sizeof(int32_t), stream), "kn_cuda_gemm_experts_bf16",
+                           err);
     if (rc) return rc;
     return kn_cuda_check(kn_launch(kern, dim3(grid), GE_THREADS, GE_SMEM, stream, a),
                          "kn_cuda_gemm_experts_bf16", err);

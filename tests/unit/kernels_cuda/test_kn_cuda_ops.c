@@ -1385,20 +1385,23 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
                             ref[half] + off[e] * rows, rows);
     /* the weights' tensor maps: the TMA loads with the quarters without rows skipped (the first call,
      * KN_CUDA_EXPERTS_SKIP=1), then without maps the cp.async loads, then TMA with every quarter of a tile
-     * loaded and multiplied (KN_CUDA_EXPERTS_SKIP=0) and L2 eviction hints on the loads
-     * (KN_CUDA_EXPERTS_L2=1): the same bits */
+     * loaded and multiplied (KN_CUDA_EXPERTS_SKIP=0), L2 eviction hints on the loads (KN_CUDA_EXPERTS_L2=1)
+     * in the static tile order (no tile counter): the same bits. The counter starts as garbage: the call
+     * zeroes it. */
     const void **wh = ct_hmalloc(sizeof(void *) * 2 * (size_t)E);
     for (int e = 0; e < 2 * E; e++) wh[e] = (const uint16_t *)et.w_d + (int64_t)e * rows * cols;
     void *maps = NULL;
     OK(kn_cuda_experts_maps_create(wh, 2 * E, rows, cols, &maps, &err));
     float *tma[2] = {NULL, NULL};
+    const int32_t junk = 12345;
+    int32_t *ctr = ct_upload(&junk, sizeof junk);
     for (int pass = 0; pass < 3; pass++) {
         for (int h = 0; h < 2; h++) /* NaN again: each pass must write every row itself */
             CHECK(cudaMemset(y_d[h], 0xff, sizeof(float) * n * ldy) == cudaSuccess);
         if (pass == 2) knob_setenv("KN_CUDA_EXPERTS_L2", "1", 1); /* L2 hints: the same bits */
         if (pass != 1) {
             knob_setenv("KN_CUDA_EXPERTS_SKIP", pass ? "0" : "1", 1);
-            const int plan = kn_cuda_gemm_experts_plan(E, n, rows, cols);
+            const int plan = kn_cuda_gemm_experts_plan(E, n, rows, cols, pass == 0);
             CHECK_MSG((plan & 1) == (tile == 2) && (plan >> 1 & 1) == !pass,
                       "experts plan %d for tile knob %d, skip knob %d", plan, tile, !pass);
         }
@@ -1407,7 +1410,7 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
             E, off_d, n, rows, cols, x_d, ldx, (const void *const *)et.tab_d,
             tables == 2 ? (const void *const *)et.tab_d + E : NULL, cp ? NULL : maps,
             cp || tables == 1 ? NULL : (const uint8_t *)maps + (size_t)E * KN_CUDA_TMAP_BYTES, y_d[0],
-            tables == 2 ? y_d[1] : NULL, ldy, 0, &err));
+            tables == 2 ? y_d[1] : NULL, ldy, pass == 2 ? NULL : ctr, 0, &err));
         if (pass != 1) knob_unsetenv("KN_CUDA_EXPERTS_SKIP");
         if (pass == 2) knob_unsetenv("KN_CUDA_EXPERTS_L2");
         for (int half = 0; half < tables; half++) {
@@ -1417,14 +1420,14 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
                 if (p < P) memcpy(g2 + p * rows, got + p * ldy, sizeof(float) * rows);
                 for (int64_t r = p < P ? rows : 0; r < ldy; r++) untouched &= isnan(got[p * ldy + r]);
             }
-            char what[96];
+            char what[160];
             snprintf(what, sizeof what, "gemm experts, %s, %d experts %lldx%lld, %s, %s",
                      tile == 2 ? "256x128" : "128x256", E, (long long)rows, (long long)cols,
                      tables == 1 ? "one table"
                      : half      ? "second table"
                                  : "first table",
                      pass == 1 ? "cp.async"
-                     : pass    ? "TMA, no quarter skipped, L2 hints"
+                     : pass    ? "TMA, no quarter skipped, L2 hints, static order"
                                : "TMA");
             expect_close(what, g2, ref[half], P * rows, 1e-5);
             CHECK_MSG(untouched, "%s: wrote outside its rows", what);
@@ -1439,6 +1442,7 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
         }
     }
     kn_cuda_experts_maps_free(maps);
+    cudaFree(ctr);
     free(wh);
     free(off), free(x), free(xr), free(xb), free(ref[0]), free(ref[1]), free(g2);
     expert_tabs_free(&et);
@@ -1458,23 +1462,28 @@ static void test_gemm_experts(void)
         gemm_experts_case(300, many, 256, 64, 2, tile);
     }
     knob_unsetenv("KN_CUDA_EXPERTS_TILE");
-    /* without knobs: M3's experts (128 of 3072 x 6144, top-4) at 8192 tokens (256 rows each) 128 x 256 tiles
-     * that multiply every quarter, at 256 tokens ones that skip the empty quarters; 32 experts of 9216 x 6144
-     * at 2048 tokens top-2 (128 rows each) 256 x 128 tiles, skipping; small experts with many rows (64 of
-     * 512 x 4096, top-8, 8192 tokens) 128 x 256, every quarter */
-    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(128, 8192 * 4, 3072, 6144), 0);
-    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(128, 256 * 4, 3072, 6144), 2);
-    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(32, 2048 * 2, 9216, 6144), 3);
-    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(64, 8192 * 8, 512, 4096), 0);
+    /* without knobs, the static order: M3's experts (128 of 3072 x 6144, top-4) at 8192 tokens (256 rows
+     * each) 128 x 256 tiles that multiply every quarter, at 256 tokens ones that skip the empty quarters; 32
+     * experts of 9216 x 6144 at 2048 tokens top-2 (128 rows each) 256 x 128 tiles, skipping; small experts
+     * with many rows (64 of 512 x 4096, top-8, 8192 tokens) 128 x 256, every quarter. The dynamic order
+     * skips always, with the same tile shapes */
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(128, 8192 * 4, 3072, 6144, 0), 0);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(128, 256 * 4, 3072, 6144, 0), 2);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(32, 2048 * 2, 9216, 6144, 0), 3);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(64, 8192 * 8, 512, 4096, 0), 0);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(128, 8192 * 4, 3072, 6144, 1), 2);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(128, 256 * 4, 3072, 6144, 1), 2);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(32, 2048 * 2, 9216, 6144, 1), 3);
+    CHECK_EQ_INT(kn_cuda_gemm_experts_plan(64, 8192 * 8, 512, 4096, 1), 2);
     CHECK(kn_cuda_gemm_experts_ok(512, 264, 128, 128) && !kn_cuda_gemm_experts_ok(513, 264, 128, 128) &&
           !kn_cuda_gemm_experts_ok(8, 260, 128, 128) && !kn_cuda_gemm_experts_ok(8, 264, 96, 96) &&
           !kn_cuda_gemm_experts_ok(8, 264, 128, 132));
     struct mm_err e2 = {0};
     CHECK(kn_cuda_gemm_experts_bf16(8, (const int32_t *)16, 10, 264, 96, (const uint16_t *)16, 96,
-                                    (const void *const *)16, NULL, NULL, NULL, (float *)16, NULL, 264, 0,
-                                    &e2) == MM_INVALID);
-    OK(kn_cuda_gemm_experts_bf16(0, NULL, 0, 264, 128, NULL, 128, NULL, NULL, NULL, NULL, NULL, NULL, 264, 0,
-                                 &err));
+                                    (const void *const *)16, NULL, NULL, NULL, (float *)16, NULL, 264, NULL,
+                                    0, &e2) == MM_INVALID);
+    OK(kn_cuda_gemm_experts_bf16(0, NULL, 0, 264, 128, NULL, 128, NULL, NULL, NULL, NULL, NULL, NULL, 264,
+                                 NULL, 0, &err));
 }
 
 /* MoE decode products (kn_cuda_gemv_experts_bf16): n tokens x K experts each, every pair's expert weight

@@ -113,7 +113,7 @@ struct cuda_be {
     struct dbuf meta, ids, bad;
     /* scratch */
     struct dbuf xb, qb16, ob16, ws, sel, media, media_rows, small_ws, af_ws;
-    struct dbuf m_logits, m_ids, m_wts, m_off, m_perm, m_inv, m_x, m_g, m_u, m_a, m_e;
+    struct dbuf m_logits, m_ids, m_wts, m_off, m_perm, m_inv, m_x, m_g, m_u, m_a, m_e, m_ctr;
     int32_t *h_off;
     int32_t h_off_n;
     /* device tables of each MoE layer's expert weights (w1 | w3 | w2 pointers), keyed by the layer's w1 array
@@ -1726,7 +1726,9 @@ static void ex_moe_sorted(void *ctx, const void *args)
     float *u = grow(c, &c->m_u, sizeof(float) * (size_t)(pairs * a->I));
     void *act = grow(c, &c->m_a, row_el * (size_t)(pairs * a->I));
     float *eo = grow(c, &c->m_e, sizeof(float) * (size_t)(pairs * a->H));
-    if (!lg || !ids || !wts || !off || !perm || !inv || !xs || !g || !u || !act || !eo) return;
+    int32_t *ctr = wg ? grow(c, &c->m_ctr, sizeof(int32_t)) : NULL; /* the products' dynamic tile order */
+    if (!lg || !ids || !wts || !off || !perm || !inv || !xs || !g || !u || !act || !eo || (wg && !ctr))
+        return;
     gemm(c, a->router, a->x, a->H, n, lg, E);
     const void *const *tab = (const void *const *)a->tab;
     const void *maps_up = a->maps_gu ? (const uint8_t *)a->maps_gu + (size_t)E * KN_CUDA_TMAP_BYTES : NULL;
@@ -1736,13 +1738,13 @@ static void ex_moe_sorted(void *ctx, const void *args)
     if (!rc) rc = kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, wg, ST, &e__);
     if (!rc)
         rc = wg ? kn_cuda_gemm_experts_bf16(E, off, pairs, a->I, a->H, xs, a->H, tab, tab + E, a->maps_gu,
-                                            maps_up, g, u, a->I, ST, &e__)
+                                            maps_up, g, u, a->I, ctr, ST, &e__)
                 : kn_cuda_gemm_small_experts_bf16(E, off, a->I, a->H, xs, a->H, tab, tab + E, g, u, a->I, ST,
                                                   &e__);
     if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, wg, ST, &e__);
     if (!rc)
         rc = wg ? kn_cuda_gemm_experts_bf16(E, off, pairs, a->H, a->I, act, a->I, tab + 2 * E, NULL,
-                                            a->maps_down, NULL, eo, NULL, a->H, ST, &e__)
+                                            a->maps_down, NULL, eo, NULL, a->H, ctr, ST, &e__)
                 : kn_cuda_gemm_small_experts_bf16(E, off, a->H, a->I, act, a->I, tab + 2 * E, NULL, eo, NULL,
                                                   a->H, ST, &e__);
     const char *what = wg ? "moe (experts, wgmma)" : "moe (grouped)";
@@ -1998,11 +2000,11 @@ static void cu_destroy(void *ctx)
         for (int i = 0; i < WK_CUDA_BOUNCE_SLOTS; i++) cudaEventDestroy(c->bounce_ev[i]);
         cudaFreeHost(c->bounce);
     }
-    struct dbuf *all[] = {&c->small_ws, &c->meta,   &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
-                          &c->ws,       &c->sel,    &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
-                          &c->m_wts,    &c->m_off,  &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
-                          &c->m_u,      &c->m_a,    &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out,
-                          &c->af_ws,    &c->tk_keys};
+    struct dbuf *all[] = {&c->small_ws, &c->meta,    &c->bad,    &c->xb,         &c->qb16,     &c->ob16,
+                          &c->ws,       &c->sel,     &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
+                          &c->m_wts,    &c->m_off,   &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
+                          &c->m_u,      &c->m_a,     &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out,
+                          &c->af_ws,    &c->tk_keys, &c->m_ctr};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(c, all[i]);
     if (c->side) cudaStreamSynchronize(ST); /* the stream-ordered frees */
     kn_cuda_blas_destroy(c->blas);
