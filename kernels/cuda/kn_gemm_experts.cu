@@ -78,7 +78,7 @@ struct ge_args {
 
 /* Tile t of the CTA's walk -> expert e, its first routed row p0 and row count, the weight table, the first
  * routed row of the tile and its first weight row. Tiles of an expert: table-major, then weight tiles, then
- * row tiles (neighbouring CTAs share a weight tile; the expert's rows come back from L2). */
+ * row tiles (neighbouring tiles share a weight tile, and the dynamic order runs them together). */
 struct ge_tile {
     int32_t e, p0, cnt, wsel, m0, n0;
 };

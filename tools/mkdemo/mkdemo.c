@@ -2,9 +2,12 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mm_dtype.h"
 #include "mm_safetensors.h"
@@ -156,11 +159,69 @@ static uint64_t next_u64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double normal(uint64_t *s)
+/* Values are drawn in blocks of MK_BLOCK, each block from its own stream (the tensor's seed and the block's
+ * index), so that threads can fill the blocks in any order and a seed still gives the same bytes: a
+ * checkpoint with M3's expert shapes is tens of GB, which one thread drew at ~60 MB/s. */
+#define MK_BLOCK 65536
+#define MK_THREADS_MAX 64
+
+/* mean + std * N(0, 1) into out[0 .. n), n even, from stream s: Box-Muller, both values of each pair */
+static void normal_block(uint64_t s, float *out, size_t n, double mean, double std)
 {
-    double u1 = ((double)(next_u64(s) >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = (double)(next_u64(s) >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        const uint64_t r = next_u64(&s);
+        const double u1 = ((double)(r >> 40) + 0.5) / 16777216.0, u2 = (double)(r & 0xffffffu) / 16777216.0;
+        const double m = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+        out[i] = (float)(mean + std * m * cos(a));
+        out[i + 1] = (float)(mean + std * m * sin(a));
+    }
+    if (n & 1) {
+        const uint64_t r = next_u64(&s);
+        const double u1 = ((double)(r >> 40) + 0.5) / 16777216.0, u2 = (double)(r & 0xffffffu) / 16777216.0;
+        out[n - 1] = (float)(mean + std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+}
+
+struct fill_job {
+    float *buf;
+    void *raw; /* the tensor in its dtype (NULL: buf is it) */
+    int32_t dtype;
+    size_t n, esz;
+    uint64_t seed;
+    double mean, std;
+    atomic_size_t next; /* the next block to fill */
+    atomic_int failed;
+};
+
+static void *fill_worker(void *arg)
+{
+    struct fill_job *j = arg;
+    for (;;) {
+        const size_t b = atomic_fetch_add(&j->next, 1), i0 = b * MK_BLOCK;
+        if (i0 >= j->n) return NULL;
+        const size_t len = j->n - i0 < MK_BLOCK ? j->n - i0 : MK_BLOCK;
+        uint64_t s = j->seed ^ (b * 0xd1b54a32d192ed03ull);
+        normal_block(next_u64(&s), j->buf + i0, len, j->mean, j->std);
+        if (j->raw && mm_convert_from_f32((char *)j->raw + i0 * j->esz, j->dtype, j->buf + i0, len))
+            atomic_store(&j->failed, 1);
+    }
+}
+
+/* Fill a tensor of n values on up to the machine's cores (one thread for small tensors) */
+static int fill_tensor(struct fill_job *j)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t nt = (j->n + MK_BLOCK - 1) / MK_BLOCK;
+    if (cpus < 1) cpus = 1;
+    if (nt > (size_t)cpus) nt = (size_t)cpus;
+    if (nt > MK_THREADS_MAX) nt = MK_THREADS_MAX;
+    pthread_t th[MK_THREADS_MAX];
+    size_t started = 0;
+    for (size_t t = 1; t < nt; t++, started++)
+        if (pthread_create(&th[t], NULL, fill_worker, j)) break;
+    fill_worker(j); /* the caller's thread works too; if a thread did not start, the others take its blocks */
+    for (size_t t = 1; t <= started; t++) pthread_join(th[t], NULL);
+    return atomic_load(&j->failed) ? -1 : 0;
 }
 
 struct gen {
@@ -184,14 +245,20 @@ static int32_t put(struct gen *g, const char *name, int32_t ndim, const int64_t 
         g->buf = nb;
         g->cap = n;
     }
-    for (size_t i = 0; i < n; i++) g->buf[i] = (float)(mean + std * normal(&g->rng));
     size_t esz = mm_dtype_size(g->o->dtype);
-    void *raw = (char *)g->buf + n * sizeof(float); /* second half of the buffer */
-    if (esz == 4)
-        raw = g->buf;
-    else if (mm_convert_from_f32(raw, g->o->dtype, g->buf, n))
+    struct fill_job j = {.buf = g->buf,
+                         .raw = esz == 4 ? NULL : (char *)g->buf + n * sizeof(float), /* second half */
+                         .dtype = g->o->dtype,
+                         .n = n,
+                         .esz = esz,
+                         .seed = next_u64(&g->rng),
+                         .mean = mean,
+                         .std = std};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.failed, 0);
+    if (fill_tensor(&j))
         return mm_err_set(g->err, MM_INVALID, "cannot convert to %s", mm_dtype_name(g->o->dtype));
-    return mm_st_writer_add(g->w, name, g->o->dtype, ndim, shape, raw, n * esz, g->err);
+    return mm_st_writer_add(g->w, name, g->o->dtype, ndim, shape, j.raw ? j.raw : g->buf, n * esz, g->err);
 }
 
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
