@@ -412,9 +412,9 @@ int kn_cuda_gemm_small_experts_ok(int64_t cols, int64_t ldx);
  * 128 for large weights with many rows); needs kn_cuda_gemm_experts_ok(n_exp, rows, cols, ldx) (at most 512
  * experts, rows a multiple of 8, cols of 64) and sm_90a. maps_a / maps_b: the same weights' tensor maps
  * (kn_cuda_experts_maps_create; NULL: the operands are loaded with cp.async instead of TMA; the sums are the
- * same bits). tile_ctr: a device int32 the call zeroes (one memset on the stream) and its CTAs take tiles
- * from, so that the CTAs sharing a tile's operands run in step (TMA loads only; NULL: a static tile order,
- * the same bits); calls that share one must be ordered on one stream. */
+ * same bits). tile_ctr: a 4-byte aligned device int32 the call zeroes (one memset on the stream) and its
+ * CTAs take tiles from, so that the CTAs sharing a tile's operands run in step (TMA loads only; NULL: a
+ * static tile order, the same bits); calls that share one must be ordered on one stream. */
 int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows, int64_t cols,
                                   const uint16_t *x, int64_t ldx, const void *const *w_a,
                                   const void *const *w_b, const void *maps_a, const void *maps_b, float *y_a,

@@ -521,7 +521,7 @@ extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, 
                                              struct mm_err *err)
 {
     if (!kn_cuda_gemm_experts_ok(n_exp, rows, cols, ldx) || n < 0 || n > INT32_MAX || ldy < rows || ldy % 2 ||
-        (uintptr_t)x % 16 || (uintptr_t)y_a % 8 || (uintptr_t)y_b % 8 ||
+        (uintptr_t)x % 16 || (uintptr_t)y_a % 8 || (uintptr_t)y_b % 8 || (uintptr_t)tile_ctr % 4 ||
         (n_exp > 0 && n > 0 && (!x || !off || !w_a || !y_a || (w_b && !y_b))))
         return mm_err_set(
             err, MM_INVALID,

@@ -1482,6 +1482,10 @@ static void test_gemm_experts(void)
     CHECK(kn_cuda_gemm_experts_bf16(8, (const int32_t *)16, 10, 264, 96, (const uint16_t *)16, 96,
                                     (const void *const *)16, NULL, NULL, NULL, (float *)16, NULL, 264, NULL,
                                     0, &e2) == MM_INVALID);
+    /* a tile counter the atomics cannot use (not 4-byte aligned): refused before any launch */
+    CHECK(kn_cuda_gemm_experts_bf16(8, (const int32_t *)16, 10, 264, 128, (const uint16_t *)16, 128,
+                                    (const void *const *)16, NULL, NULL, NULL, (float *)16, NULL, 264,
+                                    (int32_t *)18, 0, &e2) == MM_INVALID);
     OK(kn_cuda_gemm_experts_bf16(0, NULL, 0, 264, 128, NULL, 128, NULL, NULL, NULL, NULL, NULL, NULL, 264,
                                  NULL, 0, &err));
 }
