@@ -165,20 +165,15 @@ static uint64_t next_u64(uint64_t *s)
 #define MK_BLOCK 65536
 #define MK_THREADS_MAX 64
 
-/* mean + std * N(0, 1) into out[0 .. n), n even, from stream s: Box-Muller, both values of each pair */
+/* mean + std * N(0, 1) into out[0 .. n) from stream s: Box-Muller, both values of each pair */
 static void normal_block(uint64_t s, float *out, size_t n, double mean, double std)
 {
-    for (size_t i = 0; i + 1 < n; i += 2) {
+    for (size_t i = 0; i < n; i += 2) {
         const uint64_t r = next_u64(&s);
         const double u1 = ((double)(r >> 40) + 0.5) / 16777216.0, u2 = (double)(r & 0xffffffu) / 16777216.0;
         const double m = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
         out[i] = (float)(mean + std * m * cos(a));
-        out[i + 1] = (float)(mean + std * m * sin(a));
-    }
-    if (n & 1) {
-        const uint64_t r = next_u64(&s);
-        const double u1 = ((double)(r >> 40) + 0.5) / 16777216.0, u2 = (double)(r & 0xffffffu) / 16777216.0;
-        out[n - 1] = (float)(mean + std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        if (i + 1 < n) out[i + 1] = (float)(mean + std * m * sin(a));
     }
 }
 
