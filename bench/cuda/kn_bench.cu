@@ -1951,8 +1951,12 @@ static void bench_select_fp8(void)
         for (int64_t i = 0; i < L; i++) flops += (double)(i / M3.block + 1) * M3.block;
         flops *= 2.0 * M3.n_idx_heads * M3.idx_dim;
         const size_t sel_bytes = sizeof(int32_t) * (size_t)a.n_chunks * M3.n_kv * a.chunk * M3.topk;
-        int32_t *sb = (int32_t *)hmalloc(sel_bytes), *s8 = (int32_t *)hmalloc(sel_bytes);
-        knob_setenv("KN_CUDA_SELECT_WGMMA", "1", 1);
+        const size_t n_rows = sel_bytes / sizeof(int32_t) / M3.topk;
+        /* 0: bf16 keys; 1: FP8 keys, bf16 queries (KN_CUDA_SELECT_WGMMA=1); 2: FP8 keys, e4m3 queries (3) */
+        static const char *const knob[] = {"1", "1", "3"};
+        static const char *const name[] = {"bf16 keys", "fp8 keys", "fp8 keys, e4m3 queries"};
+        int32_t *sk[3];
+        for (int k = 0; k < 3; k++) sk[k] = (int32_t *)hmalloc(sel_bytes);
         a.what = 2;
         for (int structured = 1; structured >= 0; structured--) {
             k_fill_shared_q<<<4096, 256>>>(a.qi, L, M3.n_idx_heads * M3.idx_dim, structured ? 128 : 1,
@@ -1961,33 +1965,44 @@ static void bench_select_fp8(void)
             char cfg[96];
             snprintf(cfg, sizeof cfg, "prefill L %lldK %s", (long long)(L / 1024),
                      structured ? "structured" : "random");
-            double ms[2];
-            for (int fp8 = 0; fp8 < 2; fp8++) {
-                a.c = fp8 ? c8 : cb;
-                ms[fp8] = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
-                CK(cudaMemcpy(fp8 ? s8 : sb, a.sel, sel_bytes, cudaMemcpyDeviceToHost));
+            double ms[3];
+            char nm[96];
+            for (int k = 0; k < 3; k++) {
+                knob_setenv("KN_CUDA_SELECT_WGMMA", knob[k], 1);
+                a.c = k ? c8 : cb;
+                ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 5);
+                CK(cudaMemcpy(sk[k], a.sel, sel_bytes, cudaMemcpyDeviceToHost));
+                snprintf(nm, sizeof nm, "wgmma %s", name[k]);
+                emit("select", cfg, nm, ms[k], "ms");
+                snprintf(nm, sizeof nm, "wgmma %s rate", name[k]);
+                emit("select", cfg, nm, flops / (ms[k] * 1e-3) / 1e12, "TFLOP/s");
             }
-            int64_t differ = 0;
-            for (size_t r = 0; r < sel_bytes / sizeof(int32_t) / M3.topk; r++) {
-                const int32_t *x = sb + r * M3.topk, *y = s8 + r * M3.topk;
-                int d = 0;
-                for (int32_t j = 0; j < M3.topk; j++) {
-                    int f = 0;
-                    for (int32_t m = 0; m < M3.topk; m++) f |= x[j] == y[m];
-                    d |= !f;
+            knob_unsetenv("KN_CUDA_SELECT_WGMMA");
+            /* rows whose sets differ, and the share of selected blocks kept, against the bf16 keys (and for
+             * e4m3 queries also against FP8 keys with bf16 queries) */
+            static const int cmp[3][2] = {{1, 0}, {2, 0}, {2, 1}};
+            for (int c = 0; c < 3; c++) {
+                const int32_t *X = sk[cmp[c][0]], *Y = sk[cmp[c][1]];
+                int64_t differ = 0, shared = 0, total = 0;
+                for (size_t r = 0; r < n_rows; r++) {
+                    const int32_t *x = X + r * M3.topk, *y = Y + r * M3.topk;
+                    int d = 0;
+                    for (int32_t j = 0; j < M3.topk; j++) {
+                        if (y[j] < 0) continue;
+                        int f = 0;
+                        for (int32_t m = 0; m < M3.topk; m++) f |= x[m] == y[j];
+                        d |= !f, shared += f, total++;
+                    }
+                    differ += d;
                 }
-                differ += d;
+                snprintf(nm, sizeof nm, "%s vs %s rows differing", name[cmp[c][0]], name[cmp[c][1]]);
+                emit("select", cfg, nm, 100.0 * (double)differ / ((double)M3.n_kv * L), "%");
+                snprintf(nm, sizeof nm, "%s vs %s blocks shared", name[cmp[c][0]], name[cmp[c][1]]);
+                emit("select", cfg, nm, 100.0 * (double)shared / (double)(total ? total : 1), "%");
             }
-            emit("select", cfg, "wgmma bf16 keys", ms[0], "ms");
-            emit("select", cfg, "wgmma fp8 keys", ms[1], "ms");
-            emit("select", cfg, "wgmma bf16 rate", flops / (ms[0] * 1e-3) / 1e12, "TFLOP/s");
-            emit("select", cfg, "wgmma fp8 rate", flops / (ms[1] * 1e-3) / 1e12, "TFLOP/s");
-            emit("select", cfg, "fp8 vs bf16 rows differing", 100.0 * (double)differ / ((double)M3.n_kv * L),
-                 "%");
         }
-        knob_unsetenv("KN_CUDA_SELECT_WGMMA");
         a.c = cb;
-        free(sb), free(s8);
+        for (int k = 0; k < 3; k++) free(sk[k]);
         cudaFree(c8.idx), cudaFree(c8.idx_scale);
         pf_free(&a);
     }

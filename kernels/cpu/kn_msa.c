@@ -6,6 +6,7 @@
 #include "kn_attn.h"
 #include "kn_gemm.h"
 #include "kn_simd.h"
+#include "mm_dtype.h"
 #include "mm_topk.h"
 
 /* One query's scores over blocks [0, n_blocks): the max over the block's visible keys of dot(q_g, key). */
@@ -120,4 +121,15 @@ void kn_msa_sparse_attention(const float *q, int32_t n, const int64_t *pos, int3
                                  head_dim, scale, k_cache, v_cache, n_kv, g, block, seq->block_table, list,
                                  nb, out + ((int64_t)i * n_heads + (int64_t)g * group) * head_dim);
         }
+}
+
+void kn_msa_quant_q8(const float *q, int64_t rows, int32_t dim, float *out)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = q + r * dim;
+        float *y = out + r * dim, amax = 0.0f;
+        for (int32_t d = 0; d < dim; d++) amax = fmaxf(amax, fabsf(x[d]));
+        const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+        for (int32_t d = 0; d < dim; d++) y[d] = mm_f8e4m3_to_f32(mm_f32_to_f8e4m3(x[d] / s)) * s;
+    }
 }

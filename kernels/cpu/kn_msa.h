@@ -51,4 +51,10 @@ int32_t kn_msa_topk_local(const float *scores, int32_t n_idx_heads, int32_t n, c
                           int32_t n_blocks, int32_t block, int32_t topk, int32_t n_local, int32_t *sel,
                           int32_t sel_stride);
 
+/** Index queries as the FP8 prefill selection reads them when an FP8 index cache also takes e4m3 queries
+ * (CUDA, KN_CUDA_SELECT_WGMMA=3): each row of dim values quantized to e4m3 with the scale s = amax / 448 (1
+ * for an all-zero row), the rule of the FP8 index keys; out = e4m3(q / s) * s, so its scores against the
+ * dequantized keys rank blocks as the e4m3 products do. q and out may be the same array. */
+void kn_msa_quant_q8(const float *q, int64_t rows, int32_t dim, float *out);
+
 #endif

@@ -11,13 +11,18 @@
  * kernel and 1.8-2.1x its speed (565 vs 267-306 TFLOP/s; docs/design/cuda.md, "wgmma selection"). Where the
  * device cannot run it (not sm_90, too little shared memory) the mma.sync kernel runs. */
 #define KN_SELECT_WGMMA_DEFAULT 1
+/* FP8 index keys: 1 converts the keys to bf16 and keeps the queries bf16; 3 quantizes the queries to e4m3 as
+ * well and runs e4m3 products (twice the tensor rate, coarser queries). */
+#define KN_SELECT_WGMMA_FP8_DEFAULT 1
 
 /* KN_CUDA_SELECT_WGMMA: 0 the mma.sync kernel, 1 wgmma with four one-slab warpgroups, 2 wgmma with two
- * two-slab warpgroups; unset or anything else: the default. A cached knob (benchmarks flip it). */
-static int select_wgmma_knob(void)
+ * two-slab warpgroups, 3 (FP8 keys) e4m3 products with e4m3 queries, else as 1; unset or anything else: the
+ * default for the key type. A cached knob (benchmarks flip it). */
+static int select_wgmma_knob(int fp8)
 {
     const int v = kn_cuda_knob_int("KN_CUDA_SELECT_WGMMA", -1);
-    return v >= 0 && v <= 2 ? v : KN_SELECT_WGMMA_DEFAULT;
+    if (v == 3) return fp8 ? 3 : 1;
+    return v >= 0 && v <= 2 ? v : fp8 ? KN_SELECT_WGMMA_FP8_DEFAULT : KN_SELECT_WGMMA_DEFAULT;
 }
 
 static int32_t pick_select(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -179,7 +184,7 @@ extern "C" int32_t kn_cuda_msa_select(const struct kn_cuda_msa_shape *sh, const 
                 "%s: the fused kernel needs idx_dim 128, block 128, <= 4 index heads, topk <= 16, "
                 "bf16 keys (or FP8 on an sm_90 device)",
                 what);
-        int wgmma = select_wgmma_knob();
+        int wgmma = select_wgmma_knob(c->idx_dtype == KN_IDX_FP8);
         if (c->idx_dtype == KN_IDX_FP8 && !wgmma) wgmma = 1; /* only the wgmma kernel reads FP8 keys */
         if (wgmma && kn_select_prefill_wgmma_ok(c->idx_dtype == KN_IDX_FP8))
             return kn_select_prefill_wgmma(sh, qb, c, q, sel, sel_stride, wgmma, stream, err);

@@ -31,7 +31,15 @@
  * scale) (one bf16 rounding of the dequantized key, like the query's), so the consumers are unchanged. The
  * raw stages take the room of one bf16 stage (3 instead of 4). Without it an FP8 cache sent prefill selection
  * through the decode scan and a separate top-k over a full score matrix: 6x the time to first token at 1M (t
- * run 3). */
+ * run 3).
+ *
+ * FP8 keys with e4m3 queries (variant 3, KN_CUDA_SELECT_WGMMA=3): the Hopper tensor cores multiply e4m3 at
+ * twice the bf16 rate, so the queries are quantized as the keys are (scale amax / 448 per (query, head) row,
+ * in the consumers when they load Q), one producer warp copies each block's e4m3 rows as they lie with their
+ * scales, and each block is 4 wgmma m64n128k32; the consumers multiply each score column by its key's scale
+ * before the stage is released (the query's scale is left out: it only scales a row, whose scores are only
+ * compared with each other). Coarser queries move some selections (kn_bench "select8" says how many); the
+ * CPU twin is kn_msa_quant_q8 followed by the usual scores. */
 #include "kn_msa_kernels.cuh"
 #include "kn_wgmma.cuh"
 
@@ -44,9 +52,10 @@
 #define PW_STAGE_BYTES (PW_BLK * PW_DI * 2) /* one key block, sw128 tile of 128 rows */
 #define PW_SLAB_BYTES (64 * PW_DI * 2)      /* one warpgroup's queries, sw128 tile of 64 rows */
 /* shared memory: mbarriers, the lists (scores, then ids: [PW_KMAX][PW_ROWS]), then (1024-aligned) Q, ring */
+#define PW_MAX_STAGES 8 /* mbarrier pairs in the header: the most stages any mode uses (PW_Q8_STAGES) */
 #define PW_BAR_FULL 0
-#define PW_BAR_EMPTY (8 * PW_STAGES)
-#define PW_LS (16 * PW_STAGES)
+#define PW_BAR_EMPTY (8 * PW_MAX_STAGES)
+#define PW_LS (16 * PW_MAX_STAGES)
 #define PW_LI (PW_LS + 4 * PW_KMAX * PW_ROWS)
 #define PW_HEAD_BYTES (PW_LI + 4 * PW_KMAX * PW_ROWS)
 #define PW_SMEM (PW_HEAD_BYTES + 1024 + PW_SLABS * PW_SLAB_BYTES + PW_STAGES * PW_STAGE_BYTES)
@@ -56,6 +65,17 @@
 #define PW_RAW_BYTES (PW_RAW_KEYS + PW_BLK * 4)
 #define PW_SMEM_FP8                                                                                          \
     (PW_HEAD_BYTES + 1024 + PW_SLABS * PW_SLAB_BYTES + PW_STAGES_FP8 * PW_STAGE_BYTES + 2 * PW_RAW_BYTES)
+
+/* FP8 keys and e4m3 queries (KN_CUDA_SELECT_WGMMA=3): e4m3 products on the tensor cores. A key block is one
+ * sw128 slab of 128 rows x 128 bytes followed by its 128 scales, padded to the next 1024-byte boundary (17 KB
+ * per stage, 8 stages); a Q slab is 64 rows x 128 bytes. */
+#define PW_Q8_STAGES 8
+#define PW_Q8_KEY_BYTES (PW_BLK * PW_DI)
+#define PW_Q8_STAGE_BYTES (PW_Q8_KEY_BYTES + 1024)
+#define PW_Q8_SLAB_BYTES (64 * PW_DI)
+#define PW_SMEM_Q8 (PW_HEAD_BYTES + 1024 + PW_SLABS * PW_Q8_SLAB_BYTES + PW_Q8_STAGES * PW_Q8_STAGE_BYTES)
+static_assert(PW_SMEM_Q8 <= PW_SMEM_FP8, "kn_select_prefill_wgmma_ok(1) must cover the q8 kernel");
+static_assert(PW_Q8_STAGES <= PW_MAX_STAGES && PW_STAGES <= PW_MAX_STAGES, "too few mbarriers in the header");
 
 struct pw_args {
     const float *q;
@@ -173,6 +193,34 @@ __device__ __forceinline__ void pw_produce_fp8(const int32_t *btr, const uint8_t
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+/* The producer warp for FP8 keys read as FP8: each block's e4m3 rows copied as they lie into an sw128 slab
+ * (row r at 128 r, 16-byte chunk c at c ^ (r & 7)) and its 128 scales after them. Lane l copies chunk l % 8
+ * of rows l / 8 + 4 j (a warp instruction covers 4 whole 128-byte rows) and 16 bytes of the scales. */
+__device__ __forceinline__ void pw_produce_q8(const int32_t *btr, const uint8_t *keys, const float *kscale,
+                                              int32_t last_b, uint32_t s0, uint32_t kv_s, int lane)
+{
+    const int c = lane & 7, r0 = lane >> 3;
+    int s = 0;
+    uint32_t ph = 0;
+    int32_t page = btr[0];
+    for (int32_t b = 0; b <= last_b; b++) {
+        const int32_t next = b < last_b ? btr[b + 1] : 0;
+        if (b >= PW_Q8_STAGES) mb_wait(s0 + PW_BAR_EMPTY + 8 * s, ph ^ 1u);
+        const uint8_t *src = keys + (int64_t)page * PW_Q8_KEY_BYTES + r0 * PW_DI + c * 16;
+        const uint32_t dst = kv_s + (uint32_t)s * PW_Q8_STAGE_BYTES;
+#pragma unroll 8
+        for (int j = 0; j < PW_BLK / 4; j++) {
+            const int row = r0 + 4 * j;
+            kn_cp_async16(dst + (uint32_t)(row * 128 + ((c ^ (row & 7)) << 4)), src + j * 4 * PW_DI, 16);
+        }
+        kn_cp_async16(dst + PW_Q8_KEY_BYTES + 16 * lane, kscale + (int64_t)page * PW_BLK + 4 * lane, 16);
+        mb_arrive_cp_async(s0 + PW_BAR_FULL + 8 * s);
+        page = next;
+        if (++s == PW_Q8_STAGES) s = 0, ph ^= 1u;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 /* Keys at columns <= rel of the block are visible to a row (rel clamped to [-1, PW_BLK - 1]). */
 __device__ __forceinline__ int pw_rel(int64_t pos, int64_t kb0)
 {
@@ -233,31 +281,77 @@ __device__ __forceinline__ void pw_fold(float *ls, int32_t *li, int grow, int32_
 /* A consumer warp. SL slabs per warpgroup: SL = 1, four warpgroups, one product per block each (they overlap
  * each other's epilogues); SL = 2, two warpgroups, each issues both slabs' products and reduces slab 0 while
  * slab 1's runs (two accumulators: 128 registers). Global slab of (warpgroup wg, slab sl) = wg * SL + sl. */
-template <int SL, int ST>
+template <int SL, int ST, bool Q8>
 __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t cnt, int32_t last_b,
                                            uint32_t s0, uint32_t q_s, uint32_t kv_s, float *ls, int32_t *li,
                                            int warp, int lane)
 {
     const int wg = warp >> 2, wq = warp & 3, gid = lane >> 2, tig = lane & 3, t = (int)(threadIdx.x & 127);
 
-    /* this warpgroup's queries, rounded to bf16, into its sw128 slabs (zeros for missing queries/heads) */
+    constexpr uint32_t SLAB = Q8 ? PW_Q8_SLAB_BYTES : PW_SLAB_BYTES,
+                       STAGE = Q8 ? PW_Q8_STAGE_BYTES : PW_STAGE_BYTES;
+    if (Q8) {
+        /* this warpgroup's queries as e4m3 with a scale per (query, head) row, amax / 448 as the index keys'
+         * (the scale itself is not needed: a row's scores are only compared with each other). Thread t
+         * quantizes 16 dims (chunk t % 8) of rows t / 8 + 16 j; a row's 8 threads are neighbouring lanes. */
+#pragma unroll 1
+        for (int j = 0; j < 4; j++) {
+            const int r = (t >> 3) + 16 * j, c = t & 7, ql = 16 * wg + (r >> 2), hd = r & 3;
+            float v[16];
 #pragma unroll
-    for (int sl = 0; sl < SL; sl++)
-#pragma unroll 2
-        for (int j = 0; j < 8; j++) {
-            const int gs = wg * SL + sl, r = (t >> 4) + 8 * j, c = t & 15, ql = 16 * gs + (r >> 2),
-                      hd = r & 3;
-            uint32_t v[4] = {0u, 0u, 0u, 0u};
+            for (int e = 0; e < 16; e++) v[e] = 0.0f;
             if (ql < cnt && hd < a.nh) {
-                const float *src = a.q + ((int64_t)(i0 + ql) * a.nh + hd) * PW_DI + c * 8;
+                const float4 *src =
+                    reinterpret_cast<const float4 *>(a.q + ((int64_t)(i0 + ql) * a.nh + hd) * PW_DI + c * 16);
 #pragma unroll
-                for (int e = 0; e < 4; e++) v[e] = kn_pack_bf16(__ldg(src + 2 * e), __ldg(src + 2 * e + 1));
+                for (int e = 0; e < 4; e++) {
+                    const float4 f = __ldg(src + e);
+                    v[4 * e] = f.x, v[4 * e + 1] = f.y, v[4 * e + 2] = f.z, v[4 * e + 3] = f.w;
+                }
+            }
+            float amax = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 16; e++) amax = fmaxf(amax, fabsf(v[e]));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+            const float sq = amax > 0.0f ? amax / 448.0f : 1.0f;
+            uint32_t w[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                w[e] = 0;
+#pragma unroll
+                for (int x = 0; x < 4; x++)
+                    w[e] |= (uint32_t)__nv_cvt_float_to_fp8(v[4 * e + x] / sq, __NV_SATFINITE, __NV_E4M3)
+                            << (8 * x);
             }
             asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                             q_s + (uint32_t)gs * PW_SLAB_BYTES + wg_sw128_off(r, c, 64)),
-                         "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                             q_s + (uint32_t)wg * SLAB + (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4))),
+                         "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
                          : "memory");
         }
+    } else {
+        /* this warpgroup's queries, rounded to bf16, into its sw128 slabs (zeros for missing queries/heads)
+         */
+#pragma unroll
+        for (int sl = 0; sl < SL; sl++)
+#pragma unroll 2
+            for (int j = 0; j < 8; j++) {
+                const int gs = wg * SL + sl, r = (t >> 4) + 8 * j, c = t & 15, ql = 16 * gs + (r >> 2),
+                          hd = r & 3;
+                uint32_t v[4] = {0u, 0u, 0u, 0u};
+                if (ql < cnt && hd < a.nh) {
+                    const float *src = a.q + ((int64_t)(i0 + ql) * a.nh + hd) * PW_DI + c * 8;
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        v[e] = kn_pack_bf16(__ldg(src + 2 * e), __ldg(src + 2 * e + 1));
+                }
+                asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + (uint32_t)gs * SLAB +
+                                                                                wg_sw128_off(r, c, 64)),
+                             "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                             : "memory");
+            }
+    }
     wg_fence_proxy_async(); /* generic-proxy stores before the tensor cores read them */
     wg_bar_sync(1 + wg, 128);
 
@@ -301,7 +395,7 @@ __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t
     int s = 0;
     uint32_t ph = 0;
     for (int32_t b = 0; b <= last_b; b++) {
-        const uint32_t k_s = kv_s + (uint32_t)s * PW_STAGE_BYTES;
+        const uint32_t k_s = kv_s + (uint32_t)s * STAGE;
         const int64_t kb0 = (int64_t)b * PW_BLK;
         mb_wait(s0 + PW_BAR_FULL + 8 * s, ph);
         /* warpgroup-uniform (and a vote, so that ptxas knows the branch does not diverge) */
@@ -314,10 +408,18 @@ __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t
             wg_fence();
 #pragma unroll
             for (int sl = 0; sl < SL; sl++) {
-                const uint32_t qs = q_s + (uint32_t)(wg * SL + sl) * PW_SLAB_BYTES;
+                const uint32_t qs = q_s + (uint32_t)(wg * SL + sl) * SLAB;
+                if (Q8) {
 #pragma unroll
-                for (int kk = 0; kk < 8; kk++)
-                    wg_mma_ss(acc[sl], wg_desc_kmajor(qs, 64, kk), wg_desc_kmajor(k_s, PW_BLK, kk), kk > 0);
+                    for (int kk = 0; kk < 4; kk++)
+                        wg_mma_ss_e4m3(acc[sl], wg_desc_kmajor(qs, 64, kk), wg_desc_kmajor(k_s, PW_BLK, kk),
+                                       kk > 0);
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < 8; kk++)
+                        wg_mma_ss(acc[sl], wg_desc_kmajor(qs, 64, kk), wg_desc_kmajor(k_s, PW_BLK, kk),
+                                  kk > 0);
+                }
                 wg_commit();
             }
             if (SL == 2) { /* slab 0's maxima while slab 1's product runs */
@@ -328,6 +430,16 @@ __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t
             wg_wait<0>();
 #pragma unroll
             for (int sl = 0; sl < SL; sl++) wg_touch(acc[sl]);
+            if (Q8) /* the keys' scales, read before the stage is released: column 8 i + 2 tig (+1) */
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    float2 sk;
+                    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                                 : "=f"(sk.x), "=f"(sk.y)
+                                 : "r"(k_s + PW_Q8_KEY_BYTES + 4 * (8 * i + 2 * tig)));
+                    acc[0][4 * i] *= sk.x, acc[0][4 * i + 1] *= sk.y;
+                    acc[0][4 * i + 2] *= sk.x, acc[0][4 * i + 3] *= sk.y;
+                }
         }
         __syncwarp();
         if (lane == 0) mb_arrive(s0 + PW_BAR_EMPTY + 8 * s); /* the stage is read: release it */
@@ -351,16 +463,21 @@ __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t
         }
 }
 
+/* MODE: 0 bf16 keys, 1 FP8 keys converted to bf16 by the producers, 2 FP8 keys and FP8 queries (SL = 1). */
+enum { PW_BF16 = 0, PW_FP8 = 1, PW_Q8 = 2 };
+
 /* threads: the consumer warpgroups, then the producer warp(s) */
-template <int SL, bool FP8> constexpr int pw_threads()
+template <int SL, int MODE> constexpr int pw_threads()
 {
-    return 128 * (4 / SL) + 32 * (FP8 ? PW_PROD8 : 1);
+    return 128 * (4 / SL) + 32 * (MODE == PW_FP8 ? PW_PROD8 : 1);
 }
 
-template <int SL, bool FP8>
-__global__ void __launch_bounds__(pw_threads<SL, FP8>(), 1) k_select_prefill_wgmma(const pw_args a)
+template <int SL, int MODE>
+__global__ void __launch_bounds__(pw_threads<SL, MODE>(), 1) k_select_prefill_wgmma(const pw_args a)
 {
-    constexpr int ST = FP8 ? PW_STAGES_FP8 : PW_STAGES;
+    constexpr bool FP8 = MODE == PW_FP8, Q8 = MODE == PW_Q8;
+    static_assert(!Q8 || SL == 1, "the q8 consumer has one slab per warpgroup");
+    constexpr int ST = FP8 ? PW_STAGES_FP8 : Q8 ? PW_Q8_STAGES : PW_STAGES;
     extern __shared__ __align__(1024) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int32_t tile = a.n_tiles - 1 - (int32_t)blockIdx.x; /* the longest tiles first */
@@ -368,7 +485,8 @@ __global__ void __launch_bounds__(pw_threads<SL, FP8>(), 1) k_select_prefill_wgm
     const int32_t *btr = a.bt + (int64_t)a.qseq[i0] * a.bt_stride;
     const int32_t last_b = (int32_t)(a.pos[i0 + cnt - 1] / PW_BLK);
     const uint32_t s0 = kn_smem_addr(smem);
-    const uint32_t q_s = (s0 + PW_HEAD_BYTES + 1023u) & ~1023u, kv_s = q_s + PW_SLABS * PW_SLAB_BYTES;
+    const uint32_t q_s = (s0 + PW_HEAD_BYTES + 1023u) & ~1023u,
+                   kv_s = q_s + PW_SLABS * (Q8 ? PW_Q8_SLAB_BYTES : PW_SLAB_BYTES);
     if (tid == 0) {
         for (int s = 0; s < ST; s++) {
             mb_init(s0 + PW_BAR_FULL + 8 * s,
@@ -381,11 +499,13 @@ __global__ void __launch_bounds__(pw_threads<SL, FP8>(), 1) k_select_prefill_wgm
         if (FP8)
             pw_produce_fp8(btr, (const uint8_t *)a.keys, a.kscale, last_b, s0, kv_s,
                            kv_s + ST * PW_STAGE_BYTES, warp - 4 * (4 / SL), lane);
+        else if (Q8)
+            pw_produce_q8(btr, (const uint8_t *)a.keys, a.kscale, last_b, s0, kv_s, lane);
         else
             pw_produce<ST>(btr, (const uint16_t *)a.keys, last_b, s0, kv_s, lane);
     } else {
-        pw_consume<SL, ST>(a, i0, cnt, last_b, s0, q_s, kv_s, (float *)(smem + PW_LS),
-                           (int32_t *)(smem + PW_LI), warp, lane);
+        pw_consume<SL, ST, Q8>(a, i0, cnt, last_b, s0, q_s, kv_s, (float *)(smem + PW_LS),
+                               (int32_t *)(smem + PW_LI), warp, lane);
     }
 }
 
@@ -427,13 +547,17 @@ int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct
     a.n_tiles = qb->n_tiles;
     a.sel = sel;
     a.sel_stride = sel_stride;
-    const bool fp8 = c->idx_dtype == KN_IDX_FP8;
-    void (*kern)(pw_args) = variant == 2
-                                ? (fp8 ? k_select_prefill_wgmma<2, true> : k_select_prefill_wgmma<2, false>)
-                                : (fp8 ? k_select_prefill_wgmma<1, true> : k_select_prefill_wgmma<1, false>);
-    const int threads = variant == 2 ? (fp8 ? pw_threads<2, true>() : pw_threads<2, false>())
-                                     : (fp8 ? pw_threads<1, true>() : pw_threads<1, false>()),
-              smem = fp8 ? PW_SMEM_FP8 : PW_SMEM;
+    const bool fp8 = c->idx_dtype == KN_IDX_FP8, q8 = fp8 && variant == 3;
+    void (*kern)(pw_args) =
+        q8             ? k_select_prefill_wgmma<1, PW_Q8>
+        : variant == 2 ? (fp8 ? k_select_prefill_wgmma<2, PW_FP8> : k_select_prefill_wgmma<2, PW_BF16>)
+                       : (fp8 ? k_select_prefill_wgmma<1, PW_FP8> : k_select_prefill_wgmma<1, PW_BF16>);
+    const int threads = q8             ? pw_threads<1, PW_Q8>()
+                        : variant == 2 ? (fp8 ? pw_threads<2, PW_FP8>() : pw_threads<2, PW_BF16>())
+                                       : (fp8 ? pw_threads<1, PW_FP8>() : pw_threads<1, PW_BF16>()),
+              smem = q8    ? PW_SMEM_Q8
+                     : fp8 ? PW_SMEM_FP8
+                           : PW_SMEM;
     KN_CU(kn_smem_attr((const void *)kern, smem), "kn_cuda_msa_select (wgmma): shared memory");
     kern<<<(unsigned)qb->n_tiles, threads, smem, stream>>>(a);
     KN_LAUNCHED("kn_cuda_msa_select (fused prefill, wgmma)");

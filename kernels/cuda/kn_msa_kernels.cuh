@@ -56,7 +56,8 @@ int32_t kn_select_prefill(const struct kn_cuda_msa_shape *sh, const struct kn_cu
                           cudaStream_t stream, struct mm_err *err);
 /* kn_msa_index_prefill_wgmma.cu: the same with wgmma (sm_90a, ~225 KB of shared memory per CTA), bf16 or
  * FP8 keys; same shapes as kn_index_prefill_supported, plus kn_select_prefill_wgmma_ok(fp8) for the device.
- * variant 1: four consumer warpgroups of one 64-row slab; 2: two warpgroups of two slabs each */
+ * variant 1: four consumer warpgroups of one 64-row slab; 2: two warpgroups of two slabs each; 3 (FP8 keys,
+ * else as 1): as 1 with the queries quantized to e4m3 (amax / 448 per row) and e4m3 products */
 int kn_select_prefill_wgmma_ok(int fp8);
 int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                 const struct kn_cuda_cache *c, const float *q, int32_t *sel,

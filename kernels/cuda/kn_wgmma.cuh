@@ -99,6 +99,16 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[64], uint64_t da, uint64_t 
                  : "l"(da), "l"(db), "r"(accumulate));
 }
 
+/* d (64 x 128, f32) = A (64 x 32 e4m3, K-major in smem) * B (32 x 128 e4m3, K-major in smem) + (accumulate ?
+ * d : 0). FP8 operands are K-major only; in an sw128 tile a row holds 128 e4m3 (one slab), so k-step kk of 32
+ * starts at byte 32 kk: the descriptor wg_desc_kmajor gives for kk < 4. */
+__device__ __forceinline__ void wg_mma_ss_e4m3(float (&d)[64], uint64_t da, uint64_t db, int accumulate)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " WG_R64 ", %64, %65, p, 1, 1;\n}\n"
+                 : WG_D64
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
 /* d = A (64 x 16 from registers, mma.sync A layout per warp) * B (16 x 128, MN-major in smem) +
  * (accumulate ? d : 0). */
 __device__ __forceinline__ void wg_mma_rs_tb(float (&d)[64], const uint32_t a[4], uint64_t db, int accumulate)

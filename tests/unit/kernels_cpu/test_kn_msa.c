@@ -240,8 +240,34 @@ static void test_random(int32_t block, int32_t n_tok, int32_t n_kv, int32_t grou
     free(bt);
 }
 
+/* kn_msa_quant_q8: a row's largest magnitude maps to e4m3's 448 (so comes back exactly), every value is an
+ * e4m3 multiple of amax / 448 within half a step of the input, a zero row stays zero, in place works. */
+static void test_quant_q8(void)
+{
+    float q[3][8] = {{1.0f, -2.0f, 0.3f, 0.1f, -0.05f, 1.7f, 0.0f, 1e-6f}, {0}, {-5.0f, 4.9f, 2.5f, 0.0f}};
+    float out[3][8];
+    kn_msa_quant_q8(&q[0][0], 3, 8, &out[0][0]);
+    CHECK(out[0][1] == -2.0f && out[2][0] == -5.0f); /* the row maxima, exactly */
+    for (int d = 0; d < 8; d++) CHECK(out[1][d] == 0.0f);
+    CHECK(out[0][6] == 0.0f);
+    for (int r = 0; r < 3; r += 2) {
+        const float s = (r == 0 ? 2.0f : 5.0f) / 448.0f;
+        for (int d = 0; d < 8; d++) {
+            /* e4m3 has 3 mantissa bits: relative error <= 1/16 in the normal range, and subnormal steps of
+             * s * 2^-9 below it */
+            const float err = fabsf(out[r][d] - q[r][d]);
+            CHECK_MSG(err <= fabsf(q[r][d]) / 16.0f + s * 0x1p-10f, "row %d dim %d: %g -> %g", r, d,
+                      (double)q[r][d], (double)out[r][d]);
+        }
+    }
+    CHECK(out[0][2] != q[0][2]); /* 0.3 is not an e4m3 multiple of 2/448: quantization happened */
+    kn_msa_quant_q8(&q[0][0], 3, 8, &q[0][0]);
+    CHECK(memcmp(q, out, sizeof q) == 0);
+}
+
 int main(void)
 {
+    test_quant_q8();
     test_hand_scores_topk();
     test_hand_sparse_attention();
     test_random(4, 1, 1, 1, 8, 8, 4);      /* one token */

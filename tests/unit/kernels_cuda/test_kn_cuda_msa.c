@@ -1539,11 +1539,19 @@ static void test_select_prefill_long(void)
     cpu_scores(&w, &qs, qi, w.idx8_f, ref_s8, sstride);
     int32_t *ref_sel8 = ct_hmalloc(sizeof(int32_t) * (size_t)nsel);
     cpu_topk(&w, &qs, ref_s8, sstride, ref_sel8, sel_stride);
+    /* FP8 keys with e4m3 queries (KN_CUDA_SELECT_WGMMA=3): against the CPU on the quantized queries */
+    float *qi8 = ct_hmalloc(sizeof(float) * (size_t)n * NH * DI);
+    kn_msa_quant_q8(qi, (int64_t)n * NH, DI, qi8);
+    float *ref_sq8 = ct_hmalloc(sizeof(float) * (size_t)NH * n * sstride);
+    cpu_scores(&w, &qs, qi8, w.idx8_f, ref_sq8, sstride);
+    int32_t *ref_selq8 = ct_hmalloc(sizeof(int32_t) * (size_t)nsel);
+    cpu_topk(&w, &qs, ref_sq8, sstride, ref_selq8, sel_stride);
     int32_t *sel_d = ct_dmalloc(sizeof(int32_t) * (size_t)nsel);
     printf("[m3 long select] %d queries, max %d blocks, %d tiles\n", n, qs.qb.max_blocks, qs.qb.n_tiles);
-    for (int v = 0; v < 5; v++) { /* KN_CUDA_SELECT_WGMMA: 0 mma.sync, 1 and 2 the wgmma variants; FP8 1, 2 */
-        static const char *const knob[] = {"0", "1", "2", "1", "2"};
-        const int wgmma = v < 3 ? v : v - 2, fp8 = v >= 3;
+    for (int v = 0; v < 6;
+         v++) { /* KN_CUDA_SELECT_WGMMA: 0 mma.sync, 1 and 2 the wgmma variants; FP8 1, 2, 3 */
+        static const char *const knob[] = {"0", "1", "2", "1", "2", "3"};
+        const int fp8 = v >= 3, q8 = v == 5;
         struct mm_err err = {0};
         CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)nsel));
         knob_setenv("KN_CUDA_SELECT_WGMMA", knob[v], 1);
@@ -1558,9 +1566,32 @@ static void test_select_prefill_long(void)
         ct_download(got, sel_d, sizeof(int32_t) * (size_t)nsel);
         char what[80];
         snprintf(what, sizeof what, "[m3 long select] prefill%s, KN_CUDA_SELECT_WGMMA=%s", fp8 ? " fp8" : "",
-                 knob[wgmma]);
-        int64_t differ = compare_sel(&w, &qs, got, fp8 ? ref_sel8 : ref_sel, sel_stride, fp8 ? ref_s8 : ref_s,
+                 knob[v]);
+        int64_t differ = compare_sel(&w, &qs, got,
+                                     q8    ? ref_selq8
+                                     : fp8 ? ref_sel8
+                                           : ref_sel,
+                                     sel_stride,
+                                     q8    ? ref_sq8
+                                     : fp8 ? ref_s8
+                                           : ref_s,
                                      sstride, 0.3f, what);
+        if (q8) { /* informational: how far e4m3 queries move the selection from the bf16-query one */
+            int64_t rows = 0, kept = 0, total = 0;
+            for (int64_t r = 0; r < (int64_t)NH * n; r++) {
+                const int32_t *x = got + r * sel_stride, *y = ref_sel8 + r * sel_stride;
+                int64_t same = 0, cnt = 0;
+                for (int32_t j = 0; j < sh.topk; j++) {
+                    if (y[j] < 0) continue;
+                    cnt++;
+                    for (int32_t m = 0; m < sh.topk; m++) same += x[m] == y[j];
+                }
+                rows += same != cnt, kept += same, total += cnt;
+            }
+            printf("  select prefill fp8, e4m3 queries vs bf16 queries: %lld of %lld rows differ, %.2f %% of "
+                   "selected blocks shared\n",
+                   (long long)rows, (long long)NH * n, 100.0 * (double)kept / (double)(total ? total : 1));
+        }
         /* the local block is always selected, and slots past top-k are -1 */
         int64_t bad = 0;
         for (int32_t g = 0; g < NH; g++)
@@ -1573,9 +1604,10 @@ static void test_select_prefill_long(void)
         CHECK_MSG(bad == 0, "%s: %lld rows without their own block or with slots past top-k", what,
                   (long long)bad);
         printf("  select prefill%s KN_CUDA_SELECT_WGMMA=%s: %lld of %lld rows differ by near-ties\n",
-               fp8 ? " fp8" : "", knob[wgmma], (long long)differ, (long long)NH * n);
+               fp8 ? " fp8" : "", knob[v], (long long)differ, (long long)NH * n);
     }
     free(qi), free(ref_s), free(ref_sel), free(ref_s8), free(ref_sel8), free(got);
+    free(qi8), free(ref_sq8), free(ref_selq8);
     cudaFree(qi_d), cudaFree(sel_d);
     qset_free(&qs);
     world_free(&w);
