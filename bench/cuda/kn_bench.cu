@@ -1958,13 +1958,29 @@ static void bench_select_fp8(void)
         int32_t *sk[3];
         for (int k = 0; k < 3; k++) sk[k] = (int32_t *)hmalloc(sel_bytes);
         a.what = 2;
-        for (int structured = 1; structured >= 0; structured--) {
+        /* case 2: keys of a block share a direction plus noise (as fp8agree's structured keys: block scores
+         * spread out as trained index keys' do), with the structured queries */
+        for (int cs = 0; cs < 3; cs++) {
+            const int structured = cs != 1;
+            if (cs == 2) {
+                const int64_t nk = (int64_t)a.c.n_pages * M3.block;
+                float *tmp = (float *)dmalloc(sizeof(float) * (size_t)nk * M3.idx_dim);
+                k_fill_shared_q<<<4096, 256>>>(tmp, nk, M3.idx_dim, M3.block, 61, 0.5f);
+                CK(cudaGetLastError());
+                KC(kn_cuda_convert(tmp, cb.idx, nk * M3.idx_dim, 1, 0, &g_err));
+                cudaFree(tmp);
+                k_quant_fp8<<<(unsigned)((L + 7) / 8), 256>>>((const uint16_t *)cb.idx, L, M3.idx_dim,
+                                                              (uint8_t *)c8.idx, (float *)c8.idx_scale);
+                CK(cudaGetLastError());
+            }
             k_fill_shared_q<<<4096, 256>>>(a.qi, L, M3.n_idx_heads * M3.idx_dim, structured ? 128 : 1,
                                            structured ? 51 : 52, structured ? 0.05f : 0.0f);
             CK(cudaGetLastError());
             char cfg[96];
             snprintf(cfg, sizeof cfg, "prefill L %lldK %s", (long long)(L / 1024),
-                     structured ? "structured" : "random");
+                     cs == 2      ? "structured, block keys"
+                     : structured ? "structured"
+                                  : "random");
             double ms[3];
             char nm[96];
             for (int k = 0; k < 3; k++) {
