@@ -46,6 +46,13 @@ static int json_u64(json_t *v, uint64_t *out)
     return 0;
 }
 
+/* The header may hold "\u0000" (JSON_ALLOW_NUL), but dtypes and metadata values are handed out as C strings:
+ * a string with a NUL inside would read back cut short, so it is refused rather than silently shortened. */
+static int has_nul(json_t *s)
+{
+    return strlen(json_string_value(s)) != json_string_length(s);
+}
+
 static int32_t parse_entry(struct mm_st_file *f, const char *label, const char *name, json_t *v,
                            const unsigned char *data, uint64_t data_len, struct mm_st_tensor *t,
                            struct mm_err *err)
@@ -57,6 +64,8 @@ static int32_t parse_entry(struct mm_st_file *f, const char *label, const char *
     if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) || json_array_size(jo) != 2)
         return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': needs dtype, shape and data_offsets[2]", label,
                           name);
+    if (has_nul(jd))
+        return mm_err_set(err, MM_FORMAT, "%s: tensor '%s': dtype holds a NUL byte", label, name);
     t->dtype = mm_dtype_parse(json_string_value(jd));
     if (t->dtype == MM_DT_INVALID)
         return mm_err_set(err, MM_UNSUPPORTED, "%s: tensor '%s': unknown dtype '%s'", label, name,
@@ -158,9 +167,9 @@ int32_t mm_st_parse(const void *buf, size_t len, const char *label, struct mm_st
             json_t *mv;
             json_object_foreach(val, mk, mv)
             {
-                if (!json_is_string(mv)) {
-                    rc = mm_err_set(err, MM_FORMAT, "%s: __metadata__ value of '%s' is not a string", label,
-                                    mk);
+                if (!json_is_string(mv) || has_nul(mv)) {
+                    rc = mm_err_set(err, MM_FORMAT, "%s: __metadata__ value of '%s' is %s", label, mk,
+                                    json_is_string(mv) ? "a string holding a NUL byte" : "not a string");
                     goto fail;
                 }
                 f->meta_keys[f->n_meta] = strdup(mk);

@@ -83,6 +83,14 @@ int main(void)
               1, &e),
         MM_FORMAT);
     CHECK_EQ_INT(parse("{\"a\":", 0, &e), MM_FORMAT);
+    /* a NUL inside a dtype or metadata string would read back cut short ("F32", "pt"): refused */
+    CHECK_EQ_INT(parse("{\"a\":{\"dtype\":\"F32\\u0000x\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, &e),
+                 MM_FORMAT);
+    CHECK(strstr(e.msg, "NUL"));
+    CHECK_EQ_INT(parse("{\"__metadata__\":{\"format\":\"pt\\u0000x\"}}", 0, &e), MM_FORMAT);
+    CHECK(strstr(e.msg, "'format'") && strstr(e.msg, "NUL"));
+    /* other escapes stay fine */
+    CHECK_EQ_INT(parse("{\"__metadata__\":{\"format\":\"p\\u00e9\"}}", 0, &e), MM_OK);
     unsigned char huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
     CHECK_EQ_INT(mm_st_parse(huge, sizeof huge, "h", &f, &e), MM_FORMAT);
     CHECK(f == NULL);
