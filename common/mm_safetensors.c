@@ -218,7 +218,8 @@ fail:
 int32_t mm_st_open(const char *path, struct mm_st_file **out, struct mm_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO would otherwise wait for a writer before fstat could refuse it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return mm_err_set(err, errno == ENOENT ? MM_NOT_FOUND : MM_IO, "%s: %s", path, strerror(errno));
     struct stat st;

@@ -1,5 +1,6 @@
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mm_dtype.h"
@@ -95,6 +96,19 @@ int main(void)
     CHECK_EQ_INT(mm_st_parse(huge, sizeof huge, "h", &f, &e), MM_FORMAT);
     CHECK(f == NULL);
     CHECK_EQ_INT(mm_st_open("/nonexistent/x.safetensors", &f, &e), MM_NOT_FOUND);
+    CHECK_EQ_INT(mm_st_open("/tmp", &f, &e), MM_IO);
+    /* a FIFO is refused at once, not waited on for a writer (SIGALRM ends the test if it blocks) */
+    char fifo[] = "/tmp/mmgw_st_fifo_XXXXXX";
+    int tfd = mkstemp(fifo);
+    CHECK(tfd >= 0);
+    close(tfd);
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(10);
+    CHECK_EQ_INT(mm_st_open(fifo, &f, &e), MM_IO);
+    alarm(0);
+    CHECK(f == NULL && strstr(e.msg, "not a regular file"));
+    unlink(fifo);
 
     /* the golden checkpoint, where present */
     const char *td = test_data_dir();
