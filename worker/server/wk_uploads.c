@@ -105,6 +105,13 @@ int32_t wk_uploads_append(struct wk_uploads *u, const char *id, uint64_t total_b
             rc = mm_err_set(err, MM_INVALID, "upload '%s': the first chunk must give total_bytes > 0", id);
             goto out;
         }
+        /* checked before the upload exists: a refused first chunk must leave nothing staged (it would hold
+         * total_bytes of the cap until the time-to-live ran out) */
+        if (len > total_bytes) {
+            rc = mm_err_set(err, MM_INVALID, "upload '%s': chunk of %zu bytes at 0 passes total_bytes %llu",
+                            id, len, (unsigned long long)total_bytes);
+            goto out;
+        }
         if (total_bytes > u->max_bytes || u->bytes + total_bytes > u->max_bytes) {
             rc = mm_err_set(err, MM_EXHAUSTED,
                             "upload '%s': %llu bytes do not fit (staged %llu of %llu bytes)", id,

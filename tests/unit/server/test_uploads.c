@@ -25,6 +25,12 @@ int main(void)
     CHECK_EQ_INT(wk_uploads_append(u, "b", 500, 0, data, 10, &got, &err),
                  MM_EXHAUSTED);                                                        /* 600 + 500 > 1000 */
     CHECK_EQ_INT(wk_uploads_append(u, "zz", 0, 50, data, 10, &got, &err), MM_INVALID); /* never started */
+    /* a first chunk longer than its total is refused and stages nothing (found by fuzz_wk_upload) */
+    CHECK_EQ_INT(wk_uploads_append(u, "e", 5, 0, data, 10, &got, &err), MM_INVALID);
+    CHECK(strstr(err.msg, "passes total_bytes") != NULL);
+    CHECK_EQ_INT(wk_uploads_bytes(u), 600);
+    CHECK(!wk_uploads_complete(u, "e"));
+    CHECK_EQ_INT(wk_uploads_append(u, "e", 0, 5, data, 1, &got, &err), MM_INVALID); /* nothing to continue */
     struct wk_upload *up = NULL;
     CHECK_EQ_INT(wk_uploads_take(u, "a", &up, &err), MM_NOT_FOUND); /* incomplete */
     CHECK_EQ_INT(wk_uploads_append(u, "a", 0, 200, data + 200, 400, &got, &err), MM_OK);
