@@ -328,14 +328,18 @@ int32_t mm_st_writer_add(struct mm_st_writer *w, const char *name, int32_t dtype
 {
     if (ndim < 0 || ndim > MM_ST_MAX_DIMS || mm_dtype_size(dtype) == 0 || strcmp(name, "__metadata__") == 0)
         return mm_err_set(err, MM_INVALID, "tensor '%s': bad dtype or rank", name);
-    uint64_t numel = 1;
+    uint64_t numel = 1, need;
     for (int32_t i = 0; i < ndim; i++) {
         if (shape[i] < 0) return mm_err_set(err, MM_INVALID, "tensor '%s': negative dimension", name);
-        numel *= (uint64_t)shape[i];
+        /* a wrapped count could match nbytes (2^62 x 4 wraps to 0) and write a file the reader refuses */
+        if (__builtin_mul_overflow(numel, (uint64_t)shape[i], &numel))
+            return mm_err_set(err, MM_INVALID, "tensor '%s': shape overflows", name);
     }
-    if (numel * mm_dtype_size(dtype) != nbytes)
+    if (__builtin_mul_overflow(numel, (uint64_t)mm_dtype_size(dtype), &need))
+        return mm_err_set(err, MM_INVALID, "tensor '%s': shape overflows", name);
+    if (need != nbytes)
         return mm_err_set(err, MM_INVALID, "tensor '%s': %zu bytes given, shape needs %llu", name, nbytes,
-                          (unsigned long long)(numel * mm_dtype_size(dtype)));
+                          (unsigned long long)need);
     for (size_t i = 0; i < w->n; i++)
         if (strcmp(w->t[i].name, name) == 0)
             return mm_err_set(err, MM_INVALID, "tensor '%s' added twice", name);

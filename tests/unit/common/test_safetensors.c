@@ -45,6 +45,12 @@ int main(void)
     CHECK_EQ_INT(mm_st_writer_add(w, "b", MM_DT_I32, 1, sb, b, sizeof b, &e), MM_OK);
     CHECK_EQ_INT(mm_st_writer_add(w, "b", MM_DT_I32, 1, sb, b, sizeof b, &e), MM_INVALID);
     CHECK_EQ_INT(mm_st_writer_add(w, "c", MM_DT_I32, 1, sb, b, 3, &e), MM_INVALID);
+    /* 2^62 x 4 elements wrap to 0: refused, not written as an empty tensor the reader would refuse */
+    int64_t wrap[2] = {(int64_t)1 << 62, 4};
+    CHECK_EQ_INT(mm_st_writer_add(w, "wrap", MM_DT_U8, 2, wrap, NULL, 0, &e), MM_INVALID);
+    CHECK(strstr(e.msg, "overflows") != NULL);
+    int64_t wrap_bytes[1] = {(int64_t)1 << 62}; /* the count fits, its bytes (x4) wrap to 0 */
+    CHECK_EQ_INT(mm_st_writer_add(w, "wrap2", MM_DT_F32, 1, wrap_bytes, NULL, 0, &e), MM_INVALID);
     CHECK_EQ_INT(mm_st_writer_add_metadata(w, "format", "pt", &e), MM_OK);
     CHECK_EQ_INT(mm_st_writer_save(w, path, &e), MM_OK);
     mm_st_writer_destroy(w);
