@@ -48,6 +48,8 @@ static void check_metadata(const struct mm_st_file *f, const uint8_t *data, uint
             memcmp(got, json_string_value(v), json_string_length(v)) != 0)
             abort();
     }
+    /* and a key it lacks reads back as absent */
+    if (!json_object_get(meta, "format") && mm_st_metadata(f, "format")) abort();
     /* tensors are every other top-level key */
     if (mm_st_count(f) != json_object_size(root) - (meta != NULL)) abort();
     json_decref(root);
@@ -133,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct mm_err err = {0};
     int32_t rc = mm_st_parse(data, size, "fuzz.safetensors", &f, &err);
     if (rc == MM_OK) {
-        if (!f) abort();
+        if (!f || strcmp(mm_st_path(f), "fuzz.safetensors") != 0) abort();
         check_file(f, data, size);
     } else if (f || rc > 0 || err.code != rc || err.msg[0] == '\0') {
         abort(); /* every failure explains itself and hands nothing out */
