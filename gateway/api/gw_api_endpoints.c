@@ -41,6 +41,16 @@ static int completion_prompt(struct gw_api_req *r, json_t *prompt, struct gw_api
     return 0;
 }
 
+int gw_api_completion_prepare(struct gw_api_req *r, struct gw_api_error *e)
+{
+    if (completion_prompt(r, json_object_get(r->body, "prompt"), e) || gw_api_completion_collect(r, e))
+        return -1;
+    r->p.add_special_tokens = true;
+    json_t *ast = json_object_get(r->body, "add_special_tokens");
+    if (json_is_boolean(ast)) r->p.add_special_tokens = json_is_true(ast);
+    return 0;
+}
+
 void gw_api_handle_completions(struct gw_request *req, void *ud)
 {
     struct gw_api_state *st = ud;
@@ -52,17 +62,39 @@ void gw_api_handle_completions(struct gw_request *req, void *ud)
     struct gw_api_error e = {0};
     if (gw_api_parse_body(req, st, &r->body, &r->model, &e) ||
         gw_api_params_parse(r->body, GW_API_COMPLETION, r->model->vocab, &r->p, &e) ||
-        completion_prompt(r, json_object_get(r->body, "prompt"), &e) || gw_api_completion_collect(r, &e)) {
+        gw_api_completion_prepare(r, &e)) {
         gw_api_req_fail(r, &e);
         return;
     }
-    r->p.add_special_tokens = true;
-    json_t *ast = json_object_get(r->body, "add_special_tokens");
-    if (json_is_boolean(ast)) r->p.add_special_tokens = json_is_true(ast);
     gw_api_pipeline_start(r);
 }
 
 /* ---- /tokenize ---- */
+
+int gw_api_tokenize_prepare(struct gw_api_req *r, struct gw_api_error *e)
+{
+    json_t *b = r->body;
+    json_t *ast = json_object_get(b, "add_special_tokens"), *rts = json_object_get(b, "return_token_strs");
+    r->p.n = 1;
+    r->p.return_token_strs = json_is_true(rts);
+    if (json_object_get(b, "messages")) {
+        r->p.add_special_tokens = json_is_true(ast); /* vLLM: false for chats */
+        if (gw_api_chat_prepare(r, e)) return -1;
+    } else {
+        json_t *prompt = json_object_get(b, "prompt");
+        if (!json_is_string(prompt))
+            return gw_api_fail(e, 400, "prompt", "'prompt' (a string) or 'messages' is required");
+        r->p.add_special_tokens = !json_is_false(ast); /* vLLM: true by default */
+        r->tokenize_plain = true;
+        if (mm_buf_append(&r->prompt, json_string_value(prompt), json_string_length(prompt)))
+            return gw_api_fail(e, 503, NULL, "out of memory");
+    }
+    if ((ast && !json_is_boolean(ast)) || (rts && !json_is_boolean(rts)))
+        return gw_api_fail(e, 400, ast && !json_is_boolean(ast) ? "add_special_tokens" : "return_token_strs",
+                           "'%s' must be a boolean",
+                           ast && !json_is_boolean(ast) ? "add_special_tokens" : "return_token_strs");
+    return 0;
+}
 
 void gw_api_handle_tokenize(struct gw_request *req, void *ud)
 {
@@ -73,39 +105,7 @@ void gw_api_handle_tokenize(struct gw_request *req, void *ud)
         return;
     }
     struct gw_api_error e = {0};
-    if (gw_api_parse_body(req, st, &r->body, &r->model, &e)) {
-        gw_api_req_fail(r, &e);
-        return;
-    }
-    json_t *b = r->body;
-    json_t *ast = json_object_get(b, "add_special_tokens"), *rts = json_object_get(b, "return_token_strs");
-    r->p.n = 1;
-    r->p.return_token_strs = json_is_true(rts);
-    if (json_object_get(b, "messages")) {
-        r->p.add_special_tokens = json_is_true(ast); /* vLLM: false for chats */
-        if (gw_api_chat_prepare(r, &e)) {
-            gw_api_req_fail(r, &e);
-            return;
-        }
-    } else {
-        json_t *prompt = json_object_get(b, "prompt");
-        if (!json_is_string(prompt)) {
-            gw_api_fail(&e, 400, "prompt", "'prompt' (a string) or 'messages' is required");
-            gw_api_req_fail(r, &e);
-            return;
-        }
-        r->p.add_special_tokens = !json_is_false(ast); /* vLLM: true by default */
-        r->tokenize_plain = true;
-        if (mm_buf_append(&r->prompt, json_string_value(prompt), json_string_length(prompt))) {
-            gw_api_fail(&e, 503, NULL, "out of memory");
-            gw_api_req_fail(r, &e);
-            return;
-        }
-    }
-    if ((ast && !json_is_boolean(ast)) || (rts && !json_is_boolean(rts))) {
-        gw_api_fail(&e, 400, ast && !json_is_boolean(ast) ? "add_special_tokens" : "return_token_strs",
-                    "'%s' must be a boolean",
-                    ast && !json_is_boolean(ast) ? "add_special_tokens" : "return_token_strs");
+    if (gw_api_parse_body(req, st, &r->body, &r->model, &e) || gw_api_tokenize_prepare(r, &e)) {
         gw_api_req_fail(r, &e);
         return;
     }

@@ -291,6 +291,10 @@ struct gw_api_req {
     uint64_t tokenize_ns;
 };
 
+/** Fill e for media item m that failed with code and msg (bytes_stage: while reading or decoding the bytes
+ * sent or fetched, where MM_TOO_LARGE is a 413). Returns -1. */
+int gw_api_media_error(struct gw_api_error *e, const struct gw_api_media *m, int32_t code, bool bytes_stage,
+                       const char *msg);
 /** Start the pipeline for a parsed request (media → prompt → generate). Takes over r. */
 void gw_api_pipeline_start(struct gw_api_req *r);
 /** Build the prompt ids once media are ready; 0 or -1 with e. */
@@ -303,6 +307,12 @@ void gw_api_req_fail(struct gw_api_req *r, const struct gw_api_error *e);
 struct gw_api_req *gw_api_req_new(struct gw_request *http, struct gw_api_state *st, enum gw_api_kind kind,
                                   const char *endpoint);
 void gw_api_req_release(struct gw_api_req *r);
+/** The two halves of new/release that do not touch the HTTP request's lifetime (no reference, no abort
+ * callback): the fuzz harness (tests/fuzz/api) drives the pipeline's steps on a context of its own. init
+ * reads only http->start_ns; clear frees everything r owns. */
+void gw_api_req_init(struct gw_api_req *r, struct gw_request *http, struct gw_api_state *st,
+                     enum gw_api_kind kind, const char *endpoint);
+void gw_api_req_clear(struct gw_api_req *r);
 /** Record request metrics (status) once. */
 void gw_api_req_metrics(struct gw_api_req *r, int status);
 
@@ -327,6 +337,10 @@ int gw_api_chat_collect(struct gw_api_req *r, struct gw_api_error *e);
 int gw_api_chat_prepare(struct gw_api_req *r, struct gw_api_error *e);
 /** Collect multi_modal_data of a completion request. */
 int gw_api_completion_collect(struct gw_api_req *r, struct gw_api_error *e);
+/** /v1/completions after the parameters: the prompt (text or ids), multi_modal_data, add_special_tokens. */
+int gw_api_completion_prepare(struct gw_api_req *r, struct gw_api_error *e);
+/** /tokenize after the body: a chat (rendered as gw_api_chat_prepare does) or a plain prompt. */
+int gw_api_tokenize_prepare(struct gw_api_req *r, struct gw_api_error *e);
 
 /** Random lower-case hex into out (n chars + NUL). */
 void gw_api_random_hex(char *out, size_t n);

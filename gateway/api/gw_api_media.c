@@ -26,20 +26,24 @@ static bool async_back(struct gw_api_req *r)
 
 /* A fetch or decode problem is the client's (400: refused address, undecodable, too many pixels); byte
  * caps on what was sent or fetched are 413 (bytes_stage); overload and shutdown 503. */
-static void media_failed(struct gw_api_req *r, struct gw_api_media *m, int32_t code, bool bytes_stage,
-                         const char *msg)
+int gw_api_media_error(struct gw_api_error *e, const struct gw_api_media *m, int32_t code, bool bytes_stage,
+                       const char *msg)
 {
-    struct gw_api_error e;
     int status = code == MM_TOO_LARGE && bytes_stage ? 413
                  : code == MM_NOMEM || code == MM_EXHAUSTED || code == MM_CANCELLED || code == MM_UNAVAILABLE
                      ? 503
                      : 400;
     /* the media pipeline's messages already start with the part's name (its job label) */
     size_t pl = strlen(m->param);
-    if (strncmp(msg, m->param, pl) == 0 && msg[pl] == ':')
-        gw_api_fail(&e, status, m->param, "%s", msg);
-    else
-        gw_api_fail(&e, status, m->param, "%s: %s", m->param, msg);
+    if (strncmp(msg, m->param, pl) == 0 && msg[pl] == ':') return gw_api_fail(e, status, m->param, "%s", msg);
+    return gw_api_fail(e, status, m->param, "%s: %s", m->param, msg);
+}
+
+static void media_failed(struct gw_api_req *r, struct gw_api_media *m, int32_t code, bool bytes_stage,
+                         const char *msg)
+{
+    struct gw_api_error e;
+    gw_api_media_error(&e, m, code, bytes_stage, msg);
     gw_api_req_fail(r, &e);
 }
 

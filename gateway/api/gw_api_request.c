@@ -18,13 +18,10 @@ static void on_abort(struct gw_request *req, void *ud)
     gw_api_req_release(r);
 }
 
-struct gw_api_req *gw_api_req_new(struct gw_request *http, struct gw_api_state *st, enum gw_api_kind kind,
-                                  const char *endpoint)
+void gw_api_req_init(struct gw_api_req *r, struct gw_request *http, struct gw_api_state *st,
+                     enum gw_api_kind kind, const char *endpoint)
 {
-    /* in the HTTP request's arena (reused per loop, no malloc): r holds a reference to the request until
-     * req_destroy, so the arena outlives it */
-    struct gw_api_req *r = mm_arena_calloc(http->arena, 1, sizeof *r);
-    if (!r) return NULL;
+    memset(r, 0, sizeof *r);
     r->http = http;
     r->st = st;
     r->kind = kind;
@@ -35,6 +32,16 @@ struct gw_api_req *gw_api_req_new(struct gw_request *http, struct gw_api_state *
     mm_buf_init(&r->out, 0);
     mm_buf_init(&r->prefix, 0);
     gw_tok_ids_init(&r->ids);
+}
+
+struct gw_api_req *gw_api_req_new(struct gw_request *http, struct gw_api_state *st, enum gw_api_kind kind,
+                                  const char *endpoint)
+{
+    /* in the HTTP request's arena (reused per loop, no malloc): r holds a reference to the request until
+     * req_destroy, so the arena outlives it */
+    struct gw_api_req *r = mm_arena_calloc(http->arena, 1, sizeof *r);
+    if (!r) return NULL;
+    gw_api_req_init(r, http, st, kind, endpoint);
     gw_request_ref(http);
     gw_request_on_abort(http, on_abort, r);
     return r;
@@ -59,7 +66,7 @@ static void choice_free(struct gw_api_req *r, struct gw_api_choice *c)
     mm_buf_free(&c->lp_offsets);
 }
 
-static void req_destroy(struct gw_api_req *r)
+void gw_api_req_clear(struct gw_api_req *r)
 {
     for (uint32_t i = 0; i < r->n_choices; i++) choice_free(r, &r->choices[i]);
     free(r->choices);
@@ -83,8 +90,12 @@ static void req_destroy(struct gw_api_req *r)
     mm_buf_free(&r->prefix);
     gw_tok_ids_free(&r->ids);
     json_decref(r->body);
-    struct gw_request *http = r->http;
-    gw_request_unref(http); /* r lives in its arena: not touched after this */
+}
+
+static void req_destroy(struct gw_api_req *r)
+{
+    gw_api_req_clear(r);
+    gw_request_unref(r->http); /* r lives in its arena: not touched after this */
 }
 
 void gw_api_req_release(struct gw_api_req *r)
