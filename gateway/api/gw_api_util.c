@@ -18,6 +18,10 @@ int gw_api_fail(struct gw_api_error *e, int status, const char *param, const cha
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    /* messages quote client text (a model name, a part's type): keep them one printable line, as the
+     * plugins' are */
+    for (char *c = e->msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     return -1;
 }
 

@@ -288,6 +288,9 @@ def case_errors():
     # 404: model and route; 405: method
     r = expect(404, {"model": "nope", "messages": [{"role": "user", "content": "x"}]}, "model", "does not exist")
     fx.check(r["error"]["code"] == "model_not_found", f"404 code: {r}")
+    # messages quoting client text stay one printable line (found by fuzz_api)
+    r = expect(404, {"model": "a\nb\u0001", "messages": [{"role": "user", "content": "x"}]}, "model", "does not exist")
+    fx.check(r["error"]["message"] == "The model `a?b?` does not exist.", f"control characters quoted: {r}")
     st, body = fx.get(gw, "/v1/nothing")
     fx.check(st == 404 and fx.is_error(json.loads(body)), f"unknown route: {st} {body[:200]}")
     st, body = fx.get(gw, "/v1/chat/completions")
