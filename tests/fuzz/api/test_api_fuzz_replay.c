@@ -10,6 +10,8 @@
 
 #include <jansson.h>
 
+#include "fuzz_json_edit.h"
+
 #include "api_fuzz.h"
 
 static unsigned rng_state = 20250301;
@@ -92,30 +94,6 @@ static json_t *random_value(void)
     }
 }
 
-struct slot {
-    json_t *parent;
-    const char *key;
-    size_t index;
-};
-
-static void collect(json_t *v, struct slot *slots, size_t *n, size_t cap)
-{
-    if (json_is_object(v)) {
-        const char *key;
-        json_t *val;
-        json_object_foreach(v, key, val)
-        {
-            if (*n < cap) slots[(*n)++] = (struct slot){v, key, 0};
-            collect(val, slots, n, cap);
-        }
-    } else if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            if (*n < cap) slots[(*n)++] = (struct slot){v, NULL, i};
-            collect(json_array_get(v, i), slots, n, cap);
-        }
-    }
-}
-
 static void mutate_json(json_t *root)
 {
     static const char *const keys[] = {"n",
@@ -134,29 +112,15 @@ static void mutate_json(json_t *root)
                                        "seed",
                                        "stream_options",
                                        "model"};
-    struct slot slots[512];
-    size_t n = 0;
-    collect(root, slots, &n, 512);
+    struct fz_json_slot slots[512];
+    const size_t n = fz_json_slots(root, slots, 512);
     if (n == 0 || rnd(4) == 0) { /* a top-level field the API reads */
         if (json_is_object(root))
             json_object_set_new(root, keys[rnd(sizeof keys / sizeof keys[0])], random_value());
         return;
     }
-    struct slot s = slots[rnd((unsigned)n)];
-    unsigned op = rnd(4);
-    if (s.key) {
-        if (op == 0)
-            json_object_del(s.parent, s.key);
-        else
-            json_object_set_new(s.parent, s.key, random_value());
-    } else {
-        if (op == 0)
-            json_array_remove(s.parent, s.index);
-        else if (op == 1)
-            json_array_insert(s.parent, s.index, json_array_get(s.parent, s.index));
-        else
-            json_array_set_new(s.parent, s.index, random_value());
-    }
+    const struct fz_json_slot *s = &slots[rnd((unsigned)n)];
+    fz_json_edit(s, rnd(4), random_value); /* after the slot's draw: the replay's sequence is fixed */
 }
 
 static void replay(const char *seed, size_t len, int rounds)
