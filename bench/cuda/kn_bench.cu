@@ -1928,6 +1928,27 @@ static void bench_tail(void)
     cudaFree(a.c.k), cudaFree(a.c.v);
 }
 
+/* Rows of top-k selections ([n_rows][M3.topk]) whose sets differ: a row differs when an entry of ref is
+ * missing from got (its -1 padding included, so a row where got selected more blocks differs too). *shared
+ * and *total (unless NULL) add up ref's selected blocks (>= 0) that got holds as well, and all of them. */
+static int64_t sel_rows_differ(const int32_t *ref, const int32_t *got, size_t n_rows, int64_t *shared,
+                               int64_t *total)
+{
+    int64_t differ = 0;
+    for (size_t r = 0; r < n_rows; r++) {
+        const int32_t *x = ref + r * M3.topk, *y = got + r * M3.topk;
+        int d = 0;
+        for (int32_t j = 0; j < M3.topk; j++) {
+            int f = 0;
+            for (int32_t m = 0; m < M3.topk; m++) f |= x[j] == y[m];
+            d |= !f;
+            if (x[j] >= 0 && shared) *shared += f, ++*total;
+        }
+        differ += d;
+    }
+    return differ;
+}
+
 /* The fused prefill selection (wgmma, 4 slabs) with the FP8 index cache against the bf16 one on the same
  * keys (FP8 = e4m3 of the bf16 keys with a scale per token), structured and random queries, 64K and 256K:
  * time, index-score rate, and the rows whose sets differ from the bf16 kernel's. */
@@ -1998,19 +2019,8 @@ static void bench_select_fp8(void)
              * e4m3 queries also against FP8 keys with bf16 queries) */
             static const int cmp[3][2] = {{1, 0}, {2, 0}, {2, 1}};
             for (int c = 0; c < 3; c++) {
-                const int32_t *X = sk[cmp[c][0]], *Y = sk[cmp[c][1]];
-                int64_t differ = 0, shared = 0, total = 0;
-                for (size_t r = 0; r < n_rows; r++) {
-                    const int32_t *x = X + r * M3.topk, *y = Y + r * M3.topk;
-                    int d = 0;
-                    for (int32_t j = 0; j < M3.topk; j++) {
-                        if (y[j] < 0) continue;
-                        int f = 0;
-                        for (int32_t m = 0; m < M3.topk; m++) f |= x[m] == y[j];
-                        d |= !f, shared += f, total++;
-                    }
-                    differ += d;
-                }
+                int64_t shared = 0, total = 0;
+                const int64_t differ = sel_rows_differ(sk[cmp[c][1]], sk[cmp[c][0]], n_rows, &shared, &total);
                 snprintf(nm, sizeof nm, "%s vs %s rows differing", name[cmp[c][0]], name[cmp[c][1]]);
                 emit("select", cfg, nm, 100.0 * (double)differ / ((double)M3.n_kv * L), "%");
                 snprintf(nm, sizeof nm, "%s vs %s blocks shared", name[cmp[c][0]], name[cmp[c][1]]);
@@ -2064,18 +2074,10 @@ static void bench_layer(void)
             }
             knob_unsetenv("KN_CUDA_SELECT_WGMMA");
             /* rows whose sets differ from the mma.sync kernel's (near ties: other summation order) */
-            int64_t sel_rows_differ[3] = {0, 0, 0};
+            int64_t rows_differ[3] = {0, 0, 0};
             for (int k = 1; k < 3 && !lean; k++)
-                for (size_t r = 0; r < sel_bytes / sizeof(int32_t) / M3.topk; r++) {
-                    const int32_t *x = sel_k[0] + r * M3.topk, *y = sel_k[k] + r * M3.topk;
-                    int d = 0;
-                    for (int32_t j = 0; j < M3.topk; j++) {
-                        int f = 0;
-                        for (int32_t m = 0; m < M3.topk; m++) f |= x[j] == y[m];
-                        d |= !f;
-                    }
-                    sel_rows_differ[k] += d;
-                }
+                rows_differ[k] =
+                    sel_rows_differ(sel_k[0], sel_k[k], sel_bytes / sizeof(int32_t) / M3.topk, NULL, NULL);
             const double sel_rows = (double)M3.n_kv * L; /* rows of padding chunks never differ */
             free(sel_k[0]), free(sel_k[1]), free(sel_k[2]);
             /* index-score FLOPs: every (query, head) row against every key of its visible blocks */
@@ -2166,9 +2168,9 @@ static void bench_layer(void)
                 emit("layer", cfg, "select wgmma 2x2 rate", sel_flops / (sel_k_ms[2] * 1e-3) / 1e12,
                      "TFLOP/s");
                 emit("layer", cfg, "select wgmma 4x1 vs mma.sync rows differing",
-                     100.0 * sel_rows_differ[1] / sel_rows, "%");
+                     100.0 * rows_differ[1] / sel_rows, "%");
                 emit("layer", cfg, "select wgmma 2x2 vs mma.sync rows differing",
-                     100.0 * sel_rows_differ[2] / sel_rows, "%");
+                     100.0 * rows_differ[2] / sel_rows, "%");
                 emit("layer", cfg, "MSA total, select mma.sync", msa_k_ms[0], "ms");
                 emit("layer", cfg, "MSA total, select wgmma 4x1", msa_k_ms[1], "ms");
                 emit("layer", cfg, "MSA total, select wgmma 2x2", msa_k_ms[2], "ms");

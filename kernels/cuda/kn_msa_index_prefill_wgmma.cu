@@ -70,8 +70,7 @@
  * sw128 slab of 128 rows x 128 bytes followed by its 128 scales, padded to the next 1024-byte boundary (17 KB
  * per stage, 8 stages); a Q slab is 64 rows x 128 bytes. */
 #define PW_Q8_STAGES 8
-#define PW_Q8_KEY_BYTES (PW_BLK * PW_DI)
-#define PW_Q8_STAGE_BYTES (PW_Q8_KEY_BYTES + 1024)
+#define PW_Q8_STAGE_BYTES (PW_RAW_KEYS + 1024)
 #define PW_Q8_SLAB_BYTES (64 * PW_DI)
 #define PW_SMEM_Q8 (PW_HEAD_BYTES + 1024 + PW_SLABS * PW_Q8_SLAB_BYTES + PW_Q8_STAGES * PW_Q8_STAGE_BYTES)
 static_assert(PW_SMEM_Q8 <= PW_SMEM_FP8, "kn_select_prefill_wgmma_ok(1) must cover the q8 kernel");
@@ -206,14 +205,14 @@ __device__ __forceinline__ void pw_produce_q8(const int32_t *btr, const uint8_t 
     for (int32_t b = 0; b <= last_b; b++) {
         const int32_t next = b < last_b ? btr[b + 1] : 0;
         if (b >= PW_Q8_STAGES) mb_wait(s0 + PW_BAR_EMPTY + 8 * s, ph ^ 1u);
-        const uint8_t *src = keys + (int64_t)page * PW_Q8_KEY_BYTES + r0 * PW_DI + c * 16;
+        const uint8_t *src = keys + (int64_t)page * PW_RAW_KEYS + r0 * PW_DI + c * 16;
         const uint32_t dst = kv_s + (uint32_t)s * PW_Q8_STAGE_BYTES;
 #pragma unroll 8
         for (int j = 0; j < PW_BLK / 4; j++) {
             const int row = r0 + 4 * j;
             kn_cp_async16(dst + (uint32_t)(row * 128 + ((c ^ (row & 7)) << 4)), src + j * 4 * PW_DI, 16);
         }
-        kn_cp_async16(dst + PW_Q8_KEY_BYTES + 16 * lane, kscale + (int64_t)page * PW_BLK + 4 * lane, 16);
+        kn_cp_async16(dst + PW_RAW_KEYS + 16 * lane, kscale + (int64_t)page * PW_BLK + 4 * lane, 16);
         mb_arrive_cp_async(s0 + PW_BAR_FULL + 8 * s);
         page = next;
         if (++s == PW_Q8_STAGES) s = 0, ph ^= 1u;
@@ -436,7 +435,7 @@ __device__ __forceinline__ void pw_consume(const pw_args &a, int32_t i0, int32_t
                     float2 sk;
                     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
                                  : "=f"(sk.x), "=f"(sk.y)
-                                 : "r"(k_s + PW_Q8_KEY_BYTES + 4 * (8 * i + 2 * tig)));
+                                 : "r"(k_s + PW_RAW_KEYS + 4 * (8 * i + 2 * tig)));
                     acc[0][4 * i] *= sk.x, acc[0][4 * i + 1] *= sk.y;
                     acc[0][4 * i + 2] *= sk.x, acc[0][4 * i + 3] *= sk.y;
                 }
