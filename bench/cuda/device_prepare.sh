@@ -13,7 +13,7 @@ mkdir -p .carry/snap/kernels .carry/snap/worker .carry/snap/tools
 cp -r kernels/cpu .carry/snap/kernels/
 cp worker/wk_engine.h .carry/snap/worker/
 cp -r worker/runtime worker/run .carry/snap/worker/
-cp -r tools/mkdemo .carry/snap/tools/
+cp -r tools/mkdemo tools/quantize .carry/snap/tools/
 if [ -d ../shared/testdata/m3-tiny-a ]; then
     mkdir -p .carry/testdata
     rm -rf .carry/testdata/m3-tiny-a

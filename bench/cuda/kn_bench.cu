@@ -4,7 +4,7 @@
  * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
  *
  *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]] [--prof-raw timestamps.tsv]
- *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8 skinny experts
+ *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8 skinny fp8w experts
  */
 #include <math.h>
 #include <stdint.h>
@@ -2476,6 +2476,170 @@ static void bench_skinny(void)
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
+/* FP8 (e4m3, 128 x 128 block scales) weights at decode sizes: kn_cuda_gemv_fp8 (1 byte per weight) against
+ * the bf16 routes on a bf16 copy (what loading the weight as bf16 gives) and against the FP8 fallback
+ * (dequantized into scratch, then the bf16 route); and the MoE decode pairs over FP8 and bf16 expert tables.
+ * "of copy" is over each route's own weight bytes; compare the times. */
+
+struct fp8w_arg {
+    struct kn_cuda_blas *bl;
+    const uint8_t *pool; /* n_sets weight sets of set_bytes, rotated */
+    size_t set_bytes;
+    int32_t n_sets;
+    const float *scale; /* block scales, shared by every set */
+    int64_t rows, cols, n;
+    float *x, *y;
+    uint16_t *xb, *dq;
+    void *ws;
+    size_t ws_bytes;
+    int route;            /* 0 bf16 gemv, 1 bf16 tc, 2 bf16 cuBLAS, 3 fp8 gemv, 4 fp8 dequant + bf16 route,
+                             5 experts bf16, 6 experts fp8 */
+    const int32_t *ids;   /* experts: the pairs' experts */
+    void **tab8, **tab16; /* experts: device tables per set ([n_sets][2E] weight pointers) */
+    const float **stab;   /* experts: [2E] scale pointers */
+    int32_t E;
+};
+
+static void fp8w_bf16(struct fp8w_arg *a, const void *w, int tc)
+{
+    if (a->n <= 2 && !tc) {
+        KC(kn_cuda_gemv_bf16(a->n, a->rows, a->cols, a->x, a->cols, w, a->y, a->rows, g_stream, &g_err));
+    } else if (tc) {
+        KC(kn_cuda_gemm_small_bf16(a->n, a->rows, a->cols, a->x, a->cols, w, a->y, a->rows, a->ws,
+                                   a->ws_bytes, g_stream, &g_err));
+    } else {
+        KC(kn_cuda_convert(a->x, a->xb, a->n * a->cols, 1, g_stream, &g_err));
+        KC(kn_cuda_gemm_bf16(a->bl, a->n, a->rows, a->cols, a->xb, a->cols, w, a->cols, 0.0f, a->y, a->rows,
+                             0, &g_err));
+    }
+}
+
+static void run_fp8w(void *p, int it)
+{
+    struct fp8w_arg *a = (struct fp8w_arg *)p;
+    const int set = it % a->n_sets;
+    const uint8_t *w = a->pool + (size_t)set * a->set_bytes;
+    if (a->route == 5 || a->route == 6) {
+        const int64_t pairs = a->n;
+        if (a->route == 5)
+            KC(kn_cuda_gemv_experts_bf16(pairs, 1, a->rows, a->cols, a->x, a->cols, a->ids,
+                                         (const void *const *)a->tab16 + (size_t)set * 2 * a->E,
+                                         (const void *const *)a->tab16 + (size_t)set * 2 * a->E + a->E, a->y,
+                                         a->y + pairs * a->rows, a->rows, g_stream, &g_err));
+        else
+            KC(kn_cuda_gemv_experts_fp8(pairs, 1, a->rows, a->cols, a->x, a->cols, a->ids,
+                                        (const uint8_t *const *)a->tab8 + (size_t)set * 2 * a->E, a->stab,
+                                        (const uint8_t *const *)a->tab8 + (size_t)set * 2 * a->E + a->E,
+                                        a->stab + a->E, 128, 128, a->y, a->y + pairs * a->rows, a->rows,
+                                        g_stream, &g_err));
+        return;
+    }
+    if (a->route <= 2) {
+        fp8w_bf16(a, w, a->route == 1);
+    } else if (a->route == 3) {
+        KC(kn_cuda_gemv_fp8(a->n, a->rows, a->cols, a->x, a->cols, w, a->scale, 128, 128, a->y, a->rows,
+                            g_stream, &g_err));
+    } else {
+        KC(kn_cuda_dequant_fp8_block(w, a->scale, a->rows, a->cols, 128, 128, a->dq, g_stream, &g_err));
+        fp8w_bf16(a, a->dq, a->n >= 3 && kn_cuda_gemm_small_prefer(a->n, a->rows, a->cols));
+    }
+}
+
+static void bench_fp8w(void)
+{
+    printf("== FP8 weights at decode sizes: kn_cuda_gemv_fp8 vs the bf16 routes on a bf16 copy vs the FP8 "
+           "fallback (dequantize + bf16 route); MoE decode pairs over FP8 / bf16 expert tables\n");
+    static const int64_t shapes[][2] = {{8192, 6144}, {512, 6144},  {6144, 8192},
+                                        {2048, 6144}, {6144, 2048}, {3072, 6144}};
+    static const int64_t ns[] = {1, 2, 4, 8, 16};
+    struct fp8w_arg a;
+    memset(&a, 0, sizeof a);
+    KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
+    const size_t pool = (size_t)640 << 20; /* rotated weights: > 10 x L2 */
+    uint8_t *w = (uint8_t *)dmalloc(pool);
+    fill_bf16(w, (int64_t)(pool / 2), 93, 0.02f); /* bytes of bf16 values: some e4m3 NaN codes, timing only */
+    float *scale = (float *)dmalloc(sizeof(float) * 64 * 64);
+    fill_f32(scale, 64 * 64, 94, 0.01f);
+    a.pool = w, a.scale = scale;
+    a.x = (float *)dmalloc(sizeof(float) * 16 * 8192);
+    a.y = (float *)dmalloc(sizeof(float) * 2 * 16 * 8199);
+    a.xb = (uint16_t *)dmalloc(2 * 16 * 8192);
+    a.dq = (uint16_t *)dmalloc((size_t)8192 * 8192 * 2);
+    fill_f32(a.x, 16 * 8192, 95, 1.0f);
+    a.ws_bytes = sizeof(float) * 8 * 16 * 8199;
+    a.ws = dmalloc(a.ws_bytes);
+    static const char *const names[] = {"bf16 gemv", "bf16 tc", "bf16 cublas", "fp8 gemv",
+                                        "fp8 dequant+bf16"};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int r = 0; r < 5; r++) {
+                a.rows = shapes[si][0], a.cols = shapes[si][1], a.n = ns[ni], a.route = r;
+                if (r == 0 && a.n > 2) continue;
+                if (r == 1 && (a.n < 3 || !kn_cuda_gemm_small_ok(a.n, a.cols, a.cols))) continue;
+                if (r == 4 && a.n <= 2) continue; /* the fallback serves more rows than the stream takes */
+                const int elem = r == 3 ? 1 : 2;
+                a.set_bytes = (size_t)(a.rows * a.cols) * (size_t)elem;
+                a.n_sets = (int32_t)(pool / a.set_bytes);
+                if (a.n_sets > 64) a.n_sets = 64;
+                char cfg[96];
+                snprintf(cfg, sizeof cfg, "%lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
+                         (long long)a.n);
+                time_emit_stream(names[r], cfg, run_fp8w, &a, (double)a.set_bytes, g_quick ? 5 : 30, 20, 0);
+                if (r == 3 && a.n <= 2) { /* the forced plans */
+                    static const char *const fr[][3] = {
+                        {"8", "1", "fp8 gemv R8"}, {"4", "1", "fp8 gemv R4"}, {"8", "2", "fp8 gemv R8 ks2"}};
+                    for (int f = 0; f < 3; f++) {
+                        knob_setenv("KN_CUDA_GEMV_FP8_R", fr[f][0], 1);
+                        knob_setenv("KN_CUDA_GEMV_FP8_KS", fr[f][1], 1);
+                        time_emit_stream(fr[f][2], cfg, run_fp8w, &a, (double)a.set_bytes, g_quick ? 5 : 30,
+                                         20, 0);
+                        knob_unsetenv("KN_CUDA_GEMV_FP8_R");
+                        knob_unsetenv("KN_CUDA_GEMV_FP8_KS");
+                    }
+                }
+            }
+    /* MoE decode pairs at M3's expert shape (128 experts of 6144 x 3072): gate + up of 8 pairs (2 tokens x
+     * top-4), each pair its own expert, over rotated sets of expert tables */
+    {
+        const int32_t E = 128;
+        const int64_t rows = 3072, cols = 6144, pairs = 8;
+        int32_t ids[8];
+        for (int i = 0; i < 8; i++) ids[i] = i * 13 % E;
+        a.ids = (const int32_t *)dmalloc(sizeof ids);
+        CK(cudaMemcpy((void *)a.ids, ids, sizeof ids, cudaMemcpyHostToDevice));
+        a.E = E, a.rows = rows, a.cols = cols, a.n = pairs;
+        for (int r = 5; r <= 6; r++) {
+            const size_t eb = (size_t)(rows * cols) * (r == 5 ? 2 : 1); /* one expert weight */
+            /* sets of 2E experts laid out over the pool; experts past it wrap (only 16 are read per set) */
+            const int32_t n_sets = 8;
+            void **h = (void **)hmalloc(sizeof(void *) * (size_t)(n_sets * 2 * E));
+            const float **hs = (const float **)hmalloc(sizeof(float *) * (size_t)(2 * E));
+            const size_t per_pool = pool / eb;
+            for (int64_t i = 0; i < (int64_t)n_sets * 2 * E; i++)
+                h[i] = w + (size_t)(i % (int64_t)per_pool) * eb;
+            for (int i = 0; i < 2 * E; i++) hs[i] = scale;
+            void **tab = (void **)dmalloc(sizeof(void *) * (size_t)(n_sets * 2 * E));
+            CK(cudaMemcpy(tab, h, sizeof(void *) * (size_t)(n_sets * 2 * E), cudaMemcpyHostToDevice));
+            a.stab = (const float **)dmalloc(sizeof(float *) * (size_t)(2 * E));
+            CK(cudaMemcpy((void *)a.stab, hs, sizeof(float *) * (size_t)(2 * E), cudaMemcpyHostToDevice));
+            if (r == 5)
+                a.tab16 = tab;
+            else
+                a.tab8 = tab;
+            a.route = r, a.n_sets = n_sets;
+            time_emit_stream(r == 5 ? "experts bf16" : "experts fp8", "gate + up 8 pairs, 3072 x 6144",
+                             run_fp8w, &a, (double)(2 * pairs) * (double)eb, g_quick ? 5 : 30, 20, 0);
+            cudaFree(tab), cudaFree((void *)a.stab);
+            free(h), free(hs);
+        }
+        cudaFree((void *)a.ids);
+    }
+    cudaFree(w), cudaFree(scale), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb), cudaFree(a.dq),
+        cudaFree(a.ws);
+    kn_cuda_blas_destroy(a.bl);
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
 /* MoE expert products of a prefill: the wgmma grouped launch against the host-grouped cuBLAS route        */
 
 #define EX_SETS 8
@@ -2700,10 +2864,9 @@ int main(int argc, char **argv)
                 return 1;
             }
         } else {
-            fprintf(
-                stderr,
-                "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
-                "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny,select8,experts]\n");
+            fprintf(stderr, "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
+                            "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny,fp8w,"
+                            "select8,experts]\n");
             return 2;
         }
     }
@@ -2741,6 +2904,7 @@ int main(int argc, char **argv)
     if (want(only, "fp8agree")) bench_fp8_agree();
     if (want(only, "select8")) bench_select_fp8();
     if (want(only, "skinny")) bench_skinny();
+    if (want(only, "fp8w")) bench_fp8w();
     if (want(only, "experts")) bench_experts();
     /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer, "layerprof"
      * runs only the timestamp profile */

@@ -441,6 +441,47 @@ int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int
                                   int64_t ldx, const int32_t *expert, const void *const *w_a,
                                   const void *const *w_b, float *y_a, float *y_b, int64_t ldy,
                                   cudaStream_t stream, struct mm_err *err);
+/** Most activation rows kn_cuda_gemv_fp8 takes. */
+#define KN_GEMV_FP8_MAX_N 16
+/** Decode-sized product with an FP8-E4M3 weight as stored (kn_gemv_fp8.cu): y[n][rows] (f32, row stride ldy)
+ * = bf16(x[n][cols]) . (W * scale)^T, W e4m3 [rows][cols] contiguous with f32 block scales scale
+ * [ceil(rows/bs_rows)][ceil(cols/bs_cols)] (the checkpoint's "weight_scale_inv", multiplied); W * scale
+ * exact in f32 (not rounded to bf16), f32 sums. Reads 1 byte per weight. Needs kn_cuda_gemv_fp8_ok and
+ * 16-byte aligned x and W. */
+int32_t kn_cuda_gemv_fp8(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx, const uint8_t *w,
+                         const float *scale, int32_t bs_rows, int32_t bs_cols, float *y, int64_t ldy,
+                         cudaStream_t stream, struct mm_err *err);
+/** Whether kn_cuda_gemv_fp8 takes these shapes: 1 <= n <= KN_GEMV_FP8_MAX_N, cols a multiple of 16, ldx >=
+ * cols and a multiple of 4, bs_rows >= 1, bs_cols a multiple of 16. */
+int kn_cuda_gemv_fp8_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
+/** kn_cuda_gemv_fp8 for n_w (<= KN_GEMV_MULTI_MAX) FP8 weights w[i] [rows[i]][cols] (scales scale[i], one
+ * scale block for all) that read the same x, 1-4 activation rows, in one launch: y[i] [n][rows[i]] (row
+ * stride rows[i]); 4 weight rows per CTA and no inner split, so the sums' order may differ from one call's.
+ */
+int32_t kn_cuda_gemv_fp8_multi(int32_t n_w, const uint8_t *const *w, const float *const *scale,
+                               const int64_t *rows, float *const *y, int64_t n, int64_t cols, const float *x,
+                               int64_t ldx, int32_t bs_rows, int32_t bs_cols, cudaStream_t stream,
+                               struct mm_err *err);
+/** kn_cuda_gemv_experts_bf16 with FP8 expert weights: tables w_a / s_a (and w_b / s_b) of device pointers to
+ * each expert's e4m3 weight [rows][cols] (16-byte aligned) and its f32 block scales (block bs_rows x bs_cols,
+ * the same for every expert); arithmetic as kn_cuda_gemv_fp8; shapes as kn_cuda_gemv_fp8_ok(1, cols, ldx,
+ * bs_rows, bs_cols). */
+int32_t kn_cuda_gemv_experts_fp8(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols, const float *x,
+                                 int64_t ldx, const int32_t *expert, const uint8_t *const *w_a,
+                                 const float *const *s_a, const uint8_t *const *w_b, const float *const *s_b,
+                                 int32_t bs_rows, int32_t bs_cols, float *y_a, float *y_b, int64_t ldy,
+                                 cudaStream_t stream, struct mm_err *err);
+/** FP8 expert weights to bf16 for the grouped expert products: for each set s < n_sets and expert e < n_exp
+ * whose rows off[e] .. off[e + 1] are not empty (device offsets; off NULL: every expert), out[s * n_exp + e]
+ * (device table of bf16 [rows][cols], 16-byte aligned) = bf16(w[s * n_exp + e] * its block scales), the
+ * values kn_cuda_dequant_fp8_block gives; the other experts' outputs are left as they were. Shapes:
+ * kn_cuda_dequant_fp8_experts_ok. */
+int32_t kn_cuda_dequant_fp8_experts(int32_t n_sets, int32_t n_exp, const int32_t *off,
+                                    const uint8_t *const *w, const float *const *scale, int64_t rows,
+                                    int64_t cols, int32_t bs_rows, int32_t bs_cols, void *const *out,
+                                    cudaStream_t stream, struct mm_err *err);
+/** cols a multiple of 16, bs_cols a multiple of 16, bs_rows >= 1. */
+int kn_cuda_dequant_fp8_experts_ok(int64_t rows, int64_t cols, int32_t bs_rows, int32_t bs_cols);
 /** Strided batched version: batch products, operands batch_a/batch_w/batch_c elements apart. */
 int32_t kn_cuda_gemm_bf16_batched(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const void *a,
                                   int64_t lda, int64_t batch_a, const void *w, int64_t ldw, int64_t batch_w,

@@ -742,32 +742,6 @@ extern "C" int32_t kn_cuda_argmax_rows(const float *x, int32_t rows, int64_t n, 
     return MM_OK;
 }
 
-__global__ void k_dequant_fp8(const uint8_t *__restrict__ w, const float *__restrict__ scale, int64_t rows,
-                              int64_t cols, int32_t bsr, int32_t bsc, uint16_t *__restrict__ out)
-{
-    kn_chain_entry();
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= rows * cols) return;
-    const int64_t r = t / cols, c = t % cols, scols = (cols + bsc - 1) / bsc;
-    __nv_fp8_e4m3 v;
-    v.__x = w[t];
-    out[t] = kn_f32_to_bf16((float)v * scale[(r / bsr) * scols + c / bsc]);
-}
-
-extern "C" int32_t kn_cuda_dequant_fp8_block(const uint8_t *w, const float *scale, int64_t rows, int64_t cols,
-                                             int32_t bs_rows, int32_t bs_cols, void *out_bf16,
-                                             cudaStream_t stream, struct mm_err *err)
-{
-    if (rows < 0 || cols < 0 || bs_rows <= 0 || bs_cols <= 0 ||
-        (rows * cols > 0 && (!w || !scale || !out_bf16)))
-        return bad(err, "kn_cuda_dequant_fp8_block");
-    if (rows * cols == 0) return MM_OK;
-    KN_CU(kn_launch(k_dequant_fp8, dim3((unsigned)kn_cdiv(rows * cols, 256)), 256, 0, stream, w, scale, rows,
-                    cols, bs_rows, bs_cols, (uint16_t *)out_bf16),
-          "kn_cuda_dequant_fp8_block");
-    return MM_OK;
-}
-
 __global__ void k_scatter_rows(float *__restrict__ out, int32_t dim, const int64_t *__restrict__ rows,
                                const float *__restrict__ data, int64_t n_rows)
 {

@@ -59,9 +59,10 @@ static inline void *ct_dmalloc(size_t bytes)
     return p;
 }
 
+/* zeroed: GCC's -Wmaybe-uninitialized otherwise flags buffers filled through loops it cannot count */
 static inline void *ct_hmalloc(size_t bytes)
 {
-    void *p = malloc(bytes ? bytes : 1);
+    void *p = calloc(1, bytes ? bytes : 1);
     if (!p) {
         fprintf(stderr, "FATAL: out of host memory (%zu bytes)\n", bytes);
         exit(1);

@@ -1556,6 +1556,212 @@ static void test_gemv_experts(void)
     cudaFree(xp_d), cudaFree(wts_d), cudaFree(yc_d);
 }
 
+/* An FP8-E4M3 weight [rows][cols] with f32 block scales [ceil(rows/bsr)][ceil(cols/bsc)] (random codes, no
+ * NaN), on the host and the device; wf = its exact dequantization (the CPU backend's f32 weight) */
+struct fp8_weight {
+    int64_t rows, cols;
+    int32_t bsr, bsc;
+    uint8_t *q;
+    float *sc, *wf;
+    uint8_t *q_d;
+    float *sc_d;
+};
+
+static void fp8_weight_make(struct fp8_weight *f, int64_t rows, int64_t cols, int32_t bsr, int32_t bsc)
+{
+    *f = (struct fp8_weight){.rows = rows, .cols = cols, .bsr = bsr, .bsc = bsc};
+    const int64_t sr = (rows + bsr - 1) / bsr, sc = (cols + bsc - 1) / bsc;
+    f->q = ct_hmalloc((size_t)(rows * cols));
+    f->sc = ct_hmalloc(sizeof(float) * (size_t)(sr * sc));
+    f->wf = ct_hmalloc(sizeof(float) * (size_t)(rows * cols));
+    for (int64_t i = 0; i < sr * sc; i++) f->sc[i] = 0.0005f * (float)(1 + ct_next() % 64);
+    for (int64_t e = 0; e < rows * cols; e++) {
+        uint8_t v = (uint8_t)(ct_next() & 0xff);
+        if ((v & 0x7f) == 0x7f) v = 0x38; /* no NaN codes */
+        f->q[e] = v;
+        const int64_t r = e / cols, c = e % cols;
+        f->wf[e] = mm_f8e4m3_to_f32(v) * f->sc[(r / bsr) * sc + c / bsc];
+    }
+    f->q_d = ct_upload(f->q, (size_t)(rows * cols));
+    f->sc_d = ct_upload(f->sc, sizeof(float) * (size_t)(sr * sc));
+}
+
+static void fp8_weight_free(struct fp8_weight *f)
+{
+    free(f->q), free(f->sc), free(f->wf);
+    cudaFree(f->q_d), cudaFree(f->sc_d);
+}
+
+/* Decode-sized products with FP8 weights (kn_cuda_gemv_fp8): every n up to 16 (5-8 and 9-16 share a kernel)
+ * against the f32 CPU product of x rounded to bf16 and the exactly dequantized weight; rows not a multiple of
+ * the CTA's, inner dimensions a multiple of 16 but not of 128 (48, 80), ragged and non-square scale blocks;
+ * 8 rows per CTA and the 2- and 4-way inner split forced; y rows strided (the padding untouched); shapes it
+ * must refuse. */
+static void test_gemv_fp8(void)
+{
+    static const int64_t shapes[][4] = {{8199, 6144, 128, 128},
+                                        {37, 64, 128, 128},
+                                        {300, 2048, 128, 128},
+                                        {129, 48, 16, 16},
+                                        {70, 80, 32, 48}};
+    static const int64_t ns[] = {1, 2, 3, 4, 5, 8, 9, 16};
+    static const char *const force[][2] = {{NULL, NULL}, {"8", NULL}, {NULL, "2"}, {"8", "4"}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        struct fp8_weight f;
+        fp8_weight_make(&f, rows, cols, (int32_t)shapes[si][2], (int32_t)shapes[si][3]);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (size_t fi = 0; fi < sizeof force / sizeof force[0]; fi++) {
+                const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
+                if (fi > 0 && (rows < 300 || n > 4)) continue; /* the forced plans on the wide shapes */
+                float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+                float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
+                ct_fill_normal(x, n * ldx, 1.0f);
+                for (int64_t j = 0; j < n; j++)
+                    for (int64_t k = 0; k < cols; k++) xr[j * cols + k] = ct_bf16_round(x[j * ldx + k]);
+                kn_sgemm_nt(n, rows, cols, xr, cols, f.wf, cols, 0.0f, ref, rows);
+                float *x_d = ct_upload(x, sizeof(float) * n * ldx),
+                      *y_d = ct_dmalloc(sizeof(float) * n * ldy);
+                if (force[fi][0]) setenv("KN_CUDA_GEMV_FP8_R", force[fi][0], 1);
+                if (force[fi][1]) setenv("KN_CUDA_GEMV_FP8_KS", force[fi][1], 1);
+                kn_cuda_knobs_reload();
+                CHECK(kn_cuda_gemv_fp8_ok(n, cols, ldx, f.bsr, f.bsc));
+                OK(kn_cuda_gemv_fp8(n, rows, cols, x_d, ldx, f.q_d, f.sc_d, f.bsr, f.bsc, y_d, ldy, 0, &err));
+                unsetenv("KN_CUDA_GEMV_FP8_R"), unsetenv("KN_CUDA_GEMV_FP8_KS");
+                kn_cuda_knobs_reload();
+                float *got = dl_f32(y_d, n * ldy);
+                for (int64_t j = 0; j < n; j++) memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+                char what[128];
+                snprintf(what, sizeof what, "gemv fp8 %lld x %lld (blocks %lld x %lld), n %lld, plan %zu",
+                         (long long)rows, (long long)cols, (long long)f.bsr, (long long)f.bsc, (long long)n,
+                         fi);
+                expect_close(what, g2, ref, n * rows, 1e-5);
+                int untouched = 1;
+                for (int64_t j = 0; j + 1 < n; j++)
+                    for (int64_t r = rows; r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
+                CHECK_MSG(untouched, "%s: wrote past its rows", what);
+                free(x), free(xr), free(ref), free(g2), free(got);
+                cudaFree(x_d), cudaFree(y_d);
+            }
+        fp8_weight_free(&f);
+    }
+    printf("  %-28s n 1-16, 5 shapes, forced plans: within 1e-5 of the f32 CPU product\n", "gemv fp8");
+    /* several FP8 weights with one x in one launch (q/k/v): each against its CPU product */
+    for (int64_t n = 1; n <= 4; n++) {
+        static const int64_t mrows[3] = {300, 37, 129};
+        const int64_t cols = 2048, ldx = cols + 4;
+        struct fp8_weight mf[3];
+        const uint8_t *wq[3];
+        const float *ws[3];
+        float *ym[3];
+        float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+        ct_fill_normal(x, n * ldx, 1.0f);
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t k = 0; k < cols; k++) xr[j * cols + k] = ct_bf16_round(x[j * ldx + k]);
+        float *x_d = ct_upload(x, sizeof(float) * n * ldx);
+        for (int k = 0; k < 3; k++) {
+            fp8_weight_make(&mf[k], mrows[k], cols, 128, 128);
+            wq[k] = mf[k].q_d, ws[k] = mf[k].sc_d, ym[k] = ct_dmalloc(sizeof(float) * n * mrows[k]);
+        }
+        OK(kn_cuda_gemv_fp8_multi(3, wq, ws, mrows, ym, n, cols, x_d, ldx, 128, 128, 0, &err));
+        for (int k = 0; k < 3; k++) {
+            float *ref = ct_hmalloc(sizeof(float) * n * mrows[k]), *got = dl_f32(ym[k], n * mrows[k]);
+            kn_sgemm_nt(n, mrows[k], cols, xr, cols, mf[k].wf, cols, 0.0f, ref, mrows[k]);
+            char what[64];
+            snprintf(what, sizeof what, "gemv fp8 multi n %lld weight %d", (long long)n, k);
+            expect_close(what, got, ref, n * mrows[k], 1e-5);
+            free(ref), free(got);
+            fp8_weight_free(&mf[k]);
+            cudaFree(ym[k]);
+        }
+        free(x), free(xr);
+        cudaFree(x_d);
+    }
+    printf("  %-28s n 1-4, 3 weights: each within 1e-5 of its CPU product\n", "gemv fp8 multi");
+    struct mm_err e2 = {0};
+    CHECK(!kn_cuda_gemv_fp8_ok(1, 40, 40, 128, 128)); /* cols not a multiple of 16 */
+    CHECK(!kn_cuda_gemv_fp8_ok(1, 64, 64, 128, 24));  /* scale block not whole chunks */
+    CHECK(!kn_cuda_gemv_fp8_ok(KN_GEMV_FP8_MAX_N + 1, 64, 64, 128, 128));
+    CHECK(kn_cuda_gemv_fp8(1, 4, 40, (const float *)16, 40, (const uint8_t *)16, (const float *)16, 128, 128,
+                           (float *)16, 4, 0, &e2) == MM_INVALID);
+}
+
+/* FP8 expert products: the MoE decode products over e4m3 tables (kn_cuda_gemv_experts_fp8; gate and up in one
+ * launch, then down on the pairs' own rows) against the CPU products with the dequantized weights; and the
+ * dequantization of the experts that got rows (kn_cuda_dequant_fp8_experts): bitwise the values of
+ * kn_cuda_dequant_fp8_block, experts without rows left as they were. */
+static void test_experts_fp8(void)
+{
+    enum { E = 5, K = 2, NT = 3, P = NT * K };
+    const int64_t rows = 37, cols = 80;
+    const int32_t bsr = 16, bsc = 32;
+    const int32_t ids[P] = {4, 0, 2, 2, 1, 3};
+    struct fp8_weight f[2 * E];
+    const void *hq[2 * E], *hs[2 * E];
+    for (int e = 0; e < 2 * E; e++) {
+        fp8_weight_make(&f[e], rows, cols, bsr, bsc);
+        hq[e] = f[e].q_d, hs[e] = f[e].sc_d;
+    }
+    void *tq_d = ct_upload(hq, sizeof hq), *ts_d = ct_upload(hs, sizeof hs);
+    const uint8_t *const *tq = tq_d;
+    const float *const *ts = ts_d;
+    float *x = ct_hmalloc(sizeof(float) * NT * cols), *xr = ct_hmalloc(sizeof(float) * NT * cols);
+    ct_fill_normal(x, NT * cols, 1.0f);
+    for (int64_t i = 0; i < NT * cols; i++) xr[i] = ct_bf16_round(x[i]);
+    int32_t *ids_d = ct_upload(ids, sizeof ids);
+    float *x_d = ct_upload(x, sizeof(float) * NT * cols);
+    float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
+    OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc, ya_d,
+                                yb_d, rows, 0, &err));
+    float *ref = ct_hmalloc(sizeof(float) * P * rows);
+    for (int half = 0; half < 2; half++) {
+        for (int p = 0; p < P; p++)
+            kn_sgemm_nt(1, rows, cols, xr + (p / K) * cols, cols, f[half * E + ids[p]].wf, cols, 0.0f,
+                        ref + p * rows, rows);
+        float *got = dl_f32(half ? yb_d : ya_d, P * rows);
+        expect_close(half ? "experts gemv fp8, second table" : "experts gemv fp8, first table", got, ref,
+                     P * rows, 1e-5);
+        free(got);
+    }
+    OK(kn_cuda_gemv_experts_fp8(P, 1, rows, cols, x_d, cols, ids_d, tq, ts, NULL, NULL, bsr, bsc, ya_d, NULL,
+                                rows, 0, &err)); /* xdiv 1: rows 0..NT-1 of x for pairs 0..NT-1 only */
+    for (int p = 0; p < NT; p++)
+        kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, f[ids[p]].wf, cols, 0.0f, ref + p * rows, rows);
+    float *got = dl_f32(ya_d, P * rows);
+    expect_close("experts gemv fp8, own rows", got, ref, NT * rows, 1e-5);
+    free(got);
+    /* dequantization of the experts with rows: off gives experts 1 and 3 none */
+    const int32_t off[E + 1] = {0, 2, 2, 5, 5, 6};
+    int32_t *off_d = ct_upload(off, sizeof off);
+    const size_t wb = (size_t)(rows * cols) * 2;
+    uint8_t *out_d = ct_dmalloc(2 * E * wb);
+    CHECK(cudaMemset(out_d, 0x7f, 2 * E * wb) == cudaSuccess);
+    void *ho[2 * E];
+    for (int e = 0; e < 2 * E; e++) ho[e] = out_d + (size_t)e * wb;
+    void *to_d = ct_upload(ho, sizeof ho);
+    OK(kn_cuda_dequant_fp8_experts(2, E, off_d, tq, ts, rows, cols, bsr, bsc, to_d, 0, &err));
+    uint16_t *one_d = ct_dmalloc(wb);
+    uint16_t *all = ct_hmalloc(2 * E * wb), *one = ct_hmalloc(wb);
+    ct_download(all, out_d, 2 * E * wb);
+    int64_t wrong = 0;
+    for (int t = 0; t < 2 * E; t++) {
+        const int e = t % E, has = off[e + 1] > off[e];
+        OK(kn_cuda_dequant_fp8_block(f[t].q_d, f[t].sc_d, rows, cols, bsr, bsc, one_d, 0, &err));
+        ct_download(one, one_d, wb);
+        for (int64_t i = 0; i < rows * cols; i++)
+            wrong += all[(size_t)t * (size_t)(rows * cols) + (size_t)i] != (has ? one[i] : 0x7f7f);
+    }
+    CHECK_MSG(wrong == 0, "dequant fp8 experts: %lld wrong values", (long long)wrong);
+    printf("  %-28s decode products within 1e-5; dequantization bitwise, experts without rows untouched\n",
+           "experts fp8");
+    struct mm_err e2 = {0};
+    CHECK(kn_cuda_dequant_fp8_experts(1, E, off_d, tq, ts, rows, 40, bsr, bsc, to_d, 0, &e2) == MM_INVALID);
+    free(x), free(xr), free(ref), free(all), free(one);
+    for (int e = 0; e < 2 * E; e++) fp8_weight_free(&f[e]);
+    cudaFree(tq_d), cudaFree(ts_d), cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
+    cudaFree(off_d), cudaFree(out_d), cudaFree(to_d), cudaFree(one_d);
+}
+
 static void test_bad_args(void)
 {
     /* refused on the host, nothing launched */
@@ -1612,6 +1818,8 @@ int main(void)
     test_swiglu_vec();
     test_gemv();
     test_gemv_experts();
+    test_gemv_fp8();
+    test_experts_fp8();
     test_gemm_small();
     test_gemm_small_experts(512);
     test_gemm_small_experts(96); /* 3 k blocks: most warps get none */

@@ -30,6 +30,9 @@
  * 5-weight product 88 -> 61 us; at batch 1 it read 2 % slower in two of two rounds although the product's
  * GPU time was equal, so 1-2 rows keep one kn_cuda_gemv_f32 each. */
 #define WK_CUDA_F32_STAGED_MIN 3
+/* Most activation rows a product streams an FP8 weight for (kn_cuda_gemv_fp8); more rows read it dequantized
+ * into scratch (bench/cuda/README.md "FP8 weights") */
+#define WK_CUDA_FP8_ROWS 4
 
 /* upload / download of this many bytes or more go through a pinned buffer of WK_CUDA_BOUNCE bytes */
 #define WK_CUDA_BOUNCE_MIN (1 << 20)
@@ -40,6 +43,12 @@ struct wk_weight {
     int64_t rows, cols;
     void *bf16; /* device bf16 [rows][cols], or NULL */
     float *f32; /* device f32 [rows][cols], or NULL */
+    /* an FP8-E4M3 weight kept as the checkpoint stores it (MMGW_CUDA_WEIGHTS=fp8): e4m3
+     * [rows][cols] and f32 block scales [ceil(rows/bs_rows)][ceil(cols/bs_cols)]; then bf16 and f32 are NULL
+     */
+    uint8_t *fp8;
+    float *fscale;
+    int32_t bs_rows, bs_cols;
 };
 
 /* A device buffer that grows on demand. */
@@ -85,10 +94,12 @@ struct cuda_be {
                            many activation rows on (MMGW_CUDA_F32_STAGED; 0: one kn_cuda_gemv_f32 each) */
     int32_t rows_multi; /* linear_multi's same-shape bf16 pairs at 3-16 rows (gate/up) in one row-route launch
                            (MMGW_CUDA_ROWS_MULTI=0: one launch each) */
-    int32_t moe_wgmma;  /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
-                           MMGW_CUDA_MOE_WGMMA=0: the host-grouped cuBLAS products) */
-    int32_t dl_rows;    /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
-    void *dl_host;      /* its pinned staging */
+    int32_t w_fp8; /* FP8 checkpoint weights kept as FP8 (MMGW_CUDA_WEIGHTS=fp8; else bf16 copies at load) */
+    int32_t fp8_rows;  /* most activation rows a product streams an FP8 weight for (MMGW_CUDA_FP8_ROWS) */
+    int32_t moe_wgmma; /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
+                          MMGW_CUDA_MOE_WGMMA=0: the host-grouped cuBLAS products) */
+    int32_t dl_rows;   /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
+    void *dl_host;     /* its pinned staging */
     size_t dl_cap;
     void *bounce; /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
     cudaEvent_t bounce_ev[WK_CUDA_BOUNCE_SLOTS]; /* the last copy through each slot of it */
@@ -116,6 +127,11 @@ struct cuda_be {
     struct dbuf m_logits, m_ids, m_wts, m_off, m_perm, m_inv, m_x, m_g, m_u, m_a, m_e, m_ctr;
     int32_t *h_off;
     int32_t h_off_n;
+    /* FP8 weights for the products that read bf16: one weight at a time (two slots: gate and up of the
+     * host-grouped experts), and a MoE layer's experts (xdq, with its table of bf16 pointers and tensor maps)
+     */
+    struct dbuf wdq[2], xdq;
+    struct moe_tab *xdq_tab;
     /* device tables of each MoE layer's expert weights (w1 | w3 | w2 pointers), keyed by the layer's w1 array
      */
     struct moe_tab *moe_tabs;
@@ -124,7 +140,10 @@ struct cuda_be {
 
 struct moe_tab {
     const void *key;
-    void **d;        /* device [3][n_experts] */
+    void **d;                  /* device [3][n_experts]: bf16 weights, or the e4m3 weights of FP8 experts */
+    float **s;                 /* FP8 experts: device [3][n_experts] of their block scales; NULL for bf16 */
+    int32_t bs_rows, bs_cols;  /* FP8: the experts' scale block */
+    int32_t n_exp, rows, cols; /* the expert scratch's table (cuda_be.xdq_tab): the shape it was made for */
     void *maps_gu;   /* device tensor maps of w1 | w3 ([2][n_experts]) for the wgmma route's TMA, or NULL */
     void *maps_down; /* of w2 ([n_experts]) */
 };
@@ -558,6 +577,8 @@ static void weight_release(struct wk_weight *w)
     if (!w) return;
     if (w->bf16) cudaFree(w->bf16);
     if (w->f32) cudaFree(w->f32);
+    if (w->fp8) cudaFree(w->fp8);
+    if (w->fscale) cudaFree(w->fscale);
     free(w);
 }
 
@@ -606,10 +627,18 @@ static int32_t cu_weight_load(void *ctx, const struct wk_wsrc *src, struct wk_we
             rc = kn_cuda_check(cudaMemcpy(sd, hs, sizeof(float) * (size_t)(src->scale_rows * src->scale_cols),
                                           cudaMemcpyHostToDevice),
                                "weight", err);
-        if (!rc) rc = kn_cuda_check(cudaMalloc(&w->bf16, (size_t)n * 2), "weight", err);
-        if (!rc)
-            rc = kn_cuda_dequant_fp8_block(raw, sd, src->rows, src->cols, src->block_rows, src->block_cols,
-                                           w->bf16, ST, err);
+        /* kept as stored where the products read FP8 (every weight but the embedding and those kept in f32)
+         */
+        const int keep_fp8 = c->w_fp8 && !keep_f32 && !is_embed && src->block_rows > 0 && src->block_cols > 0;
+        if (!rc && keep_fp8) {
+            w->fp8 = raw, w->fscale = sd, raw = NULL, sd = NULL;
+            w->bs_rows = src->block_rows, w->bs_cols = src->block_cols;
+        } else {
+            if (!rc) rc = kn_cuda_check(cudaMalloc(&w->bf16, (size_t)n * 2), "weight", err);
+            if (!rc)
+                rc = kn_cuda_dequant_fp8_block(raw, sd, src->rows, src->cols, src->block_rows,
+                                               src->block_cols, w->bf16, ST, err);
+        }
         if (sd) cudaFree(sd);
     } else if (src->dtype == MM_DT_F32 || src->dtype == MM_DT_F16) {
         hf = malloc(sizeof(float) * (size_t)n);
@@ -669,7 +698,9 @@ static int64_t cu_weight_bytes(void *ctx, const struct wk_weight *w)
 {
     (void)ctx;
     if (!w) return 0;
-    return (w->bf16 ? 2 : 0) * w->rows * w->cols + (w->f32 ? 4 : 0) * w->rows * w->cols;
+    const int64_t scales =
+        w->fp8 ? (w->rows + w->bs_rows - 1) / w->bs_rows * ((w->cols + w->bs_cols - 1) / w->bs_cols) * 4 : 0;
+    return ((w->bf16 ? 2 : 0) + (w->f32 ? 4 : 0) + (w->fp8 ? 1 : 0)) * w->rows * w->cols + scales;
 }
 
 /* ---- cache ---- */
@@ -1043,6 +1074,21 @@ static void cu_rope(void *ctx, float *x, int64_t n, int32_t n_heads, int32_t hea
     run_op(ctx, ex_rope, &a, sizeof a);
 }
 
+/* The bf16 form of w for a product that reads bf16: its own copy, or an FP8 weight dequantized into scratch
+ * slot 0 or 1 (the values a bf16 copy made at load holds); NULL after a failure. */
+static const void *bf16_of(struct cuda_be *c, const struct wk_weight *w, int slot)
+{
+    if (w->bf16 || !w->fp8) return w->bf16;
+    void *p = grow(c, &c->wdq[slot], (size_t)(w->rows * w->cols) * 2);
+    if (!p) return NULL;
+    struct mm_err e__ = {0};
+    if (kn_cuda_dequant_fp8_block(w->fp8, w->fscale, w->rows, w->cols, w->bs_rows, w->bs_cols, p, ST, &e__)) {
+        fail(c, &e__, "weight (fp8 to bf16)");
+        return NULL;
+    }
+    return p;
+}
+
 /* y[n][rows] = x[n][cols] . W^T (+ bias: f32, NULL for none; added in the product's epilogue where the
  * cuBLAS route takes it, and then 1 is returned, else 0 and the caller adds it) */
 static int gemm_bias(struct cuda_be *c, const struct wk_weight *w, const float *x, int64_t ldx, int64_t n,
@@ -1050,6 +1096,20 @@ static int gemm_bias(struct cuda_be *c, const struct wk_weight *w, const float *
 {
     struct mm_err e__ = {0};
     if (n <= 0) return 0;
+    if (w->fp8) {
+        /* decode-sized: a stream over the e4m3 weight (half a bf16 copy's bytes); more rows: the bf16 routes
+         * on the weight dequantized into scratch (a prefill's products are bound by arithmetic, not bytes) */
+        if (c->gemv && n <= c->fp8_rows && kn_cuda_gemv_fp8_ok(n, w->cols, ldx, w->bs_rows, w->bs_cols) &&
+            (uintptr_t)x % 16 == 0) {
+            if (kn_cuda_gemv_fp8(n, w->rows, w->cols, x, ldx, w->fp8, w->fscale, w->bs_rows, w->bs_cols, y,
+                                 ldy, ST, &e__))
+                fail(c, &e__, "linear (gemv fp8)");
+            return 0;
+        }
+        struct wk_weight t = {.rows = w->rows, .cols = w->cols};
+        t.bf16 = (void *)bf16_of(c, w, 0);
+        return t.bf16 ? gemm_bias(c, &t, x, ldx, n, y, ldy, bias) : 0;
+    }
     if (w->f32 && (c->fp32 || !w->bf16)) { /* fp32 run, or a decision-making weight kept only in fp32 */
         /* decode-sized in the bf16 mode: cuBLAS's f32 products read these weights at 3-13 % of copy at 1-16
          * rows, the slowest operations of a decode step (kn_bench --only skinny); the exact mode keeps cuBLAS
@@ -1177,6 +1237,27 @@ static void ex_linear_multi(void *ctx, const void *args)
             fail(c, &e__, "linear (gemv multi)");
     } else {
         memset(grouped, 0, sizeof grouped);
+    }
+    /* FP8 weights kept as stored at 1-4 rows (q/k/v, gate/up): one launch over the e4m3 weights */
+    const uint8_t *w8[WK_LINEAR_MULTI_MAX];
+    const float *s8[WK_LINEAR_MULTI_MAX];
+    int64_t rows8[WK_LINEAR_MULTI_MAX], cols8 = -1;
+    float *y8[WK_LINEAR_MULTI_MAX];
+    int32_t n8 = 0, bsr8 = 0, bsc8 = 0, grouped8[WK_LINEAR_MULTI_MAX] = {0};
+    if (c->multi && c->gemv && !c->fp32 && a->n <= 4 && a->n <= c->fp8_rows && (uintptr_t)a->x % 16 == 0)
+        for (int32_t i = 0; i < a->n_w && n8 < KN_GEMV_MULTI_MAX; i++) {
+            const struct wk_weight *w = a->w[i];
+            if (grouped[i] || !w->fp8 ||
+                (cols8 >= 0 && (w->cols != cols8 || w->bs_rows != bsr8 || w->bs_cols != bsc8)) ||
+                !kn_cuda_gemv_fp8_ok(a->n, w->cols, w->cols, w->bs_rows, w->bs_cols))
+                continue;
+            cols8 = w->cols, bsr8 = w->bs_rows, bsc8 = w->bs_cols;
+            w8[n8] = w->fp8, s8[n8] = w->fscale, rows8[n8] = w->rows, y8[n8] = a->y[i], grouped8[i] = 1, n8++;
+        }
+    if (n8 >= 2) {
+        if (kn_cuda_gemv_fp8_multi(n8, w8, s8, rows8, y8, a->n, cols8, a->x, cols8, bsr8, bsc8, ST, &e__))
+            fail(c, &e__, "linear (gemv fp8 multi)");
+        for (int32_t i = 0; i < a->n_w; i++) grouped[i] |= grouped8[i];
     }
     /* the f32 weights (an MSA layer's index projections) at up to 16 rows: one staged launch, x read into
      * shared memory once per 32 weight rows (kn_gemv.cu); one kn_cuda_gemv_f32 each read it from L2 once
@@ -1569,16 +1650,51 @@ static void cu_attn_layer(void *ctx, const struct wk_attn_layer *l)
  * MOE_PAIRS_MAX pairs) or grouped by expert on the device (more pairs), weighted combine; no host read in
  * the bf16 mode. The fp32 mode (and weights without 16-byte aligned bf16 copies) groups on the host: it reads
  * the expert offsets to size one cuBLAS product per expert that got tokens. */
+static void moe_tab_clear(struct moe_tab *t)
+{
+    cudaFree(t->d);
+    cudaFree(t->s);
+    kn_cuda_experts_maps_free(t->maps_gu);
+    kn_cuda_experts_maps_free(t->maps_down);
+}
+
 static void moe_tables_free(struct cuda_be *c)
 {
-    for (int32_t i = 0; i < c->n_moe_tabs; i++) {
-        cudaFree(c->moe_tabs[i].d);
-        kn_cuda_experts_maps_free(c->moe_tabs[i].maps_gu);
-        kn_cuda_experts_maps_free(c->moe_tabs[i].maps_down);
-    }
+    for (int32_t i = 0; i < c->n_moe_tabs; i++) moe_tab_clear(&c->moe_tabs[i]);
     free(c->moe_tabs);
     c->moe_tabs = NULL;
     c->n_moe_tabs = 0;
+    if (c->xdq_tab) moe_tab_clear(c->xdq_tab);
+    free(c->xdq_tab);
+    c->xdq_tab = NULL;
+}
+
+/* A device copy of n host pointers (NULL on failure, the error cleared) */
+static void **dev_ptr_table(void *const *h, size_t n)
+{
+    void **d = NULL;
+    if (cudaMalloc((void **)&d, sizeof(void *) * n) == cudaSuccess &&
+        cudaMemcpy(d, h, sizeof(void *) * n, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaFree(d);
+        d = NULL;
+    }
+    (void)cudaGetLastError();
+    return d;
+}
+
+/* The tensor maps of a table's bf16 weights where the wgmma expert products take them (h: the host copy of
+ * its [3][E] pointers); none (the products load with cp.async) where they cannot be made */
+static void moe_tab_maps(struct moe_tab *t, const struct wk_moe *m, void *const *h)
+{
+    const int32_t E = m->n_experts;
+    struct mm_err e2 = {0};
+    if (kn_cuda_experts_maps_create((const void *const *)h, 2 * E, m->inter, m->hidden, &t->maps_gu, &e2) ||
+        kn_cuda_experts_maps_create((const void *const *)h + 2 * E, E, m->hidden, m->inter, &t->maps_down,
+                                    &e2)) {
+        kn_cuda_experts_maps_free(t->maps_gu);
+        t->maps_gu = t->maps_down = NULL;
+        (void)cudaGetLastError();
+    }
 }
 
 /* Whether kn_cuda_gemm_experts_bf16 takes both of a MoE layer's products (gate / up, then down) */
@@ -1588,15 +1704,17 @@ static int moe_wgmma_fits(const struct wk_moe *m)
            kn_cuda_gemm_experts_ok(m->n_experts, m->hidden, m->inter, m->inter);
 }
 
-/* The device table of a MoE layer's expert weights (bf16 pointers of w1, w3, w2), built on first use, with
- * the weights' tensor maps where the wgmma expert products take them; NULL when an expert has no 16-byte
- * aligned bf16 copy or out of memory (the host-grouped path then runs). */
+/* The device table of a MoE layer's expert weights (pointers of w1, w3, w2), built on first use: of their
+ * bf16 copies, with the tensor maps where the wgmma expert products take them, or of FP8 experts' e4m3
+ * weights with a second table of their scales (every expert FP8 with one scale block). NULL when an expert
+ * has neither form 16-byte aligned, the experts mix the two, or out of memory (the host-grouped path then
+ * runs). */
 static const struct moe_tab *moe_table(struct cuda_be *c, const struct wk_moe *m)
 {
     for (int32_t i = 0; i < c->n_moe_tabs; i++)
         if (c->moe_tabs[i].key == (const void *)m->w1) return &c->moe_tabs[i];
     const int32_t E = m->n_experts;
-    void **h = malloc(sizeof(void *) * 3 * (size_t)E);
+    void **h = malloc(sizeof(void *) * 6 * (size_t)E); /* [3][E] weights, then [3][E] scales */
     struct moe_tab *t = realloc(c->moe_tabs, sizeof *t * (size_t)(c->n_moe_tabs + 1));
     if (!h || !t) {
         free(h);
@@ -1604,40 +1722,83 @@ static const struct moe_tab *moe_table(struct cuda_be *c, const struct wk_moe *m
         return NULL;
     }
     c->moe_tabs = t;
+    const int fp8 = m->w1[0]->fp8 != NULL;
+    const int32_t bsr = m->w1[0]->bs_rows, bsc = m->w1[0]->bs_cols;
     int ok = 1;
     for (int32_t e = 0; e < E; e++) {
         const struct wk_weight *ws[3] = {m->w1[e], m->w3[e], m->w2[e]};
         for (int k = 0; k < 3; k++) {
-            h[k * E + e] = ws[k]->bf16;
-            ok &= ws[k]->bf16 != NULL && (uintptr_t)ws[k]->bf16 % 16 == 0;
+            const void *p = fp8 ? (const void *)ws[k]->fp8 : ws[k]->bf16;
+            h[k * E + e] = (void *)p;
+            h[(3 + k) * E + e] = ws[k]->fscale;
+            ok &= p != NULL && (uintptr_t)p % 16 == 0 &&
+                  (!fp8 || (ws[k]->bs_rows == bsr && ws[k]->bs_cols == bsc && ws[k]->fscale));
         }
     }
-    void **d = NULL;
-    if (ok && cudaMalloc((void **)&d, sizeof(void *) * 3 * (size_t)E) == cudaSuccess &&
-        cudaMemcpy(d, h, sizeof(void *) * 3 * (size_t)E, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        d = NULL;
-    }
-    (void)cudaGetLastError();
+    void **d = ok ? dev_ptr_table(h, 3 * (size_t)E) : NULL;
+    void **sd = d && fp8 ? dev_ptr_table(h + 3 * E, 3 * (size_t)E) : NULL;
     struct moe_tab *nt = &c->moe_tabs[c->n_moe_tabs];
     memset(nt, 0, sizeof *nt);
-    if (d && moe_wgmma_fits(m)) {
-        struct mm_err e2 = {0}; /* no maps: the expert products load with cp.async */
-        if (kn_cuda_experts_maps_create((const void *const *)h, 2 * E, m->inter, m->hidden, &nt->maps_gu,
-                                        &e2) ||
-            kn_cuda_experts_maps_create((const void *const *)h + 2 * E, E, m->hidden, m->inter,
-                                        &nt->maps_down, &e2)) {
-            kn_cuda_experts_maps_free(nt->maps_gu);
-            nt->maps_gu = nt->maps_down = NULL;
-            (void)cudaGetLastError();
-        }
-    }
+    if (d && !fp8 && moe_wgmma_fits(m)) moe_tab_maps(nt, m, h);
     free(h);
-    if (!d) return NULL;
+    if (!d || (fp8 && !sd)) {
+        cudaFree(d);
+        return NULL;
+    }
     nt->key = m->w1;
     nt->d = d;
+    nt->s = (float **)sd;
+    nt->bs_rows = bsr, nt->bs_cols = bsc;
     c->n_moe_tabs++;
     return nt;
+}
+
+/* The table of the expert scratch the grouped routes of FP8 experts read (bf16 [E][I][H] for w1 and for w3,
+ * then w2 [E][H][I] over w1's, dequantized in turn), with its tensor maps; rebuilt when a layer of another
+ * shape needs more. NULL on failure (recorded). Called when the operation is issued, not run: the scratch
+ * must not move under operations recorded before it, so a move is preceded by a flush. */
+static const struct moe_tab *moe_scratch_table(struct cuda_be *c, const struct wk_moe *m)
+{
+    const int32_t E = m->n_experts;
+    const int64_t I = m->inter, H = m->hidden;
+    struct moe_tab *t = c->xdq_tab;
+    if (t && t->n_exp == E && t->rows == I && t->cols == H && c->xdq.p) return t;
+    const size_t bytes = (size_t)(2 * E) * (size_t)(I * H) * 2;
+    flush(c); /* recorded operations may use the scratch or its table */
+    if (t) moe_tab_clear(t);
+    free(t);
+    c->xdq_tab = NULL;
+    c->scratch_gen++;
+    if (!grow(c, &c->xdq, bytes)) return NULL;
+    void **h = malloc(sizeof(void *) * 3 * (size_t)E);
+    t = calloc(1, sizeof *t);
+    if (!h || !t) {
+        free(h);
+        free(t);
+        struct mm_err e__ = {0};
+        mm_err_set(&e__, MM_NOMEM, "out of memory");
+        fail(c, &e__, "moe (fp8 scratch)");
+        return NULL;
+    }
+    uint8_t *base = c->xdq.p;
+    for (int32_t e = 0; e < E; e++) {
+        h[e] = base + (size_t)e * (size_t)(I * H) * 2;
+        h[E + e] = base + (size_t)(E + e) * (size_t)(I * H) * 2;
+        h[2 * E + e] = h[e];
+    }
+    t->d = dev_ptr_table(h, 3 * (size_t)E);
+    if (t->d && moe_wgmma_fits(m)) moe_tab_maps(t, m, h);
+    free(h);
+    if (!t->d) {
+        free(t);
+        struct mm_err e__ = {0};
+        mm_err_set(&e__, MM_NOMEM, "out of device memory");
+        fail(c, &e__, "moe (fp8 scratch)");
+        return NULL;
+    }
+    t->n_exp = E, t->rows = (int32_t)I, t->cols = (int32_t)H;
+    c->xdq_tab = t;
+    return t;
 }
 
 /* Decode-sized MoE (few (token, expert) pairs): every step on the device, no host read, so it records and
@@ -1648,6 +1809,11 @@ struct a_moe_dev { /* both MoE routes without the host */
     const struct wk_weight *router, *bias;
     void *const *tab;                /* device [3][E] */
     const void *maps_gu, *maps_down; /* their tensor maps (the wgmma products), or NULL */
+    /* FP8 experts: tab holds the e4m3 weights, stab their scales; the grouped products read xtab, the expert
+     * scratch each product's experts are dequantized into (maps_gu / maps_down: its maps) */
+    const float *const *stab;
+    void *const *xtab;
+    int32_t bs_rows, bs_cols;
     int32_t wgmma; /* ex_moe_sorted: a prefill's wgmma products, else the decode-sized ones */
     const float *x;
     float *out;
@@ -1686,13 +1852,25 @@ static void ex_moe_pairs(void *ctx, const void *args)
     float *eo = grow(c, &c->m_e, sizeof(float) * (size_t)(pairs * a->H));
     if (!lg || !ids || !wts || !g || !u || !act || !eo) return;
     const int32_t E = a->E;
+    const uint8_t *const *t8 = (const uint8_t *const *)a->tab;
+    const float *const *s8 = a->stab;
     gemm(c, a->router, a->x, a->H, n, lg, E);
-    if (kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__) ||
-        kn_cuda_gemv_experts_bf16(pairs, a->K, a->I, a->H, a->x, a->H, ids, (const void *const *)a->tab,
-                                  (const void *const *)a->tab + E, g, u, a->I, ST, &e__) ||
-        kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__) ||
-        kn_cuda_gemv_experts_bf16(pairs, 1, a->H, a->I, act, a->I, ids, (const void *const *)a->tab + 2 * E,
-                                  NULL, eo, NULL, a->H, ST, &e__)) {
+    int32_t rc =
+        kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__);
+    if (!rc)
+        rc = s8 ? kn_cuda_gemv_experts_fp8(pairs, a->K, a->I, a->H, a->x, a->H, ids, t8, s8, t8 + E, s8 + E,
+                                           a->bs_rows, a->bs_cols, g, u, a->I, ST, &e__)
+                : kn_cuda_gemv_experts_bf16(pairs, a->K, a->I, a->H, a->x, a->H, ids,
+                                            (const void *const *)a->tab, (const void *const *)a->tab + E, g,
+                                            u, a->I, ST, &e__);
+    if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__);
+    if (!rc)
+        rc = s8 ? kn_cuda_gemv_experts_fp8(pairs, 1, a->H, a->I, act, a->I, ids, t8 + 2 * E, s8 + 2 * E, NULL,
+                                           NULL, a->bs_rows, a->bs_cols, eo, NULL, a->H, ST, &e__)
+                : kn_cuda_gemv_experts_bf16(pairs, 1, a->H, a->I, act, a->I, ids,
+                                            (const void *const *)a->tab + 2 * E, NULL, eo, NULL, a->H, ST,
+                                            &e__);
+    if (rc) {
         fail(c, &e__, "moe (pairs)");
         return;
     }
@@ -1730,18 +1908,27 @@ static void ex_moe_sorted(void *ctx, const void *args)
     if (!lg || !ids || !wts || !off || !perm || !inv || !xs || !g || !u || !act || !eo || (wg && !ctr))
         return;
     gemm(c, a->router, a->x, a->H, n, lg, E);
-    const void *const *tab = (const void *const *)a->tab;
+    /* FP8 experts: the grouped products read the scratch, into which each product's experts that got rows
+     * are dequantized right before it */
+    const void *const *tab = (const void *const *)(a->stab ? a->xtab : a->tab);
+    const uint8_t *const *t8 = (const uint8_t *const *)a->tab;
     const void *maps_up = a->maps_gu ? (const uint8_t *)a->maps_gu + (size_t)E * KN_CUDA_TMAP_BYTES : NULL;
     int32_t rc =
         kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__);
     if (!rc) rc = kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__);
     if (!rc) rc = kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, wg, ST, &e__);
+    if (!rc && a->stab)
+        rc = kn_cuda_dequant_fp8_experts(2, E, off, t8, a->stab, a->I, a->H, a->bs_rows, a->bs_cols, a->xtab,
+                                         ST, &e__);
     if (!rc)
         rc = wg ? kn_cuda_gemm_experts_bf16(E, off, pairs, a->I, a->H, xs, a->H, tab, tab + E, a->maps_gu,
                                             maps_up, g, u, a->I, ctr, ST, &e__)
                 : kn_cuda_gemm_small_experts_bf16(E, off, a->I, a->H, xs, a->H, tab, tab + E, g, u, a->I, ST,
                                                   &e__);
     if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, wg, ST, &e__);
+    if (!rc && a->stab)
+        rc = kn_cuda_dequant_fp8_experts(1, E, off, t8 + 2 * E, a->stab + 2 * E, a->H, a->I, a->bs_rows,
+                                         a->bs_cols, a->xtab + 2 * E, ST, &e__);
     if (!rc)
         rc = wg ? kn_cuda_gemm_experts_bf16(E, off, pairs, a->H, a->I, act, a->I, tab + 2 * E, NULL,
                                             a->maps_down, NULL, eo, NULL, a->H, ctr, ST, &e__)
@@ -1773,23 +1960,36 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
      */
     wk_step_fn fn = NULL;
     int32_t wgmma = 0;
+    /* FP8 experts (kept as stored): the per-pair products stream them; the grouped ones read them
+     * dequantized into the expert scratch */
+    const int fp8 = m->w1[0]->fp8 != NULL;
+    const int32_t bsr = m->w1[0]->bs_rows, bsc = m->w1[0]->bs_cols;
+    const int64_t H = m->hidden, I = m->inter;
     if (!c->fp32 && (uintptr_t)x % 16 == 0) {
-        if (c->gemv && n * m->topk <= MOE_PAIRS_MAX && kn_cuda_gemv_ok(1, m->hidden, m->hidden) &&
-            kn_cuda_gemv_ok(1, m->inter, m->inter))
+        const int pairs_ok =
+            fp8 ? kn_cuda_gemv_fp8_ok(1, H, H, bsr, bsc) && kn_cuda_gemv_fp8_ok(1, I, I, bsr, bsc)
+                : kn_cuda_gemv_ok(1, H, H) && kn_cuda_gemv_ok(1, I, I);
+        const int dq_ok = !fp8 || (kn_cuda_dequant_fp8_experts_ok(I, H, bsr, bsc) &&
+                                   kn_cuda_dequant_fp8_experts_ok(H, I, bsr, bsc));
+        if (c->gemv && n * m->topk <= MOE_PAIRS_MAX && pairs_ok)
             fn = ex_moe_pairs;
-        else if (c->small_gemm && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 &&
-                 kn_cuda_gemm_small_experts_ok(m->hidden, m->hidden) &&
-                 kn_cuda_gemm_small_experts_ok(m->inter, m->inter))
+        else if (c->small_gemm && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 && dq_ok &&
+                 kn_cuda_gemm_small_experts_ok(H, H) && kn_cuda_gemm_small_experts_ok(I, I))
             fn = ex_moe_sorted;
-        else if (c->moe_wgmma && n > MOE_DEVICE_GROUPED_MAX && moe_wgmma_fits(m) && n * m->topk <= INT32_MAX)
+        else if (c->moe_wgmma && n > MOE_DEVICE_GROUPED_MAX && moe_wgmma_fits(m) && dq_ok &&
+                 n * m->topk <= INT32_MAX)
             fn = ex_moe_sorted, wgmma = 1;
     }
     const struct moe_tab *tab = fn ? moe_table(c, m) : NULL;
+    const struct moe_tab *xt = tab && tab->s && fn == ex_moe_sorted ? moe_scratch_table(c, m) : NULL;
+    if (tab && tab->s && fn == ex_moe_sorted && !xt) return; /* failed, recorded */
     if (tab) {
         struct a_moe_dev a;
         memset(&a, 0, sizeof a);
         a.router = m->router, a.bias = m->bias, a.tab = tab->d, a.x = x, a.out = out, a.n = n;
         a.maps_gu = tab->maps_gu, a.maps_down = tab->maps_down, a.wgmma = wgmma;
+        a.stab = (const float *const *)tab->s, a.bs_rows = tab->bs_rows, a.bs_cols = tab->bs_cols;
+        if (xt) a.xtab = xt->d, a.maps_gu = xt->maps_gu, a.maps_down = xt->maps_down;
         a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
         a.scale = m->scale, a.alpha = m->alpha, a.limit = m->limit;
         run_op(c, fn, &a, sizeof a);
@@ -1797,7 +1997,7 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
     }
     flush(c); /* the expert offsets are read on the host: runs now */
     if (c->op_step) wk_optime_begin(c->optime, "moe, grouped (host offsets)");
-    const int32_t E = m->n_experts, K = m->topk, H = m->hidden, I = m->inter;
+    const int32_t E = m->n_experts, K = m->topk;
     const int64_t pairs = n * K;
     float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
     int32_t *ids = grow(c, &c->m_ids, sizeof(int32_t) * (size_t)pairs);
@@ -1843,9 +2043,10 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
         const struct wk_weight *w1 = m->w1[e], *w3 = m->w3[e];
         if (bf) {
             const uint16_t *xe = (const uint16_t *)xs + r0 * H;
-            rc = kn_cuda_gemm_bf16(c->blas, cnt, I, H, xe, H, w1->bf16, H, 0.0f, g + r0 * I, I, 0, &e__);
-            if (!rc)
-                rc = kn_cuda_gemm_bf16(c->blas, cnt, I, H, xe, H, w3->bf16, H, 0.0f, u + r0 * I, I, 0, &e__);
+            const void *b1 = bf16_of(c, w1, 0), *b3 = bf16_of(c, w3, 1);
+            if (!b1 || !b3) return; /* failed, recorded */
+            rc = kn_cuda_gemm_bf16(c->blas, cnt, I, H, xe, H, b1, H, 0.0f, g + r0 * I, I, 0, &e__);
+            if (!rc) rc = kn_cuda_gemm_bf16(c->blas, cnt, I, H, xe, H, b3, H, 0.0f, u + r0 * I, I, 0, &e__);
         } else {
             const float *xe = (const float *)xs + r0 * H;
             rc = kn_cuda_gemm_f32(c->blas, cnt, I, H, xe, H, w1->f32, H, 0.0f, g + r0 * I, I, &e__);
@@ -1857,8 +2058,10 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
         const int64_t r0 = c->h_off[e], cnt = c->h_off[e + 1] - r0;
         if (cnt <= 0) continue;
         const struct wk_weight *w2 = m->w2[e];
+        const void *b2 = bf ? bf16_of(c, w2, 0) : NULL;
+        if (bf && !b2) return; /* failed, recorded */
         if (bf)
-            rc = kn_cuda_gemm_bf16(c->blas, cnt, H, I, (const uint16_t *)act + r0 * I, I, w2->bf16, I, 0.0f,
+            rc = kn_cuda_gemm_bf16(c->blas, cnt, H, I, (const uint16_t *)act + r0 * I, I, b2, I, 0.0f,
                                    eo + r0 * H, H, 0, &e__);
         else
             rc = kn_cuda_gemm_f32(c->blas, cnt, H, I, (const float *)act + r0 * I, I, w2->f32, I, 0.0f,
@@ -2004,7 +2207,7 @@ static void cu_destroy(void *ctx)
                           &c->ws,       &c->sel,     &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
                           &c->m_wts,    &c->m_off,   &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
                           &c->m_u,      &c->m_a,     &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out,
-                          &c->af_ws,    &c->tk_keys, &c->m_ctr};
+                          &c->af_ws,    &c->tk_keys, &c->m_ctr,  &c->wdq[0],     &c->wdq[1],   &c->xdq};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(c, all[i]);
     if (c->side) cudaStreamSynchronize(ST); /* the stream-ordered frees */
     kn_cuda_blas_destroy(c->blas);
@@ -2128,6 +2331,9 @@ static void read_knobs(struct cuda_be *c)
     c->q16 = q16 && !strcmp(q16, "0") ? 0 : q16 && !strcmp(q16, "1") ? 1 : 2;
     const char *fs = getenv("MMGW_CUDA_F32_STAGED");
     c->f32_staged = fs && atoi(fs) >= 0 ? atoi(fs) : WK_CUDA_F32_STAGED_MIN;
+    const char *wt = getenv("MMGW_CUDA_WEIGHTS"), *fr = getenv("MMGW_CUDA_FP8_ROWS");
+    c->w_fp8 = wt && !strcmp(wt, "fp8");
+    c->fp8_rows = fr && atoi(fr) >= 0 ? atoi(fr) : WK_CUDA_FP8_ROWS;
     const char *mw = getenv("MMGW_CUDA_MOE_WGMMA");
     c->moe_wgmma = !(mw && !strcmp(mw, "0"));
     const char *dr = getenv("MMGW_CUDA_DOWNLOAD_ROWS");
