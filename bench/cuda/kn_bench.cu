@@ -2492,8 +2492,13 @@ struct fp8w_arg {
     uint16_t *xb, *dq;
     void *ws;
     size_t ws_bytes;
-    int route;            /* 0 bf16 gemv, 1 bf16 tc, 2 bf16 cuBLAS, 3 fp8 gemv, 4 fp8 dequant + bf16 route,
-                             5 experts bf16, 6 experts fp8 */
+    int route; /* 0 bf16 gemv, 1 bf16 tc, 2 bf16 cuBLAS, 3 fp8 gemv, 4 fp8 dequant + bf16 route,
+                  5 experts bf16, 6 experts fp8, 7 fp8 tc (x converted each call), 8 grouped
+                  experts bf16, 9 grouped fp8 dequant + bf16, 10 grouped fp8 tc */
+    void *xh;  /* fp8 tc: x as scaled f16, and its row scales */
+    float *xs;
+    const int32_t *off;   /* grouped experts: expert offsets of the sorted rows */
+    void **dqtab;         /* grouped fp8 dequant: the bf16 scratch table ([2E]) */
     const int32_t *ids;   /* experts: the pairs' experts */
     void **tab8, **tab16; /* experts: device tables per set ([n_sets][2E] weight pointers) */
     const float **stab;   /* experts: [2E] scale pointers */
@@ -2519,6 +2524,31 @@ static void run_fp8w(void *p, int it)
     struct fp8w_arg *a = (struct fp8w_arg *)p;
     const int set = it % a->n_sets;
     const uint8_t *w = a->pool + (size_t)set * a->set_bytes;
+    if (a->route >= 8) { /* gate + up of a decode batch's rows sorted by expert */
+        const void *const *t16 = (const void *const *)a->tab16 + (size_t)set * 2 * a->E;
+        const uint8_t *const *t8 = (const uint8_t *const *)a->tab8 + (size_t)set * 2 * a->E;
+        float *yb = a->y + a->n * a->rows;
+        if (a->route == 10) {
+            KC(kn_cuda_x_f16_scaled(a->n, a->cols, a->x, a->cols, a->xh, a->xs, g_stream, &g_err));
+            KC(kn_cuda_gemm_small_experts_fp8(a->E, a->off, a->rows, a->cols, a->xh, a->xs, t8, a->stab,
+                                              t8 + a->E, a->stab + a->E, 128, 128, a->y, yb, a->rows,
+                                              g_stream, &g_err));
+            return;
+        }
+        if (a->route == 9)
+            KC(kn_cuda_dequant_fp8_experts(2, a->E, a->off, t8, a->stab, a->rows, a->cols, 128, 128, a->dqtab,
+                                           g_stream, &g_err));
+        const void *const *t = a->route == 9 ? (const void *const *)a->dqtab : t16;
+        KC(kn_cuda_gemm_small_experts_bf16(a->E, a->off, a->rows, a->cols, a->x, a->cols, t, t + a->E, a->y,
+                                           yb, a->rows, g_stream, &g_err));
+        return;
+    }
+    if (a->route == 7) {
+        KC(kn_cuda_x_f16_scaled(a->n, a->cols, a->x, a->cols, a->xh, a->xs, g_stream, &g_err));
+        KC(kn_cuda_gemm_small_fp8(a->n, a->rows, a->cols, a->xh, a->xs, w, a->scale, 128, 128, a->y, a->rows,
+                                  a->ws, a->ws_bytes, g_stream, &g_err));
+        return;
+    }
     if (a->route == 5 || a->route == 6) {
         const int64_t pairs = a->n;
         if (a->route == 5)
@@ -2561,23 +2591,27 @@ static void bench_fp8w(void)
     float *scale = (float *)dmalloc(sizeof(float) * 64 * 64);
     fill_f32(scale, 64 * 64, 94, 0.01f);
     a.pool = w, a.scale = scale;
-    a.x = (float *)dmalloc(sizeof(float) * 16 * 8192);
-    a.y = (float *)dmalloc(sizeof(float) * 2 * 16 * 8199);
+    a.x = (float *)dmalloc(sizeof(float) * 128 * 8192);
+    a.y = (float *)dmalloc(sizeof(float) * 2 * 128 * 8199);
+    a.xh = dmalloc(2 * 128 * 8192);
+    a.xs = (float *)dmalloc(sizeof(float) * 128);
     a.xb = (uint16_t *)dmalloc(2 * 16 * 8192);
     a.dq = (uint16_t *)dmalloc((size_t)8192 * 8192 * 2);
-    fill_f32(a.x, 16 * 8192, 95, 1.0f);
-    a.ws_bytes = sizeof(float) * 8 * 16 * 8199;
+    fill_f32(a.x, 128 * 8192, 95, 1.0f);
+    a.ws_bytes = sizeof(float) * 64 * 16 * 8199;
     a.ws = dmalloc(a.ws_bytes);
-    static const char *const names[] = {"bf16 gemv", "bf16 tc", "bf16 cublas", "fp8 gemv",
-                                        "fp8 dequant+bf16"};
+    static const char *const names[] = {"bf16 gemv", "bf16 tc", "bf16 cublas", "fp8 gemv", "fp8 dequant+bf16",
+                                        "",          "",        "fp8 tc"};
+    static const int routes[] = {0, 1, 2, 3, 7, 4};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-            for (int r = 0; r < 5; r++) {
+            for (int ri = 0; ri < 6; ri++) {
+                const int r = routes[ri];
                 a.rows = shapes[si][0], a.cols = shapes[si][1], a.n = ns[ni], a.route = r;
                 if (r == 0 && a.n > 2) continue;
                 if (r == 1 && (a.n < 3 || !kn_cuda_gemm_small_ok(a.n, a.cols, a.cols))) continue;
                 if (r == 4 && a.n <= 2) continue; /* the fallback serves more rows than the stream takes */
-                const int elem = r == 3 ? 1 : 2;
+                const int elem = r == 3 || r == 7 ? 1 : 2;
                 a.set_bytes = (size_t)(a.rows * a.cols) * (size_t)elem;
                 a.n_sets = (int32_t)(pool / a.set_bytes);
                 if (a.n_sets > 64) a.n_sets = 64;
@@ -2585,6 +2619,16 @@ static void bench_fp8w(void)
                 snprintf(cfg, sizeof cfg, "%lld x %lld, n %lld", (long long)a.rows, (long long)a.cols,
                          (long long)a.n);
                 time_emit_stream(names[r], cfg, run_fp8w, &a, (double)a.set_bytes, g_quick ? 5 : 30, 20, 0);
+                if (r == 7 && (a.n == 1 || a.n == 16) && a.rows >= 2048) { /* forced inner splits */
+                    static const char *const fk[][2] = {
+                        {"1", "fp8 tc ks1"}, {"2", "fp8 tc ks2"}, {"8", "fp8 tc ks8"}};
+                    for (int f = 0; f < 3; f++) {
+                        knob_setenv("KN_CUDA_GEMM_FP8_KS", fk[f][0], 1);
+                        time_emit_stream(fk[f][1], cfg, run_fp8w, &a, (double)a.set_bytes, g_quick ? 5 : 30,
+                                         20, 0);
+                        knob_unsetenv("KN_CUDA_GEMM_FP8_KS");
+                    }
+                }
                 if (r == 3 && a.n <= 2) { /* the forced plans */
                     static const char *const fr[][3] = {
                         {"8", "1", "fp8 gemv R8"}, {"4", "1", "fp8 gemv R4"}, {"8", "2", "fp8 gemv R8 ks2"}};
@@ -2634,8 +2678,52 @@ static void bench_fp8w(void)
         }
         cudaFree((void *)a.ids);
     }
+    /* MoE products of a decode batch grouped by expert: gate + up of 16 tokens x top-8 = 128 rows, 64 of 128
+     * experts with 2 rows each, M3's expert shape: bf16 tables, FP8 dequantized into scratch then the bf16
+     * products (what the backend did), FP8 on the tensor cores (x converted each call) */
+    {
+        const int32_t E = 128, act = 64;
+        const int64_t rows = 3072, cols = 6144, pairs = 128;
+        int32_t off[129];
+        for (int e = 0; e <= E; e++) off[e] = e < act ? 2 * e : (int32_t)pairs;
+        a.off = (const int32_t *)dmalloc(sizeof off);
+        CK(cudaMemcpy((void *)a.off, off, sizeof off, cudaMemcpyHostToDevice));
+        const size_t dqb = (size_t)(rows * cols) * 2;
+        uint8_t *dq = (uint8_t *)dmalloc(dqb * (size_t)(2 * act));
+        void **hd = (void **)hmalloc(sizeof(void *) * (size_t)(2 * E));
+        for (int i = 0; i < 2 * E; i++) hd[i] = dq + (size_t)((i % E) % act + (i >= E ? act : 0)) * dqb;
+        a.dqtab = (void **)dmalloc(sizeof(void *) * (size_t)(2 * E));
+        CK(cudaMemcpy(a.dqtab, hd, sizeof(void *) * (size_t)(2 * E), cudaMemcpyHostToDevice));
+        a.E = E, a.rows = rows, a.cols = cols, a.n = pairs;
+        const int32_t n_sets = 4;
+        void **tb[2];
+        const float **hs = (const float **)hmalloc(sizeof(float *) * (size_t)(2 * E));
+        for (int i = 0; i < 2 * E; i++) hs[i] = scale;
+        a.stab = (const float **)dmalloc(sizeof(float *) * (size_t)(2 * E));
+        CK(cudaMemcpy((void *)a.stab, hs, sizeof(float *) * (size_t)(2 * E), cudaMemcpyHostToDevice));
+        for (int k = 0; k < 2; k++) {
+            const size_t eb = (size_t)(rows * cols) * (k == 0 ? 2 : 1), per_pool = pool / eb;
+            void **h = (void **)hmalloc(sizeof(void *) * (size_t)(n_sets * 2 * E));
+            for (int64_t i = 0; i < (int64_t)n_sets * 2 * E; i++)
+                h[i] = w + (size_t)(i % (int64_t)per_pool) * eb;
+            tb[k] = (void **)dmalloc(sizeof(void *) * (size_t)(n_sets * 2 * E));
+            CK(cudaMemcpy(tb[k], h, sizeof(void *) * (size_t)(n_sets * 2 * E), cudaMemcpyHostToDevice));
+            free(h);
+        }
+        a.tab16 = tb[0], a.tab8 = tb[1], a.n_sets = n_sets;
+        static const char *const gn[] = {"grouped bf16", "grouped fp8 dequant+bf16", "grouped fp8 tc"};
+        for (int r = 8; r <= 10; r++) {
+            a.route = r;
+            const double bytes = (double)(2 * act) * (double)(rows * cols) * (r == 8 ? 2.0 : 1.0);
+            time_emit_stream(gn[r - 8], "gate + up, 128 rows over 64 experts, 3072 x 6144", run_fp8w, &a,
+                             bytes, g_quick ? 5 : 20, 10, 0);
+        }
+        cudaFree(tb[0]), cudaFree(tb[1]), cudaFree((void *)a.stab), cudaFree((void *)a.off), cudaFree(dq);
+        cudaFree(a.dqtab);
+        free(hd), free(hs);
+    }
     cudaFree(w), cudaFree(scale), cudaFree(a.x), cudaFree(a.y), cudaFree(a.xb), cudaFree(a.dq),
-        cudaFree(a.ws);
+        cudaFree(a.ws), cudaFree(a.xh), cudaFree(a.xs);
     kn_cuda_blas_destroy(a.bl);
 }
 

@@ -14,13 +14,7 @@
  * kernel of the first version remain behind KN_CUDA_GS_CLUSTER=0). f32 sums; x rounded to bf16 as the bf16
  * path's conversion does. kn_cuda_gemm_small_prefer says where it beats cuBLAS (measured:
  * bench/cuda/README.md "Decode products at 3-16 rows"). */
-#include "kn_cuda_internal.cuh"
-
-#include <cuda_bf16.h>
-
-#define GS_WARPS 8
-#define GS_ROWS 16
-#define GS_GROUP 4 /* 32-wide k blocks per pipelined load group */
+#include "kn_gemm_small.cuh"
 
 /* One 32-wide k block: the weight fragments of rows gid and gid + 8 (a0, a8: this thread's 8 k values of
  * each) against the same k values of every activation row t < n, NT tiles of 8 */
@@ -42,88 +36,6 @@ __device__ __forceinline__ void gs_block(float (&acc)[NT][4], uint4 a0, uint4 a8
         kn_mma_bf16(acc[t], af0, b0);
         kn_mma_bf16(acc[t], af1, b1);
     }
-}
-
-/* The end of a tile: each warp's C fragments (acc[t][0..1] = row gid, tokens 8t + 2tig and +1; acc[t][2..3]
- * = row gid + 8, same tokens) summed over the 8 warps in order in shared memory and stored to
- * dst[tok * ld + r0 + r] for the tokens < n and rows < rows that exist. cluster = ks > 1: the ks CTAs of a
- * k split form one cluster and add their sums through distributed shared memory (CTA z sums the outputs
- * e = z mod ks of all ks CTAs in rank order: the result does not depend on timing), so the split needs no
- * workspace and no second launch. */
-template <int NT>
-__device__ __forceinline__ void gs_store(float (&acc)[NT][4], int32_t n, int64_t rows, int64_t r0,
-                                         float *__restrict__ dst, int64_t ld, int cluster = 1)
-{
-    __shared__ float part[GS_WARPS][GS_ROWS][NT * 8];
-    __shared__ float tot[GS_ROWS * NT * 8];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        part[warp][gid][8 * t + 2 * tig] = acc[t][0];
-        part[warp][gid][8 * t + 2 * tig + 1] = acc[t][1];
-        part[warp][gid + 8][8 * t + 2 * tig] = acc[t][2];
-        part[warp][gid + 8][8 * t + 2 * tig + 1] = acc[t][3];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < GS_ROWS * NT * 8; e += GS_WARPS * 32) {
-        const int r = e / (NT * 8), tok = e % (NT * 8);
-        if (cluster == 1 && (tok >= n || r0 + r >= rows)) continue;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < GS_WARPS; w++) v += part[w][r][tok];
-        if (cluster == 1)
-            dst[tok * ld + r0 + r] = v;
-        else
-            tot[e] = v;
-    }
-    if (cluster == 1) return;
-    kn_cluster_sync();
-    const int z = (int)kn_cluster_rank();
-    for (int e = threadIdx.x; e < GS_ROWS * NT * 8; e += GS_WARPS * 32) {
-        const int r = e / (NT * 8), tok = e % (NT * 8);
-        if (e % cluster != z || tok >= n || r0 + r >= rows) continue;
-        const uint32_t at = (uint32_t)__cvta_generic_to_shared(&tot[e]);
-        float v = 0.0f;
-        for (int c = 0; c < cluster; c++) v += kn_ld_cluster_f32(kn_cluster_map(at, (uint32_t)c));
-        dst[tok * ld + r0 + r] = v;
-    }
-    kn_cluster_sync(); /* the peers have read this CTA's sums */
-}
-
-/* A warp's stream over its weight rows gid and gid + 8 (wa, wb; rows that do not exist read as zeros): blocks
- * 32-wide k blocks, each handed to blk(b, a0, a8). PIPE 1: the next GS_GROUP blocks' loads are issued before
- * the current group's products (two register sets); PIPE 0 and the remainder: a plain loop unrolled by 4. */
-template <int PIPE, typename F>
-__device__ __forceinline__ void gs_stream(int blocks, const uint4 *__restrict__ wa,
-                                          const uint4 *__restrict__ wb, bool ra, bool rb, F &&blk)
-{
-    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-    int b = 0;
-    if (PIPE) {
-        const int groups = blocks / GS_GROUP;
-        uint4 c0[GS_GROUP], c8[GS_GROUP];
-        if (groups > 0)
-#pragma unroll
-            for (int u = 0; u < GS_GROUP; u++)
-                c0[u] = ra ? __ldcs(wa + 4 * u) : z, c8[u] = rb ? __ldcs(wb + 4 * u) : z;
-        for (int g = 0; g < groups; g++) {
-            uint4 n0[GS_GROUP], n8[GS_GROUP];
-            const bool more = g + 1 < groups;
-#pragma unroll
-            for (int u = 0; u < GS_GROUP; u++) {
-                const int nb = (g + 1) * GS_GROUP + u;
-                n0[u] = more && ra ? __ldcs(wa + 4 * nb) : z;
-                n8[u] = more && rb ? __ldcs(wb + 4 * nb) : z;
-            }
-#pragma unroll
-            for (int u = 0; u < GS_GROUP; u++) blk(g * GS_GROUP + u, c0[u], c8[u]);
-#pragma unroll
-            for (int u = 0; u < GS_GROUP; u++) c0[u] = n0[u], c8[u] = n8[u];
-        }
-        b = groups * GS_GROUP;
-    }
-#pragma unroll 4
-    for (; b < blocks; b++) blk(b, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z);
 }
 
 /* The 16-row route: 16 weight rows per CTA, the inner dimension split over its 8 warps (PIPE: gs_stream's) */

@@ -232,16 +232,17 @@ extern "C" int kn_cuda_gemv_fp8_ok(int64_t n, int64_t cols, int64_t ldx, int32_t
            bs_rows >= 1 && bs_cols >= 16 && bs_cols % 16 == 0;
 }
 
-/* Rows per CTA (8 at 1-2 activation rows: the bytes per CTA of kn_gemv.cu's bf16 tiles, whose fixed cost per
- * CTA (the reduction) a 4-row FP8 tile pays for half the bytes; 4 from 3 rows on, where 8 would spill) and
- * the inner-dimension split: 2 (a cluster pair) where the row tiles alone are fewer than the SMs and the
+/* Rows per CTA (8 at 1 activation row: the bytes per CTA of kn_gemv.cu's bf16 tiles, whose fixed cost per
+ * CTA (the reduction) a 4-row FP8 tile pays for half the bytes; 4 from 2 rows on: at 2 rows it measured
+ * faster on all six shapes of kn_bench fp8w (v71, e.g. 8192 x 6144 37 against 44 us), from 3 rows 8 spills)
+ * and the inner-dimension split: 2 (a cluster pair) where the row tiles alone are fewer than the SMs and the
  * chunks divide. KN_CUDA_GEMV_FP8_R and KN_CUDA_GEMV_FP8_KS force them (benchmark). */
 static void g8_plan(int64_t n, int64_t rows, int64_t cols, int *r, int32_t *ks)
 {
     const int64_t sms = kn_cuda_sm_count(), chunks = cols / 16;
     const int fr = kn_cuda_knob_int("KN_CUDA_GEMV_FP8_R", 0),
               fks = kn_cuda_knob_int("KN_CUDA_GEMV_FP8_KS", 0);
-    *r = fr == 4 || fr == 8 ? fr : 8;
+    *r = fr == 4 || fr == 8 ? fr : n >= 2 ? 4 : 8;
     if (n > 2) *r = 4; /* 8 rows x 3 or more activation rows spill */
     int32_t k = fks == 1 || fks == 2 || fks == 4 || fks == 8 ? fks : kn_cdiv(rows, *r) < sms ? 2 : 1;
     while (k > 1 && chunks % k) k /= 2;

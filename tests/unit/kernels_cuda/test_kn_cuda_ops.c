@@ -1762,6 +1762,175 @@ static void test_experts_fp8(void)
     cudaFree(off_d), cudaFree(out_d), cudaFree(to_d), cudaFree(one_d);
 }
 
+/* x rounded to bf16 on the host, row j (of ldx) scaled by 10^(j % 7 - 3) and row 5 by 3e5 (past f16's
+ * range: the per-row scale of kn_cuda_x_f16_scaled must bring it back); xr: the bf16 values, contiguous */
+static void fp8_x_make(float *x, float *xr, int64_t n, int64_t cols, int64_t ldx)
+{
+    ct_fill_normal(x, n * ldx, 1.0f);
+    for (int64_t j = 0; j < n; j++) {
+        const float f = j == 5 ? 3e5f : powf(10.0f, (float)(j % 7 - 3));
+        for (int64_t k = 0; k < ldx; k++) x[j * ldx + k] *= f;
+        for (int64_t k = 0; k < cols; k++) xr[j * cols + k] = ct_bf16_round(x[j * ldx + k]);
+    }
+}
+
+/* The rows in f16 times their 2^-k: exactly the bf16 values (none here is under 2^-28 of its row's largest,
+ * a zero row keeps scale 1) */
+static void check_x_f16(const void *xh_d, const float *xs_d, const float *xr, int64_t n, int64_t cols)
+{
+    uint16_t *h = ct_hmalloc(sizeof(uint16_t) * (size_t)(n * cols));
+    float *s = dl_f32(xs_d, n);
+    ct_download(h, xh_d, sizeof(uint16_t) * (size_t)(n * cols));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n * cols; i++) wrong += mm_f16_to_f32(h[i]) * s[i / cols] != xr[i];
+    CHECK_MSG(wrong == 0, "x f16 scaled: %lld of %lld values differ from bf16(x)", (long long)wrong,
+              (long long)(n * cols));
+    free(h), free(s);
+}
+
+/* FP8 weights on the tensor cores (kn_cuda_gemm_small_fp8): n 1-16 against the f32 CPU product of x rounded
+ * to bf16 and the exactly dequantized weight; rows not a multiple of 16 or 128, scale blocks smaller than a
+ * warp's 16 rows (8) and wider than 64 columns, inner splits (8199 x 6144) and none (37 x 128); activation
+ * rows 10^-3 .. 10^3 and one of 3e5 (beyond f16); y rows strided, the padding untouched; shapes it refuses.
+ */
+static void test_gemm_small_fp8(void)
+{
+    static const int64_t shapes[][4] = {{8199, 6144, 128, 128},
+                                        {300, 2048, 128, 128},
+                                        {37, 128, 16, 64},
+                                        {70, 320, 8, 128},
+                                        {1536, 6144, 128, 128}};
+    static const int64_t ns[] = {1, 2, 3, 6, 8, 9, 16};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+        struct fp8_weight f;
+        fp8_weight_make(&f, rows, cols, (int32_t)shapes[si][2], (int32_t)shapes[si][3]);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
+            float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+            float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
+            fp8_x_make(x, xr, n, cols, ldx);
+            kn_sgemm_nt(n, rows, cols, xr, cols, f.wf, cols, 0.0f, ref, rows);
+            float *x_d = ct_upload(x, sizeof(float) * n * ldx), *y_d = ct_dmalloc(sizeof(float) * n * ldy);
+            void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(n * cols));
+            float *xs_d = ct_dmalloc(sizeof(float) * (size_t)n);
+            CHECK(kn_cuda_x_f16_scaled_ok(cols, ldx));
+            OK(kn_cuda_x_f16_scaled(n, cols, x_d, ldx, xh_d, xs_d, 0, &err));
+            if (ni == 0 || n == 16) check_x_f16(xh_d, xs_d, xr, n, cols);
+            CHECK(kn_cuda_gemm_small_fp8_ok(n, rows, cols, f.bsr, f.bsc));
+            const size_t wsb = kn_cuda_gemm_small_fp8_ws(n, rows, cols);
+            void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
+            OK(kn_cuda_gemm_small_fp8(n, rows, cols, xh_d, xs_d, f.q_d, f.sc_d, f.bsr, f.bsc, y_d, ldy, ws_d,
+                                      wsb, 0, &err));
+            float *got = dl_f32(y_d, n * ldy);
+            int untouched = 1;
+            for (int64_t j = 0; j < n; j++) {
+                memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+                for (int64_t r = rows; j + 1 < n && r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
+            }
+            /* each activation row against its own reference: their magnitudes differ by 10^8 */
+            for (int64_t j = 0; j < n; j++) {
+                char what[128];
+                snprintf(what, sizeof what, "small fp8 %lld x %lld (blocks %lld x %lld), n %lld, row %lld",
+                         (long long)rows, (long long)cols, (long long)f.bsr, (long long)f.bsc, (long long)n,
+                         (long long)j);
+                double mx = 0, rel = ct_rel_err(g2 + j * rows, ref + j * rows, rows, &mx);
+                CHECK_MSG(rel <= 1e-5, "%s: rel err %.3g (max abs %.3g)", what, rel, mx);
+            }
+            CHECK_MSG(untouched, "small fp8 %lld x %lld n %lld: wrote past its rows", (long long)rows,
+                      (long long)cols, (long long)n);
+            free(x), free(xr), free(ref), free(g2), free(got);
+            cudaFree(x_d), cudaFree(y_d), cudaFree(xh_d), cudaFree(xs_d), cudaFree(ws_d);
+        }
+        fp8_weight_free(&f);
+    }
+    printf("  %-28s n 1-16, 5 shapes, rows 1e-3..3e5: each row within 1e-5 of the f32 CPU product\n",
+           "small fp8");
+    /* rows wider than the register path (8192 columns): the two-pass loop */
+    {
+        const int64_t n = 2, cols = 8256;
+        float *x = ct_hmalloc(sizeof(float) * n * cols), *xr = ct_hmalloc(sizeof(float) * n * cols);
+        fp8_x_make(x, xr, n, cols, cols);
+        float *x_d = ct_upload(x, sizeof(float) * n * cols), *xs_d = ct_dmalloc(sizeof(float) * n);
+        void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(n * cols));
+        OK(kn_cuda_x_f16_scaled(n, cols, x_d, cols, xh_d, xs_d, 0, &err));
+        check_x_f16(xh_d, xs_d, xr, n, cols);
+        free(x), free(xr);
+        cudaFree(x_d), cudaFree(xs_d), cudaFree(xh_d);
+    }
+    /* a row of zeros keeps scale 1 and gives zeros */
+    {
+        float *z_d = ct_upload((float[8]){0}, sizeof(float) * 8), *xs_d = ct_dmalloc(sizeof(float));
+        void *xh_d = ct_dmalloc(16);
+        OK(kn_cuda_x_f16_scaled(1, 8, z_d, 8, xh_d, xs_d, 0, &err));
+        float s = 0;
+        ct_download(&s, xs_d, sizeof s);
+        CHECK_MSG(s == 1.0f, "x f16 scaled: a zero row's scale %g", (double)s);
+        cudaFree(z_d), cudaFree(xs_d), cudaFree(xh_d);
+    }
+    struct mm_err e2 = {0};
+    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 96, 128, 128)); /* cols not a multiple of 64 */
+    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 128, 128, 32)); /* scale block narrower than a load */
+    CHECK(!kn_cuda_gemm_small_fp8_ok(17, 64, 128, 128, 128));
+    CHECK(!kn_cuda_x_f16_scaled_ok(6, 8));
+    CHECK(kn_cuda_gemm_small_fp8(1, 4, 96, (const void *)16, (const float *)16, (const uint8_t *)16,
+                                 (const float *)16, 128, 128, (float *)16, 4, NULL, 0, 0, &e2) == MM_INVALID);
+    CHECK(kn_cuda_x_f16_scaled(1, 6, (const float *)16, 8, (void *)16, (float *)16, 0, &e2) == MM_INVALID);
+}
+
+/* FP8 expert products of decode batches on the tensor cores (kn_cuda_gemm_small_experts_fp8): the rows sorted
+ * by expert, gate and up tables in one launch, an expert with 17 rows (two chunks of 16), experts without
+ * rows; each row against the CPU product with its expert's dequantized weight. */
+static void test_gemm_small_experts_fp8(void)
+{
+    enum { E = 5 };
+    const int64_t rows = 40, cols = 192;
+    const int32_t bsr = 16, bsc = 64;
+    const int32_t off[E + 1] = {0, 3, 3, 20, 20, 22};
+    const int64_t P = off[E];
+    struct fp8_weight f[2 * E];
+    const void *hq[2 * E], *hs[2 * E];
+    for (int e = 0; e < 2 * E; e++) {
+        fp8_weight_make(&f[e], rows, cols, bsr, bsc);
+        hq[e] = f[e].q_d, hs[e] = f[e].sc_d;
+    }
+    void *tq_d = ct_upload(hq, sizeof hq), *ts_d = ct_upload(hs, sizeof hs);
+    const uint8_t *const *tq = tq_d;
+    const float *const *ts = ts_d;
+    float *x = ct_hmalloc(sizeof(float) * P * cols), *xr = ct_hmalloc(sizeof(float) * P * cols);
+    fp8_x_make(x, xr, P, cols, cols);
+    float *x_d = ct_upload(x, sizeof(float) * P * cols), *xs_d = ct_dmalloc(sizeof(float) * P);
+    void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(P * cols));
+    int32_t *off_d = ct_upload(off, sizeof off);
+    float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
+    OK(kn_cuda_x_f16_scaled(P, cols, x_d, cols, xh_d, xs_d, 0, &err));
+    CHECK(kn_cuda_gemm_small_experts_fp8_ok(cols, bsr, bsc));
+    OK(kn_cuda_gemm_small_experts_fp8(E, off_d, rows, cols, xh_d, xs_d, tq, ts, tq + E, ts + E, bsr, bsc,
+                                      ya_d, yb_d, rows, 0, &err));
+    float *ref = ct_hmalloc(sizeof(float) * rows);
+    double worst = 0;
+    for (int half = 0; half < 2; half++) {
+        float *got = dl_f32(half ? yb_d : ya_d, P * rows);
+        for (int e = 0; e < E; e++)
+            for (int32_t p = off[e]; p < off[e + 1]; p++) {
+                kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, f[half * E + e].wf, cols, 0.0f, ref, rows);
+                double mx = 0, rel = ct_rel_err(got + p * rows, ref, rows, &mx);
+                worst = rel > worst ? rel : worst;
+                CHECK_MSG(rel <= 1e-5, "experts small fp8 table %d expert %d row %d: rel err %.3g", half, e,
+                          (int)p, rel);
+            }
+        free(got);
+    }
+    printf("  %-28s 2 tables, 5 experts (17 rows, none): worst row rel err %.3g\n", "experts small fp8",
+           worst);
+    CHECK(!kn_cuda_gemm_small_experts_fp8_ok(96, bsr, bsc));
+    CHECK(!kn_cuda_gemm_small_experts_fp8_ok(cols, bsr, 32));
+    free(x), free(xr), free(ref);
+    for (int e = 0; e < 2 * E; e++) fp8_weight_free(&f[e]);
+    cudaFree(tq_d), cudaFree(ts_d), cudaFree(x_d), cudaFree(xs_d), cudaFree(xh_d), cudaFree(off_d);
+    cudaFree(ya_d), cudaFree(yb_d);
+}
+
 static void test_bad_args(void)
 {
     /* refused on the host, nothing launched */
@@ -1820,6 +1989,8 @@ int main(void)
     test_gemv_experts();
     test_gemv_fp8();
     test_experts_fp8();
+    test_gemm_small_fp8();
+    test_gemm_small_experts_fp8();
     test_gemm_small();
     test_gemm_small_experts(512);
     test_gemm_small_experts(96); /* 3 k blocks: most warps get none */

@@ -30,9 +30,13 @@
  * 5-weight product 88 -> 61 us; at batch 1 it read 2 % slower in two of two rounds although the product's
  * GPU time was equal, so 1-2 rows keep one kn_cuda_gemv_f32 each. */
 #define WK_CUDA_F32_STAGED_MIN 3
-/* Most activation rows a product streams an FP8 weight for (kn_cuda_gemv_fp8); more rows read it dequantized
- * into scratch (bench/cuda/README.md "FP8 weights") */
+/* Most activation rows a product streams an FP8 weight for on the CUDA cores (kn_cuda_gemv_fp8) where the
+ * tensor-core route does not take it; more rows read it dequantized into scratch (bench/cuda/README.md "FP8
+ * weights") */
 #define WK_CUDA_FP8_ROWS 4
+/* Fewest activation rows at which an FP8 weight's product takes the tensor cores (kn_cuda_gemm_small_fp8;
+ * MMGW_CUDA_FP8_TC_MIN, 0: never); fewer rows take kn_cuda_gemv_fp8 */
+#define WK_CUDA_FP8_TC_MIN 3
 
 /* upload / download of this many bytes or more go through a pinned buffer of WK_CUDA_BOUNCE bytes */
 #define WK_CUDA_BOUNCE_MIN (1 << 20)
@@ -96,6 +100,7 @@ struct cuda_be {
                            (MMGW_CUDA_ROWS_MULTI=0: one launch each) */
     int32_t w_fp8; /* FP8 checkpoint weights kept as FP8 (MMGW_CUDA_WEIGHTS=fp8; else bf16 copies at load) */
     int32_t fp8_rows;  /* most activation rows a product streams an FP8 weight for (MMGW_CUDA_FP8_ROWS) */
+    int32_t fp8_tc;    /* fewest rows for the FP8 tensor-core products (MMGW_CUDA_FP8_TC_MIN; 0: never) */
     int32_t moe_wgmma; /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
                           MMGW_CUDA_MOE_WGMMA=0: the host-grouped cuBLAS products) */
     int32_t dl_rows;   /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
@@ -131,6 +136,7 @@ struct cuda_be {
      * host-grouped experts), and a MoE layer's experts (xdq, with its table of bf16 pointers and tensor maps)
      */
     struct dbuf wdq[2], xdq;
+    struct dbuf x16, x16s; /* activation rows as scaled f16 and their scales (the FP8 tensor-core products) */
     struct moe_tab *xdq_tab;
     /* device tables of each MoE layer's expert weights (w1 | w3 | w2 pointers), keyed by the layer's w1 array
      */
@@ -1089,6 +1095,45 @@ static const void *bf16_of(struct cuda_be *c, const struct wk_weight *w, int slo
     return p;
 }
 
+/* Whether w is an FP8 weight whose product at n rows takes the tensor cores (kn_cuda_gemm_small_fp8) */
+static int fp8_tc_takes(const struct cuda_be *c, const struct wk_weight *w, int64_t n, const float *x,
+                        int64_t ldx)
+{
+    return w->fp8 && c->small_gemm && !c->fp32 && c->fp8_tc > 0 && n >= c->fp8_tc && (uintptr_t)x % 16 == 0 &&
+           (uintptr_t)w->fp8 % 16 == 0 && kn_cuda_x_f16_scaled_ok(w->cols, ldx) &&
+           kn_cuda_gemm_small_fp8_ok(n, w->rows, w->cols, w->bs_rows, w->bs_cols);
+}
+
+/* x's n rows as the FP8 tensor-core products read them (kn_cuda_x_f16_scaled) in the x16 / x16s scratch;
+ * NULL after a failure */
+static const void *x_f16_of(struct cuda_be *c, const float *x, int64_t ldx, int64_t n, int64_t cols,
+                            const float **xs)
+{
+    void *xh = grow(c, &c->x16, (size_t)(n * cols) * 2);
+    float *sc = grow(c, &c->x16s, sizeof(float) * (size_t)n);
+    struct mm_err e__ = {0};
+    if (!xh || !sc) return NULL;
+    if (kn_cuda_x_f16_scaled(n, cols, x, ldx, xh, sc, ST, &e__)) {
+        fail(c, &e__, "activations (to scaled f16)");
+        return NULL;
+    }
+    *xs = sc;
+    return xh;
+}
+
+/* The FP8 tensor-core product of w with x already in x16 form */
+static void gemm_fp8_tc(struct cuda_be *c, const struct wk_weight *w, const void *xh, const float *xs,
+                        int64_t n, float *y, int64_t ldy)
+{
+    struct mm_err e__ = {0};
+    const size_t wsb = kn_cuda_gemm_small_fp8_ws(n, w->rows, w->cols);
+    void *ws = wsb ? grow(c, &c->small_ws, wsb) : NULL;
+    if (wsb && !ws) return;
+    if (kn_cuda_gemm_small_fp8(n, w->rows, w->cols, xh, xs, w->fp8, w->fscale, w->bs_rows, w->bs_cols, y, ldy,
+                               ws, wsb, ST, &e__))
+        fail(c, &e__, "linear (fp8, tensor cores)");
+}
+
 /* y[n][rows] = x[n][cols] . W^T (+ bias: f32, NULL for none; added in the product's epilogue where the
  * cuBLAS route takes it, and then 1 is returned, else 0 and the caller adds it) */
 static int gemm_bias(struct cuda_be *c, const struct wk_weight *w, const float *x, int64_t ldx, int64_t n,
@@ -1097,8 +1142,15 @@ static int gemm_bias(struct cuda_be *c, const struct wk_weight *w, const float *
     struct mm_err e__ = {0};
     if (n <= 0) return 0;
     if (w->fp8) {
-        /* decode-sized: a stream over the e4m3 weight (half a bf16 copy's bytes); more rows: the bf16 routes
-         * on the weight dequantized into scratch (a prefill's products are bound by arithmetic, not bytes) */
+        /* decode-sized: a stream over the e4m3 weight (half a bf16 copy's bytes), on the tensor cores or (few
+         * rows, shapes they do not take) the CUDA cores; more rows: the bf16 routes on the weight dequantized
+         * into scratch (a prefill's products are bound by arithmetic, not bytes) */
+        if (fp8_tc_takes(c, w, n, x, ldx)) {
+            const float *xs = NULL;
+            const void *xh = x_f16_of(c, x, ldx, n, w->cols, &xs);
+            if (xh) gemm_fp8_tc(c, w, xh, xs, n, y, ldy);
+            return 0;
+        }
         if (c->gemv && n <= c->fp8_rows && kn_cuda_gemv_fp8_ok(n, w->cols, ldx, w->bs_rows, w->bs_cols) &&
             (uintptr_t)x % 16 == 0) {
             if (kn_cuda_gemv_fp8(n, w->rows, w->cols, x, ldx, w->fp8, w->fscale, w->bs_rows, w->bs_cols, y,
@@ -1247,7 +1299,7 @@ static void ex_linear_multi(void *ctx, const void *args)
     if (c->multi && c->gemv && !c->fp32 && a->n <= 4 && a->n <= c->fp8_rows && (uintptr_t)a->x % 16 == 0)
         for (int32_t i = 0; i < a->n_w && n8 < KN_GEMV_MULTI_MAX; i++) {
             const struct wk_weight *w = a->w[i];
-            if (grouped[i] || !w->fp8 ||
+            if (grouped[i] || !w->fp8 || fp8_tc_takes(c, w, a->n, a->x, w->cols) ||
                 (cols8 >= 0 && (w->cols != cols8 || w->bs_rows != bsr8 || w->bs_cols != bsc8)) ||
                 !kn_cuda_gemv_fp8_ok(a->n, w->cols, w->cols, w->bs_rows, w->bs_cols))
                 continue;
@@ -1304,6 +1356,19 @@ static void ex_linear_multi(void *ctx, const void *args)
             grouped[i] = grouped[k] = 1;
             break;
         }
+    }
+    /* FP8 weights on the tensor cores: x converted once for all of them (one width) */
+    const void *xh = NULL;
+    const float *xs = NULL;
+    int64_t xh_cols = -1;
+    for (int32_t i = 0; c->multi && i < a->n_w; i++) {
+        const struct wk_weight *w = a->w[i];
+        if (grouped[i] || !fp8_tc_takes(c, w, a->n, a->x, w->cols) || (xh_cols >= 0 && w->cols != xh_cols))
+            continue;
+        if (!xh && !(xh = x_f16_of(c, a->x, w->cols, a->n, w->cols, &xs))) return;
+        xh_cols = w->cols;
+        gemm_fp8_tc(c, w, xh, xs, a->n, a->y[i], w->rows);
+        grouped[i] = 1;
     }
     for (int32_t i = 0; i < a->n_w; i++)
         if (!grouped[i]) gemm(c, a->w[i], a->x, a->w[i]->cols, a->n, a->y[i], a->w[i]->rows);
@@ -1815,6 +1880,7 @@ struct a_moe_dev { /* both MoE routes without the host */
     void *const *xtab;
     int32_t bs_rows, bs_cols;
     int32_t wgmma; /* ex_moe_sorted: a prefill's wgmma products, else the decode-sized ones */
+    int32_t tc8;   /* ex_moe_sorted, decode-sized, FP8 experts: the e4m3 weights on the tensor cores */
     const float *x;
     float *out;
     int64_t n;
@@ -1917,6 +1983,24 @@ static void ex_moe_sorted(void *ctx, const void *args)
         kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__);
     if (!rc) rc = kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__);
     if (!rc) rc = kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, wg, ST, &e__);
+    if (!rc && a->tc8) { /* FP8 experts as stored, rows as scaled f16 (kn_gemm_small_fp8.cu) */
+        const float *sx = NULL, *sa = NULL;
+        const void *hx = x_f16_of(c, xs, a->H, pairs, a->H, &sx), *ha = NULL;
+        if (!hx) return;
+        rc = kn_cuda_gemm_small_experts_fp8(E, off, a->I, a->H, hx, sx, t8, a->stab, t8 + E, a->stab + E,
+                                            a->bs_rows, a->bs_cols, g, u, a->I, ST, &e__);
+        if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__);
+        if (!rc && !(ha = x_f16_of(c, act, a->I, pairs, a->I, &sa))) return;
+        if (!rc)
+            rc = kn_cuda_gemm_small_experts_fp8(E, off, a->H, a->I, ha, sa, t8 + 2 * E, a->stab + 2 * E, NULL,
+                                                NULL, a->bs_rows, a->bs_cols, eo, NULL, a->H, ST, &e__);
+        if (rc) {
+            fail(c, &e__, "moe (grouped, fp8)");
+            return;
+        }
+        moe_combine_out(c, a, eo, inv, wts, "moe (grouped, fp8)");
+        return;
+    }
     if (!rc && a->stab)
         rc = kn_cuda_dequant_fp8_experts(2, E, off, t8, a->stab, a->I, a->H, a->bs_rows, a->bs_cols, a->xtab,
                                          ST, &e__);
@@ -1959,9 +2043,9 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
      * (products that re-read the weights every 16 rows); more tokens (a prefill): the wgmma expert products
      */
     wk_step_fn fn = NULL;
-    int32_t wgmma = 0;
-    /* FP8 experts (kept as stored): the per-pair products stream them; the grouped ones read them
-     * dequantized into the expert scratch */
+    int32_t wgmma = 0, tc8 = 0;
+    /* FP8 experts (kept as stored): the per-pair products and a decode batch's grouped ones read the e4m3
+     * bytes; a prefill's read them dequantized into the expert scratch */
     const int fp8 = m->w1[0]->fp8 != NULL;
     const int32_t bsr = m->w1[0]->bs_rows, bsc = m->w1[0]->bs_cols;
     const int64_t H = m->hidden, I = m->inter;
@@ -1971,23 +2055,29 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
                 : kn_cuda_gemv_ok(1, H, H) && kn_cuda_gemv_ok(1, I, I);
         const int dq_ok = !fp8 || (kn_cuda_dequant_fp8_experts_ok(I, H, bsr, bsc) &&
                                    kn_cuda_dequant_fp8_experts_ok(H, I, bsr, bsc));
+        /* FP8 experts of a decode batch straight from their e4m3 bytes (no scratch dequantization) */
+        tc8 = fp8 && c->fp8_tc > 0 && kn_cuda_gemm_small_experts_fp8_ok(H, bsr, bsc) &&
+              kn_cuda_gemm_small_experts_fp8_ok(I, bsr, bsc) && kn_cuda_x_f16_scaled_ok(H, H) &&
+              kn_cuda_x_f16_scaled_ok(I, I);
         if (c->gemv && n * m->topk <= MOE_PAIRS_MAX && pairs_ok)
             fn = ex_moe_pairs;
-        else if (c->small_gemm && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 && dq_ok &&
+        else if (c->small_gemm && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 && (dq_ok || tc8) &&
                  kn_cuda_gemm_small_experts_ok(H, H) && kn_cuda_gemm_small_experts_ok(I, I))
             fn = ex_moe_sorted;
         else if (c->moe_wgmma && n > MOE_DEVICE_GROUPED_MAX && moe_wgmma_fits(m) && dq_ok &&
                  n * m->topk <= INT32_MAX)
             fn = ex_moe_sorted, wgmma = 1;
     }
+    tc8 = tc8 && fn == ex_moe_sorted && !wgmma;
     const struct moe_tab *tab = fn ? moe_table(c, m) : NULL;
-    const struct moe_tab *xt = tab && tab->s && fn == ex_moe_sorted ? moe_scratch_table(c, m) : NULL;
-    if (tab && tab->s && fn == ex_moe_sorted && !xt) return; /* failed, recorded */
+    const int scratch = tab && tab->s && fn == ex_moe_sorted && !tc8;
+    const struct moe_tab *xt = scratch ? moe_scratch_table(c, m) : NULL;
+    if (scratch && !xt) return; /* failed, recorded */
     if (tab) {
         struct a_moe_dev a;
         memset(&a, 0, sizeof a);
         a.router = m->router, a.bias = m->bias, a.tab = tab->d, a.x = x, a.out = out, a.n = n;
-        a.maps_gu = tab->maps_gu, a.maps_down = tab->maps_down, a.wgmma = wgmma;
+        a.maps_gu = tab->maps_gu, a.maps_down = tab->maps_down, a.wgmma = wgmma, a.tc8 = tc8;
         a.stab = (const float *const *)tab->s, a.bs_rows = tab->bs_rows, a.bs_cols = tab->bs_cols;
         if (xt) a.xtab = xt->d, a.maps_gu = xt->maps_gu, a.maps_down = xt->maps_down;
         a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
@@ -2207,7 +2297,8 @@ static void cu_destroy(void *ctx)
                           &c->ws,       &c->sel,     &c->media,  &c->media_rows, &c->m_logits, &c->m_ids,
                           &c->m_wts,    &c->m_off,   &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
                           &c->m_u,      &c->m_a,     &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out,
-                          &c->af_ws,    &c->tk_keys, &c->m_ctr,  &c->wdq[0],     &c->wdq[1],   &c->xdq};
+                          &c->af_ws,    &c->tk_keys, &c->m_ctr,  &c->wdq[0],     &c->wdq[1],   &c->xdq,
+                          &c->x16,      &c->x16s};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(c, all[i]);
     if (c->side) cudaStreamSynchronize(ST); /* the stream-ordered frees */
     kn_cuda_blas_destroy(c->blas);
@@ -2334,6 +2425,8 @@ static void read_knobs(struct cuda_be *c)
     const char *wt = getenv("MMGW_CUDA_WEIGHTS"), *fr = getenv("MMGW_CUDA_FP8_ROWS");
     c->w_fp8 = wt && !strcmp(wt, "fp8");
     c->fp8_rows = fr && atoi(fr) >= 0 ? atoi(fr) : WK_CUDA_FP8_ROWS;
+    const char *ft = getenv("MMGW_CUDA_FP8_TC_MIN");
+    c->fp8_tc = ft && atoi(ft) >= 0 ? atoi(ft) : WK_CUDA_FP8_TC_MIN;
     const char *mw = getenv("MMGW_CUDA_MOE_WGMMA");
     c->moe_wgmma = !(mw && !strcmp(mw, "0"));
     const char *dr = getenv("MMGW_CUDA_DOWNLOAD_ROWS");
