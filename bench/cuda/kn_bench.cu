@@ -2544,9 +2544,8 @@ static void run_fp8w(void *p, int it)
         return;
     }
     if (a->route == 7) {
-        KC(kn_cuda_x_f16_scaled(a->n, a->cols, a->x, a->cols, a->xh, a->xs, g_stream, &g_err));
-        KC(kn_cuda_gemm_small_fp8(a->n, a->rows, a->cols, a->xh, a->xs, w, a->scale, 128, 128, a->y, a->rows,
-                                  a->ws, a->ws_bytes, g_stream, &g_err));
+        KC(kn_cuda_gemm_small_fp8(a->n, a->rows, a->cols, a->x, a->cols, NULL, NULL, w, a->scale, 128, 128,
+                                  a->y, a->rows, g_stream, &g_err));
         return;
     }
     if (a->route == 5 || a->route == 6) {

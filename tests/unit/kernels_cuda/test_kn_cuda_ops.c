@@ -1805,47 +1805,55 @@ static void test_gemm_small_fp8(void)
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
         struct fp8_weight f;
         fp8_weight_make(&f, rows, cols, (int32_t)shapes[si][2], (int32_t)shapes[si][3]);
-        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-            const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
-            float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
-            float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
-            fp8_x_make(x, xr, n, cols, ldx);
-            kn_sgemm_nt(n, rows, cols, xr, cols, f.wf, cols, 0.0f, ref, rows);
-            float *x_d = ct_upload(x, sizeof(float) * n * ldx), *y_d = ct_dmalloc(sizeof(float) * n * ldy);
-            void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(n * cols));
-            float *xs_d = ct_dmalloc(sizeof(float) * (size_t)n);
-            CHECK(kn_cuda_x_f16_scaled_ok(cols, ldx));
-            OK(kn_cuda_x_f16_scaled(n, cols, x_d, ldx, xh_d, xs_d, 0, &err));
-            if (ni == 0 || n == 16) check_x_f16(xh_d, xs_d, xr, n, cols);
-            CHECK(kn_cuda_gemm_small_fp8_ok(n, rows, cols, f.bsr, f.bsc));
-            const size_t wsb = kn_cuda_gemm_small_fp8_ws(n, rows, cols);
-            void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
-            OK(kn_cuda_gemm_small_fp8(n, rows, cols, xh_d, xs_d, f.q_d, f.sc_d, f.bsr, f.bsc, y_d, ldy, ws_d,
-                                      wsb, 0, &err));
-            float *got = dl_f32(y_d, n * ldy);
-            int untouched = 1;
-            for (int64_t j = 0; j < n; j++) {
-                memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
-                for (int64_t r = rows; j + 1 < n && r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
+        /* fi 1 / 2: the shapes of 300 rows or more again with the split forced to 1 and 8 (one CTA per 128
+         * rows over the whole width where its activations fit in shared memory; a cluster of 8) */
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int fi = 0; fi < (rows >= 300 ? 3 : 1); fi++) {
+                const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
+                float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+                float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
+                fp8_x_make(x, xr, n, cols, ldx);
+                kn_sgemm_nt(n, rows, cols, xr, cols, f.wf, cols, 0.0f, ref, rows);
+                float *x_d = ct_upload(x, sizeof(float) * n * ldx),
+                      *y_d = ct_dmalloc(sizeof(float) * n * ldy);
+                void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(n * cols));
+                float *xs_d = ct_dmalloc(sizeof(float) * (size_t)n);
+                CHECK(kn_cuda_x_f16_scaled_ok(cols, ldx));
+                OK(kn_cuda_x_f16_scaled(n, cols, x_d, ldx, xh_d, xs_d, 0, &err));
+                if (fi == 0 && (ni == 0 || n == 16)) check_x_f16(xh_d, xs_d, xr, n, cols);
+                CHECK(kn_cuda_gemm_small_fp8_ok(n, rows, cols, ldx, f.bsr, f.bsc));
+                if (fi) knob_setenv("KN_CUDA_GEMM_FP8_KS", fi == 1 ? "1" : "8", 1);
+                /* fi 0 on odd n: the rows converted before (xh / xs); else converted inside */
+                OK(kn_cuda_gemm_small_fp8(n, rows, cols, fi || n % 2 == 0 ? x_d : NULL, ldx,
+                                          fi || n % 2 == 0 ? NULL : xh_d, xs_d, f.q_d, f.sc_d, f.bsr, f.bsc,
+                                          y_d, ldy, 0, &err));
+                if (fi) knob_unsetenv("KN_CUDA_GEMM_FP8_KS");
+                float *got = dl_f32(y_d, n * ldy);
+                int untouched = 1;
+                for (int64_t j = 0; j < n; j++) {
+                    memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+                    for (int64_t r = rows; j + 1 < n && r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
+                }
+                /* each activation row against its own reference: their magnitudes differ by 10^8 */
+                for (int64_t j = 0; j < n; j++) {
+                    char what[128];
+                    snprintf(what, sizeof what,
+                             "small fp8 %lld x %lld (blocks %lld x %lld), n %lld, row %lld", (long long)rows,
+                             (long long)cols, (long long)f.bsr, (long long)f.bsc, (long long)n, (long long)j);
+                    double mx = 0, rel = ct_rel_err(g2 + j * rows, ref + j * rows, rows, &mx);
+                    CHECK_MSG(rel <= 1e-5, "%s: rel err %.3g (max abs %.3g)", what, rel, mx);
+                }
+                CHECK_MSG(untouched, "small fp8 %lld x %lld n %lld: wrote past its rows", (long long)rows,
+                          (long long)cols, (long long)n);
+                free(x), free(xr), free(ref), free(g2), free(got);
+                cudaFree(x_d), cudaFree(y_d), cudaFree(xh_d), cudaFree(xs_d);
             }
-            /* each activation row against its own reference: their magnitudes differ by 10^8 */
-            for (int64_t j = 0; j < n; j++) {
-                char what[128];
-                snprintf(what, sizeof what, "small fp8 %lld x %lld (blocks %lld x %lld), n %lld, row %lld",
-                         (long long)rows, (long long)cols, (long long)f.bsr, (long long)f.bsc, (long long)n,
-                         (long long)j);
-                double mx = 0, rel = ct_rel_err(g2 + j * rows, ref + j * rows, rows, &mx);
-                CHECK_MSG(rel <= 1e-5, "%s: rel err %.3g (max abs %.3g)", what, rel, mx);
-            }
-            CHECK_MSG(untouched, "small fp8 %lld x %lld n %lld: wrote past its rows", (long long)rows,
-                      (long long)cols, (long long)n);
-            free(x), free(xr), free(ref), free(g2), free(got);
-            cudaFree(x_d), cudaFree(y_d), cudaFree(xh_d), cudaFree(xs_d), cudaFree(ws_d);
-        }
         fp8_weight_free(&f);
     }
-    printf("  %-28s n 1-16, 5 shapes, rows 1e-3..3e5: each row within 1e-5 of the f32 CPU product\n",
-           "small fp8");
+    printf(
+        "  %-28s n 1-16, 5 shapes, splits 1 / 8 forced, rows 1e-3..3e5: each row within 1e-5 of the f32 CPU "
+        "product\n",
+        "small fp8");
     /* rows wider than the register path (8192 columns): the two-pass loop */
     {
         const int64_t n = 2, cols = 8256;
@@ -1869,12 +1877,16 @@ static void test_gemm_small_fp8(void)
         cudaFree(z_d), cudaFree(xs_d), cudaFree(xh_d);
     }
     struct mm_err e2 = {0};
-    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 96, 128, 128)); /* cols not a multiple of 64 */
-    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 128, 128, 32)); /* scale block narrower than a load */
-    CHECK(!kn_cuda_gemm_small_fp8_ok(17, 64, 128, 128, 128));
+    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 96, 96, 128, 128));  /* cols not a multiple of 64 */
+    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 128, 128, 128, 32)); /* scale block narrower than a load */
+    CHECK(!kn_cuda_gemm_small_fp8_ok(17, 64, 128, 128, 128, 128));
+    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 128, 130, 128, 128)); /* ldx not a multiple of 4 */
     CHECK(!kn_cuda_x_f16_scaled_ok(6, 8));
-    CHECK(kn_cuda_gemm_small_fp8(1, 4, 96, (const void *)16, (const float *)16, (const uint8_t *)16,
-                                 (const float *)16, 128, 128, (float *)16, 4, NULL, 0, 0, &e2) == MM_INVALID);
+    CHECK(kn_cuda_gemm_small_fp8(1, 4, 96, (const float *)16, 96, NULL, NULL, (const uint8_t *)16,
+                                 (const float *)16, 128, 128, (float *)16, 4, 0, &e2) == MM_INVALID);
+    CHECK(kn_cuda_gemm_small_fp8(1, 4, 128, NULL, 128, (const void *)16, NULL, (const uint8_t *)16,
+                                 (const float *)16, 128, 128, (float *)16, 4, 0,
+                                 &e2) == MM_INVALID); /* no xs */
     CHECK(kn_cuda_x_f16_scaled(1, 6, (const float *)16, 8, (void *)16, (float *)16, 0, &e2) == MM_INVALID);
 }
 
