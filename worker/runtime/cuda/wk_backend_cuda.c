@@ -1346,16 +1346,16 @@ static void ex_linear_multi(void *ctx, const void *args)
     }
     /* FP8 weights on the tensor cores: the rows converted once for all of them (one width; a single one
      * converts inside its product) */
-    int32_t n_tc = 0;
-    for (int32_t i = 0; i < a->n_w; i++)
-        n_tc += !grouped[i] && fp8_tc_takes(c, a->w[i], a->n, a->x, a->w[i]->cols) &&
-                a->w[i]->cols == a->w[0]->cols;
+    int32_t n_tc = 0, tc[WK_LINEAR_MULTI_MAX] = {0};
+    for (int32_t i = 0; c->multi && i < a->n_w; i++)
+        n_tc += tc[i] = !grouped[i] && a->w[i]->cols == a->w[0]->cols &&
+                        fp8_tc_takes(c, a->w[i], a->n, a->x, a->w[i]->cols);
     const void *xh = NULL;
     const float *xs = NULL;
-    if (c->multi && n_tc >= 2 && !(xh = x_f16_of(c, a->x, a->w[0]->cols, a->n, a->w[0]->cols, &xs))) return;
+    if (n_tc >= 2 && !(xh = x_f16_of(c, a->x, a->w[0]->cols, a->n, a->w[0]->cols, &xs))) return;
     for (int32_t i = 0; xh && i < a->n_w; i++) {
         const struct wk_weight *w = a->w[i];
-        if (grouped[i] || !fp8_tc_takes(c, w, a->n, a->x, w->cols) || w->cols != a->w[0]->cols) continue;
+        if (!tc[i]) continue;
         if (kn_cuda_gemm_small_fp8(a->n, w->rows, w->cols, NULL, w->cols, xh, xs, w->fp8, w->fscale,
                                    w->bs_rows, w->bs_cols, a->y[i], w->rows, ST, &e__))
             fail(c, &e__, "linear (fp8, tensor cores)");
