@@ -2544,8 +2544,9 @@ static void run_fp8w(void *p, int it)
         return;
     }
     if (a->route == 7) {
-        KC(kn_cuda_gemm_small_fp8(a->n, a->rows, a->cols, a->x, a->cols, NULL, NULL, w, a->scale, 128, 128,
-                                  a->y, a->rows, g_stream, &g_err));
+        KC(kn_cuda_x_f16_scaled(a->n, a->cols, a->x, a->cols, a->xh, a->xs, g_stream, &g_err));
+        KC(kn_cuda_gemm_small_fp8(a->n, a->rows, a->cols, a->xh, a->xs, w, a->scale, 128, 128, a->y, a->rows,
+                                  a->ws, a->ws_bytes, g_stream, &g_err));
         return;
     }
     if (a->route == 5 || a->route == 6) {
@@ -2628,7 +2629,26 @@ static void bench_fp8w(void)
                         knob_unsetenv("KN_CUDA_GEMM_FP8_KS");
                     }
                 }
-                if (r == 3 && a.n <= 2) { /* the forced plans */
+                if (r == 3 && a.n <= 8) { /* the bulk-copy route (opt-in) */
+                    knob_setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
+                    time_emit_stream("fp8 gemv bulk", cfg, run_fp8w, &a, (double)a.set_bytes,
+                                     g_quick ? 5 : 30, 20, 0);
+                    static const char *const fb[][3] = {
+                        {"KN_CUDA_GEMV_FP8_BULK_CFG", "1", "fp8 gemv bulk512"},
+                        {"KN_CUDA_GEMV_FP8_BULK_CFG", "2", "fp8 gemv bulk2048"},
+                        {"KN_CUDA_GEMV_FP8_BULK_KS", "1", "fp8 gemv bulk ks1"},
+                        {"KN_CUDA_GEMV_FP8_BULK_KS", "2", "fp8 gemv bulk ks2"},
+                        {"KN_CUDA_GEMV_FP8_BULK_KS", "4", "fp8 gemv bulk ks4"}};
+                    /* the bulk route's other stage shapes, and its forced splits */
+                    for (int f = 0; f < 5 && a.n <= 2; f++) {
+                        knob_setenv(fb[f][0], fb[f][1], 1);
+                        time_emit_stream(fb[f][2], cfg, run_fp8w, &a, (double)a.set_bytes, g_quick ? 5 : 30,
+                                         20, 0);
+                        knob_unsetenv(fb[f][0]);
+                    }
+                    knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
+                }
+                if (r == 3 && a.n <= 2) { /* the CUDA-core kernel's forced plans */
                     static const char *const fr[][3] = {
                         {"8", "1", "fp8 gemv R8"}, {"4", "1", "fp8 gemv R4"}, {"8", "2", "fp8 gemv R8 ks2"}};
                     for (int f = 0; f < 3; f++) {
@@ -2642,16 +2662,19 @@ static void bench_fp8w(void)
                 }
             }
     /* MoE decode pairs at M3's expert shape (128 experts of 6144 x 3072): gate + up of 8 pairs (2 tokens x
-     * top-4), each pair its own expert, over rotated sets of expert tables */
-    {
+     * top-4), each pair its own expert, over rotated sets of expert tables; FP8 through the CUDA cores and
+     * the bulk route; then the down products' shape (3072 wide) */
+    for (int sh = 0; sh < 2; sh++) {
         const int32_t E = 128;
-        const int64_t rows = 3072, cols = 6144, pairs = 8;
+        const int64_t rows = sh ? 6144 : 3072, cols = sh ? 3072 : 6144, pairs = 8;
         int32_t ids[8];
         for (int i = 0; i < 8; i++) ids[i] = i * 13 % E;
         a.ids = (const int32_t *)dmalloc(sizeof ids);
         CK(cudaMemcpy((void *)a.ids, ids, sizeof ids, cudaMemcpyHostToDevice));
         a.E = E, a.rows = rows, a.cols = cols, a.n = pairs;
-        for (int r = 5; r <= 6; r++) {
+        for (int ri = 0; ri < 3; ri++) {
+            const int r = ri == 0 ? 5 : 6;
+            if (ri == 2) knob_setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
             const size_t eb = (size_t)(rows * cols) * (r == 5 ? 2 : 1); /* one expert weight */
             /* sets of 2E experts laid out over the pool; experts past it wrap (only 16 are read per set) */
             const int32_t n_sets = 8;
@@ -2670,8 +2693,11 @@ static void bench_fp8w(void)
             else
                 a.tab8 = tab;
             a.route = r, a.n_sets = n_sets;
-            time_emit_stream(r == 5 ? "experts bf16" : "experts fp8", "gate + up 8 pairs, 3072 x 6144",
+            static const char *const en[] = {"experts bf16", "experts fp8", "experts fp8 bulk"};
+            time_emit_stream(en[ri],
+                             sh ? "both tables 8 pairs, 6144 x 3072" : "gate + up 8 pairs, 3072 x 6144",
                              run_fp8w, &a, (double)(2 * pairs) * (double)eb, g_quick ? 5 : 30, 20, 0);
+            knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
             cudaFree(tab), cudaFree((void *)a.stab);
             free(h), free(hs);
         }

@@ -454,6 +454,11 @@ int32_t kn_cuda_gemv_fp8(int64_t n, int64_t rows, int64_t cols, const float *x, 
 /** Whether kn_cuda_gemv_fp8 takes these shapes: 1 <= n <= KN_GEMV_FP8_MAX_N, cols a multiple of 16, ldx >=
  * cols and a multiple of 4, bs_rows >= 1, bs_cols a multiple of 16. */
 int kn_cuda_gemv_fp8_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
+/** Whether kn_cuda_gemv_fp8, kn_cuda_gemv_fp8_multi and kn_cuda_gemv_experts_fp8 (n = 1) take the tensor-core
+ * route fed by bulk copies (kn_gemv_fp8_bulk.cu) for these shapes: only with KN_CUDA_GEMV_FP8_BULK=1 (opt-in:
+ * measured slower than the CUDA-core kernels), n <= 8, cols and bs_cols multiples of 64. The other shapes
+ * take the CUDA-core kernels (same arithmetic up to the order of f32 sums). */
+int kn_cuda_gemv_fp8_bulk_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
 /** kn_cuda_gemv_fp8 for n_w (<= KN_GEMV_MULTI_MAX) FP8 weights w[i] [rows[i]][cols] (scales scale[i], one
  * scale block for all) that read the same x, 1-4 activation rows, in one launch: y[i] [n][rows[i]] (row
  * stride rows[i]); 4 weight rows per CTA and no inner split, so the sums' order may differ from one call's.
@@ -482,27 +487,25 @@ int32_t kn_cuda_dequant_fp8_experts(int32_t n_sets, int32_t n_exp, const int32_t
                                     cudaStream_t stream, struct mm_err *err);
 /** cols a multiple of 16, bs_cols a multiple of 16, bs_rows >= 1. */
 int kn_cuda_dequant_fp8_experts_ok(int64_t rows, int64_t cols, int32_t bs_rows, int32_t bs_cols);
-/** Activation rows for the FP8 tensor-core expert products (kn_gemm_small_fp8.cu): xh [n][cols] (f16,
- * contiguous) = bf16(x) * 2^k_i and xs[i] = 2^-k_i, k_i per row so that its largest |value| lies in [2^14,
- * 2^15) (exact but for values under 2^-28 of the row's largest). Needs kn_cuda_x_f16_scaled_ok, x 16-byte
- * aligned. */
+/** Activation rows for the FP8 tensor-core products (kn_gemm_small_fp8.cu): xh [n][cols] (f16, contiguous) =
+ * bf16(x) * 2^k_i and xs[i] = 2^-k_i, k_i per row so that its largest |value| lies in [2^14, 2^15) (exact
+ * but for values under 2^-28 of the row's largest). Needs kn_cuda_x_f16_scaled_ok, x 16-byte aligned. */
 int32_t kn_cuda_x_f16_scaled(int64_t n, int64_t cols, const float *x, int64_t ldx, void *xh, float *xs,
                              cudaStream_t stream, struct mm_err *err);
 /** cols a multiple of 4, ldx >= cols and a multiple of 4. */
 int kn_cuda_x_f16_scaled_ok(int64_t cols, int64_t ldx);
-/** Decode-sized product with an FP8-E4M3 weight as stored, on the tensor cores (kn_gemm_small_fp8.cu, one
- * launch): y[n][rows] (row stride ldy) = bf16(x[n][cols]) . (W * scale)^T; W and scale as kn_cuda_gemv_fp8's;
- * arithmetic as kn_cuda_gemv_fp8's up to the order of f32 sums. x: f32 rows (16-byte aligned, row stride
- * ldx), or NULL and xh / xs: the same rows from kn_cuda_x_f16_scaled (for several products of one x). W
- * 16-byte aligned. */
-int32_t kn_cuda_gemm_small_fp8(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
-                               const void *xh, const float *xs, const uint8_t *w, const float *scale,
-                               int32_t bs_rows, int32_t bs_cols, float *y, int64_t ldy, cudaStream_t stream,
+/** Decode-sized product with an FP8-E4M3 weight as stored, on the tensor cores: y[n][rows] (row stride ldy)
+ * = x . (W * scale)^T for x given as kn_cuda_x_f16_scaled's xh / xs (n rows); W and scale as
+ * kn_cuda_gemv_fp8's; arithmetic as kn_cuda_gemv_fp8's up to the order of f32 sums. ws: at least
+ * kn_cuda_gemm_small_fp8_ws bytes (the partial sums of an inner-dimension split). xh and W 16-byte aligned.
+ */
+int32_t kn_cuda_gemm_small_fp8(int64_t n, int64_t rows, int64_t cols, const void *xh, const float *xs,
+                               const uint8_t *w, const float *scale, int32_t bs_rows, int32_t bs_cols,
+                               float *y, int64_t ldy, void *ws, size_t ws_bytes, cudaStream_t stream,
                                struct mm_err *err);
-/** Whether kn_cuda_gemm_small_fp8 takes these shapes: 1 <= n <= 16, cols and bs_cols multiples of 64, ldx >=
- * cols and a multiple of 4. */
-int kn_cuda_gemm_small_fp8_ok(int64_t n, int64_t rows, int64_t cols, int64_t ldx, int32_t bs_rows,
-                              int32_t bs_cols);
+/** Whether kn_cuda_gemm_small_fp8 takes these shapes: 1 <= n <= 16, cols and bs_cols multiples of 64. */
+int kn_cuda_gemm_small_fp8_ok(int64_t n, int64_t rows, int64_t cols, int32_t bs_rows, int32_t bs_cols);
+size_t kn_cuda_gemm_small_fp8_ws(int64_t n, int64_t rows, int64_t cols);
 /** kn_cuda_gemm_small_experts_bf16 with FP8 expert weights (tables w_a / s_a, w_b / s_b as
  * kn_cuda_gemv_experts_fp8's) and the sorted activation rows given as kn_cuda_x_f16_scaled's xh / xs
  * (row stride cols); arithmetic as kn_cuda_gemm_small_fp8's. */

@@ -7,8 +7,7 @@
  * bytes written and read again): FP8 weights made batch-16 decode 46 % slower than bf16 copies (v69). Here
  * the weight goes to the tensor cores as it is: e4m3 -> f16 is one exact conversion per two weights (every
  * e4m3 value is an f16), and the mma's f16 B operand is the activation row rounded to bf16 and scaled by a
- * power of two (per row and inner-dimension slice, inside the product; kn_cuda_x_f16_scaled for the expert
- * products' rows) so that it fits f16's range: a bf16 value times a power of two is an
+ * power of two (kn_cuda_x_f16_scaled) so that it fits f16's range: a bf16 value times a power of two is an
  * f16 value as long as it is not below f16's normal range, and the scale puts the row's largest value in
  * [2^14, 2^15), so only values under 2^-28 of the row's largest lose bits. The products W_e4m3 * x are then
  * exact, summed in f32 per 64-wide block of one weight-scale block, and each scale block's sum times its
@@ -21,31 +20,16 @@
  * permuted the same way for both operands (step s takes physical k 16 tig + 4 s .. + 3 as the logical k 2
  * tig, 2 tig + 1, 2 tig + 8, 2 tig + 9), which a dot product allows. kn_gemm_small.cu's row route: a CTA of 8
  * warps takes 128 weight rows over a slice of the inner dimension whose activations are staged once in shared
- * memory in that order; the CTAs of a k split form a cluster and add their sums through distributed shared
- * memory (no workspace, one launch). The expert route is kn_gemm_small.cu's: a CTA per 16 rows of one expert,
- * its warps splitting the inner dimension, the weights re-read for every 16 of the expert's activation rows.
- */
+ * memory in that order; a k split over CTAs adds its partial sums through the workspace (kn_ksplit_sum). The
+ * expert route is kn_gemm_small.cu's: a CTA per 16 rows of one expert, its warps splitting the inner
+ * dimension, the weights re-read for every 16 of the expert's activation rows. */
+#include "kn_gemm_fp8.cuh"
 #include "kn_gemm_small.cuh"
 #include "kn_gemv.cuh"
 
 #include <cuda_fp16.h>
-#include <pthread.h>
 
-#define G8_BLOCK 64 /* k values per 16-byte load of a weight row */
 #define G8_SMEM_MAX (64 << 10)
-
-/* 2^k as an f32, k in [-126, 127] */
-__device__ __forceinline__ float g8_pow2(int k)
-{
-    return __int_as_float((127 + k) << 23);
-}
-
-/* The exponent k that puts a row's largest |value| m in [2^14, 2^15); 0 for a row of zeros or one with an
- * infinity or NaN (those propagate as in the bf16 route) */
-__device__ __forceinline__ int g8_exp(float m)
-{
-    return m > 0.0f && m <= 3.0e38f ? max(-126, min(126, 14 - ilogbf(m))) : 0;
-}
 
 /* One row of x per CTA: the largest |bf16(x)| of the row, then the row rounded to bf16, times 2^k, as f16.
  * C > 0: the row (at most C float4 per thread) is loaded once, all loads in flight together, and kept in
@@ -84,7 +68,9 @@ __global__ void __launch_bounds__(256) k_x_f16_scaled(const float *__restrict__ 
     m = wmax[0];
 #pragma unroll
     for (int w = 1; w < 8; w++) m = fmaxf(m, wmax[w]);
-    const int k = g8_exp(m);
+    /* a row of zeros or with an infinity keeps its scale (an inf or NaN propagates as in the bf16 route) */
+    int k = 0;
+    if (m > 0.0f && m <= 3.0e38f) k = max(-126, min(126, 14 - ilogbf(m)));
     const float s = g8_pow2(k);
     __half2 *out = xh + (int64_t)blockIdx.x * (cols / 2);
     if (C > 0) {
@@ -105,276 +91,100 @@ __global__ void __launch_bounds__(256) k_x_f16_scaled(const float *__restrict__ 
     if (threadIdx.x == 0) xs[blockIdx.x] = g8_pow2(-k);
 }
 
-/* Step s's A fragment from a lane's 16 e4m3 of row gid (a) and row gid + 8 (b): physical k 4 s .. 4 s + 3 */
-__device__ __forceinline__ void g8_afrag(uint32_t (&af)[4], uint32_t a, uint32_t b)
-{
-    af[0] = kn_e4m3x2_to_f16x2((uint16_t)(a & 0xffffu));
-    af[1] = kn_e4m3x2_to_f16x2((uint16_t)(b & 0xffffu));
-    af[2] = kn_e4m3x2_to_f16x2((uint16_t)(a >> 16));
-    af[3] = kn_e4m3x2_to_f16x2((uint16_t)(b >> 16));
-}
-
-/* One 64-wide k block of NT activation tiles: bx[t][h] is the lane's 8 f16 activations of token 8 t + gid at
- * physical k 16 tig + 8 h .. + 7 */
-template <int NT>
-__device__ __forceinline__ void g8_block(float (&acc)[NT][4], uint4 a0, uint4 a8, const uint4 (&bx)[NT][2])
-{
-    const uint32_t wa[4] = {a0.x, a0.y, a0.z, a0.w}, wb[4] = {a8.x, a8.y, a8.z, a8.w};
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        uint32_t af[4];
-        g8_afrag(af, wa[s], wb[s]);
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const uint4 v = bx[t][s >> 1];
-            const uint32_t b[2] = {(s & 1) ? v.z : v.x, (s & 1) ? v.w : v.y};
-            kn_mma_f16(acc[t], af, b);
-        }
-    }
-}
-
-/* The end of a weight-scale block: its sums times the scales of rows gid (sa) and gid + 8 (sb) into acc */
-template <int NT>
-__device__ __forceinline__ void g8_flush(float (&acc)[NT][4], float (&blk)[NT][4], float sa, float sb)
-{
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        acc[t][0] = fmaf(blk[t][0], sa, acc[t][0]), acc[t][1] = fmaf(blk[t][1], sa, acc[t][1]);
-        acc[t][2] = fmaf(blk[t][2], sb, acc[t][2]), acc[t][3] = fmaf(blk[t][3], sb, acc[t][3]);
-#pragma unroll
-        for (int e = 0; e < 4; e++) blk[t][e] = 0.0f;
-    }
-}
-
-/* The row route in one launch: 8 warps x 16 weight rows over inner-dimension slice blockIdx.y (kspan wide).
- * The CTA first stages its slice of the activation rows rounded to bf16 in shared memory as [64-wide
- * block][tile][half][lane] uint4, taking each row's largest |value| on the way, then scales each row by its
- * 2^k into f16 in place: the scale is per (row, slice), as exact as one per row, x is read once, and no
- * conversion launch runs before (the first one-launch version read the slice twice, for the maxima and the
- * staging: 8192 x 6144 at 16 rows 48 against 36 us with a conversion launch, v72). Or, given xh / xs
- * (kn_cuda_x_f16_scaled's rows, converted once for the several products of one x, as q / k / v), the slice
- * is staged from them as it is. The ks CTAs of a split
- * form a cluster; each puts its sums (times each row's 2^-k) in a shared tile, and CTA z adds the outputs e =
- * z mod ks of all ks tiles in rank order through distributed shared memory (no workspace, no second launch,
- * the same result whatever the timing). */
-#define G8_ROWS (GS_WARPS * GS_ROWS)
-#define G8_KS_MAX 8 /* a portable cluster */
-
+/* The row route: 8 warps x 16 weight rows over inner-dimension slice blockIdx.y (kspan wide) whose
+ * activations are staged in shared memory as [64-wide block][tile][half][lane] uint4. Output: this CTA's
+ * sums, times each token's 2^-k, to dst + blockIdx.y * slice (the workspace of a k split, or y). */
 template <int NT, int PIPE>
 __global__ void __launch_bounds__(GS_WARPS * 32, 2)
-    k_gemm_rows_fp8(const float *__restrict__ x, int64_t ldx, const __half *__restrict__ xh,
-                    const float *__restrict__ xs, int32_t n, const uint8_t *__restrict__ w,
-                    const float *__restrict__ scale, int32_t bs_rows, int32_t bs_cols, int64_t rows,
-                    int64_t cols, int32_t kspan, float *__restrict__ y, int64_t ldy)
+    k_gemm_rows_fp8(const __half *__restrict__ xh, const float *__restrict__ xs, int32_t n,
+                    const uint8_t *__restrict__ w, const float *__restrict__ scale, int32_t bs_rows,
+                    int32_t bs_cols, int64_t rows, int64_t cols, int32_t kspan, float *__restrict__ dst,
+                    int64_t ld, int64_t slice)
 {
     kn_chain_entry();
     extern __shared__ uint4 g8_xs[];
-    __shared__ float up[16], dn[16];
-    __shared__ float tile[G8_ROWS * NT * 8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-    const int32_t ks = (int32_t)gridDim.y;
     const int64_t kb = (int64_t)blockIdx.y * kspan;
     const int blocks = kspan / G8_BLOCK;
-    if (xh) { /* rows converted before (kn_cuda_x_f16_scaled, shared by the products of one x) */
-        if (threadIdx.x < n) dn[threadIdx.x] = __ldg(xs + threadIdx.x);
+    /* unrolled: several of these L2 loads in flight per thread */
 #pragma unroll 4
-        for (int e = threadIdx.x; e < blocks * NT * 64; e += GS_WARPS * 32) {
-            const int l = e & 31, h = (e >> 5) & 1, t = (e >> 6) % NT, j = e / (64 * NT),
-                      tok = 8 * t + (l >> 2);
-            const int64_t k = kb + G8_BLOCK * j + 16 * (l & 3) + 8 * h;
-            g8_xs[e] = tok < n ? __ldg(reinterpret_cast<const uint4 *>(xh + tok * cols + k))
-                               : make_uint4(0, 0, 0, 0);
-        }
-        __syncthreads();
-    } else {
-        /* one read of the slice: rounded to bf16 into the staging layout, each row's largest |value| on the
-         * way (the 4 lanes of a row's 8-value groups combined first, then one shared atomic per group of 4)
-         */
-        __shared__ unsigned tmax[16];
-        if (threadIdx.x < 16) tmax[threadIdx.x] = 0u;
-        __syncthreads();
-#pragma unroll 4
-        for (int e = threadIdx.x; e < blocks * NT * 64; e += GS_WARPS * 32) {
-            const int l = e & 31, h = (e >> 5) & 1, t = (e >> 6) % NT, j = e / (64 * NT),
-                      tok = 8 * t + (l >> 2);
-            uint4 v = make_uint4(0u, 0u, 0u, 0u);
-            float m = 0.0f;
-            if (tok < n) {
-                const float *src = x + tok * ldx + kb + G8_BLOCK * j + 16 * (l & 3) + 8 * h;
-                const float4 p = __ldg(reinterpret_cast<const float4 *>(src));
-                const float4 q = __ldg(reinterpret_cast<const float4 *>(src + 4));
-                v = make_uint4(kn_pack_bf16(p.x, p.y), kn_pack_bf16(p.z, p.w), kn_pack_bf16(q.x, q.y),
-                               kn_pack_bf16(q.z, q.w));
-                const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    m = fmaxf(m, fmaxf(fabsf(kn_bf16_lo(u[i])), fabsf(kn_bf16_hi(u[i]))));
-            }
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-            if (tok < n && (l & 3) == 0) atomicMax(&tmax[tok], __float_as_uint(m));
-            g8_xs[e] = v;
-        }
-        __syncthreads();
-        if (threadIdx.x < n) {
-            const int k = g8_exp(__uint_as_float(tmax[threadIdx.x]));
-            up[threadIdx.x] = g8_pow2(k), dn[threadIdx.x] = g8_pow2(-k);
-        }
-        __syncthreads();
-        /* in place: each thread's own entries, bf16 -> times 2^k -> f16 */
-#pragma unroll 4
-        for (int e = threadIdx.x; e < blocks * NT * 64; e += GS_WARPS * 32) {
-            const int l = e & 31, t = (e >> 6) % NT, tok = 8 * t + (l >> 2);
-            if (tok >= n) continue;
-            const uint4 v = g8_xs[e];
-            const float s = up[tok];
-            g8_xs[e] = make_uint4(kn_pack_f16(kn_bf16_lo(v.x) * s, kn_bf16_hi(v.x) * s),
-                                  kn_pack_f16(kn_bf16_lo(v.y) * s, kn_bf16_hi(v.y) * s),
-                                  kn_pack_f16(kn_bf16_lo(v.z) * s, kn_bf16_hi(v.z) * s),
-                                  kn_pack_f16(kn_bf16_lo(v.w) * s, kn_bf16_hi(v.w) * s));
-        }
-        __syncthreads();
+    for (int e = threadIdx.x; e < blocks * NT * 64; e += GS_WARPS * 32) {
+        const int l = e & 31, h = (e >> 5) & 1, t = (e >> 6) % NT, j = e / (64 * NT), tok = 8 * t + (l >> 2);
+        const int64_t k = kb + G8_BLOCK * j + 16 * (l & 3) + 8 * h;
+        g8_xs[e] =
+            tok < n ? __ldg(reinterpret_cast<const uint4 *>(xh + tok * cols + k)) : make_uint4(0, 0, 0, 0);
     }
-    const int64_t rc = (int64_t)blockIdx.x * G8_ROWS, r0 = rc + (int64_t)warp * GS_ROWS;
+    __syncthreads();
+    const int64_t r0 = (int64_t)blockIdx.x * (GS_WARPS * GS_ROWS) + (int64_t)warp * GS_ROWS;
+    if (r0 >= rows) return; /* no barrier follows */
     const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
     const int64_t scols = (cols + bs_cols - 1) / bs_cols;
     const float *sa = scale + (ra ? (r0 + gid) / bs_rows : 0) * scols;
     const float *sb = scale + (rb ? (r0 + gid + 8) / bs_rows : 0) * scols;
+    const uint4 *wa = reinterpret_cast<const uint4 *>(w + (r0 + gid) * cols + kb) + tig;
+    const uint4 *wb = reinterpret_cast<const uint4 *>(w + (r0 + gid + 8) * cols + kb) + tig;
     float acc[NT][4], blk[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[t][e] = 0.0f, blk[t][e] = 0.0f;
-    if (r0 < rows) { /* a warp past the rows still takes part in the cluster's sums */
-        const uint4 *wa = reinterpret_cast<const uint4 *>(w + (ra ? r0 + gid : 0) * cols + kb) + tig;
-        const uint4 *wb = reinterpret_cast<const uint4 *>(w + (rb ? r0 + gid + 8 : 0) * cols + kb) + tig;
-        gs_stream<PIPE>(blocks, wa, wb, ra, rb, [&](int j, uint4 a0, uint4 a8) {
-            uint4 bx[NT][2];
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) bx[t][h] = g8_xs[((j * NT + t) * 2 + h) * 32 + lane];
-            g8_block<NT>(blk, a0, a8, bx);
-            const int64_t c = kb + G8_BLOCK * j;
-            if (j + 1 == blocks || (c + G8_BLOCK) % bs_cols == 0)
-                g8_flush<NT>(acc, blk, __ldg(sa + c / bs_cols), __ldg(sb + c / bs_cols));
-        });
-    }
-    /* acc[t][0..1]: row gid, tokens 8t + 2tig (+1); acc[t][2..3]: row gid + 8 */
-    if (ks == 1) {
+    gs_stream<PIPE>(blocks, wa, wb, ra, rb, [&](int j, uint4 a0, uint4 a8) {
+        uint4 bx[NT][2];
 #pragma unroll
         for (int t = 0; t < NT; t++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int tok = 8 * t + 2 * tig + h;
-                if (tok >= n) continue;
-                if (ra) y[tok * ldy + r0 + gid] = acc[t][h] * dn[tok];
-                if (rb) y[tok * ldy + r0 + gid + 8] = acc[t][2 + h] * dn[tok];
-            }
-        return;
-    }
-    constexpr int TW = NT * 8; /* tokens per tile row */
+            for (int h = 0; h < 2; h++) bx[t][h] = g8_xs[((j * NT + t) * 2 + h) * 32 + lane];
+        g8_block<NT>(blk, a0, a8, bx);
+        const int64_t c = kb + G8_BLOCK * j;
+        if (j + 1 == blocks || (c + G8_BLOCK) % bs_cols == 0)
+            g8_flush<NT>(acc, blk, __ldg(sa + c / bs_cols), __ldg(sb + c / bs_cols));
+    });
+    float *out = dst + (int64_t)blockIdx.y * slice;
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int tok = 8 * t + 2 * tig + h, rl = warp * GS_ROWS + gid;
-            const float u = tok < n ? dn[tok] : 0.0f;
-            tile[rl * TW + tok] = acc[t][h] * u;
-            tile[(rl + 8) * TW + tok] = acc[t][2 + h] * u;
+            const int tok = 8 * t + 2 * tig + h;
+            if (tok >= n) continue;
+            const float u = __ldg(xs + tok);
+            if (ra) out[tok * ld + r0 + gid] = acc[t][h] * u;
+            if (rb) out[tok * ld + r0 + gid + 8] = acc[t][2 + h] * u;
         }
-    kn_cluster_sync();
-    const int z = (int)kn_cluster_rank();
-    for (int e = z + ks * (int)threadIdx.x; e < G8_ROWS * TW; e += ks * GS_WARPS * 32) {
-        const int r = e / TW, tok = e % TW;
-        if (tok >= n || rc + r >= rows) continue;
-        const uint32_t at = (uint32_t)__cvta_generic_to_shared(&tile[e]);
-        float v = 0.0f;
-        for (int c = 0; c < ks; c++) v += kn_ld_cluster_f32(kn_cluster_map(at, (uint32_t)c));
-        y[tok * ldy + rc + r] = v;
-    }
-    kn_cluster_sync(); /* the peers have read this CTA's tile */
 }
 
-typedef void (*g8_rows_kernel)(const float *, int64_t, const __half *, const float *, int32_t,
-                               const uint8_t *, const float *, int32_t, int32_t, int64_t, int64_t, int32_t,
-                               float *, int64_t);
-
-/* The row route's kernel for n activation rows and a slice of blocks 64-wide blocks: the pipelined loads
- * where a warp has two groups of blocks or more (as the bf16 row route) */
-static g8_rows_kernel g8_kernel(int64_t n, int blocks)
-{
-    return n > 8 ? (blocks >= 2 * GS_GROUP ? k_gemm_rows_fp8<2, 1> : k_gemm_rows_fp8<2, 0>)
-                 : (blocks >= 2 * GS_GROUP ? k_gemm_rows_fp8<1, 1> : k_gemm_rows_fp8<1, 0>);
-}
-
-/* CTAs of a split of ks that the device holds at once: co-resident clusters of ks CTAs times ks (asked once
- * per kernel, shared memory size and ks). A grid of clusters that does not fit runs a second, mostly idle
- * wave: 8192 x 6144 at 16 rows, 256 CTAs in clusters of 4, 48 us against 36 for 192 in one wave (v72). */
-static int64_t g8_slots(g8_rows_kernel kern, int smem, int32_t ks)
-{
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static struct {
-        g8_rows_kernel k;
-        int smem;
-        int32_t ks;
-        int64_t slots;
-    } memo[48];
-    static int used;
-    int64_t slots = -1;
-    pthread_mutex_lock(&mu);
-    for (int i = 0; i < used && slots < 0; i++)
-        if (memo[i].k == kern && memo[i].smem == smem && memo[i].ks == ks) slots = memo[i].slots;
-    pthread_mutex_unlock(&mu);
-    if (slots >= 0) return slots;
-    int got = 0;
-    cudaError_t e = kn_smem_attr((const void *)kern, smem);
-    if (e == cudaSuccess && ks == 1) {
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&got, kern, GS_WARPS * 32, (size_t)smem);
-        got *= kn_cuda_sm_count();
-    } else if (e == cudaSuccess) {
-        cudaLaunchConfig_t cfg;
-        cudaLaunchAttribute at;
-        kn_cluster_cfg(&cfg, &at, dim3(1, (unsigned)ks), GS_WARPS * 32, 0, 1, (unsigned)ks);
-        cfg.dynamicSmemBytes = (size_t)smem;
-        e = cudaOccupancyMaxActiveClusters(&got, (const void *)kern, &cfg);
-        got *= ks;
-    }
-    if (e != cudaSuccess) (void)cudaGetLastError(), got = 0;
-    slots = got;
-    pthread_mutex_lock(&mu);
-    if (used < (int)(sizeof memo / sizeof memo[0]))
-        memo[used].k = kern, memo[used].smem = smem, memo[used].ks = ks, memo[used].slots = slots, used++;
-    pthread_mutex_unlock(&mu);
-    return slots;
-}
-
-/* The split of the inner dimension: the largest divisor ks of the 64-wide blocks (at most G8_KS_MAX, a
- * cluster) whose staged activations fit G8_SMEM_MAX and whose grid fits the device in one wave
- * (g8_slots); where none does, the smallest that fits shared memory; 0: none fits (KN_CUDA_GEMM_FP8_KS
+/* The split of the inner dimension: the largest divisor of the 64-wide blocks (at most 64) that keeps the
+ * CTAs within ~2 per SM, then larger while the staged activations exceed G8_SMEM_MAX (KN_CUDA_GEMM_FP8_KS
  * forces a split that divides and fits) */
 static int32_t g8_ksplit(int64_t n, int64_t rows, int64_t cols)
 {
-    const int64_t tiles = kn_cdiv(rows, G8_ROWS), nb = cols / G8_BLOCK, block_bytes = (n > 8 ? 2 : 1) * 1024;
+    const int64_t tiles = kn_cdiv(rows, GS_WARPS * GS_ROWS), want = 2 * (int64_t)kn_cuda_sm_count();
+    const int64_t nb = cols / G8_BLOCK, block_bytes = (n > 8 ? 2 : 1) * 1024;
     const int forced = kn_cuda_knob_int("KN_CUDA_GEMM_FP8_KS", 0); /* benchmark: a forced split */
-    if (forced > 0 && forced <= G8_KS_MAX && nb % forced == 0 && nb / forced * block_bytes <= G8_SMEM_MAX)
-        return forced;
-    int32_t best = 0, first = 0;
-    for (int32_t d = 1; d <= G8_KS_MAX && d <= nb; d++) {
-        if (nb % d || nb / d * block_bytes > G8_SMEM_MAX) continue;
-        if (!first) first = d;
-        const int blocks = (int)(nb / d);
-        if (tiles * d <= g8_slots(g8_kernel(n, blocks), blocks * (int)block_bytes, d)) best = d;
+    if (forced > 0 && nb % forced == 0 && nb / forced * block_bytes <= G8_SMEM_MAX) return forced;
+    int32_t ks = 1;
+    for (int64_t d = 2; d <= nb && d <= 64; d++)
+        if (nb % d == 0 && tiles * d <= want) ks = (int32_t)d;
+    while (nb / ks * block_bytes > G8_SMEM_MAX) {
+        int64_t d = ks + 1;
+        while (d <= nb && nb % d) d++;
+        if (d > nb) return 0;
+        ks = (int32_t)d;
     }
-    return best ? best : first;
+    return ks;
 }
 
-extern "C" int kn_cuda_gemm_small_fp8_ok(int64_t n, int64_t rows, int64_t cols, int64_t ldx, int32_t bs_rows,
+extern "C" int kn_cuda_gemm_small_fp8_ok(int64_t n, int64_t rows, int64_t cols, int32_t bs_rows,
                                          int32_t bs_cols)
 {
-    return n >= 1 && n <= 16 && rows >= 1 && cols > 0 && cols % G8_BLOCK == 0 && ldx >= cols &&
-           ldx % 4 == 0 && bs_rows > 0 && bs_cols > 0 && bs_cols % G8_BLOCK == 0 &&
-           kn_cdiv(rows, G8_ROWS) <= INT32_MAX && g8_ksplit(n, rows, cols);
+    return n >= 1 && n <= 16 && rows >= 1 && cols > 0 && cols % G8_BLOCK == 0 && bs_rows > 0 && bs_cols > 0 &&
+           bs_cols % G8_BLOCK == 0 && kn_cdiv(rows, GS_WARPS * GS_ROWS) <= INT32_MAX &&
+           g8_ksplit(n, rows, cols);
+}
+
+extern "C" size_t kn_cuda_gemm_small_fp8_ws(int64_t n, int64_t rows, int64_t cols)
+{
+    const int32_t ks = g8_ksplit(n, rows, cols);
+    return ks > 1 ? sizeof(float) * (size_t)ks * (size_t)n * (size_t)rows : 0;
 }
 
 extern "C" int kn_cuda_x_f16_scaled_ok(int64_t cols, int64_t ldx)
@@ -399,28 +209,36 @@ extern "C" int32_t kn_cuda_x_f16_scaled(int64_t n, int64_t cols, const float *x,
                          "kn_cuda_x_f16_scaled", err);
 }
 
-extern "C" int32_t kn_cuda_gemm_small_fp8(int64_t n, int64_t rows, int64_t cols, const float *x, int64_t ldx,
-                                          const void *xh, const float *xs, const uint8_t *w,
-                                          const float *scale, int32_t bs_rows, int32_t bs_cols, float *y,
-                                          int64_t ldy, cudaStream_t stream, struct mm_err *err)
+extern "C" int32_t kn_cuda_gemm_small_fp8(int64_t n, int64_t rows, int64_t cols, const void *xh,
+                                          const float *xs, const uint8_t *w, const float *scale,
+                                          int32_t bs_rows, int32_t bs_cols, float *y, int64_t ldy, void *ws,
+                                          size_t ws_bytes, cudaStream_t stream, struct mm_err *err)
 {
-    if (!kn_cuda_gemm_small_fp8_ok(n, rows, cols, xh ? cols : ldx, bs_rows, bs_cols) || ldy < rows ||
-        (xh ? !xs || (uintptr_t)xh % 16 : !x || (uintptr_t)x % 16) || !w || !scale || !y || (uintptr_t)w % 16)
+    const int ok = kn_cuda_gemm_small_fp8_ok(n, rows, cols, bs_rows, bs_cols);
+    const size_t ws_need = ok ? kn_cuda_gemm_small_fp8_ws(n, rows, cols) : 0;
+    if (!ok || ldy < rows || !xh || !xs || !w || !scale || !y || (uintptr_t)xh % 16 || (uintptr_t)w % 16 ||
+        ws_bytes < ws_need || (ws_need && !ws))
         return mm_err_set(err, MM_INVALID,
                           "kn_cuda_gemm_small_fp8: bad arguments (n %lld rows %lld cols %lld blocks %dx%d)",
                           (long long)n, (long long)rows, (long long)cols, (int)bs_rows, (int)bs_cols);
     const int32_t ks = g8_ksplit(n, rows, cols), kspan = (int32_t)(cols / ks);
     const int nt = n > 8 ? 2 : 1, blocks = kspan / G8_BLOCK, smem = blocks * nt * 1024;
-    const g8_rows_kernel kern = g8_kernel(n, blocks);
+    /* the pipelined loads where a warp has two groups of blocks or more (as the bf16 row route) */
+    void (*kern)(const __half *, const float *, int32_t, const uint8_t *, const float *, int32_t, int32_t,
+                 int64_t, int64_t, int32_t, float *, int64_t, int64_t) =
+        nt == 2 ? (blocks >= 2 * GS_GROUP ? k_gemm_rows_fp8<2, 1> : k_gemm_rows_fp8<2, 0>)
+                : (blocks >= 2 * GS_GROUP ? k_gemm_rows_fp8<1, 1> : k_gemm_rows_fp8<1, 0>);
     cudaError_t e = kn_smem_attr((const void *)kern, smem);
-    if (e == cudaSuccess) {
-        cudaLaunchConfig_t cfg;
-        cudaLaunchAttribute at;
-        kn_cluster_cfg(&cfg, &at, dim3((unsigned)kn_cdiv(rows, G8_ROWS), (unsigned)ks), GS_WARPS * 32, stream,
-                       1, (unsigned)ks);
-        cfg.dynamicSmemBytes = (size_t)smem;
-        e = kn_launch_cfg(&cfg, kern, xh ? (const float *)NULL : x, ldx, (const __half *)xh, xs, (int32_t)n,
-                          w, scale, bs_rows, bs_cols, rows, cols, kspan, y, ldy);
+    const dim3 grid((unsigned)kn_cdiv(rows, GS_WARPS * GS_ROWS), (unsigned)ks);
+    const __half *xv = (const __half *)xh;
+    if (e == cudaSuccess && ks == 1)
+        e = kn_launch(kern, grid, GS_WARPS * 32, smem, stream, xv, xs, (int32_t)n, w, scale, bs_rows, bs_cols,
+                      rows, cols, kspan, y, ldy, (int64_t)0);
+    else if (e == cudaSuccess) {
+        float *part = (float *)ws;
+        e = kn_launch(kern, grid, GS_WARPS * 32, smem, stream, xv, xs, (int32_t)n, w, scale, bs_rows, bs_cols,
+                      rows, cols, kspan, part, rows, n * rows);
+        if (e == cudaSuccess) e = kn_ksplit_sum(part, (int32_t)n, rows, ks, y, ldy, stream);
     }
     return kn_cuda_check(e, "kn_cuda_gemm_small_fp8", err);
 }

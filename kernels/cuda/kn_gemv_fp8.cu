@@ -17,6 +17,7 @@
  * exactly dequantized weight (the CPU backend's), up to the order of f32 sums. The bf16 route (the weight
  * dequantized to bf16 at load or into scratch) rounds each W * scale to bf16 instead. x is rounded to bf16 as
  * every bf16-product route rounds it. */
+#include "kn_gemm_fp8.cuh"
 #include "kn_gemv.cuh"
 
 #include <cuda_fp16.h>
@@ -264,6 +265,9 @@ extern "C" int32_t kn_cuda_gemv_fp8(int64_t n, int64_t rows, int64_t cols, const
         return mm_err_set(err, MM_INVALID, "kn_cuda_gemv_fp8: bad arguments (n %lld rows %lld cols %lld)",
                           (long long)n, (long long)rows, (long long)cols);
     if (rows == 0) return MM_OK;
+    if (kn_cuda_gemv_fp8_bulk_ok(n, cols, ldx, bs_rows, bs_cols))
+        return kn_gemv_fp8_bulk(1, &w, &scale, &rows, &y, &ldy, n, cols, x, ldx, bs_rows, bs_cols, stream,
+                                err);
     static const g8_kernel k4[6] = {k_gemv_fp8<4, 1>, k_gemv_fp8<4, 2>, k_gemv_fp8<4, 3>,
                                     k_gemv_fp8<4, 4>, k_gemv_fp8<4, 8>, k_gemv_fp8<4, 16>};
     static const g8_kernel k8[2] = {k_gemv_fp8<8, 1>, k_gemv_fp8<8, 2>};
@@ -298,6 +302,8 @@ extern "C" int32_t kn_cuda_gemv_fp8_multi(int32_t n_w, const uint8_t *const *w, 
                           "kn_cuda_gemv_fp8_multi: bad arguments (%d weights, n %lld cols %lld)", (int)n_w,
                           (long long)n, (long long)cols);
     if (tiles == 0) return MM_OK;
+    if (kn_cuda_gemv_fp8_bulk_ok(n, cols, ldx, bs_rows, bs_cols))
+        return kn_gemv_fp8_bulk(n_w, w, scale, rows, y, rows, n, cols, x, ldx, bs_rows, bs_cols, stream, err);
     static void (*const k[4])(const float *, int64_t, int64_t, int32_t, int32_t, const g8_multi) = {
         k_gemv_fp8_multi<1>, k_gemv_fp8_multi<2>, k_gemv_fp8_multi<3>, k_gemv_fp8_multi<4>};
     return kn_cuda_check(kn_launch(k[n - 1], dim3((unsigned)tiles, (unsigned)n_w), GV_WARPS * 32, 0, stream,
@@ -320,6 +326,9 @@ extern "C" int32_t kn_cuda_gemv_experts_fp8(int64_t pairs, int32_t xdiv, int64_t
                           "kn_cuda_gemv_experts_fp8: bad arguments (pairs %lld rows %lld cols %lld)",
                           (long long)pairs, (long long)rows, (long long)cols);
     if (pairs == 0 || rows == 0) return MM_OK;
+    if (kn_cuda_gemv_fp8_bulk_ok(1, cols, ldx, bs_rows, bs_cols))
+        return kn_gemv_fp8_bulk_experts(pairs, xdiv, rows, cols, x, ldx, expert, w_a, s_a, w_b, s_b, bs_rows,
+                                        bs_cols, y_a, y_b, ldy, stream, err);
     const dim3 grid((unsigned)kn_cdiv(rows, G8_EXPERT_ROWS), (unsigned)pairs, w_b ? 2u : 1u);
     return kn_cuda_check(kn_launch(k_gemv_experts_fp8, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert,
                                    w_a, s_a, w_b, s_b, bs_rows, bs_cols, rows, cols, y_a, y_b, ldy),

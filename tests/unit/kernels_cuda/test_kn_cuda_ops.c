@@ -1599,13 +1599,16 @@ static void fp8_weight_free(struct fp8_weight *f)
  * must refuse. */
 static void test_gemv_fp8(void)
 {
-    static const int64_t shapes[][4] = {{8199, 6144, 128, 128},
-                                        {37, 64, 128, 128},
-                                        {300, 2048, 128, 128},
-                                        {129, 48, 16, 16},
-                                        {70, 80, 32, 48}};
+    static const int64_t shapes[][4] = {{8199, 6144, 128, 128}, {37, 64, 128, 128}, {300, 2048, 128, 128},
+                                        {129, 48, 16, 16},      {70, 80, 32, 48},   {45, 320, 8, 192},
+                                        {100, 1536, 8, 128}};
     static const int64_t ns[] = {1, 2, 3, 4, 5, 8, 9, 16};
-    static const char *const force[][2] = {{NULL, NULL}, {"8", NULL}, {NULL, "2"}, {"8", "4"}};
+    /* the default (the CUDA-core kernels), the bulk-copy route (n <= 8, where it takes the shape) with its
+     * stage shapes and forced splits, and the CUDA-core kernels' forced plans */
+    static const char *const force[][5] = {{NULL, NULL, NULL, NULL, NULL}, {NULL, NULL, "1", NULL, NULL},
+                                           {NULL, NULL, "1", "1", NULL},   {NULL, NULL, "1", "2", "8"},
+                                           {NULL, NULL, "1", NULL, "2"},   {"8", NULL, NULL, NULL, NULL},
+                                           {NULL, "2", NULL, NULL, NULL},  {"8", "4", NULL, NULL, NULL}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
         struct fp8_weight f;
@@ -1613,7 +1616,9 @@ static void test_gemv_fp8(void)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t fi = 0; fi < sizeof force / sizeof force[0]; fi++) {
                 const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
-                if (fi > 0 && (rows < 300 || n > 4)) continue; /* the forced plans on the wide shapes */
+                if (fi == 1 && n > 8) continue;
+                if (fi >= 2 && fi <= 4 && n > 2) continue; /* the bulk route's other stage shapes, splits */
+                if (fi > 4 && (rows < 300 || n > 4)) continue; /* the forced plans on the wide shapes */
                 float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
                 float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
                 ct_fill_normal(x, n * ldx, 1.0f);
@@ -1624,10 +1629,15 @@ static void test_gemv_fp8(void)
                       *y_d = ct_dmalloc(sizeof(float) * n * ldy);
                 if (force[fi][0]) setenv("KN_CUDA_GEMV_FP8_R", force[fi][0], 1);
                 if (force[fi][1]) setenv("KN_CUDA_GEMV_FP8_KS", force[fi][1], 1);
+                if (force[fi][2]) setenv("KN_CUDA_GEMV_FP8_BULK", force[fi][2], 1);
+                if (force[fi][3]) setenv("KN_CUDA_GEMV_FP8_BULK_CFG", force[fi][3], 1);
+                if (force[fi][4]) setenv("KN_CUDA_GEMV_FP8_BULK_KS", force[fi][4], 1);
                 kn_cuda_knobs_reload();
                 CHECK(kn_cuda_gemv_fp8_ok(n, cols, ldx, f.bsr, f.bsc));
                 OK(kn_cuda_gemv_fp8(n, rows, cols, x_d, ldx, f.q_d, f.sc_d, f.bsr, f.bsc, y_d, ldy, 0, &err));
-                unsetenv("KN_CUDA_GEMV_FP8_R"), unsetenv("KN_CUDA_GEMV_FP8_KS");
+                unsetenv("KN_CUDA_GEMV_FP8_R"), unsetenv("KN_CUDA_GEMV_FP8_KS"),
+                    unsetenv("KN_CUDA_GEMV_FP8_BULK");
+                unsetenv("KN_CUDA_GEMV_FP8_BULK_CFG"), unsetenv("KN_CUDA_GEMV_FP8_BULK_KS");
                 kn_cuda_knobs_reload();
                 float *got = dl_f32(y_d, n * ldy);
                 for (int64_t j = 0; j < n; j++) memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
@@ -1645,9 +1655,22 @@ static void test_gemv_fp8(void)
             }
         fp8_weight_free(&f);
     }
-    printf("  %-28s n 1-16, 5 shapes, forced plans: within 1e-5 of the f32 CPU product\n", "gemv fp8");
-    /* several FP8 weights with one x in one launch (q/k/v): each against its CPU product */
-    for (int64_t n = 1; n <= 4; n++) {
+    CHECK(!kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128)); /* opt-in */
+    setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
+    kn_cuda_knobs_reload();
+    CHECK(kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128) && kn_cuda_gemv_fp8_bulk_ok(8, 320, 320, 8, 192));
+    CHECK(!kn_cuda_gemv_fp8_bulk_ok(9, 6144, 6144, 128, 128) && !kn_cuda_gemv_fp8_bulk_ok(1, 80, 80, 32, 48));
+    unsetenv("KN_CUDA_GEMV_FP8_BULK");
+    kn_cuda_knobs_reload();
+    printf("  %-28s n 1-16, 7 shapes, bulk route and CUDA cores, forced plans: within 1e-5 of the f32 CPU "
+           "product\n",
+           "gemv fp8");
+    /* several FP8 weights with one x in one launch (q/k/v): each against its CPU product, through the CUDA
+     * cores (even iterations) and the bulk route */
+    for (int64_t it = 0; it < 8; it++) {
+        const int64_t n = 1 + it / 2;
+        if (it % 2) setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
+        kn_cuda_knobs_reload();
         static const int64_t mrows[3] = {300, 37, 129};
         const int64_t cols = 2048, ldx = cols + 4;
         struct fp8_weight mf[3];
@@ -1664,11 +1687,14 @@ static void test_gemv_fp8(void)
             wq[k] = mf[k].q_d, ws[k] = mf[k].sc_d, ym[k] = ct_dmalloc(sizeof(float) * n * mrows[k]);
         }
         OK(kn_cuda_gemv_fp8_multi(3, wq, ws, mrows, ym, n, cols, x_d, ldx, 128, 128, 0, &err));
+        unsetenv("KN_CUDA_GEMV_FP8_BULK");
+        kn_cuda_knobs_reload();
         for (int k = 0; k < 3; k++) {
             float *ref = ct_hmalloc(sizeof(float) * n * mrows[k]), *got = dl_f32(ym[k], n * mrows[k]);
             kn_sgemm_nt(n, mrows[k], cols, xr, cols, mf[k].wf, cols, 0.0f, ref, mrows[k]);
             char what[64];
-            snprintf(what, sizeof what, "gemv fp8 multi n %lld weight %d", (long long)n, k);
+            snprintf(what, sizeof what, "gemv fp8 multi n %lld weight %d%s", (long long)n, k,
+                     it % 2 ? ", bulk route" : "");
             expect_close(what, got, ref, n * mrows[k], 1e-5);
             free(ref), free(got);
             fp8_weight_free(&mf[k]);
@@ -1677,13 +1703,73 @@ static void test_gemv_fp8(void)
         free(x), free(xr);
         cudaFree(x_d);
     }
-    printf("  %-28s n 1-4, 3 weights: each within 1e-5 of its CPU product\n", "gemv fp8 multi");
+    printf("  %-28s n 1-4, 3 weights, both routes: each within 1e-5 of its CPU product\n", "gemv fp8 multi");
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemv_fp8_ok(1, 40, 40, 128, 128)); /* cols not a multiple of 16 */
     CHECK(!kn_cuda_gemv_fp8_ok(1, 64, 64, 128, 24));  /* scale block not whole chunks */
     CHECK(!kn_cuda_gemv_fp8_ok(KN_GEMV_FP8_MAX_N + 1, 64, 64, 128, 128));
     CHECK(kn_cuda_gemv_fp8(1, 4, 40, (const float *)16, 40, (const uint8_t *)16, (const float *)16, 128, 128,
                            (float *)16, 4, 0, &e2) == MM_INVALID);
+}
+
+/* FP8 expert products on a shape the bulk-copy route takes (inner dimension 320: a stage and a quarter;
+ * scale blocks 8 x 64, so rows gid and gid + 8 of a tile have different scales), through that route and
+ * through the CUDA cores, gate and up in one launch and then on the pairs' own rows, against the CPU
+ * products. */
+static void test_experts_fp8_bulk(void)
+{
+    enum { E = 3, K = 2, NT = 2, P = NT * K };
+    const int64_t rows = 45, cols = 320;
+    const int32_t bsr = 8, bsc = 64;
+    const int32_t ids[P] = {2, 0, 1, 2};
+    struct fp8_weight f[2 * E];
+    const void *hq[2 * E], *hs[2 * E];
+    for (int e = 0; e < 2 * E; e++) {
+        fp8_weight_make(&f[e], rows, cols, bsr, bsc);
+        hq[e] = f[e].q_d, hs[e] = f[e].sc_d;
+    }
+    void *tq_d = ct_upload(hq, sizeof hq), *ts_d = ct_upload(hs, sizeof hs);
+    const uint8_t *const *tq = tq_d;
+    const float *const *ts = ts_d;
+    float *x = ct_hmalloc(sizeof(float) * NT * cols), *xr = ct_hmalloc(sizeof(float) * NT * cols);
+    ct_fill_normal(x, NT * cols, 3.0f);
+    for (int64_t i = 0; i < NT * cols; i++) xr[i] = ct_bf16_round(x[i]);
+    int32_t *ids_d = ct_upload(ids, sizeof ids);
+    float *x_d = ct_upload(x, sizeof(float) * NT * cols);
+    float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
+    float *ref = ct_hmalloc(sizeof(float) * P * rows);
+    for (int route = 0; route < 2; route++) {
+        if (!route) setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
+        kn_cuda_knobs_reload();
+        CHECK(kn_cuda_gemv_fp8_bulk_ok(1, cols, cols, bsr, bsc) == !route);
+        OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc,
+                                    ya_d, yb_d, rows, 0, &err));
+        for (int half = 0; half < 2; half++) {
+            for (int p = 0; p < P; p++)
+                kn_sgemm_nt(1, rows, cols, xr + (p / K) * cols, cols, f[half * E + ids[p]].wf, cols, 0.0f,
+                            ref + p * rows, rows);
+            float *got = dl_f32(half ? yb_d : ya_d, P * rows);
+            char what[96];
+            snprintf(what, sizeof what, "experts gemv fp8 %s, %s table", route ? "CUDA cores" : "bulk",
+                     half ? "second" : "first");
+            expect_close(what, got, ref, P * rows, 1e-5);
+            free(got);
+        }
+        OK(kn_cuda_gemv_experts_fp8(P, 1, rows, cols, x_d, cols, ids_d, tq, ts, NULL, NULL, bsr, bsc, ya_d,
+                                    NULL, rows, 0, &err));
+        for (int p = 0; p < NT; p++)
+            kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, f[ids[p]].wf, cols, 0.0f, ref + p * rows, rows);
+        float *got = dl_f32(ya_d, NT * rows);
+        expect_close(route ? "experts gemv fp8 CUDA cores, own rows" : "experts gemv fp8 bulk, own rows", got,
+                     ref, NT * rows, 1e-5);
+        free(got);
+        unsetenv("KN_CUDA_GEMV_FP8_BULK");
+        kn_cuda_knobs_reload();
+    }
+    printf("  %-28s 45 x 320, scale blocks 8 x 64: both routes within 1e-5\n", "experts fp8 bulk");
+    free(x), free(xr), free(ref);
+    for (int e = 0; e < 2 * E; e++) fp8_weight_free(&f[e]);
+    cudaFree(tq_d), cudaFree(ts_d), cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
 }
 
 /* FP8 expert products: the MoE decode products over e4m3 tables (kn_cuda_gemv_experts_fp8; gate and up in one
@@ -1805,55 +1891,47 @@ static void test_gemm_small_fp8(void)
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
         struct fp8_weight f;
         fp8_weight_make(&f, rows, cols, (int32_t)shapes[si][2], (int32_t)shapes[si][3]);
-        /* fi 1 / 2: the shapes of 300 rows or more again with the split forced to 1 and 8 (one CTA per 128
-         * rows over the whole width where its activations fit in shared memory; a cluster of 8) */
-        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-            for (int fi = 0; fi < (rows >= 300 ? 3 : 1); fi++) {
-                const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
-                float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
-                float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
-                fp8_x_make(x, xr, n, cols, ldx);
-                kn_sgemm_nt(n, rows, cols, xr, cols, f.wf, cols, 0.0f, ref, rows);
-                float *x_d = ct_upload(x, sizeof(float) * n * ldx),
-                      *y_d = ct_dmalloc(sizeof(float) * n * ldy);
-                void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(n * cols));
-                float *xs_d = ct_dmalloc(sizeof(float) * (size_t)n);
-                CHECK(kn_cuda_x_f16_scaled_ok(cols, ldx));
-                OK(kn_cuda_x_f16_scaled(n, cols, x_d, ldx, xh_d, xs_d, 0, &err));
-                if (fi == 0 && (ni == 0 || n == 16)) check_x_f16(xh_d, xs_d, xr, n, cols);
-                CHECK(kn_cuda_gemm_small_fp8_ok(n, rows, cols, ldx, f.bsr, f.bsc));
-                if (fi) knob_setenv("KN_CUDA_GEMM_FP8_KS", fi == 1 ? "1" : "8", 1);
-                /* fi 0 on odd n: the rows converted before (xh / xs); else converted inside */
-                OK(kn_cuda_gemm_small_fp8(n, rows, cols, fi || n % 2 == 0 ? x_d : NULL, ldx,
-                                          fi || n % 2 == 0 ? NULL : xh_d, xs_d, f.q_d, f.sc_d, f.bsr, f.bsc,
-                                          y_d, ldy, 0, &err));
-                if (fi) knob_unsetenv("KN_CUDA_GEMM_FP8_KS");
-                float *got = dl_f32(y_d, n * ldy);
-                int untouched = 1;
-                for (int64_t j = 0; j < n; j++) {
-                    memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
-                    for (int64_t r = rows; j + 1 < n && r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
-                }
-                /* each activation row against its own reference: their magnitudes differ by 10^8 */
-                for (int64_t j = 0; j < n; j++) {
-                    char what[128];
-                    snprintf(what, sizeof what,
-                             "small fp8 %lld x %lld (blocks %lld x %lld), n %lld, row %lld", (long long)rows,
-                             (long long)cols, (long long)f.bsr, (long long)f.bsc, (long long)n, (long long)j);
-                    double mx = 0, rel = ct_rel_err(g2 + j * rows, ref + j * rows, rows, &mx);
-                    CHECK_MSG(rel <= 1e-5, "%s: rel err %.3g (max abs %.3g)", what, rel, mx);
-                }
-                CHECK_MSG(untouched, "small fp8 %lld x %lld n %lld: wrote past its rows", (long long)rows,
-                          (long long)cols, (long long)n);
-                free(x), free(xr), free(ref), free(g2), free(got);
-                cudaFree(x_d), cudaFree(y_d), cudaFree(xh_d), cudaFree(xs_d);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
+            float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+            float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
+            fp8_x_make(x, xr, n, cols, ldx);
+            kn_sgemm_nt(n, rows, cols, xr, cols, f.wf, cols, 0.0f, ref, rows);
+            float *x_d = ct_upload(x, sizeof(float) * n * ldx), *y_d = ct_dmalloc(sizeof(float) * n * ldy);
+            void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(n * cols));
+            float *xs_d = ct_dmalloc(sizeof(float) * (size_t)n);
+            CHECK(kn_cuda_x_f16_scaled_ok(cols, ldx));
+            OK(kn_cuda_x_f16_scaled(n, cols, x_d, ldx, xh_d, xs_d, 0, &err));
+            if (ni == 0 || n == 16) check_x_f16(xh_d, xs_d, xr, n, cols);
+            CHECK(kn_cuda_gemm_small_fp8_ok(n, rows, cols, f.bsr, f.bsc));
+            const size_t wsb = kn_cuda_gemm_small_fp8_ws(n, rows, cols);
+            void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
+            OK(kn_cuda_gemm_small_fp8(n, rows, cols, xh_d, xs_d, f.q_d, f.sc_d, f.bsr, f.bsc, y_d, ldy, ws_d,
+                                      wsb, 0, &err));
+            float *got = dl_f32(y_d, n * ldy);
+            int untouched = 1;
+            for (int64_t j = 0; j < n; j++) {
+                memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
+                for (int64_t r = rows; j + 1 < n && r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
             }
+            /* each activation row against its own reference: their magnitudes differ by 10^8 */
+            for (int64_t j = 0; j < n; j++) {
+                char what[128];
+                snprintf(what, sizeof what, "small fp8 %lld x %lld (blocks %lld x %lld), n %lld, row %lld",
+                         (long long)rows, (long long)cols, (long long)f.bsr, (long long)f.bsc, (long long)n,
+                         (long long)j);
+                double mx = 0, rel = ct_rel_err(g2 + j * rows, ref + j * rows, rows, &mx);
+                CHECK_MSG(rel <= 1e-5, "%s: rel err %.3g (max abs %.3g)", what, rel, mx);
+            }
+            CHECK_MSG(untouched, "small fp8 %lld x %lld n %lld: wrote past its rows", (long long)rows,
+                      (long long)cols, (long long)n);
+            free(x), free(xr), free(ref), free(g2), free(got);
+            cudaFree(x_d), cudaFree(y_d), cudaFree(xh_d), cudaFree(xs_d), cudaFree(ws_d);
+        }
         fp8_weight_free(&f);
     }
-    printf(
-        "  %-28s n 1-16, 5 shapes, splits 1 / 8 forced, rows 1e-3..3e5: each row within 1e-5 of the f32 CPU "
-        "product\n",
-        "small fp8");
+    printf("  %-28s n 1-16, 5 shapes, rows 1e-3..3e5: each row within 1e-5 of the f32 CPU product\n",
+           "small fp8");
     /* rows wider than the register path (8192 columns): the two-pass loop */
     {
         const int64_t n = 2, cols = 8256;
@@ -1877,16 +1955,12 @@ static void test_gemm_small_fp8(void)
         cudaFree(z_d), cudaFree(xs_d), cudaFree(xh_d);
     }
     struct mm_err e2 = {0};
-    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 96, 96, 128, 128));  /* cols not a multiple of 64 */
-    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 128, 128, 128, 32)); /* scale block narrower than a load */
-    CHECK(!kn_cuda_gemm_small_fp8_ok(17, 64, 128, 128, 128, 128));
-    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 128, 130, 128, 128)); /* ldx not a multiple of 4 */
+    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 96, 128, 128)); /* cols not a multiple of 64 */
+    CHECK(!kn_cuda_gemm_small_fp8_ok(1, 64, 128, 128, 32)); /* scale block narrower than a load */
+    CHECK(!kn_cuda_gemm_small_fp8_ok(17, 64, 128, 128, 128));
     CHECK(!kn_cuda_x_f16_scaled_ok(6, 8));
-    CHECK(kn_cuda_gemm_small_fp8(1, 4, 96, (const float *)16, 96, NULL, NULL, (const uint8_t *)16,
-                                 (const float *)16, 128, 128, (float *)16, 4, 0, &e2) == MM_INVALID);
-    CHECK(kn_cuda_gemm_small_fp8(1, 4, 128, NULL, 128, (const void *)16, NULL, (const uint8_t *)16,
-                                 (const float *)16, 128, 128, (float *)16, 4, 0,
-                                 &e2) == MM_INVALID); /* no xs */
+    CHECK(kn_cuda_gemm_small_fp8(1, 4, 96, (const void *)16, (const float *)16, (const uint8_t *)16,
+                                 (const float *)16, 128, 128, (float *)16, 4, NULL, 0, 0, &e2) == MM_INVALID);
     CHECK(kn_cuda_x_f16_scaled(1, 6, (const float *)16, 8, (void *)16, (float *)16, 0, &e2) == MM_INVALID);
 }
 
@@ -2000,6 +2074,7 @@ int main(void)
     test_gemv();
     test_gemv_experts();
     test_gemv_fp8();
+    test_experts_fp8_bulk();
     test_experts_fp8();
     test_gemm_small_fp8();
     test_gemm_small_experts_fp8();

@@ -1100,12 +1100,12 @@ static int fp8_tc_takes(const struct cuda_be *c, const struct wk_weight *w, int6
                         int64_t ldx)
 {
     return w->fp8 && c->small_gemm && !c->fp32 && c->fp8_tc > 0 && n >= c->fp8_tc && (uintptr_t)x % 16 == 0 &&
-           (uintptr_t)w->fp8 % 16 == 0 &&
-           kn_cuda_gemm_small_fp8_ok(n, w->rows, w->cols, ldx, w->bs_rows, w->bs_cols);
+           (uintptr_t)w->fp8 % 16 == 0 && kn_cuda_x_f16_scaled_ok(w->cols, ldx) &&
+           kn_cuda_gemm_small_fp8_ok(n, w->rows, w->cols, w->bs_rows, w->bs_cols);
 }
 
-/* x's n rows as the FP8 tensor-core products read them (kn_cuda_x_f16_scaled) in the x16 / x16s scratch, for
- * several products of one x; NULL after a failure */
+/* x's n rows as the FP8 tensor-core products read them (kn_cuda_x_f16_scaled) in the x16 / x16s scratch;
+ * NULL after a failure */
 static const void *x_f16_of(struct cuda_be *c, const float *x, int64_t ldx, int64_t n, int64_t cols,
                             const float **xs)
 {
@@ -1121,6 +1121,19 @@ static const void *x_f16_of(struct cuda_be *c, const float *x, int64_t ldx, int6
     return xh;
 }
 
+/* The FP8 tensor-core product of w with x already in x16 form */
+static void gemm_fp8_tc(struct cuda_be *c, const struct wk_weight *w, const void *xh, const float *xs,
+                        int64_t n, float *y, int64_t ldy)
+{
+    struct mm_err e__ = {0};
+    const size_t wsb = kn_cuda_gemm_small_fp8_ws(n, w->rows, w->cols);
+    void *ws = wsb ? grow(c, &c->small_ws, wsb) : NULL;
+    if (wsb && !ws) return;
+    if (kn_cuda_gemm_small_fp8(n, w->rows, w->cols, xh, xs, w->fp8, w->fscale, w->bs_rows, w->bs_cols, y, ldy,
+                               ws, wsb, ST, &e__))
+        fail(c, &e__, "linear (fp8, tensor cores)");
+}
+
 /* y[n][rows] = x[n][cols] . W^T (+ bias: f32, NULL for none; added in the product's epilogue where the
  * cuBLAS route takes it, and then 1 is returned, else 0 and the caller adds it) */
 static int gemm_bias(struct cuda_be *c, const struct wk_weight *w, const float *x, int64_t ldx, int64_t n,
@@ -1133,9 +1146,9 @@ static int gemm_bias(struct cuda_be *c, const struct wk_weight *w, const float *
          * rows, shapes they do not take) the CUDA cores; more rows: the bf16 routes on the weight dequantized
          * into scratch (a prefill's products are bound by arithmetic, not bytes) */
         if (fp8_tc_takes(c, w, n, x, ldx)) {
-            if (kn_cuda_gemm_small_fp8(n, w->rows, w->cols, x, ldx, NULL, NULL, w->fp8, w->fscale, w->bs_rows,
-                                       w->bs_cols, y, ldy, ST, &e__))
-                fail(c, &e__, "linear (fp8, tensor cores)");
+            const float *xs = NULL;
+            const void *xh = x_f16_of(c, x, ldx, n, w->cols, &xs);
+            if (xh) gemm_fp8_tc(c, w, xh, xs, n, y, ldy);
             return 0;
         }
         if (c->gemv && n <= c->fp8_rows && kn_cuda_gemv_fp8_ok(n, w->cols, ldx, w->bs_rows, w->bs_cols) &&
@@ -1344,21 +1357,17 @@ static void ex_linear_multi(void *ctx, const void *args)
             break;
         }
     }
-    /* FP8 weights on the tensor cores: the rows converted once for all of them (one width; a single one
-     * converts inside its product) */
-    int32_t n_tc = 0, tc[WK_LINEAR_MULTI_MAX] = {0};
-    for (int32_t i = 0; c->multi && i < a->n_w; i++)
-        n_tc += tc[i] = !grouped[i] && a->w[i]->cols == a->w[0]->cols &&
-                        fp8_tc_takes(c, a->w[i], a->n, a->x, a->w[i]->cols);
+    /* FP8 weights on the tensor cores: x converted once for all of them (one width) */
     const void *xh = NULL;
     const float *xs = NULL;
-    if (n_tc >= 2 && !(xh = x_f16_of(c, a->x, a->w[0]->cols, a->n, a->w[0]->cols, &xs))) return;
-    for (int32_t i = 0; xh && i < a->n_w; i++) {
+    int64_t xh_cols = -1;
+    for (int32_t i = 0; c->multi && i < a->n_w; i++) {
         const struct wk_weight *w = a->w[i];
-        if (!tc[i]) continue;
-        if (kn_cuda_gemm_small_fp8(a->n, w->rows, w->cols, NULL, w->cols, xh, xs, w->fp8, w->fscale,
-                                   w->bs_rows, w->bs_cols, a->y[i], w->rows, ST, &e__))
-            fail(c, &e__, "linear (fp8, tensor cores)");
+        if (grouped[i] || !fp8_tc_takes(c, w, a->n, a->x, w->cols) || (xh_cols >= 0 && w->cols != xh_cols))
+            continue;
+        if (!xh && !(xh = x_f16_of(c, a->x, w->cols, a->n, w->cols, &xs))) return;
+        xh_cols = w->cols;
+        gemm_fp8_tc(c, w, xh, xs, a->n, a->y[i], w->rows);
         grouped[i] = 1;
     }
     for (int32_t i = 0; i < a->n_w; i++)
