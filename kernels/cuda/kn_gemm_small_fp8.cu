@@ -68,9 +68,7 @@ __global__ void __launch_bounds__(256) k_x_f16_scaled(const float *__restrict__ 
     m = wmax[0];
 #pragma unroll
     for (int w = 1; w < 8; w++) m = fmaxf(m, wmax[w]);
-    /* a row of zeros or with an infinity keeps its scale (an inf or NaN propagates as in the bf16 route) */
-    int k = 0;
-    if (m > 0.0f && m <= 3.0e38f) k = max(-126, min(126, 14 - ilogbf(m)));
+    const int k = g8_exp(m);
     const float s = g8_pow2(k);
     __half2 *out = xh + (int64_t)blockIdx.x * (cols / 2);
     if (C > 0) {

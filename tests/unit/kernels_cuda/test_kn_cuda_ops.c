@@ -1592,6 +1592,34 @@ static void fp8_weight_free(struct fp8_weight *f)
     cudaFree(f->q_d), cudaFree(f->sc_d);
 }
 
+/* n FP8 weights of one shape (fp8_weight_make, in order) and device tables of their weight and scale
+ * pointers: the expert tables of the FP8 MoE products */
+struct fp8_tables {
+    struct fp8_weight *f;
+    int n;
+    void *tq_d, *ts_d;
+};
+
+static void fp8_tables_make(struct fp8_tables *t, int n, int64_t rows, int64_t cols, int32_t bsr, int32_t bsc)
+{
+    t->n = n;
+    t->f = ct_hmalloc(sizeof(struct fp8_weight) * (size_t)n);
+    const void **hq = ct_hmalloc(sizeof(void *) * (size_t)n), **hs = ct_hmalloc(sizeof(void *) * (size_t)n);
+    for (int e = 0; e < n; e++) {
+        fp8_weight_make(&t->f[e], rows, cols, bsr, bsc);
+        hq[e] = t->f[e].q_d, hs[e] = t->f[e].sc_d;
+    }
+    t->tq_d = ct_upload(hq, sizeof(void *) * (size_t)n), t->ts_d = ct_upload(hs, sizeof(void *) * (size_t)n);
+    free(hq), free(hs);
+}
+
+static void fp8_tables_free(struct fp8_tables *t)
+{
+    for (int e = 0; e < t->n; e++) fp8_weight_free(&t->f[e]);
+    free(t->f);
+    cudaFree(t->tq_d), cudaFree(t->ts_d);
+}
+
 /* Decode-sized products with FP8 weights (kn_cuda_gemv_fp8): every n up to 16 (5-8 and 9-16 share a kernel)
  * against the f32 CPU product of x rounded to bf16 and the exactly dequantized weight; rows not a multiple of
  * the CTA's, inner dimensions a multiple of 16 but not of 128 (48, 80), ragged and non-square scale blocks;
@@ -1722,15 +1750,11 @@ static void test_experts_fp8_bulk(void)
     const int64_t rows = 45, cols = 320;
     const int32_t bsr = 8, bsc = 64;
     const int32_t ids[P] = {2, 0, 1, 2};
-    struct fp8_weight f[2 * E];
-    const void *hq[2 * E], *hs[2 * E];
-    for (int e = 0; e < 2 * E; e++) {
-        fp8_weight_make(&f[e], rows, cols, bsr, bsc);
-        hq[e] = f[e].q_d, hs[e] = f[e].sc_d;
-    }
-    void *tq_d = ct_upload(hq, sizeof hq), *ts_d = ct_upload(hs, sizeof hs);
-    const uint8_t *const *tq = tq_d;
-    const float *const *ts = ts_d;
+    struct fp8_tables tb;
+    fp8_tables_make(&tb, 2 * E, rows, cols, bsr, bsc);
+    const struct fp8_weight *f = tb.f;
+    const uint8_t *const *tq = tb.tq_d;
+    const float *const *ts = tb.ts_d;
     float *x = ct_hmalloc(sizeof(float) * NT * cols), *xr = ct_hmalloc(sizeof(float) * NT * cols);
     ct_fill_normal(x, NT * cols, 3.0f);
     for (int64_t i = 0; i < NT * cols; i++) xr[i] = ct_bf16_round(x[i]);
@@ -1768,8 +1792,8 @@ static void test_experts_fp8_bulk(void)
     }
     printf("  %-28s 45 x 320, scale blocks 8 x 64: both routes within 1e-5\n", "experts fp8 bulk");
     free(x), free(xr), free(ref);
-    for (int e = 0; e < 2 * E; e++) fp8_weight_free(&f[e]);
-    cudaFree(tq_d), cudaFree(ts_d), cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
+    fp8_tables_free(&tb);
+    cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
 }
 
 /* FP8 expert products: the MoE decode products over e4m3 tables (kn_cuda_gemv_experts_fp8; gate and up in one
@@ -1782,15 +1806,11 @@ static void test_experts_fp8(void)
     const int64_t rows = 37, cols = 80;
     const int32_t bsr = 16, bsc = 32;
     const int32_t ids[P] = {4, 0, 2, 2, 1, 3};
-    struct fp8_weight f[2 * E];
-    const void *hq[2 * E], *hs[2 * E];
-    for (int e = 0; e < 2 * E; e++) {
-        fp8_weight_make(&f[e], rows, cols, bsr, bsc);
-        hq[e] = f[e].q_d, hs[e] = f[e].sc_d;
-    }
-    void *tq_d = ct_upload(hq, sizeof hq), *ts_d = ct_upload(hs, sizeof hs);
-    const uint8_t *const *tq = tq_d;
-    const float *const *ts = ts_d;
+    struct fp8_tables tb;
+    fp8_tables_make(&tb, 2 * E, rows, cols, bsr, bsc);
+    const struct fp8_weight *f = tb.f;
+    const uint8_t *const *tq = tb.tq_d;
+    const float *const *ts = tb.ts_d;
     float *x = ct_hmalloc(sizeof(float) * NT * cols), *xr = ct_hmalloc(sizeof(float) * NT * cols);
     ct_fill_normal(x, NT * cols, 1.0f);
     for (int64_t i = 0; i < NT * cols; i++) xr[i] = ct_bf16_round(x[i]);
@@ -1843,8 +1863,8 @@ static void test_experts_fp8(void)
     struct mm_err e2 = {0};
     CHECK(kn_cuda_dequant_fp8_experts(1, E, off_d, tq, ts, rows, 40, bsr, bsc, to_d, 0, &e2) == MM_INVALID);
     free(x), free(xr), free(ref), free(all), free(one);
-    for (int e = 0; e < 2 * E; e++) fp8_weight_free(&f[e]);
-    cudaFree(tq_d), cudaFree(ts_d), cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
+    fp8_tables_free(&tb);
+    cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
     cudaFree(off_d), cudaFree(out_d), cudaFree(to_d), cudaFree(one_d);
 }
 
@@ -1974,15 +1994,11 @@ static void test_gemm_small_experts_fp8(void)
     const int32_t bsr = 16, bsc = 64;
     const int32_t off[E + 1] = {0, 3, 3, 20, 20, 22};
     const int64_t P = off[E];
-    struct fp8_weight f[2 * E];
-    const void *hq[2 * E], *hs[2 * E];
-    for (int e = 0; e < 2 * E; e++) {
-        fp8_weight_make(&f[e], rows, cols, bsr, bsc);
-        hq[e] = f[e].q_d, hs[e] = f[e].sc_d;
-    }
-    void *tq_d = ct_upload(hq, sizeof hq), *ts_d = ct_upload(hs, sizeof hs);
-    const uint8_t *const *tq = tq_d;
-    const float *const *ts = ts_d;
+    struct fp8_tables tb;
+    fp8_tables_make(&tb, 2 * E, rows, cols, bsr, bsc);
+    const struct fp8_weight *f = tb.f;
+    const uint8_t *const *tq = tb.tq_d;
+    const float *const *ts = tb.ts_d;
     float *x = ct_hmalloc(sizeof(float) * P * cols), *xr = ct_hmalloc(sizeof(float) * P * cols);
     fp8_x_make(x, xr, P, cols, cols);
     float *x_d = ct_upload(x, sizeof(float) * P * cols), *xs_d = ct_dmalloc(sizeof(float) * P);
@@ -2012,8 +2028,8 @@ static void test_gemm_small_experts_fp8(void)
     CHECK(!kn_cuda_gemm_small_experts_fp8_ok(96, bsr, bsc));
     CHECK(!kn_cuda_gemm_small_experts_fp8_ok(cols, bsr, 32));
     free(x), free(xr), free(ref);
-    for (int e = 0; e < 2 * E; e++) fp8_weight_free(&f[e]);
-    cudaFree(tq_d), cudaFree(ts_d), cudaFree(x_d), cudaFree(xs_d), cudaFree(xh_d), cudaFree(off_d);
+    fp8_tables_free(&tb);
+    cudaFree(x_d), cudaFree(xs_d), cudaFree(xh_d), cudaFree(off_d);
     cudaFree(ya_d), cudaFree(yb_d);
 }
 
