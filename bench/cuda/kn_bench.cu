@@ -2646,6 +2646,9 @@ static void bench_fp8w(void)
                                          20, 0);
                         knob_unsetenv(fb[f][0]);
                     }
+                    knob_setenv("KN_CUDA_GEMV_FP8_BULK", "2", 1); /* the cp.async ring (experiment) */
+                    time_emit_stream("fp8 gemv ring", cfg, run_fp8w, &a, (double)a.set_bytes,
+                                     g_quick ? 5 : 30, 20, 0);
                     knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
                 }
                 if (r == 3 && a.n <= 2) { /* the CUDA-core kernel's forced plans */
@@ -2672,10 +2675,11 @@ static void bench_fp8w(void)
         a.ids = (const int32_t *)dmalloc(sizeof ids);
         CK(cudaMemcpy((void *)a.ids, ids, sizeof ids, cudaMemcpyHostToDevice));
         a.E = E, a.rows = rows, a.cols = cols, a.n = pairs;
-        for (int ri = 0; ri < 3; ri++) {
+        for (int ri = 0; ri < 4; ri++) {
             const int r = ri == 0 ? 5 : 6;
-            if (ri == 2) knob_setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
-            const size_t eb = (size_t)(rows * cols) * (r == 5 ? 2 : 1); /* one expert weight */
+            if (ri >= 2) knob_setenv("KN_CUDA_GEMV_FP8_BULK", ri == 2 ? "1" : "2", 1);
+            if (ri == 1) knob_setenv("KN_CUDA_GEMV_FP8_EXPERTS_RING", "0", 1); /* the CUDA-core kernel */
+            const size_t eb = (size_t)(rows * cols) * (r == 5 ? 2 : 1);        /* one expert weight */
             /* sets of 2E experts laid out over the pool; experts past it wrap (only 16 are read per set) */
             const int32_t n_sets = 8;
             void **h = (void **)hmalloc(sizeof(void *) * (size_t)(n_sets * 2 * E));
@@ -2693,11 +2697,12 @@ static void bench_fp8w(void)
             else
                 a.tab8 = tab;
             a.route = r, a.n_sets = n_sets;
-            static const char *const en[] = {"experts bf16", "experts fp8", "experts fp8 bulk"};
+            static const char *const en[] = {"experts bf16", "experts fp8 cc", "experts fp8 bulk",
+                                             "experts fp8 ring"};
             time_emit_stream(en[ri],
                              sh ? "both tables 8 pairs, 6144 x 3072" : "gate + up 8 pairs, 3072 x 6144",
                              run_fp8w, &a, (double)(2 * pairs) * (double)eb, g_quick ? 5 : 30, 20, 0);
-            knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
+            knob_unsetenv("KN_CUDA_GEMV_FP8_BULK"), knob_unsetenv("KN_CUDA_GEMV_FP8_EXPERTS_RING");
             cudaFree(tab), cudaFree((void *)a.stab);
             free(h), free(hs);
         }

@@ -456,9 +456,14 @@ int32_t kn_cuda_gemv_fp8(int64_t n, int64_t rows, int64_t cols, const float *x, 
 int kn_cuda_gemv_fp8_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
 /** Whether kn_cuda_gemv_fp8, kn_cuda_gemv_fp8_multi and kn_cuda_gemv_experts_fp8 (n = 1) take the tensor-core
  * route fed by bulk copies (kn_gemv_fp8_bulk.cu) for these shapes: only with KN_CUDA_GEMV_FP8_BULK=1 (opt-in:
- * measured slower than the CUDA-core kernels), n <= 8, cols and bs_cols multiples of 64. The other shapes
+ * measured slower than the CUDA-core kernels; =2 feeds every such product by the cp.async ring instead, a
+ * benchmark knob), n <= 8, cols and bs_cols multiples of 64. The other shapes
  * take the CUDA-core kernels (same arithmetic up to the order of f32 sums). */
 int kn_cuda_gemv_fp8_bulk_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
+/** Whether kn_cuda_gemv_experts_fp8 takes the tensor-core route fed by a per-warp cp.async ring
+ * (kn_gemv_fp8_bulk.cu) for these shapes: cols and bs_cols multiples of 64, unless
+ * KN_CUDA_GEMV_FP8_EXPERTS_RING=0 (the CUDA-core kernel then; the bulk-copy route, when on, goes first). */
+int kn_cuda_gemv_fp8_ring_experts_ok(int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
 /** kn_cuda_gemv_fp8 for n_w (<= KN_GEMV_MULTI_MAX) FP8 weights w[i] [rows[i]][cols] (scales scale[i], one
  * scale block for all) that read the same x, 1-4 activation rows, in one launch: y[i] [n][rows[i]] (row
  * stride rows[i]); 4 weight rows per CTA and no inner split, so the sums' order may differ from one call's.

@@ -326,9 +326,10 @@ extern "C" int32_t kn_cuda_gemv_experts_fp8(int64_t pairs, int32_t xdiv, int64_t
                           "kn_cuda_gemv_experts_fp8: bad arguments (pairs %lld rows %lld cols %lld)",
                           (long long)pairs, (long long)rows, (long long)cols);
     if (pairs == 0 || rows == 0) return MM_OK;
-    if (kn_cuda_gemv_fp8_bulk_ok(1, cols, ldx, bs_rows, bs_cols))
+    const int bulk = kn_cuda_gemv_fp8_bulk_ok(1, cols, ldx, bs_rows, bs_cols);
+    if (bulk || kn_cuda_gemv_fp8_ring_experts_ok(cols, ldx, bs_rows, bs_cols))
         return kn_gemv_fp8_bulk_experts(pairs, xdiv, rows, cols, x, ldx, expert, w_a, s_a, w_b, s_b, bs_rows,
-                                        bs_cols, y_a, y_b, ldy, stream, err);
+                                        bs_cols, y_a, y_b, ldy, !bulk, stream, err);
     const dim3 grid((unsigned)kn_cdiv(rows, G8_EXPERT_ROWS), (unsigned)pairs, w_b ? 2u : 1u);
     return kn_cuda_check(kn_launch(k_gemv_experts_fp8, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert,
                                    w_a, s_a, w_b, s_b, bs_rows, bs_cols, rows, cols, y_a, y_b, ldy),

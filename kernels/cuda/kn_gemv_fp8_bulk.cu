@@ -1,26 +1,29 @@
 /* Decode products at 1-8 activation rows with FP8-E4M3 weights as stored, on the tensor cores, the weight fed
- * through shared memory by bulk asynchronous copies: y[n][rows] = bf16(x[n][cols]) . (W * scale)^T for one
+ * through shared memory by asynchronous copies: y[n][rows] = bf16(x[n][cols]) . (W * scale)^T for one
  * weight, several weights that read the same x (q / k / v), and the MoE decode pairs over expert tables.
- * OPT-IN (KN_CUDA_GEMV_FP8_BULK=1): measured slower than the CUDA-core kernels of kn_gemv_fp8.cu, which
- * stay the route (bench/cuda/README.md "Nineteenth session").
+ * Two feeds:
+ * - bulk copies (cp.async.bulk + mbarrier CTA ring, k_gemv_fp8_bulk), OPT-IN (KN_CUDA_GEMV_FP8_BULK=1):
+ *   measured slower than the CUDA-core kernels of kn_gemv_fp8.cu on every one-weight shape (bench/cuda/
+ *   README.md "Nineteenth session");
+ * - a per-warp cp.async ring (k_gemv_fp8_ring): THE ROUTE OF THE MoE DECODE PAIRS (kn_cuda_gemv_experts_fp8
+ *   when kn_cuda_gemv_fp8_ring_experts_ok; KN_CUDA_GEMV_FP8_EXPERTS_RING=0 turns it off), where it beat the
+ *   CUDA-core kernel (6144 x 3072 pairs 147 against 224 us, 3072 x 6144 143 against 157; whole synthetic
+ *   model batch 1 +5-9 %, batch 4 +20-26 %; twentieth session). For single weights it is slower (8192 x 6144
+ *   38 against 27 us) and only forced (KN_CUDA_GEMV_FP8_BULK=2).
  *
- * The idea: a one-row product is a stream over its weight, so it runs at the rate the SMs keep bytes in
- * flight. The CUDA-core product holds its loads in registers (101-128 registers, two CTAs per SM) and pays
- * ~45 instructions per 16 weights; here a bulk copy (cp.async.bulk, completed on an mbarrier) moves the
- * weight into shared memory with no register per byte in flight, and the tensor cores take it from there (one
- * exact e4m3x2 -> f16x2 conversion per two weights, one mma per 16 x 16 weights). What was measured
- * (v75-v78): 8192 x 6144 at one row 37 us against the CUDA cores' 24-30, DRAM at 29 % of peak (ncu; 103
- * registers, two CTAs per SM by registers and by shared memory, 1.94 waves); faster only on short rows with
- * several activation rows or pairs (6144 x 3072 expert pairs 145-200 against 223 us). Why the copies in
- * flight do not reach the bandwidth was not found.
+ * Why the tensor cores lose on single weights: a pure-read probe (v82) streams 50 MB in 18-20 us with any
+ * of the access patterns used here, the CUDA-core kernel needs 25-27 and these 35-38, so the cost is the
+ * per-block work (the activation block's f16 scaling, recomputed by every warp of every row tile), not the
+ * copies. The bulk-copy notes of the nineteenth session (v75-v78): 8192 x 6144 at one row 37 us, DRAM at
+ * 29 % of peak, 103 registers, two CTAs per SM.
  *
- * Layout: a CTA takes 16 weight rows (one mma M) and a k slice (all of the inner dimension, or 1/ks of it
- * for a split, the ks CTAs of a tile forming a cluster that adds its sums through distributed shared memory
- * in rank order), cut into stages of SPAN columns that pass through a ring of DEPTH slots: warp 0 arms a
- * slot's "full" mbarrier with the byte count and its lanes 0-15 each copy one row; warp w multiplies blocks
- * BPW w .. of every stage and releases the slot on its "empty" mbarrier (one arrival per warp); the sums of
- * the 8 warps meet in shared memory in warp order (gs_store: the result does not depend on timing). The
- * activation rows are scaled per 64-wide block (rounded to bf16, times the power of two that puts the
+ * Layout (the bulk feed): a CTA takes 16 weight rows (one mma M) and a k slice (all of the inner dimension,
+ * or 1/ks of it for a split, the ks CTAs of a tile forming a cluster that adds its sums through distributed
+ * shared memory in rank order), cut into stages of SPAN columns that pass through a ring of DEPTH slots: warp
+ * 0 arms a slot's "full" mbarrier with the byte count and its lanes 0-15 each copy one row; warp w multiplies
+ * blocks BPW w .. of every stage and releases the slot on its "empty" mbarrier (one arrival per warp); the
+ * sums of the 8 warps meet in shared memory in warp order (gs_store: the result does not depend on timing).
+ * The activation rows are scaled per 64-wide block (rounded to bf16, times the power of two that puts the
  * block's largest |value| in [2^14, 2^15), as f16: exact) by the lanes that hold them as the mma's N columns,
  * which load them before they wait for the stage. Weights are constants, so a CTA issues its first copies
  * before it waits for the kernel before it (the launch chain); the expert route first needs the expert ids.
@@ -224,6 +227,109 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) k_gemv_fp8_bulk(const gb_arg
     gs_store<1>(acc, n, rows, r0, y, ldy, ks);
 }
 
+/* ---- the same product fed by a per-warp cp.async ring (the MoE decode pairs' route) ----
+ * As the decode index scan streams its keys (kn_msa_index_decode_ring.cu, 91-95 % of copy): every lane
+ * copies, 16 bytes at a time, exactly the weight chunks it multiplies (row gid and gid + 8, bytes 16 tig of
+ * each 64-wide block the warp takes: blocks warp, warp + 8, ... of the CTA's k slice) into its own slots of
+ * the warp's ring, GR_DEPTH blocks ahead, so its own cp.async.wait_group is the only synchronisation: no
+ * mbarrier, no producer warp, no register per byte in flight (79 registers, 64 KB: 3 CTAs per SM). The
+ * activation chunks go through registers one block ahead (L1/L2 hits: every CTA reads the same x). */
+#define GR_DEPTH 8                      /* 64-wide blocks in flight per warp */
+#define GR_WARP_BYTES (GR_DEPTH * 1024) /* a slot: 2 chunks x 32 lanes x 16 bytes */
+
+template <int EXPERTS> __global__ void __launch_bounds__(GS_WARPS * 32, 3) k_gemv_fp8_ring(const gb_args a)
+{
+    extern __shared__ __align__(128) uint8_t gb_sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const int32_t ks = a.ks, kz = (int32_t)(blockIdx.x % (unsigned)ks);
+    const int64_t cols = a.cols, r0 = (int64_t)(blockIdx.x / (unsigned)ks) * GS_ROWS;
+    const int64_t kb = (int64_t)kz * a.kspan;
+    const uint8_t *w;
+    const float *scale, *x = a.x;
+    float *y;
+    int64_t rows, ldy;
+    int32_t n = a.n;
+    if (EXPERTS) {
+        kn_griddep_wait(); /* the expert ids come from the routing */
+        const int64_t p = blockIdx.y;
+        const int32_t e = a.expert[p];
+        w = (blockIdx.z ? a.w_b : a.w_a)[e], scale = (blockIdx.z ? a.s_b : a.s_a)[e];
+        y = (blockIdx.z ? a.y_b : a.y_a) + p * a.ldy[0], rows = a.rows[0], ldy = a.ldy[0];
+        x += (p / a.xdiv) * a.ldx, n = 1;
+    } else {
+        w = a.w[0], scale = a.s[0], y = a.y[0], rows = a.rows[0], ldy = a.ldy[0];
+#pragma unroll
+        for (int k = 1; k < KN_GEMV_MULTI_MAX; k++) /* constant indices: a stays in parameter space */
+            if (k == (int)blockIdx.y)
+                w = a.w[k], scale = a.s[k], y = a.y[k], rows = a.rows[k], ldy = a.ldy[k];
+    }
+    if (r0 >= rows) {
+        kn_chain_entry();
+        return;
+    }
+    const int nblk = (int)(a.kspan / G8_BLOCK), mine = warp < nblk ? (nblk - 1 - warp) / GS_WARPS + 1 : 0;
+    const int nrow = rows - r0 < GS_ROWS ? (int)(rows - r0) : GS_ROWS;
+    /* this lane's weight chunks: rows gid and gid + 8 (a row past the weight's end reads row r0,
+     * zero-filled)
+     */
+    const uint8_t *wa = w + (r0 + (gid < nrow ? gid : 0)) * cols + kb + 16 * tig;
+    const uint8_t *wb = w + (r0 + (gid + 8 < nrow ? gid + 8 : 0)) * cols + kb + 16 * tig;
+    const int32_t ba = gid < nrow ? 16 : 0, bb = gid + 8 < nrow ? 16 : 0;
+    const uint32_t ring = kn_smem_addr(gb_sm) + (uint32_t)(warp * GR_WARP_BYTES) + 16u * (uint32_t)lane;
+    auto issue = [&](int i) { /* the warp's i-th block into slot i % GR_DEPTH; always one commit group */
+                              if (i < mine) {
+                                  const int64_t c = (int64_t)G8_BLOCK * (warp + GS_WARPS * i);
+                                  const uint32_t slot = ring + (uint32_t)((i % GR_DEPTH) * 1024);
+                                  kn_cp_async16(slot, wa + c, ba);
+                                  kn_cp_async16(slot + 512, wb + c, bb);
+                              }
+                              kn_cp_async_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < GR_DEPTH; i++) issue(i); /* weights are constants: before the chain's wait */
+    kn_chain_entry();
+    const int64_t scols = (cols + a.bs_cols - 1) / a.bs_cols;
+    const float *sa = scale + (gid < nrow ? (r0 + gid) / a.bs_rows : 0) * scols;
+    const float *sb = scale + (gid + 8 < nrow ? (r0 + gid + 8) / a.bs_rows : 0) * scols;
+    const float *xrow = x + (gid < n ? gid : 0) * a.ldx + kb + 16 * tig;
+    float acc[1][4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[0][e] = 0.0f;
+    float4 xv[4], xn[4];
+#pragma unroll
+    for (int v = 0; v < 4; v++)
+        xn[v] = gid < n && mine > 0 ? __ldg(reinterpret_cast<const float4 *>(xrow + G8_BLOCK * warp) + v)
+                                    : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < mine; i++) {
+        const int64_t c = (int64_t)G8_BLOCK * (warp + GS_WARPS * i);
+#pragma unroll
+        for (int v = 0; v < 4; v++) xv[v] = xn[v];
+#pragma unroll
+        for (int v = 0; v < 4; v++) /* the next block's activations, one block ahead */
+            xn[v] = gid < n && i + 1 < mine
+                        ? __ldg(reinterpret_cast<const float4 *>(xrow + c + G8_BLOCK * GS_WARPS) + v)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+        kn_cp_async_wait<GR_DEPTH - 1>(); /* this lane's copies of block i have landed */
+        const uint32_t slot = (uint32_t)((i % GR_DEPTH) * 1024);
+        const uint8_t *own = gb_sm + warp * GR_WARP_BYTES + 16 * lane + slot;
+        const uint4 a0 = *reinterpret_cast<const uint4 *>(own);
+        const uint4 a8 = *reinterpret_cast<const uint4 *>(own + 512);
+        uint4 bx[1][2];
+        const float un = gb_xfrag(xv, bx[0]);
+        const float u0 = __shfl_sync(0xffffffffu, un, 8 * tig),
+                    u1 = __shfl_sync(0xffffffffu, un, 8 * tig + 4);
+        float blk[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+        g8_block<1>(blk, a0, a8, bx);
+        const int64_t k = kb + c;
+        const float fa = __ldg(sa + k / a.bs_cols), fb = __ldg(sb + k / a.bs_cols);
+        acc[0][0] = fmaf(blk[0][0] * u0, fa, acc[0][0]), acc[0][1] = fmaf(blk[0][1] * u1, fa, acc[0][1]);
+        acc[0][2] = fmaf(blk[0][2] * u0, fb, acc[0][2]), acc[0][3] = fmaf(blk[0][3] * u1, fb, acc[0][3]);
+        issue(i + GR_DEPTH); /* after this block's reads of the slot it refills */
+    }
+    kn_cp_async_wait<0>();
+    gs_store<1>(acc, n, rows, r0, y, ldy, ks);
+}
+
 /* the configuration: KN_CUDA_GEMV_FP8_BULK_CFG (0 .. GB_CFGS - 1; default 0) */
 static int gb_cfg(void)
 {
@@ -231,12 +337,22 @@ static int gb_cfg(void)
     return c >= 0 && c < GB_CFGS ? c : 0;
 }
 
+/* the shapes both rings take */
+static int gb_shape_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols)
+{
+    return n >= 1 && n <= GB_MAX_N && cols > 0 && cols % G8_BLOCK == 0 && ldx >= cols && ldx % 4 == 0 &&
+           bs_rows >= 1 && bs_cols >= G8_BLOCK && bs_cols % G8_BLOCK == 0 && cols / G8_BLOCK <= INT32_MAX;
+}
+
 extern "C" int kn_cuda_gemv_fp8_bulk_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows,
                                         int32_t bs_cols)
 {
-    return n >= 1 && n <= GB_MAX_N && cols > 0 && cols % G8_BLOCK == 0 && ldx >= cols && ldx % 4 == 0 &&
-           bs_rows >= 1 && bs_cols >= G8_BLOCK && bs_cols % G8_BLOCK == 0 && cols / G8_BLOCK <= INT32_MAX &&
-           kn_cuda_knob("KN_CUDA_GEMV_FP8_BULK", 0);
+    return gb_shape_ok(n, cols, ldx, bs_rows, bs_cols) && kn_cuda_knob("KN_CUDA_GEMV_FP8_BULK", 0);
+}
+
+extern "C" int kn_cuda_gemv_fp8_ring_experts_ok(int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols)
+{
+    return gb_shape_ok(1, cols, ldx, bs_rows, bs_cols) && kn_cuda_knob("KN_CUDA_GEMV_FP8_EXPERTS_RING", 1);
 }
 
 typedef void (*gb_kernel)(const gb_args);
@@ -259,18 +375,20 @@ static int32_t gb_split(int64_t ctas, int64_t cols)
     return k;
 }
 
-static int32_t gb_launch(gb_args &a, int64_t tiles, unsigned gy, unsigned gz, int experts,
+static int32_t gb_launch(gb_args &a, int64_t tiles, unsigned gy, unsigned gz, int experts, int ring,
                          cudaStream_t stream, const char *what, struct mm_err *err)
 {
     static const gb_kernel kt[2][GB_CFGS] = {
         {k_gemv_fp8_bulk<0, 1024, 4>, k_gemv_fp8_bulk<0, 512, 6>, k_gemv_fp8_bulk<0, 2048, 2>},
         {k_gemv_fp8_bulk<1, 1024, 4>, k_gemv_fp8_bulk<1, 512, 6>, k_gemv_fp8_bulk<1, 2048, 2>}};
     const int cfg = gb_cfg();
-    const gb_kernel kern = kt[experts ? 1 : 0][cfg];
+    ring = ring || kn_cuda_knob_int("KN_CUDA_GEMV_FP8_BULK", 0) == 2;
+    const gb_kernel kern =
+        ring ? (experts ? k_gemv_fp8_ring<1> : k_gemv_fp8_ring<0>) : kt[experts ? 1 : 0][cfg];
     a.ks = gb_split(tiles * gy * gz, a.cols), a.kspan = a.cols / a.ks;
     if (tiles * a.ks > INT32_MAX)
         return mm_err_set(err, MM_INVALID, "%s: %lld rows are too many", what, (long long)(tiles * GS_ROWS));
-    const int smem = (int)gb_smem(cfg, a.kspan);
+    const int smem = ring ? GS_WARPS * GR_WARP_BYTES : (int)gb_smem(cfg, a.kspan);
     cudaError_t e = kn_smem_attr((const void *)kern, smem);
     if (e == cudaSuccess) {
         cudaLaunchConfig_t lc;
@@ -306,17 +424,17 @@ int32_t kn_gemv_fp8_bulk(int32_t n_w, const uint8_t *const *w, const float *cons
     if (tiles == 0) return MM_OK;
     a.x = x, a.ldx = ldx, a.cols = cols, a.n = (int32_t)n, a.bs_rows = bs_rows, a.bs_cols = bs_cols,
     a.xdiv = 1;
-    return gb_launch(a, tiles, (unsigned)n_w, 1, 0, stream, "kn_gemv_fp8_bulk", err);
+    return gb_launch(a, tiles, (unsigned)n_w, 1, 0, 0, stream, "kn_gemv_fp8_bulk", err);
 }
 
 int32_t kn_gemv_fp8_bulk_experts(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols, const float *x,
                                  int64_t ldx, const int32_t *expert, const uint8_t *const *w_a,
                                  const float *const *s_a, const uint8_t *const *w_b, const float *const *s_b,
                                  int32_t bs_rows, int32_t bs_cols, float *y_a, float *y_b, int64_t ldy,
-                                 cudaStream_t stream, struct mm_err *err)
+                                 int ring, cudaStream_t stream, struct mm_err *err)
 {
     if (pairs < 0 || pairs > 65535 || xdiv < 1 || rows < 0 || ldy < rows ||
-        !kn_cuda_gemv_fp8_bulk_ok(1, cols, ldx, bs_rows, bs_cols) || (uintptr_t)x % 16 ||
+        !gb_shape_ok(1, cols, ldx, bs_rows, bs_cols) || (uintptr_t)x % 16 ||
         (pairs > 0 && (!x || !expert || !w_a || !s_a || !y_a || (w_b && (!s_b || !y_b)))))
         return mm_err_set(err, MM_INVALID,
                           "kn_gemv_fp8_bulk_experts: bad arguments (pairs %lld rows %lld cols %lld)",
@@ -327,6 +445,6 @@ int32_t kn_gemv_fp8_bulk_experts(int64_t pairs, int32_t xdiv, int64_t rows, int6
     a.x = x, a.ldx = ldx, a.cols = cols, a.n = 1, a.bs_rows = bs_rows, a.bs_cols = bs_cols, a.xdiv = xdiv;
     a.rows[0] = rows, a.ldy[0] = ldy;
     a.expert = expert, a.w_a = w_a, a.s_a = s_a, a.w_b = w_b, a.s_b = s_b, a.y_a = y_a, a.y_b = y_b;
-    return gb_launch(a, kn_cdiv(rows, GS_ROWS), (unsigned)pairs, w_b ? 2u : 1u, 1, stream,
+    return gb_launch(a, kn_cdiv(rows, GS_ROWS), (unsigned)pairs, w_b ? 2u : 1u, 1, ring, stream,
                      "kn_gemv_fp8_bulk_experts", err);
 }

@@ -1635,7 +1635,8 @@ static void test_gemv_fp8(void)
      * stage shapes and forced splits, and the CUDA-core kernels' forced plans */
     static const char *const force[][5] = {{NULL, NULL, NULL, NULL, NULL}, {NULL, NULL, "1", NULL, NULL},
                                            {NULL, NULL, "1", "1", NULL},   {NULL, NULL, "1", "2", "8"},
-                                           {NULL, NULL, "1", NULL, "2"},   {"8", NULL, NULL, NULL, NULL},
+                                           {NULL, NULL, "1", NULL, "2"},   {NULL, NULL, "2", NULL, NULL},
+                                           {NULL, NULL, "2", NULL, "8"},   {"8", NULL, NULL, NULL, NULL},
                                            {NULL, "2", NULL, NULL, NULL},  {"8", "4", NULL, NULL, NULL}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
@@ -1644,9 +1645,9 @@ static void test_gemv_fp8(void)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t fi = 0; fi < sizeof force / sizeof force[0]; fi++) {
                 const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
-                if (fi == 1 && n > 8) continue;
-                if (fi >= 2 && fi <= 4 && n > 2) continue; /* the bulk route's other stage shapes, splits */
-                if (fi > 4 && (rows < 300 || n > 4)) continue; /* the forced plans on the wide shapes */
+                if ((fi == 1 || fi == 5) && n > 8) continue;
+                if (fi >= 2 && fi <= 6 && fi != 5 && n > 2) continue; /* other stage shapes, splits */
+                if (fi > 6 && (rows < 300 || n > 4)) continue; /* the forced plans on the wide shapes */
                 float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
                 float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
                 ct_fill_normal(x, n * ldx, 1.0f);
@@ -1762,10 +1763,16 @@ static void test_experts_fp8_bulk(void)
     float *x_d = ct_upload(x, sizeof(float) * NT * cols);
     float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
     float *ref = ct_hmalloc(sizeof(float) * P * rows);
-    for (int route = 0; route < 2; route++) {
-        if (!route) setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
+    /* bulk copies; the cp.async ring for every product; the ring for the expert pairs alone (the default);
+     * the CUDA cores (the ring turned off) */
+    static const char *const rname[4] = {"bulk", "ring", "experts ring", "CUDA cores"};
+    for (int route = 0; route < 4; route++) {
+        if (route < 2) setenv("KN_CUDA_GEMV_FP8_BULK", route ? "2" : "1", 1);
+        if (route == 3) setenv("KN_CUDA_GEMV_FP8_EXPERTS_RING", "0", 1);
         kn_cuda_knobs_reload();
-        CHECK(kn_cuda_gemv_fp8_bulk_ok(1, cols, cols, bsr, bsc) == !route);
+        CHECK(kn_cuda_gemv_fp8_bulk_ok(1, cols, cols, bsr, bsc) == (route < 2));
+        CHECK(kn_cuda_gemv_fp8_ring_experts_ok(cols, cols, bsr, bsc) == (route != 3));
+        CHECK(!kn_cuda_gemv_fp8_ring_experts_ok(cols + 16, cols + 16, bsr, bsc)); /* cols not in 64s */
         OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc,
                                     ya_d, yb_d, rows, 0, &err));
         for (int half = 0; half < 2; half++) {
@@ -1774,7 +1781,7 @@ static void test_experts_fp8_bulk(void)
                             ref + p * rows, rows);
             float *got = dl_f32(half ? yb_d : ya_d, P * rows);
             char what[96];
-            snprintf(what, sizeof what, "experts gemv fp8 %s, %s table", route ? "CUDA cores" : "bulk",
+            snprintf(what, sizeof what, "experts gemv fp8 %s, %s table", rname[route],
                      half ? "second" : "first");
             expect_close(what, got, ref, P * rows, 1e-5);
             free(got);
@@ -1784,13 +1791,14 @@ static void test_experts_fp8_bulk(void)
         for (int p = 0; p < NT; p++)
             kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, f[ids[p]].wf, cols, 0.0f, ref + p * rows, rows);
         float *got = dl_f32(ya_d, NT * rows);
-        expect_close(route ? "experts gemv fp8 CUDA cores, own rows" : "experts gemv fp8 bulk, own rows", got,
-                     ref, NT * rows, 1e-5);
+        char what[96];
+        snprintf(what, sizeof what, "experts gemv fp8 %s, own rows", rname[route]);
+        expect_close(what, got, ref, NT * rows, 1e-5);
         free(got);
-        unsetenv("KN_CUDA_GEMV_FP8_BULK");
+        unsetenv("KN_CUDA_GEMV_FP8_BULK"), unsetenv("KN_CUDA_GEMV_FP8_EXPERTS_RING");
         kn_cuda_knobs_reload();
     }
-    printf("  %-28s 45 x 320, scale blocks 8 x 64: both routes within 1e-5\n", "experts fp8 bulk");
+    printf("  %-28s 45 x 320, scale blocks 8 x 64: all four routes within 1e-5\n", "experts fp8 bulk");
     free(x), free(xr), free(ref);
     fp8_tables_free(&tb);
     cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
