@@ -108,6 +108,37 @@ __device__ __forceinline__ float gb_xfrag(const float4 (&v)[4], uint4 (&bx)[2])
     return g8_pow2(-k);
 }
 
+/* What CTA (blockIdx.y, blockIdx.z) multiplies (gb_args' comment); the expert route first waits for the
+ * kernel before it, which wrote the expert ids */
+struct gb_tile {
+    const uint8_t *w;
+    const float *scale, *x;
+    float *y;
+    int64_t rows, ldy;
+    int32_t n;
+};
+
+template <int EXPERTS> __device__ __forceinline__ gb_tile gb_select(const gb_args &a)
+{
+    gb_tile t;
+    t.x = a.x, t.n = a.n;
+    if (EXPERTS) {
+        kn_griddep_wait(); /* the expert ids come from the routing */
+        const int64_t p = blockIdx.y;
+        const int32_t e = a.expert[p];
+        t.w = (blockIdx.z ? a.w_b : a.w_a)[e], t.scale = (blockIdx.z ? a.s_b : a.s_a)[e];
+        t.y = (blockIdx.z ? a.y_b : a.y_a) + p * a.ldy[0], t.rows = a.rows[0], t.ldy = a.ldy[0];
+        t.x += (p / a.xdiv) * a.ldx, t.n = 1;
+    } else {
+        t.w = a.w[0], t.scale = a.s[0], t.y = a.y[0], t.rows = a.rows[0], t.ldy = a.ldy[0];
+#pragma unroll
+        for (int k = 1; k < KN_GEMV_MULTI_MAX; k++) /* constant indices: a stays in parameter space */
+            if (k == (int)blockIdx.y)
+                t.w = a.w[k], t.scale = a.s[k], t.y = a.y[k], t.rows = a.rows[k], t.ldy = a.ldy[k];
+    }
+    return t;
+}
+
 template <int EXPERTS, int SPAN, int DEPTH>
 __global__ void __launch_bounds__(GS_WARPS * 32, 2) k_gemv_fp8_bulk(const gb_args a)
 {
@@ -119,25 +150,12 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) k_gemv_fp8_bulk(const gb_arg
     const int32_t ks = a.ks, kz = (int32_t)(blockIdx.x % (unsigned)ks);
     const int64_t cols = a.cols, r0 = (int64_t)(blockIdx.x / (unsigned)ks) * GS_ROWS;
     const int64_t kb = (int64_t)kz * a.kspan, ke = kb + a.kspan;
-    const uint8_t *w;
-    const float *scale, *x = a.x;
-    float *y;
-    int64_t rows, ldy;
-    int32_t n = a.n;
-    if (EXPERTS) {
-        kn_griddep_wait(); /* the expert ids come from the routing */
-        const int64_t p = blockIdx.y;
-        const int32_t e = a.expert[p];
-        w = (blockIdx.z ? a.w_b : a.w_a)[e], scale = (blockIdx.z ? a.s_b : a.s_a)[e];
-        y = (blockIdx.z ? a.y_b : a.y_a) + p * a.ldy[0], rows = a.rows[0], ldy = a.ldy[0];
-        x += (p / a.xdiv) * a.ldx, n = 1;
-    } else {
-        w = a.w[0], scale = a.s[0], y = a.y[0], rows = a.rows[0], ldy = a.ldy[0];
-#pragma unroll
-        for (int k = 1; k < KN_GEMV_MULTI_MAX; k++) /* constant indices: a stays in parameter space */
-            if (k == (int)blockIdx.y)
-                w = a.w[k], scale = a.s[k], y = a.y[k], rows = a.rows[k], ldy = a.ldy[k];
-    }
+    const gb_tile t = gb_select<EXPERTS>(a);
+    const uint8_t *w = t.w;
+    const float *scale = t.scale, *x = t.x;
+    float *y = t.y;
+    const int64_t rows = t.rows, ldy = t.ldy;
+    const int32_t n = t.n;
     if (r0 >= rows) { /* a tile past this weight's rows (the grid is sized for the largest): the whole
                          cluster leaves */
         kn_chain_entry();
@@ -244,25 +262,12 @@ template <int EXPERTS> __global__ void __launch_bounds__(GS_WARPS * 32, 3) k_gem
     const int32_t ks = a.ks, kz = (int32_t)(blockIdx.x % (unsigned)ks);
     const int64_t cols = a.cols, r0 = (int64_t)(blockIdx.x / (unsigned)ks) * GS_ROWS;
     const int64_t kb = (int64_t)kz * a.kspan;
-    const uint8_t *w;
-    const float *scale, *x = a.x;
-    float *y;
-    int64_t rows, ldy;
-    int32_t n = a.n;
-    if (EXPERTS) {
-        kn_griddep_wait(); /* the expert ids come from the routing */
-        const int64_t p = blockIdx.y;
-        const int32_t e = a.expert[p];
-        w = (blockIdx.z ? a.w_b : a.w_a)[e], scale = (blockIdx.z ? a.s_b : a.s_a)[e];
-        y = (blockIdx.z ? a.y_b : a.y_a) + p * a.ldy[0], rows = a.rows[0], ldy = a.ldy[0];
-        x += (p / a.xdiv) * a.ldx, n = 1;
-    } else {
-        w = a.w[0], scale = a.s[0], y = a.y[0], rows = a.rows[0], ldy = a.ldy[0];
-#pragma unroll
-        for (int k = 1; k < KN_GEMV_MULTI_MAX; k++) /* constant indices: a stays in parameter space */
-            if (k == (int)blockIdx.y)
-                w = a.w[k], scale = a.s[k], y = a.y[k], rows = a.rows[k], ldy = a.ldy[k];
-    }
+    const gb_tile t = gb_select<EXPERTS>(a);
+    const uint8_t *w = t.w;
+    const float *scale = t.scale, *x = t.x;
+    float *y = t.y;
+    const int64_t rows = t.rows, ldy = t.ldy;
+    const int32_t n = t.n;
     if (r0 >= rows) {
         kn_chain_entry();
         return;
