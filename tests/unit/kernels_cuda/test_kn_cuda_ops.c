@@ -1620,6 +1620,40 @@ static void fp8_tables_free(struct fp8_tables *t)
     cudaFree(t->tq_d), cudaFree(t->ts_d);
 }
 
+/* kn_cuda_gemv_experts_fp8 on P = NT * K pairs (pair p: expert ids[p], x row p / K) against the f32 CPU
+ * products of xr (x rounded to bf16): both tables of t (experts 0 .. E - 1 and E .. 2E - 1) in one launch,
+ * then the first on the pairs' own rows (xdiv 1: x rows 0 .. NT - 1 for pairs 0 .. NT - 1 only); route
+ * names the route in the messages */
+static void check_experts_fp8(const struct fp8_tables *t, int E, int K, int NT, const int32_t *ids,
+                              const int32_t *ids_d, int64_t rows, int64_t cols, int32_t bsr, int32_t bsc,
+                              const float *xr, const float *x_d, float *ya_d, float *yb_d, const char *route)
+{
+    const int P = NT * K;
+    const uint8_t *const *tq = t->tq_d;
+    const float *const *ts = t->ts_d;
+    float *ref = ct_hmalloc(sizeof(float) * P * rows);
+    char what[96];
+    OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc, ya_d,
+                                yb_d, rows, 0, &err));
+    for (int half = 0; half < 2; half++) {
+        for (int p = 0; p < P; p++)
+            kn_sgemm_nt(1, rows, cols, xr + (p / K) * cols, cols, t->f[half * E + ids[p]].wf, cols, 0.0f,
+                        ref + p * rows, rows);
+        float *got = dl_f32(half ? yb_d : ya_d, P * rows);
+        snprintf(what, sizeof what, "experts gemv fp8 %s, %s table", route, half ? "second" : "first");
+        expect_close(what, got, ref, P * rows, 1e-5);
+        free(got);
+    }
+    OK(kn_cuda_gemv_experts_fp8(P, 1, rows, cols, x_d, cols, ids_d, tq, ts, NULL, NULL, bsr, bsc, ya_d, NULL,
+                                rows, 0, &err));
+    for (int p = 0; p < NT; p++)
+        kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, t->f[ids[p]].wf, cols, 0.0f, ref + p * rows, rows);
+    float *got = dl_f32(ya_d, NT * rows);
+    snprintf(what, sizeof what, "experts gemv fp8 %s, own rows", route);
+    expect_close(what, got, ref, NT * rows, 1e-5);
+    free(got), free(ref);
+}
+
 /* Decode-sized products with FP8 weights (kn_cuda_gemv_fp8): every n up to 16 (5-8 and 9-16 share a kernel)
  * against the f32 CPU product of x rounded to bf16 and the exactly dequantized weight; rows not a multiple of
  * the CTA's, inner dimensions a multiple of 16 but not of 128 (48, 80), ragged and non-square scale blocks;
@@ -1753,16 +1787,12 @@ static void test_experts_fp8_bulk(void)
     const int32_t ids[P] = {2, 0, 1, 2};
     struct fp8_tables tb;
     fp8_tables_make(&tb, 2 * E, rows, cols, bsr, bsc);
-    const struct fp8_weight *f = tb.f;
-    const uint8_t *const *tq = tb.tq_d;
-    const float *const *ts = tb.ts_d;
     float *x = ct_hmalloc(sizeof(float) * NT * cols), *xr = ct_hmalloc(sizeof(float) * NT * cols);
     ct_fill_normal(x, NT * cols, 3.0f);
     for (int64_t i = 0; i < NT * cols; i++) xr[i] = ct_bf16_round(x[i]);
     int32_t *ids_d = ct_upload(ids, sizeof ids);
     float *x_d = ct_upload(x, sizeof(float) * NT * cols);
     float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
-    float *ref = ct_hmalloc(sizeof(float) * P * rows);
     /* bulk copies; the cp.async ring for every product; the ring for the expert pairs alone (the default);
      * the CUDA cores (the ring turned off) */
     static const char *const rname[4] = {"bulk", "ring", "experts ring", "CUDA cores"};
@@ -1773,33 +1803,12 @@ static void test_experts_fp8_bulk(void)
         CHECK(kn_cuda_gemv_fp8_bulk_ok(1, cols, cols, bsr, bsc) == (route < 2));
         CHECK(kn_cuda_gemv_fp8_ring_experts_ok(cols, cols, bsr, bsc) == (route != 3));
         CHECK(!kn_cuda_gemv_fp8_ring_experts_ok(cols + 16, cols + 16, bsr, bsc)); /* cols not in 64s */
-        OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc,
-                                    ya_d, yb_d, rows, 0, &err));
-        for (int half = 0; half < 2; half++) {
-            for (int p = 0; p < P; p++)
-                kn_sgemm_nt(1, rows, cols, xr + (p / K) * cols, cols, f[half * E + ids[p]].wf, cols, 0.0f,
-                            ref + p * rows, rows);
-            float *got = dl_f32(half ? yb_d : ya_d, P * rows);
-            char what[96];
-            snprintf(what, sizeof what, "experts gemv fp8 %s, %s table", rname[route],
-                     half ? "second" : "first");
-            expect_close(what, got, ref, P * rows, 1e-5);
-            free(got);
-        }
-        OK(kn_cuda_gemv_experts_fp8(P, 1, rows, cols, x_d, cols, ids_d, tq, ts, NULL, NULL, bsr, bsc, ya_d,
-                                    NULL, rows, 0, &err));
-        for (int p = 0; p < NT; p++)
-            kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, f[ids[p]].wf, cols, 0.0f, ref + p * rows, rows);
-        float *got = dl_f32(ya_d, NT * rows);
-        char what[96];
-        snprintf(what, sizeof what, "experts gemv fp8 %s, own rows", rname[route]);
-        expect_close(what, got, ref, NT * rows, 1e-5);
-        free(got);
+        check_experts_fp8(&tb, E, K, NT, ids, ids_d, rows, cols, bsr, bsc, xr, x_d, ya_d, yb_d, rname[route]);
         unsetenv("KN_CUDA_GEMV_FP8_BULK"), unsetenv("KN_CUDA_GEMV_FP8_EXPERTS_RING");
         kn_cuda_knobs_reload();
     }
     printf("  %-28s 45 x 320, scale blocks 8 x 64: all four routes within 1e-5\n", "experts fp8 bulk");
-    free(x), free(xr), free(ref);
+    free(x), free(xr);
     fp8_tables_free(&tb);
     cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
 }
@@ -1825,25 +1834,8 @@ static void test_experts_fp8(void)
     int32_t *ids_d = ct_upload(ids, sizeof ids);
     float *x_d = ct_upload(x, sizeof(float) * NT * cols);
     float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
-    OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc, ya_d,
-                                yb_d, rows, 0, &err));
-    float *ref = ct_hmalloc(sizeof(float) * P * rows);
-    for (int half = 0; half < 2; half++) {
-        for (int p = 0; p < P; p++)
-            kn_sgemm_nt(1, rows, cols, xr + (p / K) * cols, cols, f[half * E + ids[p]].wf, cols, 0.0f,
-                        ref + p * rows, rows);
-        float *got = dl_f32(half ? yb_d : ya_d, P * rows);
-        expect_close(half ? "experts gemv fp8, second table" : "experts gemv fp8, first table", got, ref,
-                     P * rows, 1e-5);
-        free(got);
-    }
-    OK(kn_cuda_gemv_experts_fp8(P, 1, rows, cols, x_d, cols, ids_d, tq, ts, NULL, NULL, bsr, bsc, ya_d, NULL,
-                                rows, 0, &err)); /* xdiv 1: rows 0..NT-1 of x for pairs 0..NT-1 only */
-    for (int p = 0; p < NT; p++)
-        kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, f[ids[p]].wf, cols, 0.0f, ref + p * rows, rows);
-    float *got = dl_f32(ya_d, P * rows);
-    expect_close("experts gemv fp8, own rows", got, ref, NT * rows, 1e-5);
-    free(got);
+    check_experts_fp8(&tb, E, K, NT, ids, ids_d, rows, cols, bsr, bsc, xr, x_d, ya_d, yb_d,
+                      "(default route)");
     /* dequantization of the experts with rows: off gives experts 1 and 3 none */
     const int32_t off[E + 1] = {0, 2, 2, 5, 5, 6};
     int32_t *off_d = ct_upload(off, sizeof off);
@@ -1870,7 +1862,7 @@ static void test_experts_fp8(void)
            "experts fp8");
     struct mm_err e2 = {0};
     CHECK(kn_cuda_dequant_fp8_experts(1, E, off_d, tq, ts, rows, 40, bsr, bsc, to_d, 0, &e2) == MM_INVALID);
-    free(x), free(xr), free(ref), free(all), free(one);
+    free(x), free(xr), free(all), free(one);
     fp8_tables_free(&tb);
     cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
     cudaFree(off_d), cudaFree(out_d), cudaFree(to_d), cudaFree(one_d);
