@@ -187,8 +187,9 @@ def case_tokenize():
 # ---------------------------------------------------------------- media token counts
 
 def stream_usage(gw, content, model="m3-tiny"):
+    # ignore_eos: a sampled end of text (random demo weights) would end the stream with "stop" instead
     body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 2, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
     st, ev = fx.sse_events(gw, "/v1/chat/completions", body)
     if not fx.check(st == 200 and ev and ev[-1] == "[DONE]", f"stream status {st}: {str(ev)[:300]}"):
         return None
