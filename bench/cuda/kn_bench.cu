@@ -4,7 +4,8 @@
  * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
  *
  *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]] [--prof-raw timestamps.tsv]
- *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8 skinny fp8w experts
+ *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8 skinny fp8w fp8pf
+ * experts
  */
 #include <math.h>
 #include <stdint.h>
@@ -2575,6 +2576,90 @@ static void run_fp8w(void *p, int it)
     }
 }
 
+/* FP8 weights at prefill sizes: the products of m activation rows, m 512-8192, as a prefill runs them. The
+ * bf16 product on a bf16 copy (what loading the weight as bf16 gives; x converted to bf16 in the call), the
+ * FP8 default (the weight dequantized into scratch, then that product) and MMGW_CUDA_FP8_PREFILL=e4m3 (x
+ * quantized to e4m3 groups, cuBLASLt's block-scaled FP8 product). Weights rotated through > 10 x L2;
+ * "TFLOP/s" counts 2 m n k per call, the conversions and dequantizations included in the time. */
+struct fp8pf_arg {
+    struct kn_cuda_blas *bl;
+    const uint8_t *pool; /* n_sets weights of set_bytes (bf16 copies or e4m3), rotated */
+    size_t set_bytes;
+    int32_t n_sets;
+    const float *scale;
+    int64_t m, rows, cols;
+    const float *x;
+    float *y;
+    uint16_t *xb, *dq;
+    void *xq; /* the e4m3 route's workspace */
+    size_t ws_bytes;
+    int route; /* 0 bf16 copy, 1 fp8 dequantize + bf16, 2 fp8 e4m3 block */
+};
+
+static void run_fp8pf(void *p, int it)
+{
+    struct fp8pf_arg *a = (struct fp8pf_arg *)p;
+    const uint8_t *w = a->pool + (size_t)(it % a->n_sets) * a->set_bytes;
+    if (a->route == 2) {
+        KC(kn_cuda_gemm_fp8_block(a->bl, a->m, a->rows, a->cols, a->x, a->cols, w, a->scale, a->y, a->rows,
+                                  a->xq, a->ws_bytes, &g_err));
+        return;
+    }
+    const void *wb = w;
+    if (a->route == 1) {
+        KC(kn_cuda_dequant_fp8_block(w, a->scale, a->rows, a->cols, 128, 128, a->dq, g_stream, &g_err));
+        wb = a->dq;
+    }
+    KC(kn_cuda_convert(a->x, a->xb, a->m * a->cols, 1, g_stream, &g_err));
+    KC(kn_cuda_gemm_bf16(a->bl, a->m, a->rows, a->cols, a->xb, a->cols, wb, a->cols, 0.0f, a->y, a->rows, 0,
+                         &g_err));
+}
+
+static void bench_fp8pf(void)
+{
+    printf(
+        "== FP8 weights at prefill sizes: bf16 copy vs FP8 dequantize + bf16 vs e4m3 activations on cuBLASLt "
+        "block scaling (MMGW_CUDA_FP8_PREFILL=e4m3)\n");
+    static const int64_t shapes[][2] = {{8192, 6144}, {6144, 8192}, {3072, 6144}, {6144, 1536}};
+    static const int64_t ms[] = {512, 2047, 2048, 8192}; /* 2047: 3 rows in a 4-row tail product */
+    struct fp8pf_arg a;
+    memset(&a, 0, sizeof a);
+    KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
+    const size_t pool = (size_t)640 << 20;
+    uint8_t *w = (uint8_t *)dmalloc(pool);
+    fill_bf16(w, (int64_t)(pool / 2), 96, 0.02f); /* bytes of bf16 values: some e4m3 NaN codes, timing only */
+    float *scale = (float *)dmalloc(sizeof(float) * 64 * 64);
+    fill_f32(scale, 64 * 64, 97, 0.01f);
+    const int64_t mmax = 8192, kmax = 8192;
+    float *x = (float *)dmalloc(sizeof(float) * mmax * kmax);
+    fill_f32(x, mmax * kmax, 98, 1.0f);
+    a.pool = w, a.scale = scale, a.x = x;
+    a.y = (float *)dmalloc(sizeof(float) * mmax * 8192);
+    a.xb = (uint16_t *)dmalloc(2 * (size_t)(mmax * kmax));
+    a.dq = (uint16_t *)dmalloc(2 * (size_t)8192 * 8192);
+    a.ws_bytes = kn_cuda_gemm_fp8_block_ws(mmax, 8192, kmax);
+    a.xq = dmalloc(a.ws_bytes);
+    static const char *const names[] = {"bf16 copy", "fp8 dequant+bf16", "fp8 e4m3 block"};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+            for (int r = 0; r < 3; r++) {
+                a.rows = shapes[si][0], a.cols = shapes[si][1], a.m = ms[mi], a.route = r;
+                a.set_bytes = (size_t)(a.rows * a.cols) * (r == 0 ? 2u : 1u);
+                a.n_sets = (int32_t)(pool / a.set_bytes);
+                if (a.n_sets > 64) a.n_sets = 64;
+                char cfg[96];
+                snprintf(cfg, sizeof cfg, "%lld x %lld, m %lld", (long long)a.rows, (long long)a.cols,
+                         (long long)a.m);
+                const double ms_ = time_ms(run_fp8pf, &a, 3, g_quick ? 5 : 20);
+                emit("fp8 prefill", cfg, names[r], ms_ * 1e3, "us");
+                emit("fp8 prefill", cfg, names[r],
+                     2.0 * (double)a.m * (double)a.rows * (double)a.cols / (ms_ * 1e-3) / 1e12, "TFLOP/s");
+            }
+    void *bufs[] = {w, scale, x, a.y, a.xb, a.dq, a.xq};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CK(cudaFree(bufs[i]));
+    kn_cuda_blas_destroy(a.bl);
+}
+
 static void bench_fp8w(void)
 {
     printf("== FP8 weights at decode sizes: kn_cuda_gemv_fp8 vs the bf16 routes on a bf16 copy vs the FP8 "
@@ -2982,9 +3067,10 @@ int main(int argc, char **argv)
                 return 1;
             }
         } else {
-            fprintf(stderr, "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
-                            "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny,fp8w,"
-                            "select8,experts]\n");
+            fprintf(stderr,
+                    "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
+                    "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny,fp8w,fp8pf,"
+                    "select8,experts]\n");
             return 2;
         }
     }
@@ -3023,6 +3109,7 @@ int main(int argc, char **argv)
     if (want(only, "select8")) bench_select_fp8();
     if (want(only, "skinny")) bench_skinny();
     if (want(only, "fp8w")) bench_fp8w();
+    if (want(only, "fp8pf")) bench_fp8pf();
     if (want(only, "experts")) bench_experts();
     /* last: it captures graphs of the fused route; "layerdec" alone skips the prefill layer, "layerprof"
      * runs only the timestamp profile */

@@ -325,6 +325,26 @@ int32_t kn_cuda_gemm_bf16(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t 
 int32_t kn_cuda_gemm_bf16_bias(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const void *a,
                                int64_t lda, const void *w, int64_t ldw, const float *bias, float *c,
                                int64_t ldc, struct mm_err *err);
+/** C[m][n] (f32, row stride ldc, a multiple of 4) = X[m][k] . W[n][k]^T on the FP8 tensor cores (cuBLASLt
+ * block scaling, MMGW_CUDA_FP8_PREFILL=e4m3): X (f32, row stride ldx) is first quantized in the workspace
+ * (kn_cuda_x_e4m3_groups's rule; ws 256-byte aligned, at least kn_cuda_gemm_fp8_block_ws bytes), W is the
+ * checkpoint's e4m3 [n][k] with its f32 128 x 128 block scales [n/128][k/128] (16-byte aligned), fp32
+ * accumulation. Shapes: kn_cuda_gemm_fp8_block_ok. MM_UNSUPPORTED, with nothing run, when cuBLASLt has no
+ * algorithm for the shape or alignments. */
+int32_t kn_cuda_gemm_fp8_block(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const float *x,
+                               int64_t ldx, const uint8_t *w, const float *w_scale, float *c, int64_t ldc,
+                               void *ws, size_t ws_bytes, struct mm_err *err);
+size_t kn_cuda_gemm_fp8_block_ws(int64_t m, int64_t n, int64_t k);
+/** Blocks 128 x 128, k a multiple of 512 (the scale rows cuBLASLt reads, k/128 a multiple of 4, are then the
+ * checkpoint's), n a multiple of 16. */
+int kn_cuda_gemm_fp8_block_ok(int64_t n, int64_t k, int32_t bs_rows, int32_t bs_cols);
+/** Rows of x [n][cols] (f32, row stride ldx, 16-byte aligned) in 128-wide groups of e4m3 with one f32 scale
+ * each: q [n][cols] = e4m3(x / s), qs [cols/128][ldqs >= n] = s, s = the group's amax / 448 (1 for all
+ * zeros); the CPU twin is kn_quant_e4m3_groups (ldqs = n). Needs kn_cuda_x_e4m3_groups_ok. */
+int32_t kn_cuda_x_e4m3_groups(int64_t n, int64_t cols, const float *x, int64_t ldx, uint8_t *q, float *qs,
+                              int64_t ldqs, cudaStream_t stream, struct mm_err *err);
+/** cols a multiple of 128, ldx >= cols and a multiple of 4. */
+int kn_cuda_x_e4m3_groups_ok(int64_t cols, int64_t ldx);
 /** Same product in plain fp32 (no TF32): f32 A and W, f32 C. For weights whose rounding to bf16 would move
  * decisions (the MoE router, the index projections) and for an all-fp32 run. */
 int32_t kn_cuda_gemm_f32(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,

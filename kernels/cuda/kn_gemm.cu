@@ -11,9 +11,14 @@
 /* cuBLASLt plans kept per handle: a vision tower has ~6 product shapes, a text prefill 2-3 per chunk size */
 #define KN_LT_PLANS 16
 
-/* One shape's cuBLASLt set-up for the bias product: the heuristic's pick costs tens of microseconds of host
- * time, so it is made once per (shape, strides, alignments) and reused */
+/* The cuBLASLt products: bf16 with the bias in the epilogue; e4m3 x e4m3 with 128 x 128 weight-block and
+ * 128-wide activation-group scales (kn_cuda_gemm_fp8_block) */
+enum lt_kind { LT_BF16_BIAS = 0, LT_FP8_BLOCK = 1 };
+
+/* One shape's cuBLASLt set-up: the heuristic's pick costs tens of microseconds of host time, so it is made
+ * once per (kind, shape, strides, alignments) and reused */
 struct lt_plan {
+    enum lt_kind kind;
     int64_t m, n, k, lda, ldw, ldc;
     uint32_t align; /* the smallest alignment of A, W and C (= D), in bytes (<= 256) */
     cublasLtMatmulDesc_t op;
@@ -116,13 +121,16 @@ static uint32_t ptr_align(const void *p)
 }
 
 /* The plan for one call's shape, made on first use (NULL: cuBLASLt refused the set-up) */
-static struct lt_plan *lt_plan_get(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                   int64_t ldw, int64_t ldc, uint32_t align)
+/* sw / sx: an FP8 plan's scale pointers (the heuristic finds nothing while they are unset; each call sets its
+ * own again) */
+static struct lt_plan *lt_plan_get(struct kn_cuda_blas *b, enum lt_kind kind, int64_t m, int64_t n, int64_t k,
+                                   int64_t lda, int64_t ldw, int64_t ldc, uint32_t align, const float *sw,
+                                   const float *sx)
 {
     for (int i = 0; i < b->n_plans; i++) {
         struct lt_plan *p = &b->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldw == ldw && p->ldc == ldc &&
-            p->align == align)
+        if (p->kind == kind && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldw == ldw &&
+            p->ldc == ldc && p->align == align)
             return p->ok ? p : NULL;
     }
     if (!b->lt && cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) return NULL;
@@ -134,11 +142,17 @@ static struct lt_plan *lt_plan_get(struct kn_cuda_blas *b, int64_t m, int64_t n,
         b->next = (b->next + 1) % KN_LT_PLANS;
         lt_plan_free(p);
     }
-    p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldw = ldw, p->ldc = ldc, p->align = align, p->ok = 0;
-    /* column-major: D[n][m] = op(W)[n][k] . X[k][m] + bias[n], W stored k x n (transposed in), X k x m */
+    p->kind = kind, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldw = ldw, p->ldc = ldc, p->align = align;
+    p->ok = 0;
+    /* column-major: D[n][m] = op(W)[n][k] . X[k][m] (+ bias[n]), W stored k x n (transposed in), X k x m */
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bias_t = CUDA_R_32F;
+    /* FP8: W's scales per 128 x 128 block, X's per 128 values of a row (both f32, multiplied) */
+    const int32_t sc_w = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                  sc_x = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    const int fp8 = kind == LT_FP8_BLOCK;
+    const cudaDataType_t in_t = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
     const uint64_t ws = KN_BLAS_WS_BYTES;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
@@ -146,10 +160,19 @@ static struct lt_plan *lt_plan_get(struct kn_cuda_blas *b, int64_t m, int64_t n,
     if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ||
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) ||
-        cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, ldw) ||
-        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)k, (uint64_t)m, lda) ||
+        (!fp8 && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) ||
+        (!fp8 && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t,
+                                                sizeof bias_t)) ||
+        (fp8 &&
+         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &sc_w, sizeof sc_w)) ||
+        (fp8 &&
+         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &sc_x, sizeof sc_x)) ||
+        (fp8 &&
+         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw)) ||
+        (fp8 &&
+         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx)) ||
+        cublasLtMatrixLayoutCreate(&p->la, in_t, (uint64_t)k, (uint64_t)n, ldw) ||
+        cublasLtMatrixLayoutCreate(&p->lb, in_t, (uint64_t)k, (uint64_t)m, lda) ||
         cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, ldc) ||
         cublasLtMatmulPreferenceCreate(&pref) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
@@ -185,7 +208,7 @@ extern "C" int32_t kn_cuda_gemm_bf16_bias(struct kn_cuda_blas *b, int64_t m, int
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_bf16_bias: bias not 16-byte aligned");
     /* the lowest set bit of the three addresses together: the smallest of their alignments */
     const uint32_t al = ptr_align((const void *)((uintptr_t)a | (uintptr_t)w | (uintptr_t)c));
-    struct lt_plan *p = lt_plan_get(b, m, n, k, lda, ldw, ldc, al);
+    struct lt_plan *p = lt_plan_get(b, LT_BF16_BIAS, m, n, k, lda, ldw, ldc, al, NULL, NULL);
     if (!p) return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_bf16_bias: no cuBLASLt algorithm");
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t s =
@@ -194,6 +217,120 @@ extern "C" int32_t kn_cuda_gemm_bf16_bias(struct kn_cuda_blas *b, int64_t m, int
         s = cublasLtMatmul(b->lt, p->op, &alpha, w, p->la, a, p->lb, &beta, c, p->lc, c, p->lc, &p->algo,
                            b->ws, KN_BLAS_WS_BYTES, b->stream);
     return blas_err(s, "kn_cuda_gemm_bf16_bias", err);
+}
+
+extern "C" int kn_cuda_gemm_fp8_block_ok(int64_t n, int64_t k, int32_t bs_rows, int32_t bs_cols)
+{
+    /* W's block scales are read as cuBLASLt's 128 x 128 layout: [n / 128][k / 128] with that row length a
+     * multiple of 4 is the checkpoint's own order; 16-byte rows of e4m3 for the tensor-core loads */
+    return bs_rows == 128 && bs_cols == 128 && k > 0 && k % 512 == 0 && n > 0 && n % 16 == 0 &&
+           k <= INT32_MAX && n <= INT32_MAX;
+}
+
+static size_t al256(size_t v)
+{
+    return (v + 255) & ~(size_t)255;
+}
+
+/* Workspace parts: the first m4 = m - m % 4 rows quantized (xq [m4][k], xqs [k/128][m4]); the 1-3 rows after
+ * them quantized into 4-row buffers (cuBLASLt's 128-wide scales want a row count that is a multiple of 4:
+ * 37 rows were refused, 300 taken), the padding rows zero, and their 4-row product */
+struct fp8_ws {
+    uint8_t *xq, *xq_t;
+    float *xqs, *xqs_t, *y_t;
+    size_t bytes;
+};
+
+static struct fp8_ws fp8_ws_parts(void *ws, int64_t m, int64_t n, int64_t k)
+{
+    const int64_t m4 = m - m % 4, g = k / 128;
+    size_t o[6] = {0}; /* offsets of xq, xqs, xq_t, xqs_t, y_t, and the end */
+    o[1] = al256((size_t)(m4 * k));
+    o[2] = o[1] + al256(sizeof(float) * (size_t)(g * m4));
+    o[3] = o[2] + (m % 4 ? al256((size_t)(4 * k)) : 0);
+    o[4] = o[3] + (m % 4 ? al256(sizeof(float) * (size_t)(4 * g)) : 0);
+    o[5] = o[4] + (m % 4 ? al256(sizeof(float) * (size_t)(4 * n)) : 0);
+    struct fp8_ws p = {};
+    p.bytes = o[5];
+    if (ws) {
+        char *base = (char *)ws;
+        p.xq = (uint8_t *)base, p.xqs = (float *)(base + o[1]);
+        if (m % 4)
+            p.xq_t = (uint8_t *)(base + o[2]), p.xqs_t = (float *)(base + o[3]),
+            p.y_t = (float *)(base + o[4]);
+    }
+    return p;
+}
+
+extern "C" size_t kn_cuda_gemm_fp8_block_ws(int64_t m, int64_t n, int64_t k)
+{
+    return m > 0 && n > 0 && k > 0 ? fp8_ws_parts(NULL, m, n, k).bytes : 0;
+}
+
+/* One cuBLASLt product of m (a multiple of 4) quantized rows xq / xqs into c; MM_UNSUPPORTED without a plan
+ */
+static int32_t fp8_block_run(struct kn_cuda_blas *b, struct lt_plan *p, const uint8_t *xq, const float *xqs,
+                             const uint8_t *w, const float *w_scale, float *c, struct mm_err *err)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t s =
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xqs, sizeof xqs);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmul(b->lt, p->op, &alpha, w, p->la, xq, p->lb, &beta, c, p->lc, c, p->lc, &p->algo,
+                           b->ws, KN_BLAS_WS_BYTES, b->stream);
+    return blas_err(s, "kn_cuda_gemm_fp8_block", err);
+}
+
+extern "C" int32_t kn_cuda_gemm_fp8_block(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k,
+                                          const float *x, int64_t ldx, const uint8_t *w, const float *w_scale,
+                                          float *c, int64_t ldc, void *ws, size_t ws_bytes,
+                                          struct mm_err *err)
+{
+    if (!b || m < 0 || m > INT32_MAX || !kn_cuda_gemm_fp8_block_ok(n, k, 128, 128) || ldc < n ||
+        ldc > INT32_MAX || !kn_cuda_x_e4m3_groups_ok(k, ldx) ||
+        (m > 0 && (!x || !w || !w_scale || !c || !ws || ws_bytes < kn_cuda_gemm_fp8_block_ws(m, n, k))))
+        return mm_err_set(err, MM_INVALID, "kn_cuda_gemm_fp8_block: bad arguments (m %lld n %lld k %lld)",
+                          (long long)m, (long long)n, (long long)k);
+    if (m == 0) return MM_OK;
+    const struct fp8_ws q = fp8_ws_parts(ws, m, n, k);
+    const int64_t m4 = m - m % 4, r = m % 4;
+    if (ptr_align(w_scale) < 16 || ptr_align(ws) < 256)
+        return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: scales or workspace not aligned");
+    /* both plans asked before anything runs: a refused shape costs nothing but the (cached) question */
+    struct lt_plan *ph = NULL, *pt = NULL;
+    if (m4) {
+        ph = lt_plan_get(b, LT_FP8_BLOCK, m4, n, k, k, k, ldc,
+                         ptr_align((const void *)((uintptr_t)w | (uintptr_t)c)), w_scale, q.xqs);
+        if (!ph) return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: no cuBLASLt algorithm");
+    }
+    if (r) {
+        pt = lt_plan_get(b, LT_FP8_BLOCK, 4, n, k, k, k, n, ptr_align(w), w_scale, q.xqs_t);
+        if (!pt)
+            return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: no cuBLASLt algorithm (tail)");
+    }
+    int32_t rc = MM_OK;
+    if (m4) {
+        rc = kn_cuda_x_e4m3_groups(m4, k, x, ldx, q.xq, q.xqs, m4, b->stream, err);
+        if (!rc) rc = fp8_block_run(b, ph, q.xq, q.xqs, w, w_scale, c, err);
+    }
+    if (!rc && r) {
+        rc = kn_cuda_check(cudaMemsetAsync(q.xq_t, 0, (size_t)(4 * k), b->stream), "kn_cuda_gemm_fp8_block",
+                           err);
+        if (!rc)
+            rc =
+                kn_cuda_check(cudaMemsetAsync(q.xqs_t, 0, sizeof(float) * (size_t)(4 * (k / 128)), b->stream),
+                              "kn_cuda_gemm_fp8_block", err);
+        if (!rc) rc = kn_cuda_x_e4m3_groups(r, k, x + m4 * ldx, ldx, q.xq_t, q.xqs_t, 4, b->stream, err);
+        if (!rc) rc = fp8_block_run(b, pt, q.xq_t, q.xqs_t, w, w_scale, q.y_t, err);
+        if (!rc)
+            rc = kn_cuda_check(cudaMemcpy2DAsync(c + m4 * ldc, sizeof(float) * (size_t)ldc, q.y_t,
+                                                 sizeof(float) * (size_t)n, sizeof(float) * (size_t)n,
+                                                 (size_t)r, cudaMemcpyDeviceToDevice, b->stream),
+                               "kn_cuda_gemm_fp8_block", err);
+    }
+    return rc;
 }
 
 extern "C" int32_t kn_cuda_gemm_f32(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const float *a,

@@ -8,7 +8,9 @@
 #include "kn_attn.h"
 #include "kn_gemm.h"
 #include "kn_norm.h"
+#include "kn_quant.h"
 #include "kn_rope.h"
+#include "mm_dtype.h"
 #include "mmgw_test.h"
 
 static void test_norms(void)
@@ -198,9 +200,36 @@ static void test_attn(void)
         }
 }
 
+/* kn_quant_e4m3_groups: each group's largest magnitude maps to e4m3's 448 (code 0x7e, sign kept), every
+ * value comes back within e4m3's half step of its group's scale, an all-zero group gets scale 1 and zero
+ * codes, a short last group has its own scale, the scales are stored group-major, the row stride is honoured
+ */
+static void test_quant_e4m3(void)
+{
+    enum { N = 2, COLS = 10, LDX = 12, G = 4, NG = 3 };
+    float x[N][LDX] = {{1.0f, -2.0f, 0.3f, 1e-6f, 0, 0, 0, 0, 7.0f, -0.5f, 99.0f, 99.0f},
+                       {-5.0f, 4.9f, 2.5f, 0.0f, 0.1f, 0.2f, -0.4f, 0.3f, 0.0f, 0.0f, 99.0f, 99.0f}};
+    uint8_t q[N * COLS];
+    float qs[NG * N];
+    kn_quant_e4m3_groups(&x[0][0], N, COLS, LDX, G, q, qs);
+    CHECK(qs[0 * N + 0] == 2.0f / 448.0f && qs[0 * N + 1] == 5.0f / 448.0f);
+    CHECK(qs[1 * N + 0] == 1.0f && qs[1 * N + 1] == 0.4f / 448.0f); /* zero group; group-major */
+    CHECK(qs[2 * N + 0] == 7.0f / 448.0f && qs[2 * N + 1] == 1.0f); /* the short last group */
+    CHECK(q[1] == 0xfe && q[0 * COLS + 8] == 0x7e && q[1 * COLS + 0] == 0xfe && q[1 * COLS + 6] == 0xfe);
+    for (int c = 4; c < 8; c++) CHECK(q[c] == 0);
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < COLS; c++) {
+            const float s = qs[(c / G) * N + r], back = mm_f8e4m3_to_f32(q[r * COLS + c]) * s;
+            const float err = fabsf(back - x[r][c]);
+            CHECK_MSG(err <= fabsf(x[r][c]) / 16.0f + s * 0x1p-10f, "row %d col %d: %g -> %g", r, c,
+                      (double)x[r][c], (double)back);
+        }
+}
+
 int main(void)
 {
     test_norms();
+    test_quant_e4m3();
     test_act();
     test_rope();
     test_gemm();

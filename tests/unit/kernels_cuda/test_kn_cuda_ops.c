@@ -14,6 +14,7 @@
 #include "kn_draw.h"
 #include "kn_gemm.h"
 #include "kn_norm.h"
+#include "kn_quant.h"
 #include "kn_rope.h"
 #include "mm_dtype.h"
 
@@ -1894,6 +1895,20 @@ static void check_x_f16(const void *xh_d, const float *xs_d, const float *xr, in
     free(h), free(s);
 }
 
+/* n output rows of `rows` values, ldy apart on the device, into out [n][rows]; 1 when the padding between
+ * the rows is still the allocation's NaN fill (the last row's padding lies past the buffer) */
+static int dl_rows_strided(const float *y_d, int64_t n, int64_t rows, int64_t ldy, float *out)
+{
+    float *got = dl_f32(y_d, n * ldy);
+    int untouched = 1;
+    for (int64_t j = 0; j < n; j++) {
+        memcpy(out + j * rows, got + j * ldy, sizeof(float) * rows);
+        for (int64_t r = rows; j + 1 < n && r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
+    }
+    free(got);
+    return untouched;
+}
+
 /* FP8 weights on the tensor cores (kn_cuda_gemm_small_fp8): n 1-16 against the f32 CPU product of x rounded
  * to bf16 and the exactly dequantized weight; rows not a multiple of 16 or 128, scale blocks smaller than a
  * warp's 16 rows (8) and wider than 64 columns, inner splits (8199 x 6144) and none (37 x 128); activation
@@ -1928,12 +1943,7 @@ static void test_gemm_small_fp8(void)
             void *ws_d = wsb ? ct_dmalloc(wsb) : NULL;
             OK(kn_cuda_gemm_small_fp8(n, rows, cols, xh_d, xs_d, f.q_d, f.sc_d, f.bsr, f.bsc, y_d, ldy, ws_d,
                                       wsb, 0, &err));
-            float *got = dl_f32(y_d, n * ldy);
-            int untouched = 1;
-            for (int64_t j = 0; j < n; j++) {
-                memcpy(g2 + j * rows, got + j * ldy, sizeof(float) * rows);
-                for (int64_t r = rows; j + 1 < n && r < ldy; r++) untouched &= isnan(got[j * ldy + r]);
-            }
+            const int untouched = dl_rows_strided(y_d, n, rows, ldy, g2);
             /* each activation row against its own reference: their magnitudes differ by 10^8 */
             for (int64_t j = 0; j < n; j++) {
                 char what[128];
@@ -1945,7 +1955,7 @@ static void test_gemm_small_fp8(void)
             }
             CHECK_MSG(untouched, "small fp8 %lld x %lld n %lld: wrote past its rows", (long long)rows,
                       (long long)cols, (long long)n);
-            free(x), free(xr), free(ref), free(g2), free(got);
+            free(x), free(xr), free(ref), free(g2);
             cudaFree(x_d), cudaFree(y_d), cudaFree(xh_d), cudaFree(xs_d), cudaFree(ws_d);
         }
         fp8_weight_free(&f);
@@ -1982,6 +1992,106 @@ static void test_gemm_small_fp8(void)
     CHECK(kn_cuda_gemm_small_fp8(1, 4, 96, (const void *)16, (const float *)16, (const uint8_t *)16,
                                  (const float *)16, 128, 128, (float *)16, 4, NULL, 0, 0, &e2) == MM_INVALID);
     CHECK(kn_cuda_x_f16_scaled(1, 6, (const float *)16, 8, (void *)16, (float *)16, 0, &e2) == MM_INVALID);
+}
+
+/* The FP8 block-scaled prefill product (kn_cuda_gemm_fp8_block, MMGW_CUDA_FP8_PREFILL=e4m3). The quantizer
+ * first: codes and scales equal to the CPU twin's, rows 1e-3 .. 3e5 and an all-zero group (scale 1). Then
+ * the product of 1-300 rows against the f32 CPU product of the dequantized operands (the arithmetic the
+ * tensor cores approximate: e4m3 products exact, sums fp32 per 128-wide block times both scales); y rows
+ * strided (by a multiple of 4: FP8 products need 16-byte rows), the padding untouched; row counts not a
+ * multiple of 4 (1, 37: cuBLASLt refuses them) take a 4-row product for their last rows. How far the
+ * quantized activations move the product from the unquantized one is printed (and bounded loosely). */
+static void test_gemm_fp8_block(void)
+{
+    struct kn_cuda_blas *bl = NULL;
+    OK(kn_cuda_blas_create(&bl, 0, &err));
+    if (!bl) return;
+    {
+        const int64_t n = 37, cols = 6144, ldx = cols + 8, groups = cols / 128;
+        float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
+        fp8_x_make(x, xr, n, cols, ldx);
+        for (int64_t k = 0; k < 128; k++) x[3 * ldx + 256 + k] = 0.0f; /* row 3, group 2: zeros */
+        uint8_t *q = ct_hmalloc((size_t)(n * cols)), *gq = ct_hmalloc((size_t)(n * cols));
+        float *qs = ct_hmalloc(sizeof(float) * n * groups);
+        kn_quant_e4m3_groups(x, n, cols, ldx, 128, q, qs);
+        float *x_d = ct_upload(x, sizeof(float) * n * ldx), *qs_d = ct_dmalloc(sizeof(float) * n * groups);
+        uint8_t *q_d = ct_dmalloc((size_t)(n * cols));
+        CHECK(kn_cuda_x_e4m3_groups_ok(cols, ldx));
+        OK(kn_cuda_x_e4m3_groups(n, cols, x_d, ldx, q_d, qs_d, n, 0, &err));
+        float *gs = dl_f32(qs_d, n * groups);
+        ct_download(gq, q_d, (size_t)(n * cols));
+        int64_t wrong_q = 0, wrong_s = 0;
+        for (int64_t i = 0; i < n * cols; i++) wrong_q += gq[i] != q[i];
+        for (int64_t i = 0; i < n * groups; i++) wrong_s += gs[i] != qs[i];
+        CHECK_MSG(wrong_q == 0 && wrong_s == 0,
+                  "x e4m3 groups: %lld codes and %lld scales differ from the CPU's", (long long)wrong_q,
+                  (long long)wrong_s);
+        CHECK_MSG(qs[2 * n + 3] == 1.0f, "x e4m3 groups: a zero group's scale %g", (double)qs[2 * n + 3]);
+        printf("  %-28s 37 x 6144, rows 1e-3..3e5: codes and scales equal the CPU's\n", "x e4m3 groups");
+        free(x), free(xr), free(q), free(gq), free(qs), free(gs);
+        cudaFree(x_d), cudaFree(qs_d), cudaFree(q_d);
+    }
+    static const int64_t shapes[][2] = {{1536, 6144}, {6144, 1536}, {272, 512}};
+    static const int64_t ms[] = {1, 37, 64, 300};
+    double worst = 0, worst_q = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1], groups = cols / 128;
+        struct fp8_weight f;
+        fp8_weight_make(&f, rows, cols, 128, 128);
+        CHECK(kn_cuda_gemm_fp8_block_ok(rows, cols, 128, 128));
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int64_t m = ms[mi], ldx = cols + 4, ldy = rows + 4;
+            float *x = ct_hmalloc(sizeof(float) * m * ldx), *xd = ct_hmalloc(sizeof(float) * m * cols);
+            float *ref = ct_hmalloc(sizeof(float) * m * rows), *exact = ct_hmalloc(sizeof(float) * m * rows);
+            float *g2 = ct_hmalloc(sizeof(float) * m * rows), *qs = ct_hmalloc(sizeof(float) * m * groups);
+            uint8_t *q = ct_hmalloc((size_t)(m * cols));
+            ct_fill_normal(x, m * ldx, 1.0f);
+            for (int64_t j = 0; j < m; j++) /* rows 10^-3 .. 10^3 */
+                for (int64_t k = 0; k < ldx; k++) x[j * ldx + k] *= powf(10.0f, (float)(j % 7 - 3));
+            kn_quant_e4m3_groups(x, m, cols, ldx, 128, q, qs);
+            for (int64_t j = 0; j < m; j++)
+                for (int64_t k = 0; k < cols; k++)
+                    xd[j * cols + k] = mm_f8e4m3_to_f32(q[j * cols + k]) * qs[(k / 128) * m + j];
+            kn_sgemm_nt(m, rows, cols, xd, cols, f.wf, cols, 0.0f, ref, rows);
+            kn_sgemm_nt(m, rows, cols, x, ldx, f.wf, cols, 0.0f, exact, rows);
+            float *x_d = ct_upload(x, sizeof(float) * m * ldx), *y_d = ct_dmalloc(sizeof(float) * m * ldy);
+            const size_t wsb = kn_cuda_gemm_fp8_block_ws(m, rows, cols);
+            void *ws_d = ct_dmalloc(wsb);
+            OK(kn_cuda_gemm_fp8_block(bl, m, rows, cols, x_d, ldx, f.q_d, f.sc_d, y_d, ldy, ws_d, wsb, &err));
+            const int untouched = dl_rows_strided(y_d, m, rows, ldy, g2);
+            for (int64_t j = 0; j < m; j++) {
+                double mx = 0, rel = ct_rel_err(g2 + j * rows, ref + j * rows, rows, &mx);
+                double rq = ct_rel_err(ref + j * rows, exact + j * rows, rows, &mx);
+                CHECK_MSG(rel <= 1e-3, "fp8 block %lld x %lld, %lld rows, row %lld: rel err %.3g",
+                          (long long)rows, (long long)cols, (long long)m, (long long)j, rel);
+                CHECK_MSG(rq <= 0.1, "fp8 block: quantized activations moved row %lld by %.3g", (long long)j,
+                          rq);
+                worst = rel > worst ? rel : worst, worst_q = rq > worst_q ? rq : worst_q;
+            }
+            CHECK_MSG(untouched, "fp8 block %lld x %lld, %lld rows: wrote past its rows", (long long)rows,
+                      (long long)cols, (long long)m);
+            cudaFree(ws_d);
+            free(x), free(xd), free(ref), free(exact), free(g2), free(qs), free(q);
+            cudaFree(x_d), cudaFree(y_d);
+        }
+        fp8_weight_free(&f);
+    }
+    printf(
+        "  %-28s 3 shapes x 1-300 rows: worst row %.3g of the dequantized f32 product; the e4m3 activations "
+        "%.3g from the unquantized one\n",
+        "fp8 block (cuBLASLt)", worst, worst_q);
+    CHECK(!kn_cuda_gemm_fp8_block_ok(1536, 640, 128, 128)); /* k / 128 not a multiple of 4 */
+    CHECK(!kn_cuda_gemm_fp8_block_ok(1530, 6144, 128, 128));
+    CHECK(!kn_cuda_gemm_fp8_block_ok(1536, 6144, 64, 128));
+    CHECK(!kn_cuda_x_e4m3_groups_ok(100, 100));
+    struct mm_err e2 = {0};
+    CHECK(kn_cuda_gemm_fp8_block(bl, 4, 1536, 640, (const float *)16, 640, (const uint8_t *)16,
+                                 (const float *)16, (float *)16, 1536, (void *)256, 1 << 20,
+                                 &e2) == MM_INVALID);
+    CHECK(kn_cuda_gemm_fp8_block(bl, 4, 1536, 512, (const float *)16, 512, (const uint8_t *)16,
+                                 (const float *)16, (float *)16, 1536, (void *)256, 16,
+                                 &e2) == MM_INVALID); /* workspace too small */
+    kn_cuda_blas_destroy(bl);
 }
 
 /* FP8 expert products of decode batches on the tensor cores (kn_cuda_gemm_small_experts_fp8): the rows sorted
@@ -2094,6 +2204,7 @@ int main(void)
     test_experts_fp8();
     test_gemm_small_fp8();
     test_gemm_small_experts_fp8();
+    test_gemm_fp8_block();
     test_gemm_small();
     test_gemm_small_experts(512);
     test_gemm_small_experts(96); /* 3 k blocks: most warps get none */

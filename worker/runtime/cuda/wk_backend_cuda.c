@@ -99,12 +99,16 @@ struct cuda_be {
     int32_t rows_multi; /* linear_multi's same-shape bf16 pairs at 3-16 rows (gate/up) in one row-route launch
                            (MMGW_CUDA_ROWS_MULTI=0: one launch each) */
     int32_t w_fp8; /* FP8 checkpoint weights kept as FP8 (MMGW_CUDA_WEIGHTS=fp8; else bf16 copies at load) */
-    int32_t fp8_rows;  /* most activation rows a product streams an FP8 weight for (MMGW_CUDA_FP8_ROWS) */
-    int32_t fp8_tc;    /* fewest rows for the FP8 tensor-core products (MMGW_CUDA_FP8_TC_MIN; 0: never) */
-    int32_t moe_wgmma; /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
-                          MMGW_CUDA_MOE_WGMMA=0: the host-grouped cuBLAS products) */
-    int32_t dl_rows;   /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
-    void *dl_host;     /* its pinned staging */
+    int32_t fp8_rows; /* most activation rows a product streams an FP8 weight for (MMGW_CUDA_FP8_ROWS) */
+    int32_t fp8_tc;   /* fewest rows for the FP8 tensor-core products (MMGW_CUDA_FP8_TC_MIN; 0: never) */
+    int32_t fp8_pf;   /* products of more rows with FP8 weights: activations quantized to e4m3 per 128 values
+                         and   cuBLASLt's block-scaled FP8 product (MMGW_CUDA_FP8_PREFILL=e4m3); 0: the weight
+                         dequantized into scratch and the bf16 routes (logits as the bf16 copies give) */
+    int32_t fp8_pf_said; /* its first product was logged */
+    int32_t moe_wgmma;   /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
+                            MMGW_CUDA_MOE_WGMMA=0: the host-grouped cuBLAS products) */
+    int32_t dl_rows;     /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
+    void *dl_host;       /* its pinned staging */
     size_t dl_cap;
     void *bounce; /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
     cudaEvent_t bounce_ev[WK_CUDA_BOUNCE_SLOTS]; /* the last copy through each slot of it */
@@ -137,6 +141,8 @@ struct cuda_be {
      */
     struct dbuf wdq[2], xdq;
     struct dbuf x16, x16s; /* activation rows as scaled f16 and their scales (the FP8 tensor-core products) */
+    struct dbuf
+        xq; /* activation rows as e4m3 groups, their scales (MMGW_CUDA_FP8_PREFILL=e4m3's workspace) */
     struct moe_tab *xdq_tab;
     /* device tables of each MoE layer's expert weights (w1 | w3 | w2 pointers), keyed by the layer's w1 array
      */
@@ -1157,6 +1163,32 @@ static int gemm_bias(struct cuda_be *c, const struct wk_weight *w, const float *
                                  ldy, ST, &e__))
                 fail(c, &e__, "linear (gemv fp8)");
             return 0;
+        }
+        if (c->fp8_pf && !c->fp32 && kn_cuda_gemm_fp8_block_ok(w->rows, w->cols, w->bs_rows, w->bs_cols) &&
+            kn_cuda_x_e4m3_groups_ok(w->cols, ldx) && (uintptr_t)x % 16 == 0) {
+            const size_t wsb = kn_cuda_gemm_fp8_block_ws(n, w->rows, w->cols);
+            void *ws = grow(c, &c->xq, wsb);
+            if (!ws) return 0;
+            const int32_t rc = kn_cuda_gemm_fp8_block(c->blas, n, w->rows, w->cols, x, ldx, w->fp8, w->fscale,
+                                                      y, ldy, ws, wsb, &e__);
+            if (rc == MM_OK) {
+                if (!c->fp8_pf_said) {
+                    c->fp8_pf_said = 1;
+                    mm_log_info(
+                        "cuda",
+                        "FP8 prefill products: e4m3 activations, cuBLASLt block scaling (first: %lld rows "
+                        "of %lld x %lld)",
+                        (long long)n, (long long)w->rows, (long long)w->cols);
+                }
+                return 0;
+            }
+            if (rc != MM_UNSUPPORTED) {
+                fail(c, &e__, "linear (fp8 block)");
+                return 0;
+            }
+            mm_log_debug("cuda", "%s: %lld rows of %lld x %lld dequantized instead", e__.msg, (long long)n,
+                         (long long)w->rows, (long long)w->cols);
+            e__.code = 0; /* a shape cuBLASLt refuses: the dequantize-first route below */
         }
         struct wk_weight t = {.rows = w->rows, .cols = w->cols};
         t.bf16 = (void *)bf16_of(c, w, 0);
@@ -2298,7 +2330,7 @@ static void cu_destroy(void *ctx)
                           &c->m_wts,    &c->m_off,   &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
                           &c->m_u,      &c->m_a,     &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out,
                           &c->af_ws,    &c->tk_keys, &c->m_ctr,  &c->wdq[0],     &c->wdq[1],   &c->xdq,
-                          &c->x16,      &c->x16s};
+                          &c->x16,      &c->x16s,    &c->xq};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(c, all[i]);
     if (c->side) cudaStreamSynchronize(ST); /* the stream-ordered frees */
     kn_cuda_blas_destroy(c->blas);
@@ -2425,6 +2457,8 @@ static void read_knobs(struct cuda_be *c)
     const char *wt = getenv("MMGW_CUDA_WEIGHTS"), *fr = getenv("MMGW_CUDA_FP8_ROWS");
     c->w_fp8 = wt && !strcmp(wt, "fp8");
     c->fp8_rows = fr && atoi(fr) >= 0 ? atoi(fr) : WK_CUDA_FP8_ROWS;
+    const char *fp = getenv("MMGW_CUDA_FP8_PREFILL");
+    c->fp8_pf = fp && !strcmp(fp, "e4m3");
     const char *ft = getenv("MMGW_CUDA_FP8_TC_MIN");
     c->fp8_tc = ft && atoi(ft) >= 0 ? atoi(ft) : WK_CUDA_FP8_TC_MIN;
     const char *mw = getenv("MMGW_CUDA_MOE_WGMMA");
