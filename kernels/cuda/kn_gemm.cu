@@ -298,21 +298,17 @@ extern "C" int32_t kn_cuda_gemm_fp8_block(struct kn_cuda_blas *b, int64_t m, int
     const int64_t m4 = m - m % 4, r = m % 4;
     if (ptr_align(w_scale) < 16 || ptr_align(ws) < 256)
         return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: scales or workspace not aligned");
-    /* both plans asked before anything runs: a refused shape costs nothing but the (cached) question */
-    struct lt_plan *ph = NULL, *pt = NULL;
-    if (m4) {
-        ph = lt_plan_get(b, LT_FP8_BLOCK, m4, n, k, k, k, ldc,
-                         ptr_align((const void *)((uintptr_t)w | (uintptr_t)c)), w_scale, q.xqs);
-        if (!ph) return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: no cuBLASLt algorithm");
-    }
-    if (r) {
-        pt = lt_plan_get(b, LT_FP8_BLOCK, 4, n, k, k, k, n, ptr_align(w), w_scale, q.xqs_t);
-        if (!pt)
-            return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: no cuBLASLt algorithm (tail)");
-    }
+    /* both plans asked before anything runs (a refused shape costs nothing but the cached question), and
+     * again right before each product: the second lookup may have evicted the first from a full table */
+    const uint32_t al_h = ptr_align((const void *)((uintptr_t)w | (uintptr_t)c)), al_t = ptr_align(w);
+    if ((r && !lt_plan_get(b, LT_FP8_BLOCK, 4, n, k, k, k, n, al_t, w_scale, q.xqs_t)) ||
+        (m4 && !lt_plan_get(b, LT_FP8_BLOCK, m4, n, k, k, k, ldc, al_h, w_scale, q.xqs)))
+        return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: no cuBLASLt algorithm");
     int32_t rc = MM_OK;
     if (m4) {
-        rc = kn_cuda_x_e4m3_groups(m4, k, x, ldx, q.xq, q.xqs, m4, b->stream, err);
+        struct lt_plan *ph = lt_plan_get(b, LT_FP8_BLOCK, m4, n, k, k, k, ldc, al_h, w_scale, q.xqs);
+        rc = ph ? kn_cuda_x_e4m3_groups(m4, k, x, ldx, q.xq, q.xqs, m4, b->stream, err)
+                : mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: cuBLASLt plan lost");
         if (!rc) rc = fp8_block_run(b, ph, q.xq, q.xqs, w, w_scale, c, err);
     }
     if (!rc && r) {
@@ -323,6 +319,9 @@ extern "C" int32_t kn_cuda_gemm_fp8_block(struct kn_cuda_blas *b, int64_t m, int
                 kn_cuda_check(cudaMemsetAsync(q.xqs_t, 0, sizeof(float) * (size_t)(4 * (k / 128)), b->stream),
                               "kn_cuda_gemm_fp8_block", err);
         if (!rc) rc = kn_cuda_x_e4m3_groups(r, k, x + m4 * ldx, ldx, q.xq_t, q.xqs_t, 4, b->stream, err);
+        struct lt_plan *pt =
+            rc ? NULL : lt_plan_get(b, LT_FP8_BLOCK, 4, n, k, k, k, n, al_t, w_scale, q.xqs_t);
+        if (!rc && !pt) rc = mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_fp8_block: cuBLASLt plan lost");
         if (!rc) rc = fp8_block_run(b, pt, q.xq_t, q.xqs_t, w, w_scale, q.y_t, err);
         if (!rc)
             rc = kn_cuda_check(cudaMemcpy2DAsync(c + m4 * ldc, sizeof(float) * (size_t)ldc, q.y_t,
