@@ -2734,6 +2734,12 @@ static void bench_fp8w(void)
                     knob_setenv("KN_CUDA_GEMV_FP8_BULK", "2", 1); /* the cp.async ring (experiment) */
                     time_emit_stream("fp8 gemv ring", cfg, run_fp8w, &a, (double)a.set_bytes,
                                      g_quick ? 5 : 30, 20, 0);
+                    if (a.n <= 2) { /* the ring with x converted once per CTA (opt-in) */
+                        knob_setenv("KN_CUDA_GEMV_FP8_RING_XS", "1", 1);
+                        time_emit_stream("fp8 gemv ring xs", cfg, run_fp8w, &a, (double)a.set_bytes,
+                                         g_quick ? 5 : 30, 20, 0);
+                        knob_unsetenv("KN_CUDA_GEMV_FP8_RING_XS");
+                    }
                     knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
                 }
                 if (r == 3 && a.n <= 2) { /* the CUDA-core kernel's forced plans */
@@ -2760,9 +2766,10 @@ static void bench_fp8w(void)
         a.ids = (const int32_t *)dmalloc(sizeof ids);
         CK(cudaMemcpy((void *)a.ids, ids, sizeof ids, cudaMemcpyHostToDevice));
         a.E = E, a.rows = rows, a.cols = cols, a.n = pairs;
-        for (int ri = 0; ri < 4; ri++) {
+        for (int ri = 0; ri < 5; ri++) {
             const int r = ri == 0 ? 5 : 6;
             if (ri >= 2) knob_setenv("KN_CUDA_GEMV_FP8_BULK", ri == 2 ? "1" : "2", 1);
+            if (ri == 4) knob_setenv("KN_CUDA_GEMV_FP8_RING_XS", "1", 1);
             if (ri == 1) knob_setenv("KN_CUDA_GEMV_FP8_EXPERTS_RING", "0", 1); /* the CUDA-core kernel */
             const size_t eb = (size_t)(rows * cols) * (r == 5 ? 2 : 1);        /* one expert weight */
             /* sets of 2E experts laid out over the pool; experts past it wrap (only 16 are read per set) */
@@ -2783,11 +2790,12 @@ static void bench_fp8w(void)
                 a.tab8 = tab;
             a.route = r, a.n_sets = n_sets;
             static const char *const en[] = {"experts bf16", "experts fp8 cc", "experts fp8 bulk",
-                                             "experts fp8 ring"};
+                                             "experts fp8 ring", "experts fp8 ring xs"};
             time_emit_stream(en[ri],
                              sh ? "both tables 8 pairs, 6144 x 3072" : "gate + up 8 pairs, 3072 x 6144",
                              run_fp8w, &a, (double)(2 * pairs) * (double)eb, g_quick ? 5 : 30, 20, 0);
             knob_unsetenv("KN_CUDA_GEMV_FP8_BULK"), knob_unsetenv("KN_CUDA_GEMV_FP8_EXPERTS_RING");
+            knob_unsetenv("KN_CUDA_GEMV_FP8_RING_XS");
             cudaFree(tab), cudaFree((void *)a.stab);
             free(h), free(hs);
         }

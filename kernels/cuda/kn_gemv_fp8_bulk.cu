@@ -255,8 +255,19 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) k_gemv_fp8_bulk(const gb_arg
 #define GR_DEPTH 8                      /* 64-wide blocks in flight per warp */
 #define GR_WARP_BYTES (GR_DEPTH * 1024) /* a slot: 2 chunks x 32 lanes x 16 bytes */
 
-template <int EXPERTS> __global__ void __launch_bounds__(GS_WARPS * 32, 3) k_gemv_fp8_ring(const gb_args a)
+/* XS = 1 (opt-in, KN_CUDA_GEMV_FP8_RING_XS=1, n <= 2): the CTA converts its slice of x once, after the
+ * chain's wait, into shared memory behind the ring (each row rounded to bf16 and scaled by the power of two
+ * that puts its largest |value| in [2^14, 2^15), as f16: kn_cuda_x_f16_scaled's arithmetic), so the
+ * consumers load their B fragments (32 bytes) instead of scaling every 64-wide block themselves (~130 of the
+ * ~190 instructions a warp spends on a block); the row's 2^-k is applied once, to the sums. */
+#define GR_XS_MAX_N 2
+#define GR_XS_MAX_BYTES (64 << 10)
+#define GR_XS_DEPTH 6 /* 48 KB of ring and up to 24 KB of x: still 3 CTAs per SM */
+
+template <int EXPERTS, int XS>
+__global__ void __launch_bounds__(GS_WARPS * 32, 3) k_gemv_fp8_ring(const gb_args a)
 {
+    constexpr int D = XS ? GR_XS_DEPTH : GR_DEPTH, WB = D * 1024; /* blocks in flight, ring bytes per warp */
     extern __shared__ __align__(128) uint8_t gb_sm[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     const int32_t ks = a.ks, kz = (int32_t)(blockIdx.x % (unsigned)ks);
@@ -280,58 +291,101 @@ template <int EXPERTS> __global__ void __launch_bounds__(GS_WARPS * 32, 3) k_gem
     const uint8_t *wa = w + (r0 + (gid < nrow ? gid : 0)) * cols + kb + 16 * tig;
     const uint8_t *wb = w + (r0 + (gid + 8 < nrow ? gid + 8 : 0)) * cols + kb + 16 * tig;
     const int32_t ba = gid < nrow ? 16 : 0, bb = gid + 8 < nrow ? 16 : 0;
-    const uint32_t ring = kn_smem_addr(gb_sm) + (uint32_t)(warp * GR_WARP_BYTES) + 16u * (uint32_t)lane;
-    auto issue = [&](int i) { /* the warp's i-th block into slot i % GR_DEPTH; always one commit group */
+    const uint32_t ring = kn_smem_addr(gb_sm) + (uint32_t)(warp * WB) + 16u * (uint32_t)lane;
+    auto issue = [&](int i) { /* the warp's i-th block into slot i % D; always one commit group */
                               if (i < mine) {
                                   const int64_t c = (int64_t)G8_BLOCK * (warp + GS_WARPS * i);
-                                  const uint32_t slot = ring + (uint32_t)((i % GR_DEPTH) * 1024);
+                                  const uint32_t slot = ring + (uint32_t)((i % D) * 1024);
                                   kn_cp_async16(slot, wa + c, ba);
                                   kn_cp_async16(slot + 512, wb + c, bb);
                               }
                               kn_cp_async_commit();
     };
 #pragma unroll
-    for (int i = 0; i < GR_DEPTH; i++) issue(i); /* weights are constants: before the chain's wait */
+    for (int i = 0; i < D; i++) issue(i); /* weights are constants: before the chain's wait */
     kn_chain_entry();
     const int64_t scols = (cols + a.bs_cols - 1) / a.bs_cols;
     const float *sa = scale + (gid < nrow ? (r0 + gid) / a.bs_rows : 0) * scols;
     const float *sb = scale + (gid + 8 < nrow ? (r0 + gid + 8) / a.bs_rows : 0) * scols;
     const float *xrow = x + (gid < n ? gid : 0) * a.ldx + kb + 16 * tig;
+    __half2 *xh = reinterpret_cast<__half2 *>(gb_sm + GS_WARPS * WB);
+    __shared__ float xu[GR_XS_MAX_N], xmax[GS_WARPS];
+    if (XS) { /* x's slice as scaled f16, row by row: the largest |bf16(x)|, then the values */
+        for (int j = 0; j < n; j++) {
+            const float *row = x + j * a.ldx + kb;
+            float m = 0.0f;
+            for (int64_t c = 4 * (int64_t)threadIdx.x; c < a.kspan; c += 4 * GS_WARPS * 32) {
+                const float4 v = __ldg(reinterpret_cast<const float4 *>(row + c));
+                m = fmaxf(m, fmaxf(fmaxf(fabsf(gv_bf16r(v.x)), fabsf(gv_bf16r(v.y))),
+                                   fmaxf(fabsf(gv_bf16r(v.z)), fabsf(gv_bf16r(v.w)))));
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            if (lane == 0) xmax[warp] = m;
+            __syncthreads();
+            m = xmax[0];
+#pragma unroll
+            for (int v = 1; v < GS_WARPS; v++) m = fmaxf(m, xmax[v]);
+            const int k = g8_exp(m);
+            const float sc = g8_pow2(k);
+            if (threadIdx.x == 0) xu[j] = g8_pow2(-k);
+            for (int64_t c = 4 * (int64_t)threadIdx.x; c < a.kspan; c += 4 * GS_WARPS * 32) {
+                const float4 v = __ldg(reinterpret_cast<const float4 *>(row + c));
+                xh[(j * a.kspan + c) / 2] = __floats2half2_rn(gv_bf16r(v.x) * sc, gv_bf16r(v.y) * sc);
+                xh[(j * a.kspan + c) / 2 + 1] = __floats2half2_rn(gv_bf16r(v.z) * sc, gv_bf16r(v.w) * sc);
+            }
+            __syncthreads(); /* xmax is read before the next row writes it; xh and xu before the loop */
+        }
+    }
+    /* this lane's activation row gid (lanes gid < n) as f16 at column 16 tig of each block */
+    const uint4 *xrh = reinterpret_cast<const uint4 *>(xh + ((gid < n ? gid : 0) * a.kspan + 16 * tig) / 2);
     float acc[1][4];
 #pragma unroll
     for (int e = 0; e < 4; e++) acc[0][e] = 0.0f;
     float4 xv[4], xn[4];
 #pragma unroll
     for (int v = 0; v < 4; v++)
-        xn[v] = gid < n && mine > 0 ? __ldg(reinterpret_cast<const float4 *>(xrow + G8_BLOCK * warp) + v)
-                                    : make_float4(0.f, 0.f, 0.f, 0.f);
+        xn[v] = !XS && gid < n && mine > 0
+                    ? __ldg(reinterpret_cast<const float4 *>(xrow + G8_BLOCK * warp) + v)
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i = 0; i < mine; i++) {
         const int64_t c = (int64_t)G8_BLOCK * (warp + GS_WARPS * i);
+        if (!XS) {
 #pragma unroll
-        for (int v = 0; v < 4; v++) xv[v] = xn[v];
+            for (int v = 0; v < 4; v++) xv[v] = xn[v];
 #pragma unroll
-        for (int v = 0; v < 4; v++) /* the next block's activations, one block ahead */
-            xn[v] = gid < n && i + 1 < mine
-                        ? __ldg(reinterpret_cast<const float4 *>(xrow + c + G8_BLOCK * GS_WARPS) + v)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
-        kn_cp_async_wait<GR_DEPTH - 1>(); /* this lane's copies of block i have landed */
-        const uint32_t slot = (uint32_t)((i % GR_DEPTH) * 1024);
-        const uint8_t *own = gb_sm + warp * GR_WARP_BYTES + 16 * lane + slot;
+            for (int v = 0; v < 4; v++) /* the next block's activations, one block ahead */
+                xn[v] = gid < n && i + 1 < mine
+                            ? __ldg(reinterpret_cast<const float4 *>(xrow + c + G8_BLOCK * GS_WARPS) + v)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        kn_cp_async_wait<D - 1>(); /* this lane's copies of block i have landed */
+        const uint32_t slot = (uint32_t)((i % D) * 1024);
+        const uint8_t *own = gb_sm + warp * WB + 16 * lane + slot;
         const uint4 a0 = *reinterpret_cast<const uint4 *>(own);
         const uint4 a8 = *reinterpret_cast<const uint4 *>(own + 512);
         uint4 bx[1][2];
-        const float un = gb_xfrag(xv, bx[0]);
-        const float u0 = __shfl_sync(0xffffffffu, un, 8 * tig),
-                    u1 = __shfl_sync(0xffffffffu, un, 8 * tig + 4);
+        float u0 = 1.0f, u1 = 1.0f;
+        if (XS) {
+            const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+            bx[0][0] = gid < n ? xrh[c / 8] : z, bx[0][1] = gid < n ? xrh[c / 8 + 1] : z;
+        } else {
+            const float un = gb_xfrag(xv, bx[0]);
+            u0 = __shfl_sync(0xffffffffu, un, 8 * tig), u1 = __shfl_sync(0xffffffffu, un, 8 * tig + 4);
+        }
         float blk[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
         g8_block<1>(blk, a0, a8, bx);
         const int64_t k = kb + c;
         const float fa = __ldg(sa + k / a.bs_cols), fb = __ldg(sb + k / a.bs_cols);
         acc[0][0] = fmaf(blk[0][0] * u0, fa, acc[0][0]), acc[0][1] = fmaf(blk[0][1] * u1, fa, acc[0][1]);
         acc[0][2] = fmaf(blk[0][2] * u0, fb, acc[0][2]), acc[0][3] = fmaf(blk[0][3] * u1, fb, acc[0][3]);
-        issue(i + GR_DEPTH); /* after this block's reads of the slot it refills */
+        issue(i + D); /* after this block's reads of the slot it refills */
     }
     kn_cp_async_wait<0>();
+    if (XS) { /* the rows' 2^-k (C columns 2 tig and 2 tig + 1 are activation rows 2 tig, 2 tig + 1) */
+        const float ua = 2 * tig < n ? xu[2 * tig] : 0.0f, ub = 2 * tig + 1 < n ? xu[2 * tig + 1] : 0.0f;
+        acc[0][0] *= ua, acc[0][2] *= ua, acc[0][1] *= ub, acc[0][3] *= ub;
+    }
     gs_store<1>(acc, n, rows, r0, y, ldy, ks);
 }
 
@@ -388,12 +442,17 @@ static int32_t gb_launch(gb_args &a, int64_t tiles, unsigned gy, unsigned gz, in
         {k_gemv_fp8_bulk<1, 1024, 4>, k_gemv_fp8_bulk<1, 512, 6>, k_gemv_fp8_bulk<1, 2048, 2>}};
     const int cfg = gb_cfg();
     ring = ring || kn_cuda_knob_int("KN_CUDA_GEMV_FP8_BULK", 0) == 2;
-    const gb_kernel kern =
-        ring ? (experts ? k_gemv_fp8_ring<1> : k_gemv_fp8_ring<0>) : kt[experts ? 1 : 0][cfg];
+    const int xs = ring && kn_cuda_knob("KN_CUDA_GEMV_FP8_RING_XS", 0) && a.n <= GR_XS_MAX_N &&
+                   a.n * a.cols * 2 <= GR_XS_MAX_BYTES;
+    const gb_kernel kern = ring ? (xs ? (experts ? k_gemv_fp8_ring<1, 1> : k_gemv_fp8_ring<0, 1>)
+                                      : (experts ? k_gemv_fp8_ring<1, 0> : k_gemv_fp8_ring<0, 0>))
+                                : kt[experts ? 1 : 0][cfg];
     a.ks = gb_split(tiles * gy * gz, a.cols), a.kspan = a.cols / a.ks;
     if (tiles * a.ks > INT32_MAX)
         return mm_err_set(err, MM_INVALID, "%s: %lld rows are too many", what, (long long)(tiles * GS_ROWS));
-    const int smem = ring ? GS_WARPS * GR_WARP_BYTES : (int)gb_smem(cfg, a.kspan);
+    const int smem = !ring ? (int)gb_smem(cfg, a.kspan)
+                     : xs  ? GS_WARPS * GR_XS_DEPTH * 1024 + (int)(a.n * a.kspan * 2)
+                           : GS_WARPS * GR_WARP_BYTES;
     cudaError_t e = kn_smem_attr((const void *)kern, smem);
     if (e == cudaSuccess) {
         cudaLaunchConfig_t lc;

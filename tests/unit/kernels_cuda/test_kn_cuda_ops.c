@@ -2201,6 +2201,14 @@ int main(void)
     test_gemv_experts();
     test_gemv_fp8();
     test_experts_fp8_bulk();
+    /* the ring with x converted once per CTA (opt-in): every ring entry of both tests again */
+    setenv("KN_CUDA_GEMV_FP8_RING_XS", "1", 1);
+    kn_cuda_knobs_reload();
+    printf("  (KN_CUDA_GEMV_FP8_RING_XS=1)\n");
+    test_gemv_fp8();
+    test_experts_fp8_bulk();
+    unsetenv("KN_CUDA_GEMV_FP8_RING_XS");
+    kn_cuda_knobs_reload();
     test_experts_fp8();
     test_gemm_small_fp8();
     test_gemm_small_experts_fp8();
