@@ -4,8 +4,8 @@
  * GEMM). Results go to stdout as a table and, one line per measurement, to the TSV file given with --out.
  *
  *   kn_bench [--quick] [--out results.tsv] [--only NAME[,NAME...]] [--prof-raw timestamps.tsv]
- *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8 skinny fp8w fp8pf
- * experts
+ *   NAMES: ceil index topk decode prefill layer layerdec layerprof tail fp8agree select8 skinny fp8w
+ *          fp8pf experts
  */
 #include <math.h>
 #include <stdint.h>

@@ -267,8 +267,7 @@ extern "C" size_t kn_cuda_gemm_fp8_block_ws(int64_t m, int64_t n, int64_t k)
     return m > 0 && n > 0 && k > 0 ? fp8_ws_parts(NULL, m, n, k).bytes : 0;
 }
 
-/* One cuBLASLt product of m (a multiple of 4) quantized rows xq / xqs into c; MM_UNSUPPORTED without a plan
- */
+/* One cuBLASLt product of p's m (a multiple of 4) quantized rows xq / xqs into c, with this call's scales */
 static int32_t fp8_block_run(struct kn_cuda_blas *b, struct lt_plan *p, const uint8_t *xq, const float *xqs,
                              const uint8_t *w, const float *w_scale, float *c, struct mm_err *err)
 {
