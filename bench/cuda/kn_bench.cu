@@ -2714,7 +2714,7 @@ static void bench_fp8w(void)
                         knob_unsetenv("KN_CUDA_GEMM_FP8_KS");
                     }
                 }
-                if (r == 3 && a.n <= 8) { /* the bulk-copy route (opt-in) */
+                if (r == 3 && a.n <= 8) { /* the bulk-copy route (opt-in); "fp8 gemv" is the ring there */
                     knob_setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
                     time_emit_stream("fp8 gemv bulk", cfg, run_fp8w, &a, (double)a.set_bytes,
                                      g_quick ? 5 : 30, 20, 0);
@@ -2731,18 +2731,19 @@ static void bench_fp8w(void)
                                          20, 0);
                         knob_unsetenv(fb[f][0]);
                     }
-                    knob_setenv("KN_CUDA_GEMV_FP8_BULK", "2", 1); /* the cp.async ring (experiment) */
-                    time_emit_stream("fp8 gemv ring", cfg, run_fp8w, &a, (double)a.set_bytes,
-                                     g_quick ? 5 : 30, 20, 0);
-                    if (a.n <= 2) { /* the ring with x converted once per CTA (opt-in) */
-                        knob_setenv("KN_CUDA_GEMV_FP8_RING_XS", "1", 1);
-                        time_emit_stream("fp8 gemv ring xs", cfg, run_fp8w, &a, (double)a.set_bytes,
+                    knob_setenv("KN_CUDA_GEMV_FP8_BULK", "0", 1); /* the CUDA-core kernels */
+                    time_emit_stream("fp8 gemv cc", cfg, run_fp8w, &a, (double)a.set_bytes, g_quick ? 5 : 30,
+                                     20, 0);
+                    knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
+                    if (a.n <= 2) { /* the ring without x converted once per CTA (the default does it) */
+                        knob_setenv("KN_CUDA_GEMV_FP8_RING_XS", "0", 1);
+                        time_emit_stream("fp8 gemv ring no-xs", cfg, run_fp8w, &a, (double)a.set_bytes,
                                          g_quick ? 5 : 30, 20, 0);
                         knob_unsetenv("KN_CUDA_GEMV_FP8_RING_XS");
                     }
-                    knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
                 }
-                if (r == 3 && a.n <= 2) { /* the CUDA-core kernel's forced plans */
+                if (r == 3 && a.n <= 2) { /* the CUDA-core kernel's forced plans (the ring off) */
+                    knob_setenv("KN_CUDA_GEMV_FP8_BULK", "0", 1);
                     static const char *const fr[][3] = {
                         {"8", "1", "fp8 gemv R8"}, {"4", "1", "fp8 gemv R4"}, {"8", "2", "fp8 gemv R8 ks2"}};
                     for (int f = 0; f < 3; f++) {
@@ -2753,6 +2754,7 @@ static void bench_fp8w(void)
                         knob_unsetenv("KN_CUDA_GEMV_FP8_R");
                         knob_unsetenv("KN_CUDA_GEMV_FP8_KS");
                     }
+                    knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
                 }
             }
     /* MoE decode pairs at M3's expert shape (128 experts of 6144 x 3072): gate + up of 8 pairs (2 tokens x
@@ -2768,8 +2770,9 @@ static void bench_fp8w(void)
         a.E = E, a.rows = rows, a.cols = cols, a.n = pairs;
         for (int ri = 0; ri < 5; ri++) {
             const int r = ri == 0 ? 5 : 6;
-            if (ri >= 2) knob_setenv("KN_CUDA_GEMV_FP8_BULK", ri == 2 ? "1" : "2", 1);
-            if (ri == 4) knob_setenv("KN_CUDA_GEMV_FP8_RING_XS", "1", 1);
+            if (ri >= 1 && ri <= 3)
+                knob_setenv("KN_CUDA_GEMV_FP8_BULK", ri == 1 ? "0" : ri == 2 ? "1" : "2", 1);
+            if (ri == 3) knob_setenv("KN_CUDA_GEMV_FP8_RING_XS", "0", 1);      /* ri 4: the default */
             if (ri == 1) knob_setenv("KN_CUDA_GEMV_FP8_EXPERTS_RING", "0", 1); /* the CUDA-core kernel */
             const size_t eb = (size_t)(rows * cols) * (r == 5 ? 2 : 1);        /* one expert weight */
             /* sets of 2E experts laid out over the pool; experts past it wrap (only 16 are read per set) */
@@ -2790,7 +2793,7 @@ static void bench_fp8w(void)
                 a.tab8 = tab;
             a.route = r, a.n_sets = n_sets;
             static const char *const en[] = {"experts bf16", "experts fp8 cc", "experts fp8 bulk",
-                                             "experts fp8 ring", "experts fp8 ring xs"};
+                                             "experts fp8 ring no-xs", "experts fp8 ring xs"};
             time_emit_stream(en[ri],
                              sh ? "both tables 8 pairs, 6144 x 3072" : "gate + up 8 pairs, 3072 x 6144",
                              run_fp8w, &a, (double)(2 * pairs) * (double)eb, g_quick ? 5 : 30, 20, 0);

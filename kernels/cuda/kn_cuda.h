@@ -475,12 +475,12 @@ int32_t kn_cuda_gemv_fp8(int64_t n, int64_t rows, int64_t cols, const float *x, 
  * cols and a multiple of 4, bs_rows >= 1, bs_cols a multiple of 16. */
 int kn_cuda_gemv_fp8_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
 /** Whether kn_cuda_gemv_fp8, kn_cuda_gemv_fp8_multi and kn_cuda_gemv_experts_fp8 (n = 1) take the tensor-core
- * route fed by bulk copies (kn_gemv_fp8_bulk.cu) for these shapes: only with KN_CUDA_GEMV_FP8_BULK=1 (opt-in:
- * measured slower than the CUDA-core kernels; =2 feeds every such product by the cp.async ring instead), n <=
- * 8, cols and bs_cols multiples of 64. The other shapes take the CUDA-core kernels (same arithmetic up to the
- * order of f32 sums). KN_CUDA_GEMV_FP8_RING_XS=1 (opt-in) has each ring CTA convert its slice of x once
- * (1-2 rows): with =2, the fastest FP8 decode measured (twenty-first session: whole model +1-4.5 % at batch
- * 1, +6-11 % at batch 4 against the default route). */
+ * routes of kn_gemv_fp8_bulk.cu for these shapes: n <= 8, cols and bs_cols multiples of 64, and
+ * KN_CUDA_GEMV_FP8_BULK not 0. Its default 2 feeds them by the per-warp cp.async ring, each CTA converting
+ * its slice of x once at 1-2 rows (KN_CUDA_GEMV_FP8_RING_XS=0 turns that off); =1 by bulk copies (measured
+ * slower); =0 sends single weights to the CUDA-core kernels (same arithmetic up to the order of f32 sums),
+ * as do the shapes the ring does not take. The ring for single weights became the default in the
+ * twenty-second session: whole model with FP8 weights +1-4.5 % at batch 1, +6-11 % at batch 4. */
 int kn_cuda_gemv_fp8_bulk_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
 /** Whether kn_cuda_gemv_experts_fp8 takes the tensor-core route fed by a per-warp cp.async ring
  * (kn_gemv_fp8_bulk.cu) for these shapes: cols and bs_cols multiples of 64, unless

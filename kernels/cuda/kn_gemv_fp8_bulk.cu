@@ -5,16 +5,19 @@
  * - bulk copies (cp.async.bulk + mbarrier CTA ring, k_gemv_fp8_bulk), OPT-IN (KN_CUDA_GEMV_FP8_BULK=1):
  *   measured slower than the CUDA-core kernels of kn_gemv_fp8.cu on every one-weight shape (bench/cuda/
  *   README.md "Nineteenth session");
- * - a per-warp cp.async ring (k_gemv_fp8_ring): THE ROUTE OF THE MoE DECODE PAIRS (kn_cuda_gemv_experts_fp8
- *   when kn_cuda_gemv_fp8_ring_experts_ok; KN_CUDA_GEMV_FP8_EXPERTS_RING=0 turns it off), where it beat the
- *   CUDA-core kernel (6144 x 3072 pairs 147 against 224 us, 3072 x 6144 143 against 157; whole synthetic
- *   model batch 1 +5-9 %, batch 4 +20-26 %; twentieth session). For single weights it is slower (8192 x 6144
- *   38 against 27 us) and only forced (KN_CUDA_GEMV_FP8_BULK=2).
+ * - a per-warp cp.async ring (k_gemv_fp8_ring): THE DEFAULT for every product it takes (n <= 8, cols and
+ *   scale blocks in 64s; KN_CUDA_GEMV_FP8_BULK=2, the default; =0 returns single weights to the CUDA-core
+ *   kernels, KN_CUDA_GEMV_FP8_EXPERTS_RING=0 the MoE decode pairs too). At 1-2 rows each CTA converts its
+ *   slice of x once (XS, KN_CUDA_GEMV_FP8_RING_XS=0 turns it off). The pairs took it first (twentieth
+ *   session: 6144 x 3072 pairs 147 against 224 us, 3072 x 6144 143 against 157; whole synthetic model batch
+ *   1 +5-9 %, batch 4 +20-26 %); single weights since the twenty-second session, once XS had removed the
+ *   per-block work that made the ring lose there (whole model +1-4.5 % at batch 1, +6-11 % at batch 4 against
+ *   the CUDA-core kernels for single weights).
  *
- * Why the tensor cores lose on single weights: a pure-read probe (v82) streams 50 MB in 18-20 us with any
- * of the access patterns used here, the CUDA-core kernel needs 25-27 and these 35-38, so the cost is the
- * per-block work (the activation block's f16 scaling, recomputed by every warp of every row tile), not the
- * copies. The bulk-copy notes of the nineteenth session (v75-v78): 8192 x 6144 at one row 37 us, DRAM at
+ * Why the tensor cores lost on single weights before XS: a pure-read probe (v82) streams 50 MB in 18-20 us
+ * with any of the access patterns used here, the CUDA-core kernel needs 25-27 and these 35-38, so the cost is
+ * the per-block work (the activation block's f16 scaling, recomputed by every warp of every row tile), not
+ * the copies. The bulk-copy notes of the nineteenth session (v75-v78): 8192 x 6144 at one row 37 us, DRAM at
  * 29 % of peak, 103 registers, two CTAs per SM.
  *
  * Layout (the bulk feed): a CTA takes 16 weight rows (one mma M) and a k slice (all of the inner dimension,
@@ -255,11 +258,11 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) k_gemv_fp8_bulk(const gb_arg
 #define GR_DEPTH 8                      /* 64-wide blocks in flight per warp */
 #define GR_WARP_BYTES (GR_DEPTH * 1024) /* a slot: 2 chunks x 32 lanes x 16 bytes */
 
-/* XS = 1 (opt-in, KN_CUDA_GEMV_FP8_RING_XS=1, n <= 2): the CTA converts its slice of x once, after the
- * chain's wait, into shared memory behind the ring (each row rounded to bf16 and scaled by the power of two
- * that puts its largest |value| in [2^14, 2^15), as f16: kn_cuda_x_f16_scaled's arithmetic), so the
- * consumers load their B fragments (32 bytes) instead of scaling every 64-wide block themselves (~130 of the
- * ~190 instructions a warp spends on a block); the row's 2^-k is applied once, to the sums. */
+/* XS = 1 (the default at n <= 2; KN_CUDA_GEMV_FP8_RING_XS=0 turns it off): the CTA converts its slice of x
+ * once, after the chain's wait, into shared memory behind the ring (each row rounded to bf16 and scaled by
+ * the power of two that puts its largest |value| in [2^14, 2^15), as f16: kn_cuda_x_f16_scaled's arithmetic),
+ * so the consumers load their B fragments (32 bytes) instead of scaling every 64-wide block themselves (~130
+ * of the ~190 instructions a warp spends on a block); the row's 2^-k is applied once, to the sums. */
 #define GR_XS_MAX_N 2
 #define GR_XS_MAX_BYTES (64 << 10)
 #define GR_XS_DEPTH 6 /* 48 KB of ring and up to 24 KB of x: still 3 CTAs per SM */
@@ -406,7 +409,7 @@ static int gb_shape_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, in
 extern "C" int kn_cuda_gemv_fp8_bulk_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows,
                                         int32_t bs_cols)
 {
-    return gb_shape_ok(n, cols, ldx, bs_rows, bs_cols) && kn_cuda_knob("KN_CUDA_GEMV_FP8_BULK", 0);
+    return gb_shape_ok(n, cols, ldx, bs_rows, bs_cols) && kn_cuda_knob("KN_CUDA_GEMV_FP8_BULK", 2);
 }
 
 extern "C" int kn_cuda_gemv_fp8_ring_experts_ok(int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols)
@@ -441,8 +444,8 @@ static int32_t gb_launch(gb_args &a, int64_t tiles, unsigned gy, unsigned gz, in
         {k_gemv_fp8_bulk<0, 1024, 4>, k_gemv_fp8_bulk<0, 512, 6>, k_gemv_fp8_bulk<0, 2048, 2>},
         {k_gemv_fp8_bulk<1, 1024, 4>, k_gemv_fp8_bulk<1, 512, 6>, k_gemv_fp8_bulk<1, 2048, 2>}};
     const int cfg = gb_cfg();
-    ring = ring || kn_cuda_knob_int("KN_CUDA_GEMV_FP8_BULK", 0) == 2;
-    const int xs = ring && kn_cuda_knob("KN_CUDA_GEMV_FP8_RING_XS", 0) && a.n <= GR_XS_MAX_N &&
+    ring = ring || kn_cuda_knob_int("KN_CUDA_GEMV_FP8_BULK", 2) == 2;
+    const int xs = ring && kn_cuda_knob("KN_CUDA_GEMV_FP8_RING_XS", 1) && a.n <= GR_XS_MAX_N &&
                    a.n * a.cols * 2 <= GR_XS_MAX_BYTES;
     const gb_kernel kern = ring ? (xs ? (experts ? k_gemv_fp8_ring<1, 1> : k_gemv_fp8_ring<0, 1>)
                                       : (experts ? k_gemv_fp8_ring<1, 0> : k_gemv_fp8_ring<0, 0>))

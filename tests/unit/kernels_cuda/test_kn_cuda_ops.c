@@ -1666,13 +1666,14 @@ static void test_gemv_fp8(void)
                                         {129, 48, 16, 16},      {70, 80, 32, 48},   {45, 320, 8, 192},
                                         {100, 1536, 8, 128}};
     static const int64_t ns[] = {1, 2, 3, 4, 5, 8, 9, 16};
-    /* the default (the CUDA-core kernels), the bulk-copy route (n <= 8, where it takes the shape) with its
-     * stage shapes and forced splits, and the CUDA-core kernels' forced plans */
+    /* the default (the cp.async ring at n <= 8 where it takes the shape, the CUDA-core kernels otherwise),
+     * the bulk-copy route with its stage shapes and forced splits, the CUDA-core kernels (the ring off), the
+     * ring with a forced split, and the CUDA-core kernels' forced plans */
     static const char *const force[][5] = {{NULL, NULL, NULL, NULL, NULL}, {NULL, NULL, "1", NULL, NULL},
                                            {NULL, NULL, "1", "1", NULL},   {NULL, NULL, "1", "2", "8"},
-                                           {NULL, NULL, "1", NULL, "2"},   {NULL, NULL, "2", NULL, NULL},
-                                           {NULL, NULL, "2", NULL, "8"},   {"8", NULL, NULL, NULL, NULL},
-                                           {NULL, "2", NULL, NULL, NULL},  {"8", "4", NULL, NULL, NULL}};
+                                           {NULL, NULL, "1", NULL, "2"},   {NULL, NULL, "0", NULL, NULL},
+                                           {NULL, NULL, "2", NULL, "8"},   {"8", NULL, "0", NULL, NULL},
+                                           {NULL, "2", "0", NULL, NULL},   {"8", "4", "0", NULL, NULL}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
         struct fp8_weight f;
@@ -1719,21 +1720,26 @@ static void test_gemv_fp8(void)
             }
         fp8_weight_free(&f);
     }
-    CHECK(!kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128)); /* opt-in */
-    setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
-    kn_cuda_knobs_reload();
+    /* the ring by default, for the shapes it takes; =0 turns it off, =1 takes the bulk copies instead */
     CHECK(kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128) && kn_cuda_gemv_fp8_bulk_ok(8, 320, 320, 8, 192));
     CHECK(!kn_cuda_gemv_fp8_bulk_ok(9, 6144, 6144, 128, 128) && !kn_cuda_gemv_fp8_bulk_ok(1, 80, 80, 32, 48));
+    setenv("KN_CUDA_GEMV_FP8_BULK", "0", 1);
+    kn_cuda_knobs_reload();
+    CHECK(!kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128));
+    setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
+    kn_cuda_knobs_reload();
+    CHECK(kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128) && !kn_cuda_gemv_fp8_bulk_ok(1, 80, 80, 32, 48));
     unsetenv("KN_CUDA_GEMV_FP8_BULK");
     kn_cuda_knobs_reload();
-    printf("  %-28s n 1-16, 7 shapes, bulk route and CUDA cores, forced plans: within 1e-5 of the f32 CPU "
-           "product\n",
+    printf("  %-28s n 1-16, 7 shapes, ring, bulk route and CUDA cores, forced plans: within 1e-5 of the f32 "
+           "CPU product\n",
            "gemv fp8");
-    /* several FP8 weights with one x in one launch (q/k/v): each against its CPU product, through the CUDA
-     * cores (even iterations) and the bulk route */
-    for (int64_t it = 0; it < 8; it++) {
-        const int64_t n = 1 + it / 2;
-        if (it % 2) setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
+    /* several FP8 weights with one x in one launch (q/k/v): each against its CPU product, through the
+     * default (the ring), the bulk route and the CUDA cores */
+    static const char *const mroute[3][2] = {{NULL, ""}, {"1", ", bulk route"}, {"0", ", CUDA cores"}};
+    for (int64_t it = 0; it < 12; it++) {
+        const int64_t n = 1 + it / 3;
+        if (mroute[it % 3][0]) setenv("KN_CUDA_GEMV_FP8_BULK", mroute[it % 3][0], 1);
         kn_cuda_knobs_reload();
         static const int64_t mrows[3] = {300, 37, 129};
         const int64_t cols = 2048, ldx = cols + 4;
@@ -1758,7 +1764,7 @@ static void test_gemv_fp8(void)
             kn_sgemm_nt(n, mrows[k], cols, xr, cols, mf[k].wf, cols, 0.0f, ref, mrows[k]);
             char what[64];
             snprintf(what, sizeof what, "gemv fp8 multi n %lld weight %d%s", (long long)n, k,
-                     it % 2 ? ", bulk route" : "");
+                     mroute[it % 3][1]);
             expect_close(what, got, ref, n * mrows[k], 1e-5);
             free(ref), free(got);
             fp8_weight_free(&mf[k]);
@@ -1767,7 +1773,7 @@ static void test_gemv_fp8(void)
         free(x), free(xr);
         cudaFree(x_d);
     }
-    printf("  %-28s n 1-4, 3 weights, both routes: each within 1e-5 of its CPU product\n", "gemv fp8 multi");
+    printf("  %-28s n 1-4, 3 weights, three routes: each within 1e-5 of its CPU product\n", "gemv fp8 multi");
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemv_fp8_ok(1, 40, 40, 128, 128)); /* cols not a multiple of 16 */
     CHECK(!kn_cuda_gemv_fp8_ok(1, 64, 64, 128, 24));  /* scale block not whole chunks */
@@ -1794,11 +1800,11 @@ static void test_experts_fp8_bulk(void)
     int32_t *ids_d = ct_upload(ids, sizeof ids);
     float *x_d = ct_upload(x, sizeof(float) * NT * cols);
     float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
-    /* bulk copies; the cp.async ring for every product; the ring for the expert pairs alone (the default);
+    /* bulk copies; the cp.async ring for every product (the default); the ring for the expert pairs alone;
      * the CUDA cores (the ring turned off) */
     static const char *const rname[4] = {"bulk", "ring", "experts ring", "CUDA cores"};
     for (int route = 0; route < 4; route++) {
-        if (route < 2) setenv("KN_CUDA_GEMV_FP8_BULK", route ? "2" : "1", 1);
+        if (route != 1) setenv("KN_CUDA_GEMV_FP8_BULK", route ? "0" : "1", 1);
         if (route == 3) setenv("KN_CUDA_GEMV_FP8_EXPERTS_RING", "0", 1);
         kn_cuda_knobs_reload();
         CHECK(kn_cuda_gemv_fp8_bulk_ok(1, cols, cols, bsr, bsc) == (route < 2));
@@ -2201,10 +2207,11 @@ int main(void)
     test_gemv_experts();
     test_gemv_fp8();
     test_experts_fp8_bulk();
-    /* the ring with x converted once per CTA (opt-in): every ring entry of both tests again */
-    setenv("KN_CUDA_GEMV_FP8_RING_XS", "1", 1);
+    /* the ring without x converted once per CTA (the default converts it at 1-2 rows): every ring entry of
+     * both tests again */
+    setenv("KN_CUDA_GEMV_FP8_RING_XS", "0", 1);
     kn_cuda_knobs_reload();
-    printf("  (KN_CUDA_GEMV_FP8_RING_XS=1)\n");
+    printf("  (KN_CUDA_GEMV_FP8_RING_XS=0)\n");
     test_gemv_fp8();
     test_experts_fp8_bulk();
     unsetenv("KN_CUDA_GEMV_FP8_RING_XS");
