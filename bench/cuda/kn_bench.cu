@@ -2714,7 +2714,7 @@ static void bench_fp8w(void)
                         knob_unsetenv("KN_CUDA_GEMM_FP8_KS");
                     }
                 }
-                if (r == 3 && a.n <= 8) { /* the bulk-copy route (opt-in); "fp8 gemv" is the ring there */
+                if (r == 3 && a.n <= 8) { /* the bulk-copy route (opt-in); "fp8 gemv" is the default route */
                     knob_setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
                     time_emit_stream("fp8 gemv bulk", cfg, run_fp8w, &a, (double)a.set_bytes,
                                      g_quick ? 5 : 30, 20, 0);
@@ -2734,13 +2734,16 @@ static void bench_fp8w(void)
                     knob_setenv("KN_CUDA_GEMV_FP8_BULK", "0", 1); /* the CUDA-core kernels */
                     time_emit_stream("fp8 gemv cc", cfg, run_fp8w, &a, (double)a.set_bytes, g_quick ? 5 : 30,
                                      20, 0);
-                    knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
-                    if (a.n <= 2) { /* the ring without x converted once per CTA (the default does it) */
+                    knob_setenv("KN_CUDA_GEMV_FP8_BULK", "2", 1); /* the ring (x converted once at n <= 2) */
+                    time_emit_stream("fp8 gemv ring", cfg, run_fp8w, &a, (double)a.set_bytes,
+                                     g_quick ? 5 : 30, 20, 0);
+                    if (a.n <= 2) { /* the ring without x converted once per CTA */
                         knob_setenv("KN_CUDA_GEMV_FP8_RING_XS", "0", 1);
                         time_emit_stream("fp8 gemv ring no-xs", cfg, run_fp8w, &a, (double)a.set_bytes,
                                          g_quick ? 5 : 30, 20, 0);
                         knob_unsetenv("KN_CUDA_GEMV_FP8_RING_XS");
                     }
+                    knob_unsetenv("KN_CUDA_GEMV_FP8_BULK");
                 }
                 if (r == 3 && a.n <= 2) { /* the CUDA-core kernel's forced plans (the ring off) */
                     knob_setenv("KN_CUDA_GEMV_FP8_BULK", "0", 1);
@@ -2867,8 +2870,19 @@ struct experts_arg {
     uint16_t *x, *act;               /* [pairs][H] expert-sorted rows; [pairs][I] activations */
     float *g, *u, *eo;
     int32_t *ctr; /* the products' dynamic tile order */
+    /* FP8 experts (routes 5-6): e4m3 weights [3][E] (bf16 weights' bytes: some NaN codes, timing only), one
+     * table of 128 x 128 block scales each, their e4m3 tensor maps; the routed rows as f32 (quantized in
+     * the route) and the e4m3 rows / scales / f32 activations the route writes */
+    uint8_t **tab8_d, **tab8_h;
+    float **stab_d;
+    void *maps8_gu, *maps8_dn;
+    float *xf, *actf, *xsc;
+    uint8_t *xq;
     int route; /* 0 wgmma with TMA loads, 1 wgmma with cp.async loads, 2 host-grouped cuBLAS (what the backend
-                  did), 3 the same with one routing every call, 4 one cuBLAS product of all rows */
+                  did), 3 the same with one routing every call, 4 one cuBLAS product of all rows, 5 FP8
+                  experts on the e4m3 tensor cores (rows quantized to e4m3 groups first, then the
+                  activations), 6 FP8 experts dequantized into the bf16 tables (the experts that got rows,
+                  before each product: the backend's default), then route 0 */
 };
 
 static void run_experts(void *p, int it)
@@ -2876,6 +2890,41 @@ static void run_experts(void *p, int it)
     struct experts_arg *a = (struct experts_arg *)p;
     const int64_t P = a->pairs;
     const int32_t *off_d = a->off_d[a->route == 3 ? 0 : it % EX_SETS];
+    if (a->route == 5) {
+        const int32_t E = a->E;
+        KC(kn_cuda_x_e4m3_groups(P, a->H, a->xf, a->H, a->xq, a->xsc, P, 0, &g_err));
+        KC(kn_cuda_gemm_experts_e4m3(E, off_d, P, a->I, a->H, a->xq, a->xsc, P,
+                                     (const uint8_t *const *)a->tab8_d, (const float *const *)a->stab_d,
+                                     (const uint8_t *const *)a->tab8_d + E,
+                                     (const float *const *)a->stab_d + E, a->maps8_gu,
+                                     (const uint8_t *)a->maps8_gu + (size_t)E * KN_CUDA_TMAP_BYTES, a->g,
+                                     a->u, a->I, a->ctr, 0, &g_err));
+        KC(kn_cuda_swiglu(a->g, a->u, a->I, P, a->I, 1.702f, 7.0f, a->actf, a->I, 0, 0, &g_err));
+        KC(kn_cuda_x_e4m3_groups(P, a->I, a->actf, a->I, a->xq, a->xsc, P, 0, &g_err));
+        KC(kn_cuda_gemm_experts_e4m3(E, off_d, P, a->H, a->I, a->xq, a->xsc, P,
+                                     (const uint8_t *const *)a->tab8_d + 2 * E,
+                                     (const float *const *)a->stab_d + 2 * E, NULL, NULL, a->maps8_dn, NULL,
+                                     a->eo, NULL, a->H, a->ctr, 0, &g_err));
+        return;
+    }
+    if (a->route == 6) {
+        const int32_t E = a->E;
+        KC(kn_cuda_dequant_fp8_experts(2, E, off_d, (const uint8_t *const *)a->tab8_d,
+                                       (const float *const *)a->stab_d, a->I, a->H, 128, 128, a->tab_d, 0,
+                                       &g_err));
+        KC(kn_cuda_gemm_experts_bf16(E, off_d, P, a->I, a->H, a->x, a->H, (const void *const *)a->tab_d,
+                                     (const void *const *)a->tab_d + E, a->maps_gu,
+                                     (const uint8_t *)a->maps_gu + (size_t)E * KN_CUDA_TMAP_BYTES, a->g, a->u,
+                                     a->I, a->ctr, 0, &g_err));
+        KC(kn_cuda_swiglu(a->g, a->u, a->I, P, a->I, 1.702f, 7.0f, a->act, a->I, 1, 0, &g_err));
+        KC(kn_cuda_dequant_fp8_experts(1, E, off_d, (const uint8_t *const *)a->tab8_d + 2 * E,
+                                       (const float *const *)a->stab_d + 2 * E, a->H, a->I, 128, 128,
+                                       a->tab_d + 2 * E, 0, &g_err));
+        KC(kn_cuda_gemm_experts_bf16(E, off_d, P, a->H, a->I, a->act, a->I,
+                                     (const void *const *)a->tab_d + 2 * E, NULL, a->maps_dn, NULL, a->eo,
+                                     NULL, a->H, a->ctr, 0, &g_err));
+        return;
+    }
     if (a->route <= 1) {
         const void *mg = a->route == 0 ? a->maps_gu : NULL, *md = a->route == 0 ? a->maps_dn : NULL;
         KC(kn_cuda_gemm_experts_bf16(a->E, off_d, P, a->I, a->H, a->x, a->H, (const void *const *)a->tab_d,
@@ -2936,7 +2985,9 @@ static const struct ex_route {
     {"wgmma TMA, static tile order", 0, "KN_CUDA_EXPERTS_DYN=0"},
     {"wgmma TMA, static order, 128 x 256, skip", 0,
      "KN_CUDA_EXPERTS_DYN=0 KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=1"},
-    {"wgmma TMA, 256 x 128, rows evict-last", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_L2=2"}};
+    {"wgmma TMA, 256 x 128, rows evict-last", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_L2=2"},
+    {"fp8 experts, e4m3 wgmma", 5, NULL},
+    {"fp8 experts, dequant + bf16 wgmma", 6, NULL}};
 #define EX_ROUTES (sizeof g_ex_routes / sizeof g_ex_routes[0])
 
 /* Set (env) or clear (NULL) the knobs an expert-products route may set. */
@@ -2987,6 +3038,22 @@ static void bench_experts(void)
         KC(kn_cuda_experts_maps_create((const void *const *)a.tab_h, 2 * a.E, a.I, a.H, &a.maps_gu, &g_err));
         KC(kn_cuda_experts_maps_create((const void *const *)a.tab_h + 2 * a.E, a.E, a.H, a.I, &a.maps_dn,
                                        &g_err));
+        /* FP8 experts: e4m3 weights in their own buffer (the bf16 tables are route 6's dequantization
+         * target), one scale table for all (a weight of [a][b] has ceil(a / 128) x b / 128 blocks) */
+        const int64_t w8 = (int64_t)a.H * a.I;
+        uint8_t *wq = (uint8_t *)dmalloc((size_t)(3 * a.E * w8));
+        fill_bf16(wq, 3 * a.E * w8 / 2, 303 + ci, 0.02f);
+        float *sc = (float *)dmalloc(sizeof(float) * (size_t)(w8 / (128 * 64) + 64));
+        fill_f32(sc, w8 / (128 * 64) + 64, 304 + ci, 0.01f);
+        a.tab8_h = (uint8_t **)hmalloc(sizeof(void *) * 3 * (size_t)a.E);
+        float **sh = (float **)hmalloc(sizeof(void *) * 3 * (size_t)a.E);
+        for (int32_t e = 0; e < 3 * a.E; e++) a.tab8_h[e] = wq + e * w8, sh[e] = sc;
+        a.tab8_d = (uint8_t **)upload(a.tab8_h, sizeof(void *) * 3 * (size_t)a.E);
+        a.stab_d = (float **)upload(sh, sizeof(void *) * 3 * (size_t)a.E);
+        KC(kn_cuda_experts_maps_create_e4m3((const uint8_t *const *)a.tab8_h, 2 * a.E, a.I, a.H, &a.maps8_gu,
+                                            &g_err));
+        KC(kn_cuda_experts_maps_create_e4m3((const uint8_t *const *)a.tab8_h + 2 * a.E, a.E, a.H, a.I,
+                                            &a.maps8_dn, &g_err));
         for (size_t ti = 0; ti < sizeof toks / sizeof toks[0]; ti++) {
             if (only_tok && ti > 0) break;
             const int64_t T = only_tok ? atoll(only_tok) : g_quick ? toks[ti] / 8 : toks[ti];
@@ -3005,6 +3072,12 @@ static void bench_experts(void)
             a.u = (float *)dmalloc(sizeof(float) * (size_t)(a.pairs * a.I));
             a.eo = (float *)dmalloc(sizeof(float) * (size_t)(a.pairs * a.H));
             fill_bf16(a.x, a.pairs * a.H, 202 + ti, 1.0f);
+            const int64_t wide = a.H > a.I ? a.H : a.I;
+            a.xf = (float *)dmalloc(sizeof(float) * (size_t)(a.pairs * a.H));
+            a.actf = (float *)dmalloc(sizeof(float) * (size_t)(a.pairs * a.I));
+            a.xq = (uint8_t *)dmalloc((size_t)(a.pairs * wide));
+            a.xsc = (float *)dmalloc(sizeof(float) * (size_t)(a.pairs * (wide / 128)));
+            fill_f32(a.xf, a.pairs * a.H, 205 + ti, 1.0f);
             const double flops = 2.0 * (double)a.pairs * 3.0 * a.H * a.I;
             char cfg[128];
             snprintf(cfg, sizeof cfg, "%d experts top-%d, hidden %d, expert MLP %d, %lld tokens", a.E, a.K,
@@ -3037,13 +3110,22 @@ static void bench_experts(void)
             }
             if (route_on[0] && route_on[2])
                 emit("experts", cfg, "wgmma TMA vs host-grouped", ms[2] / ms[0], "x");
+            const int r5 = (int)EX_ROUTES - 2, r6 = (int)EX_ROUTES - 1;
+            if (route_on[r5] && route_on[r6])
+                emit("experts", cfg, "fp8 e4m3 vs dequant + bf16", ms[r6] / ms[r5], "x");
+            if (route_on[r5] && route_on[0])
+                emit("experts", cfg, "fp8 e4m3 vs bf16 weights", ms[0] / ms[r5], "x");
             for (int set = 0; set < EX_SETS; set++) cudaFree(a.off_d[set]);
             cudaFree(a.x), cudaFree(a.act), cudaFree(a.g), cudaFree(a.u), cudaFree(a.eo);
+            cudaFree(a.xf), cudaFree(a.actf), cudaFree(a.xq), cudaFree(a.xsc);
             free(a.off_h);
         }
         cudaFree(w), cudaFree(a.tab_d);
         kn_cuda_experts_maps_free(a.maps_gu), kn_cuda_experts_maps_free(a.maps_dn);
         free(a.tab_h);
+        cudaFree(wq), cudaFree(sc), cudaFree(a.tab8_d), cudaFree(a.stab_d);
+        kn_cuda_experts_maps_free(a.maps8_gu), kn_cuda_experts_maps_free(a.maps8_dn);
+        free(a.tab8_h), free(sh);
     }
     cudaFree(a.ctr);
     kn_cuda_blas_destroy(a.bl);

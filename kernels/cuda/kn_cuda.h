@@ -453,6 +453,24 @@ int kn_cuda_gemm_experts_ok(int32_t n_exp, int64_t rows, int64_t cols, int64_t l
  * knobs included: bit 0 set = tiles of 256 routed rows x 128 weight rows (else 128 x 256), bit 1 set = a
  * tile's 64-row quarters without rows are skipped. For tests and benchmarks. */
 int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows, int64_t cols, int dynamic);
+/** kn_cuda_gemm_experts_bf16 for FP8 experts on the e4m3 tensor cores (MMGW_CUDA_FP8_PREFILL=e4m3): the
+ * weights w_a[e] / w_b[e] are the checkpoint's e4m3 [rows][cols] with f32 128 x 128 block scales s_a[e] /
+ * s_b[e] ([ceil(rows / 128)][cols / 128]); the routed rows xq [n][cols] are e4m3 in 128-wide groups with
+ * scales xs [cols / 128][ldxs >= n] (kn_cuda_x_e4m3_groups). y = sum over 128-wide slices of the slice's
+ * e4m3 products times the row's and the weight block's scales, f32 sums. maps_a / maps_b (required):
+ * kn_cuda_experts_maps_create_e4m3 of the same weights. Same tiles, tile counter and plan as the bf16
+ * products; needs kn_cuda_gemm_experts_e4m3_ok and sm_90a. MM_UNSUPPORTED (nothing run) when the rows' tensor
+ * map cannot be made. */
+int32_t kn_cuda_gemm_experts_e4m3(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows, int64_t cols,
+                                  const uint8_t *xq, const float *xs, int64_t ldxs, const uint8_t *const *w_a,
+                                  const float *const *s_a, const uint8_t *const *w_b, const float *const *s_b,
+                                  const void *maps_a, const void *maps_b, float *y_a, float *y_b, int64_t ldy,
+                                  int32_t *tile_ctr, cudaStream_t stream, struct mm_err *err);
+/** At most 512 experts, rows a multiple of 8, cols of 128, scale blocks 128 x 128. */
+int kn_cuda_gemm_experts_e4m3_ok(int32_t n_exp, int64_t rows, int64_t cols, int32_t bs_rows, int32_t bs_cols);
+/** kn_cuda_experts_maps_create for e4m3 weights [rows][cols] (kn_cuda_gemm_experts_e4m3). */
+int32_t kn_cuda_experts_maps_create_e4m3(const uint8_t *const *w, int32_t n, int64_t rows, int64_t cols,
+                                         void **maps, struct mm_err *err);
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows
@@ -475,12 +493,12 @@ int32_t kn_cuda_gemv_fp8(int64_t n, int64_t rows, int64_t cols, const float *x, 
  * cols and a multiple of 4, bs_rows >= 1, bs_cols a multiple of 16. */
 int kn_cuda_gemv_fp8_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
 /** Whether kn_cuda_gemv_fp8, kn_cuda_gemv_fp8_multi and kn_cuda_gemv_experts_fp8 (n = 1) take the tensor-core
- * routes of kn_gemv_fp8_bulk.cu for these shapes: n <= 8, cols and bs_cols multiples of 64, and
- * KN_CUDA_GEMV_FP8_BULK not 0. Its default 2 feeds them by the per-warp cp.async ring, each CTA converting
- * its slice of x once at 1-2 rows (KN_CUDA_GEMV_FP8_RING_XS=0 turns that off); =1 by bulk copies (measured
- * slower); =0 sends single weights to the CUDA-core kernels (same arithmetic up to the order of f32 sums),
- * as do the shapes the ring does not take. The ring for single weights became the default in the
- * twenty-second session: whole model with FP8 weights +1-4.5 % at batch 1, +6-11 % at batch 4. */
+ * routes of kn_gemv_fp8_bulk.cu for these shapes (n <= 8, cols and bs_cols multiples of 64): by default the
+ * per-warp cp.async ring from 3 rows (1.5-3x the CUDA-core kernels there); 1-2 rows stay on the CUDA-core
+ * kernels (same arithmetic up to the order of f32 sums). KN_CUDA_GEMV_FP8_BULK=2 takes the ring at every n,
+ * =1 bulk copies instead (measured slower), =0 never. The ring converts x once per CTA at 1-2 rows
+ * (KN_CUDA_GEMV_FP8_RING_XS=0 turns that off). The MoE decode pairs take the ring by default
+ * (kn_cuda_gemv_fp8_ring_experts_ok). */
 int kn_cuda_gemv_fp8_bulk_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols);
 /** Whether kn_cuda_gemv_experts_fp8 takes the tensor-core route fed by a per-warp cp.async ring
  * (kn_gemv_fp8_bulk.cu) for these shapes: cols and bs_cols multiples of 64, unless

@@ -25,7 +25,17 @@
  * thread loads each k-slice with 2-6 TMA copies (cp.async.bulk.tensor, the 128-byte swizzle done by the copy
  * engine, out-of-range rows zero-filled, completion by transaction bytes); without them (or
  * KN_CUDA_EXPERTS_TMA=0) 128 threads issue 16-byte cp.async copies, which measured 1.4-2.2x slower (H200,
- * bench/cuda/README.md "Fourteenth session"): the sums are the same bits either way. */
+ * bench/cuda/README.md "Fourteenth session"): the sums are the same bits either way.
+ *
+ * FP8 experts (kn_cuda_gemm_experts_e4m3, template F8): the checkpoint's e4m3 weights as stored, with their
+ * 128 x 128 block scales, against routed rows quantized to e4m3 per 128 values (kn_cuda_x_e4m3_groups), on
+ * the e4m3 tensor cores (m64n128k32, twice bf16's rate). A k-slice is then 128 columns (the same 128 bytes a
+ * row, so stages, swizzle, boxes and descriptors are the bf16 ones) and exactly one scale block of both
+ * operands: each accumulator half takes the slice's products into a scratch accumulator and adds them scaled
+ * by its rows' activation scales times the weight block's scale (the scale is per slice, so it cannot ride in
+ * the tensor cores' sums; and Hopper's FP8 sums keep fewer bits than f32, so adding each 128-deep slice in
+ * f32 also keeps the error to one slice's). TMA producer only; the consumers take 232 registers (three
+ * accumulators), the producer warpgroup 40. */
 #include "kn_cuda_internal.cuh"
 #include "kn_wgmma.cuh"
 
@@ -40,8 +50,9 @@
  * once (kn_cuda_gemm_experts_plan picks). Both: two m64n128 accumulators per thread, 48 KB a k-slice. */
 #define GE_BM(W) ((W) ? 256 : 128)
 #define GE_BN(W) ((W) ? 128 : 256)
-#define GE_BK 64   /* columns per k-slice: one 128-byte swizzle row */
-#define GE_BOX 128 /* rows of a weight's TMA box: its tile is 1-2 boxes */
+#define GE_BK 64                             /* bf16 columns per k-slice: one 128-byte swizzle row */
+#define GE_KC(F8) ((F8) ? 2 * GE_BK : GE_BK) /* columns per k-slice (e4m3: 128, one scale block) */
+#define GE_BOX 128                           /* rows of a weight's TMA box: its tile is 1-2 boxes */
 #define GE_XBOX 64 /* rows of a routed-rows box: a tile loads only the boxes that hold the expert's rows */
 #define GE_STAGES 4
 #define GE_A_BYTES(W) (GE_BM(W) * GE_BK * 2)
@@ -74,6 +85,11 @@ struct ge_args {
                                multiplied (kn_cuda_gemm_experts_plan) */
     int32_t *ctr;           /* the dynamic tile order (TMA producer): the next tile to hand out, zeroed
                                before the launch; NULL = the static order (blockIdx.x + i gridDim.x) */
+    /* F8: the routed rows' scales [cols / 128][ldxs], each expert's weight block scales [ceil(rows / 128)]
+     * [cols / 128], and the routed row count (rows past the expert's read a neighbour's scale, clamped) */
+    const float *xs;
+    const float *const *ws0, *const *ws1;
+    int64_t ldxs, n;
 };
 
 /* Tile t of the CTA's walk -> expert e, its first routed row p0 and row count, the weight table, the first
@@ -148,15 +164,23 @@ __device__ __forceinline__ void ge_arrive_lane0(uint32_t bar, int lane)
  * give must cover it (at 128 / 192 the consumers waited forever); under 128 the cp.async producer spills. */
 static_assert((168 - 128) * 128 >= (184 - 168) * 256,
               "setmaxnreg: the consumers' rise exceeds the producers' drop");
+/* F8: three accumulators (192 registers) per consumer thread, and only the TMA producer (one thread) */
+static_assert((168 - 40) * 128 >= (232 - 168) * 256, "setmaxnreg (F8): the rise exceeds the drop");
 
-__device__ __forceinline__ void ge_setmaxnreg_inc(void)
+template <int F8> __device__ __forceinline__ void ge_setmaxnreg_inc(void)
 {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 184;\n");
+    if (F8)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    else
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 184;\n");
 }
 
-__device__ __forceinline__ void ge_setmaxnreg_dec(void)
+template <int F8> __device__ __forceinline__ void ge_setmaxnreg_dec(void)
 {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 128;\n");
+    if (F8)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    else
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 128;\n");
 }
 
 /* Producer thread j (0..127): 16-byte chunk j & 7 of rows j / 8 + 16 i of both tiles of each k-slice. Rows
@@ -215,11 +239,11 @@ __device__ __forceinline__ void ge_tma_box(uint32_t dst, uint64_t map, int32_t c
             : "memory");
 }
 
-template <int W>
+template <int W, int F8>
 __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *prefix, int32_t total,
                                                uint32_t s0, uint32_t st0, volatile int32_t *tword)
 {
-    const int32_t ks = (int32_t)(a.cols / GE_BK);
+    const int32_t ks = (int32_t)(a.cols / GE_KC(F8));
     const uint64_t xm = (uint64_t)&a.xm;
     uint64_t keep, stream;
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(keep));
@@ -239,11 +263,11 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
                          "r"((uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u)
                          : "memory");
             for (int i = 0; i < nx; i++)
-                ge_tma_box(st + i * GE_XBOX * 128, xm, k * GE_BK, tl.p0 + tl.m0 + i * GE_XBOX, full,
+                ge_tma_box(st + i * GE_XBOX * 128, xm, k * GE_KC(F8), tl.p0 + tl.m0 + i * GE_XBOX, full,
                            a.l2 != 0, keep);
 #pragma unroll
             for (int i = 0; i < GE_BN(W) / GE_BOX; i++)
-                ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_BK, tl.n0 + i * GE_BOX, full,
+                ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_KC(F8), tl.n0 + i * GE_BOX, full,
                            a.l2 == 1, stream);
         }
     }
@@ -315,15 +339,76 @@ __device__ __forceinline__ void ge_mainloop(float (&d0)[64], float (&d1)[64], ui
     ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * ((it - 1) % GE_STAGES), lane);
 }
 
-template <int W>
+/* d += t * (the scale of row gid, of row gid + 8): one slice's products promoted into a tile's f32 sums */
+__device__ __forceinline__ void ge_promote(float (&d)[64], const float (&t)[64], float fa, float fb)
+{
+#pragma unroll
+    for (int nt = 0; nt < 16; nt++) {
+        d[4 * nt] = fmaf(t[4 * nt], fa, d[4 * nt]), d[4 * nt + 1] = fmaf(t[4 * nt + 1], fa, d[4 * nt + 1]);
+        d[4 * nt + 2] = fmaf(t[4 * nt + 2], fb, d[4 * nt + 2]);
+        d[4 * nt + 3] = fmaf(t[4 * nt + 3], fb, d[4 * nt + 3]);
+    }
+}
+
+/* F8: one tile's 128-column k-slices. Per slice and accumulator half: the 4 e4m3 k-steps into t, wait, add t
+ * times the row and weight block scales (loaded while the products run) into d0 / d1; the stage goes back
+ * after the slice's last product. The two consumer warpgroups overlap each other's waits. */
+template <int W, int TWO>
+__device__ __forceinline__ void ge_mainloop_f8(float (&d0)[64], float (&d1)[64], float (&t)[64],
+                                               const ge_args &a, const ge_tile &tl, uint32_t s0, uint32_t st0,
+                                               int32_t ks, uint32_t &it, int wg, int wl, int lane)
+{
+    const int32_t last = (int32_t)a.n - 1, ra = tl.p0 + tl.m0 + 64 * wg + 16 * wl + (lane >> 2);
+    /* this thread's rows: gid and gid + 8 of the warpgroup's quarter, and (W = 1) of quarter wg + 2 */
+    const int32_t r0 = min(ra, last), r1 = min(ra + 8, last), r2 = min(ra + 128, last),
+                  r3 = min(ra + 136, last);
+    const int64_t kb = a.cols / 128;
+    const int32_t nb0 = tl.n0 / 128, nb1 = W ? nb0 : min(nb0 + 1, (int32_t)((a.rows + 127) / 128) - 1);
+    const float *ws = (tl.wsel ? a.ws1 : a.ws0)[tl.e];
+    const float *w0p = ws + nb0 * kb, *w1p = ws + nb1 * kb;
+#pragma unroll
+    for (int i = 0; i < 64; i++) d0[i] = 0.0f, d1[i] = 0.0f;
+    for (int32_t k = 0; k < ks; k++, it++) {
+        const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES, bt = st + GE_A_BYTES(W);
+        const uint32_t a0 = st + (uint32_t)wg * 64u * 128u, a1 = W ? a0 + 128u * 128u : a0;
+        const uint32_t b1 = W ? bt : bt + 128u * 128u;
+        const float *xk = a.xs + (int64_t)k * a.ldxs;
+        ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
+        wg_fence_proxy_async();
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wg_mma_ss_e4m3(t, wg_desc(a0 + 32u * kk, 16, 1024), wg_desc(bt + 32u * kk, 16, 1024), kk);
+        wg_commit();
+        const float sw0 = __ldg(w0p + k), xa = __ldg(xk + r0), xb = __ldg(xk + r1);
+        wg_wait<0>();
+        wg_touch(t);
+        ge_promote(d0, t, xa * sw0, xb * sw0);
+        if (TWO) {
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                wg_mma_ss_e4m3(t, wg_desc(a1 + 32u * kk, 16, 1024), wg_desc(b1 + 32u * kk, 16, 1024), kk);
+            wg_commit();
+            const float sw1 = W ? sw0 : __ldg(w1p + k), xc = W ? __ldg(xk + r2) : xa,
+                        xd = W ? __ldg(xk + r3) : xb;
+            wg_wait<0>();
+            wg_touch(t);
+            ge_promote(d1, t, xc * sw1, xd * sw1);
+        }
+        ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * s, lane);
+    }
+}
+
+template <int W, int F8>
 __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *prefix, int32_t total,
                                            uint32_t s0, uint32_t st0, const volatile int32_t *tword, int warp,
                                            int lane)
 {
     const int wg = warp >> 2, wl = warp & 3, gid = lane >> 2, tig = lane & 3;
-    const int32_t ks = (int32_t)(a.cols / GE_BK);
+    const int32_t ks = (int32_t)(a.cols / GE_KC(F8));
     const bool dyn = a.ctr != nullptr;
-    float d0[64], d1[64];
+    float d0[64], d1[64], t8[F8 ? 64 : 1];
     uint32_t it = 0;
     for (int32_t t = (int32_t)blockIdx.x;; t += (int32_t)gridDim.x) {
         if (dyn) { /* the tile is in its first k-slice's stage (the wait again in the main loop returns at
@@ -346,7 +431,12 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
             }
             continue;
         }
-        if (two)
+        if constexpr (F8) {
+            if (two)
+                ge_mainloop_f8<W, 1>(d0, d1, t8, a, tl, s0, st0, ks, it, wg, wl, lane);
+            else
+                ge_mainloop_f8<W, 0>(d0, d1, t8, a, tl, s0, st0, ks, it, wg, wl, lane);
+        } else if (two)
             ge_mainloop<W, 1>(d0, d1, s0, st0, ks, it, wg, lane);
         else
             ge_mainloop<W, 0>(d0, d1, s0, st0, ks, it, wg, lane);
@@ -357,7 +447,7 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
     }
 }
 
-template <int TMA, int W>
+template <int TMA, int W, int F8>
 __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_constant__ ge_args a)
 {
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -397,14 +487,14 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
     const int32_t total = prefix[a.n_exp];
     volatile int32_t *tword = (volatile int32_t *)(smem + GE_TWORD);
     if (warp >= GE_PRODUCER) {
-        ge_setmaxnreg_dec();
-        if (!TMA)
+        ge_setmaxnreg_dec<F8>();
+        if constexpr (!TMA)
             ge_produce<W>(a, prefix, total, s0, st0, tid - 32 * GE_PRODUCER);
         else if (tid == 32 * GE_PRODUCER)
-            ge_produce_tma<W>(a, prefix, total, s0, st0, tword);
+            ge_produce_tma<W, F8>(a, prefix, total, s0, st0, tword);
     } else {
-        ge_setmaxnreg_inc();
-        ge_consume<W>(a, prefix, total, s0, st0, tword, warp, lane);
+        ge_setmaxnreg_inc<F8>();
+        ge_consume<W, F8>(a, prefix, total, s0, st0, tword, warp, lane);
     }
 }
 
@@ -431,42 +521,42 @@ static ge_encode_fn ge_encoder(void)
     return fn;
 }
 
-/* A 2-D map of bf16 [rows][cols] (row stride ld elements) in boxes of 64 columns x box_rows rows, 128-byte
- * swizzle: the sw128 tile layout of kn_wgmma.cuh */
-static int ge_encode(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int64_t ld, uint32_t box_rows)
+/* A 2-D map of bf16 (f8 = 0) or e4m3 (f8 = 1) [rows][cols] (row stride ld elements) in boxes of 128 bytes a
+ * row (64 / 128 columns) x box_rows rows, 128-byte swizzle: the sw128 tile layout of kn_wgmma.cuh */
+static int ge_encode(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int64_t ld, uint32_t box_rows,
+                     int f8)
 {
     ge_encode_fn enc = ge_encoder();
     if (!enc || (uintptr_t)p % 16) return 0;
-    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
-    const cuuint32_t box[2] = {GE_BK, box_rows}, es[2] = {1, 1};
-    return enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows},
+                     strides[1] = {(cuuint64_t)ld * (f8 ? 1u : 2u)};
+    const cuuint32_t box[2] = {(cuuint32_t)GE_KC(f8), box_rows}, es[2] = {1, 1};
+    return enc(m, f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims,
+               strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-extern "C" int32_t kn_cuda_experts_maps_create(const void *const *w, int32_t n, int64_t rows, int64_t cols,
-                                               void **maps, struct mm_err *err)
+static int32_t ge_maps_create(const void *const *w, int32_t n, int64_t rows, int64_t cols, int f8,
+                              void **maps, const char *what, struct mm_err *err)
 {
-    if (!maps || n <= 0 || !w || rows <= 0 || cols <= 0 || cols % GE_BK || rows > INT32_MAX ||
+    if (!maps || n <= 0 || !w || rows <= 0 || cols <= 0 || cols % GE_KC(f8) || rows > INT32_MAX ||
         cols > INT32_MAX)
-        return mm_err_set(err, MM_INVALID, "kn_cuda_experts_maps_create: bad arguments");
+        return mm_err_set(err, MM_INVALID, "%s: bad arguments", what);
     *maps = NULL;
     static_assert(sizeof(CUtensorMap) == KN_CUDA_TMAP_BYTES, "tensor map size");
     CUtensorMap *h =
         (CUtensorMap *)aligned_alloc(64, sizeof(CUtensorMap) * (size_t)n); /* the encoder's alignment */
-    if (!h) return mm_err_set(err, MM_NOMEM, "kn_cuda_experts_maps_create: out of memory");
+    if (!h) return mm_err_set(err, MM_NOMEM, "%s: out of memory", what);
     for (int32_t i = 0; i < n; i++)
-        if (!ge_encode(&h[i], w[i], rows, cols, cols, GE_BOX)) {
+        if (!ge_encode(&h[i], w[i], rows, cols, cols, GE_BOX, f8)) {
             free(h);
-            return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_experts_maps_create: no tensor map for weight %d",
-                              (int)i);
+            return mm_err_set(err, MM_UNSUPPORTED, "%s: no tensor map for weight %d", what, (int)i);
         }
     void *d = NULL;
-    int32_t rc =
-        kn_cuda_check(cudaMalloc(&d, sizeof(CUtensorMap) * (size_t)n), "kn_cuda_experts_maps_create", err);
+    int32_t rc = kn_cuda_check(cudaMalloc(&d, sizeof(CUtensorMap) * (size_t)n), what, err);
     if (!rc)
-        rc = kn_cuda_check(cudaMemcpy(d, h, sizeof(CUtensorMap) * (size_t)n, cudaMemcpyHostToDevice),
-                           "kn_cuda_experts_maps_create", err);
+        rc = kn_cuda_check(cudaMemcpy(d, h, sizeof(CUtensorMap) * (size_t)n, cudaMemcpyHostToDevice), what,
+                           err);
     free(h);
     if (rc) {
         cudaFree(d);
@@ -474,6 +564,19 @@ extern "C" int32_t kn_cuda_experts_maps_create(const void *const *w, int32_t n, 
     }
     *maps = d;
     return MM_OK;
+}
+
+extern "C" int32_t kn_cuda_experts_maps_create(const void *const *w, int32_t n, int64_t rows, int64_t cols,
+                                               void **maps, struct mm_err *err)
+{
+    return ge_maps_create(w, n, rows, cols, 0, maps, "kn_cuda_experts_maps_create", err);
+}
+
+extern "C" int32_t kn_cuda_experts_maps_create_e4m3(const uint8_t *const *w, int32_t n, int64_t rows,
+                                                    int64_t cols, void **maps, struct mm_err *err)
+{
+    return ge_maps_create((const void *const *)w, n, rows, cols, 1, maps, "kn_cuda_experts_maps_create_e4m3",
+                          err);
 }
 
 extern "C" void kn_cuda_experts_maps_free(void *maps)
@@ -513,6 +616,29 @@ extern "C" int kn_cuda_gemm_experts_plan(int32_t n_exp, int64_t n, int64_t rows,
     return W | sk << 1;
 }
 
+/* The launch both element types share: a's operands, maps and tile counter set; picks the plan (tile shape,
+ * quarter skipping) and the grid, zeroes the counter, launches */
+static int32_t ge_launch(ge_args &a, int64_t n, int tma, int f8, cudaStream_t stream, const char *what,
+                         struct mm_err *err)
+{
+    const int plan = kn_cuda_gemm_experts_plan(a.n_exp, n, a.rows, a.cols, a.ctr != NULL), W = plan & 1;
+    a.skip = (plan >> 1) & 1;
+    a.l2 = kn_cuda_knob_int("KN_CUDA_EXPERTS_L2", 0);
+    a.nt = (int32_t)((a.rows + GE_BN(W) - 1) / GE_BN(W));
+    /* at most this many tiles: every routed row in a full tile, plus one partial tile per expert */
+    const int64_t bound = (n / GE_BM(W) + a.n_exp) * a.nt * a.n_w;
+    if (bound > INT32_MAX) return mm_err_set(err, MM_INVALID, "%s: %lld tiles", what, (long long)bound);
+    const int64_t sms = kn_cuda_sm_count();
+    const unsigned grid = (unsigned)(bound < sms ? bound : sms);
+    void (*kern)(const ge_args) = f8    ? (W ? k_gemm_experts<1, 1, 1> : k_gemm_experts<1, 0, 1>)
+                                  : tma ? (W ? k_gemm_experts<1, 1, 0> : k_gemm_experts<1, 0, 0>)
+                                        : (W ? k_gemm_experts<0, 1, 0> : k_gemm_experts<0, 0, 0>);
+    int32_t rc = kn_cuda_check(kn_smem_attr((const void *)kern, GE_SMEM), what, err);
+    if (!rc && a.ctr) rc = kn_cuda_check(cudaMemsetAsync(a.ctr, 0, sizeof(int32_t), stream), what, err);
+    if (rc) return rc;
+    return kn_cuda_check(kn_launch(kern, dim3(grid), GE_THREADS, GE_SMEM, stream, a), what, err);
+}
+
 extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows,
                                              int64_t cols, const uint16_t *x, int64_t ldx,
                                              const void *const *w_a, const void *const *w_b,
@@ -532,30 +658,51 @@ extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, 
     memset(&a, 0, sizeof a);
     /* the TMA producer when the weights have maps and the rows' map can be made */
     const int tma = maps_a && (!w_b || maps_b) && kn_cuda_knob("KN_CUDA_EXPERTS_TMA", 1) &&
-                    ge_encode(&a.xm, x, n, cols, ldx, GE_XBOX);
+                    ge_encode(&a.xm, x, n, cols, ldx, GE_XBOX, 0);
     a.wm0 = (const CUtensorMap *)maps_a, a.wm1 = (const CUtensorMap *)(w_b ? maps_b : maps_a);
     a.off = off, a.x = x, a.w0 = w_a, a.w1 = w_b ? w_b : w_a, a.y0 = y_a, a.y1 = w_b ? y_b : y_a;
     a.ldx = ldx, a.ldy = ldy, a.rows = rows, a.cols = cols;
     /* the dynamic tile order: CTAs that share a tile's weights or rows take it at nearly the same moment and
      * stay in step, where the static order let them drift apart over the waves (and the L2 copy go) */
     a.ctr = tma && tile_ctr && kn_cuda_knob("KN_CUDA_EXPERTS_DYN", 1) ? tile_ctr : NULL;
-    const int plan = kn_cuda_gemm_experts_plan(n_exp, n, rows, cols, a.ctr != NULL), W = plan & 1;
-    a.skip = (plan >> 1) & 1;
-    a.l2 = kn_cuda_knob_int("KN_CUDA_EXPERTS_L2", 0);
-    a.n_exp = n_exp, a.n_w = w_b ? 2 : 1, a.nt = (int32_t)((rows + GE_BN(W) - 1) / GE_BN(W));
-    /* at most this many tiles: every routed row in a full tile, plus one partial tile per expert */
-    const int64_t bound = (n / GE_BM(W) + n_exp) * a.nt * a.n_w;
-    if (bound > INT32_MAX)
-        return mm_err_set(err, MM_INVALID, "kn_cuda_gemm_experts_bf16: %lld tiles", (long long)bound);
-    const int64_t sms = kn_cuda_sm_count();
-    const unsigned grid = (unsigned)(bound < sms ? bound : sms);
-    void (*kern)(const ge_args) = tma ? (W ? k_gemm_experts<1, 1> : k_gemm_experts<1, 0>)
-                                      : (W ? k_gemm_experts<0, 1> : k_gemm_experts<0, 0>);
-    int32_t rc = kn_cuda_check(kn_smem_attr((const void *)kern, GE_SMEM), "kn_cuda_gemm_experts_bf16", err);
-    if (!rc && a.ctr)
-        rc = kn_cuda_check(cudaMemsetAsync(a.ctr, 0, sizeof(int32_t), stream), "kn_cuda_gemm_experts_bf16",
-                           err);
-    if (rc) return rc;
-    return kn_cuda_check(kn_launch(kern, dim3(grid), GE_THREADS, GE_SMEM, stream, a),
-                         "kn_cuda_gemm_experts_bf16", err);
+    a.n_exp = n_exp, a.n_w = w_b ? 2 : 1;
+    return ge_launch(a, n, tma, 0, stream, "kn_cuda_gemm_experts_bf16", err);
+}
+
+extern "C" int kn_cuda_gemm_experts_e4m3_ok(int32_t n_exp, int64_t rows, int64_t cols, int32_t bs_rows,
+                                            int32_t bs_cols)
+{
+    return n_exp >= 0 && n_exp <= GE_EMAX && rows > 0 && rows % 8 == 0 && rows <= INT32_MAX && cols > 0 &&
+           cols % 128 == 0 && cols <= INT32_MAX && bs_rows == 128 && bs_cols == 128;
+}
+
+extern "C" int32_t kn_cuda_gemm_experts_e4m3(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows,
+                                             int64_t cols, const uint8_t *xq, const float *xs, int64_t ldxs,
+                                             const uint8_t *const *w_a, const float *const *s_a,
+                                             const uint8_t *const *w_b, const float *const *s_b,
+                                             const void *maps_a, const void *maps_b, float *y_a, float *y_b,
+                                             int64_t ldy, int32_t *tile_ctr, cudaStream_t stream,
+                                             struct mm_err *err)
+{
+    if (!kn_cuda_gemm_experts_e4m3_ok(n_exp, rows, cols, 128, 128) || n < 0 || n > INT32_MAX || ldxs < n ||
+        ldy < rows || ldy % 2 || (uintptr_t)xq % 16 || (uintptr_t)y_a % 8 || (uintptr_t)y_b % 8 ||
+        (uintptr_t)tile_ctr % 4 ||
+        (n_exp > 0 && n > 0 &&
+         (!xq || !xs || !off || !w_a || !s_a || !maps_a || !y_a || (w_b && (!s_b || !maps_b || !y_b)))))
+        return mm_err_set(err, MM_INVALID,
+                          "kn_cuda_gemm_experts_e4m3: bad arguments (experts %d rows %lld cols %lld)",
+                          (int)n_exp, (long long)rows, (long long)cols);
+    if (n_exp == 0 || n == 0) return MM_OK;
+    ge_args a;
+    memset(&a, 0, sizeof a);
+    if (!ge_encode(&a.xm, xq, n, cols, cols, GE_XBOX, 1))
+        return mm_err_set(err, MM_UNSUPPORTED, "kn_cuda_gemm_experts_e4m3: no tensor map for the rows");
+    a.wm0 = (const CUtensorMap *)maps_a, a.wm1 = (const CUtensorMap *)(w_b ? maps_b : maps_a);
+    a.off = off, a.w0 = (const void *const *)w_a, a.w1 = (const void *const *)(w_b ? w_b : w_a);
+    a.y0 = y_a, a.y1 = w_b ? y_b : y_a;
+    a.xs = xs, a.ws0 = s_a, a.ws1 = w_b ? s_b : s_a, a.ldxs = ldxs, a.n = n;
+    a.ldx = cols, a.ldy = ldy, a.rows = rows, a.cols = cols;
+    a.ctr = tile_ctr && kn_cuda_knob("KN_CUDA_EXPERTS_DYN", 1) ? tile_ctr : NULL;
+    a.n_exp = n_exp, a.n_w = w_b ? 2 : 1;
+    return ge_launch(a, n, 1, 1, stream, "kn_cuda_gemm_experts_e4m3", err);
 }

@@ -5,14 +5,16 @@
  * - bulk copies (cp.async.bulk + mbarrier CTA ring, k_gemv_fp8_bulk), OPT-IN (KN_CUDA_GEMV_FP8_BULK=1):
  *   measured slower than the CUDA-core kernels of kn_gemv_fp8.cu on every one-weight shape (bench/cuda/
  *   README.md "Nineteenth session");
- * - a per-warp cp.async ring (k_gemv_fp8_ring): THE DEFAULT for every product it takes (n <= 8, cols and
- *   scale blocks in 64s; KN_CUDA_GEMV_FP8_BULK=2, the default; =0 returns single weights to the CUDA-core
- *   kernels, KN_CUDA_GEMV_FP8_EXPERTS_RING=0 the MoE decode pairs too). At 1-2 rows each CTA converts its
- *   slice of x once (XS, KN_CUDA_GEMV_FP8_RING_XS=0 turns it off). The pairs took it first (twentieth
- *   session: 6144 x 3072 pairs 147 against 224 us, 3072 x 6144 143 against 157; whole synthetic model batch
- *   1 +5-9 %, batch 4 +20-26 %); single weights since the twenty-second session, once XS had removed the
- *   per-block work that made the ring lose there (whole model +1-4.5 % at batch 1, +6-11 % at batch 4 against
- *   the CUDA-core kernels for single weights).
+ * - a per-warp cp.async ring (k_gemv_fp8_ring): THE DEFAULT for the MoE decode pairs
+ * (kn_cuda_gemv_experts_fp8 when kn_cuda_gemv_fp8_ring_experts_ok; KN_CUDA_GEMV_FP8_EXPERTS_RING=0 turns it
+ * off) and for single weights at 3-8 rows (n >= GB_RING_MIN_N; cols and scale blocks in 64s), where it
+ * runs 1.5-3x the CUDA-core kernels (v89). At 1-2 rows single weights stay on the CUDA cores: faster on 4 of
+ * 6 shapes at one row, mixed at two, and the whole model measured level either way (v90).
+ * KN_CUDA_GEMV_FP8_BULK=2 forces the ring at every n, =0 turns it off for single weights. At 1-2 rows each
+ * ring CTA converts its slice of x once (XS, the default; KN_CUDA_GEMV_FP8_RING_XS=0 turns it off): the
+ * pairs' gate + up 146 -> 120 us, and the whole model's FP8 decode +4-5 % at batch 1, +7-11 % at batch 4-8
+ * (twenty-second session, v89). The pairs took the ring first (twentieth session: 6144 x 3072 pairs 147
+ * against 224 us, 3072 x 6144 143 against 157; whole synthetic model batch 1 +5-9 %, batch 4 +20-26 %).
  *
  * Why the tensor cores lost on single weights before XS: a pure-read probe (v82) streams 50 MB in 18-20 us
  * with any of the access patterns used here, the CUDA-core kernel needs 25-27 and these 35-38, so the cost is
@@ -406,10 +408,15 @@ static int gb_shape_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows, in
            bs_rows >= 1 && bs_cols >= G8_BLOCK && bs_cols % G8_BLOCK == 0 && cols / G8_BLOCK <= INT32_MAX;
 }
 
+/* KN_CUDA_GEMV_FP8_BULK: -1 (the default) the ring from GB_RING_MIN_N rows, 0 never, 1 bulk copies, 2 the
+ * ring at every n */
+#define GB_RING_MIN_N 3
+
 extern "C" int kn_cuda_gemv_fp8_bulk_ok(int64_t n, int64_t cols, int64_t ldx, int32_t bs_rows,
                                         int32_t bs_cols)
 {
-    return gb_shape_ok(n, cols, ldx, bs_rows, bs_cols) && kn_cuda_knob("KN_CUDA_GEMV_FP8_BULK", 2);
+    const int b = kn_cuda_knob_int("KN_CUDA_GEMV_FP8_BULK", -1);
+    return gb_shape_ok(n, cols, ldx, bs_rows, bs_cols) && (b > 0 || (b < 0 && n >= GB_RING_MIN_N));
 }
 
 extern "C" int kn_cuda_gemv_fp8_ring_experts_ok(int64_t cols, int64_t ldx, int32_t bs_rows, int32_t bs_cols)
@@ -444,7 +451,7 @@ static int32_t gb_launch(gb_args &a, int64_t tiles, unsigned gy, unsigned gz, in
         {k_gemv_fp8_bulk<0, 1024, 4>, k_gemv_fp8_bulk<0, 512, 6>, k_gemv_fp8_bulk<0, 2048, 2>},
         {k_gemv_fp8_bulk<1, 1024, 4>, k_gemv_fp8_bulk<1, 512, 6>, k_gemv_fp8_bulk<1, 2048, 2>}};
     const int cfg = gb_cfg();
-    ring = ring || kn_cuda_knob_int("KN_CUDA_GEMV_FP8_BULK", 2) == 2;
+    ring = ring || kn_cuda_knob_int("KN_CUDA_GEMV_FP8_BULK", -1) != 1;
     const int xs = ring && kn_cuda_knob("KN_CUDA_GEMV_FP8_RING_XS", 1) && a.n <= GR_XS_MAX_N &&
                    a.n * a.cols * 2 <= GR_XS_MAX_BYTES;
     const gb_kernel kern = ring ? (xs ? (experts ? k_gemv_fp8_ring<1, 1> : k_gemv_fp8_ring<0, 1>)

@@ -1666,14 +1666,14 @@ static void test_gemv_fp8(void)
                                         {129, 48, 16, 16},      {70, 80, 32, 48},   {45, 320, 8, 192},
                                         {100, 1536, 8, 128}};
     static const int64_t ns[] = {1, 2, 3, 4, 5, 8, 9, 16};
-    /* the default (the cp.async ring at n <= 8 where it takes the shape, the CUDA-core kernels otherwise),
+    /* the default (the cp.async ring at 3-8 rows where it takes the shape, the CUDA-core kernels otherwise),
      * the bulk-copy route with its stage shapes and forced splits, the CUDA-core kernels (the ring off), the
-     * ring with a forced split, and the CUDA-core kernels' forced plans */
-    static const char *const force[][5] = {{NULL, NULL, NULL, NULL, NULL}, {NULL, NULL, "1", NULL, NULL},
-                                           {NULL, NULL, "1", "1", NULL},   {NULL, NULL, "1", "2", "8"},
-                                           {NULL, NULL, "1", NULL, "2"},   {NULL, NULL, "0", NULL, NULL},
-                                           {NULL, NULL, "2", NULL, "8"},   {"8", NULL, "0", NULL, NULL},
-                                           {NULL, "2", "0", NULL, NULL},   {"8", "4", "0", NULL, NULL}};
+     * ring with a forced split, the CUDA-core kernels' forced plans, the ring at every n */
+    static const char *const force[][5] = {
+        {NULL, NULL, NULL, NULL, NULL}, {NULL, NULL, "1", NULL, NULL}, {NULL, NULL, "1", "1", NULL},
+        {NULL, NULL, "1", "2", "8"},    {NULL, NULL, "1", NULL, "2"},  {NULL, NULL, "0", NULL, NULL},
+        {NULL, NULL, "2", NULL, "8"},   {"8", NULL, "0", NULL, NULL},  {NULL, "2", "0", NULL, NULL},
+        {"8", "4", "0", NULL, NULL},    {NULL, NULL, "2", NULL, NULL}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t rows = shapes[si][0], cols = shapes[si][1];
         struct fp8_weight f;
@@ -1681,9 +1681,9 @@ static void test_gemv_fp8(void)
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (size_t fi = 0; fi < sizeof force / sizeof force[0]; fi++) {
                 const int64_t n = ns[ni], ldx = cols + 8, ldy = rows + 3;
-                if ((fi == 1 || fi == 5) && n > 8) continue;
-                if (fi >= 2 && fi <= 6 && fi != 5 && n > 2) continue; /* other stage shapes, splits */
-                if (fi > 6 && (rows < 300 || n > 4)) continue; /* the forced plans on the wide shapes */
+                if ((fi == 1 || fi == 5 || fi == 10) && n > 8) continue;
+                if (fi >= 2 && fi <= 6 && fi != 5 && n > 2) continue;     /* other stage shapes, splits */
+                if (fi > 6 && fi < 10 && (rows < 300 || n > 4)) continue; /* forced plans, wide shapes */
                 float *x = ct_hmalloc(sizeof(float) * n * ldx), *xr = ct_hmalloc(sizeof(float) * n * cols);
                 float *ref = ct_hmalloc(sizeof(float) * n * rows), *g2 = ct_hmalloc(sizeof(float) * n * rows);
                 ct_fill_normal(x, n * ldx, 1.0f);
@@ -1720,26 +1720,33 @@ static void test_gemv_fp8(void)
             }
         fp8_weight_free(&f);
     }
-    /* the ring by default, for the shapes it takes; =0 turns it off, =1 takes the bulk copies instead */
-    CHECK(kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128) && kn_cuda_gemv_fp8_bulk_ok(8, 320, 320, 8, 192));
-    CHECK(!kn_cuda_gemv_fp8_bulk_ok(9, 6144, 6144, 128, 128) && !kn_cuda_gemv_fp8_bulk_ok(1, 80, 80, 32, 48));
+    /* the ring by default from 3 rows, for the shapes it takes; =0 turns it off, =1 takes the bulk copies
+     * instead, =2 the ring from one row */
+    CHECK(!kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128) &&
+          !kn_cuda_gemv_fp8_bulk_ok(2, 6144, 6144, 128, 128));
+    CHECK(kn_cuda_gemv_fp8_bulk_ok(3, 6144, 6144, 128, 128) && kn_cuda_gemv_fp8_bulk_ok(8, 320, 320, 8, 192));
+    CHECK(!kn_cuda_gemv_fp8_bulk_ok(9, 6144, 6144, 128, 128) && !kn_cuda_gemv_fp8_bulk_ok(3, 80, 80, 32, 48));
     setenv("KN_CUDA_GEMV_FP8_BULK", "0", 1);
     kn_cuda_knobs_reload();
-    CHECK(!kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128));
+    CHECK(!kn_cuda_gemv_fp8_bulk_ok(4, 6144, 6144, 128, 128));
     setenv("KN_CUDA_GEMV_FP8_BULK", "1", 1);
     kn_cuda_knobs_reload();
     CHECK(kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128) && !kn_cuda_gemv_fp8_bulk_ok(1, 80, 80, 32, 48));
+    setenv("KN_CUDA_GEMV_FP8_BULK", "2", 1);
+    kn_cuda_knobs_reload();
+    CHECK(kn_cuda_gemv_fp8_bulk_ok(1, 6144, 6144, 128, 128));
     unsetenv("KN_CUDA_GEMV_FP8_BULK");
     kn_cuda_knobs_reload();
     printf("  %-28s n 1-16, 7 shapes, ring, bulk route and CUDA cores, forced plans: within 1e-5 of the f32 "
            "CPU product\n",
            "gemv fp8");
     /* several FP8 weights with one x in one launch (q/k/v): each against its CPU product, through the
-     * default (the ring), the bulk route and the CUDA cores */
-    static const char *const mroute[3][2] = {{NULL, ""}, {"1", ", bulk route"}, {"0", ", CUDA cores"}};
-    for (int64_t it = 0; it < 12; it++) {
-        const int64_t n = 1 + it / 3;
-        if (mroute[it % 3][0]) setenv("KN_CUDA_GEMV_FP8_BULK", mroute[it % 3][0], 1);
+     * default (the CUDA cores at 1-2 rows, the ring at 3-4), the bulk route, the CUDA cores and the ring */
+    static const char *const mroute[4][2] = {
+        {NULL, ""}, {"1", ", bulk route"}, {"0", ", CUDA cores"}, {"2", ", ring"}};
+    for (int64_t it = 0; it < 16; it++) {
+        const int64_t n = 1 + it / 4;
+        if (mroute[it % 4][0]) setenv("KN_CUDA_GEMV_FP8_BULK", mroute[it % 4][0], 1);
         kn_cuda_knobs_reload();
         static const int64_t mrows[3] = {300, 37, 129};
         const int64_t cols = 2048, ldx = cols + 4;
@@ -1764,7 +1771,7 @@ static void test_gemv_fp8(void)
             kn_sgemm_nt(n, mrows[k], cols, xr, cols, mf[k].wf, cols, 0.0f, ref, mrows[k]);
             char what[64];
             snprintf(what, sizeof what, "gemv fp8 multi n %lld weight %d%s", (long long)n, k,
-                     mroute[it % 3][1]);
+                     mroute[it % 4][1]);
             expect_close(what, got, ref, n * mrows[k], 1e-5);
             free(ref), free(got);
             fp8_weight_free(&mf[k]);
@@ -1773,7 +1780,7 @@ static void test_gemv_fp8(void)
         free(x), free(xr);
         cudaFree(x_d);
     }
-    printf("  %-28s n 1-4, 3 weights, three routes: each within 1e-5 of its CPU product\n", "gemv fp8 multi");
+    printf("  %-28s n 1-4, 3 weights, four routes: each within 1e-5 of its CPU product\n", "gemv fp8 multi");
     struct mm_err e2 = {0};
     CHECK(!kn_cuda_gemv_fp8_ok(1, 40, 40, 128, 128)); /* cols not a multiple of 16 */
     CHECK(!kn_cuda_gemv_fp8_ok(1, 64, 64, 128, 24));  /* scale block not whole chunks */
@@ -1800,11 +1807,11 @@ static void test_experts_fp8_bulk(void)
     int32_t *ids_d = ct_upload(ids, sizeof ids);
     float *x_d = ct_upload(x, sizeof(float) * NT * cols);
     float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
-    /* bulk copies; the cp.async ring for every product (the default); the ring for the expert pairs alone;
+    /* bulk copies; the cp.async ring for every product; the ring for the expert pairs alone (the default);
      * the CUDA cores (the ring turned off) */
     static const char *const rname[4] = {"bulk", "ring", "experts ring", "CUDA cores"};
     for (int route = 0; route < 4; route++) {
-        if (route != 1) setenv("KN_CUDA_GEMV_FP8_BULK", route ? "0" : "1", 1);
+        if (route < 2) setenv("KN_CUDA_GEMV_FP8_BULK", route ? "2" : "1", 1);
         if (route == 3) setenv("KN_CUDA_GEMV_FP8_EXPERTS_RING", "0", 1);
         kn_cuda_knobs_reload();
         CHECK(kn_cuda_gemv_fp8_bulk_ok(1, cols, cols, bsr, bsc) == (route < 2));
@@ -2100,6 +2107,132 @@ static void test_gemm_fp8_block(void)
     kn_cuda_blas_destroy(bl);
 }
 
+/* MoE prefill products of FP8 experts on the e4m3 tensor cores (kn_cuda_gemm_experts_e4m3): the routed rows
+ * quantized on the device (kn_cuda_x_e4m3_groups, scale rows padded past n), experts of 0-300 rows, weights
+ * of 384 rows (the second 256-row tile half empty) and 264 (a partial scale block), inner dimensions of 512
+ * and 384 (4 and 3 k-slices: one scale block each), gate and up from two tables in one launch, then one
+ * table, both tile shapes. Against the f32 CPU products of the dequantized operands (kn_quant_e4m3_groups,
+ * the exact weights): each row within 1e-3 (relative L2; the tensor cores' FP8 sums keep fewer bits than
+ * f32, so each 128-deep slice carries ~2^-14 of its size); rows of y past the experts' rows untouched; the
+ * static tile order gives the dynamic order's bits. */
+static void experts_e4m3_case(int E, const int32_t *cnt, int64_t rows, int64_t cols, int tables, int tile)
+{
+    int32_t *off = ct_hmalloc(sizeof(int32_t) * (size_t)(E + 1));
+    off[0] = 0;
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + cnt[e];
+    const int64_t n = off[E], ldy = rows + 2, ldxs = n + 3, kb = cols / 128;
+    float *x = ct_hmalloc(sizeof(float) * n * cols), *xd = ct_hmalloc(sizeof(float) * n * cols);
+    ct_fill_normal(x, n * cols, 1.0f);
+    for (int64_t p = 0; p < n; p++) /* rows of different sizes: their scales differ */
+        for (int64_t k = 0; k < cols; k++) x[p * cols + k] *= (float)(1 + p % 7) * 0.3f;
+    uint8_t *q = ct_hmalloc((size_t)(n * cols));
+    float *qs = ct_hmalloc(sizeof(float) * (size_t)(kb * n));
+    kn_quant_e4m3_groups(x, n, cols, cols, 128, q, qs);
+    for (int64_t p = 0; p < n; p++)
+        for (int64_t k = 0; k < cols; k++)
+            xd[p * cols + k] = mm_f8e4m3_to_f32(q[p * cols + k]) * qs[(k / 128) * n + p];
+    struct fp8_tables tb;
+    fp8_tables_make(&tb, tables * E, rows, cols, 128, 128);
+    float *ref[2] = {ct_hmalloc(sizeof(float) * n * rows), ct_hmalloc(sizeof(float) * n * rows)};
+    for (int half = 0; half < tables; half++)
+        for (int e = 0; e < E; e++)
+            if (cnt[e])
+                kn_sgemm_nt(cnt[e], rows, cols, xd + (int64_t)off[e] * cols, cols, tb.f[half * E + e].wf,
+                            cols, 0.0f, ref[half] + (int64_t)off[e] * rows, rows);
+    int32_t *off_d = ct_upload(off, sizeof(int32_t) * (size_t)(E + 1));
+    float *x_d = ct_upload(x, sizeof(float) * n * cols),
+          *xs_d = ct_dmalloc(sizeof(float) * (size_t)(kb * ldxs));
+    uint8_t *xq_d = ct_dmalloc((size_t)(n * cols));
+    OK(kn_cuda_x_e4m3_groups(n, cols, x_d, cols, xq_d, xs_d, ldxs, 0, &err));
+    const uint8_t **wh = ct_hmalloc(sizeof(void *) * (size_t)(tables * E));
+    for (int e = 0; e < tables * E; e++) wh[e] = tb.f[e].q_d;
+    void *maps = NULL;
+    OK(kn_cuda_experts_maps_create_e4m3(wh, tables * E, rows, cols, &maps, &err));
+    const uint8_t *const *tq = tb.tq_d;
+    const float *const *ts = tb.ts_d;
+    float *y_d[2] = {ct_dmalloc(sizeof(float) * n * ldy), ct_dmalloc(sizeof(float) * n * ldy)};
+    const int32_t junk = 777;
+    int32_t *ctr = ct_upload(&junk, sizeof junk);
+    float *first[2] = {NULL, NULL};
+    double worst = 0;
+    for (int pass = 0; pass < 2; pass++) { /* the dynamic tile order, then the static one */
+        for (int h = 0; h < 2; h++) CHECK(cudaMemset(y_d[h], 0xff, sizeof(float) * n * ldy) == cudaSuccess);
+        OK(kn_cuda_gemm_experts_e4m3(E, off_d, n, rows, cols, xq_d, xs_d, ldxs, tq, ts,
+                                     tables == 2 ? tq + E : NULL, tables == 2 ? ts + E : NULL, maps,
+                                     tables == 2 ? (const uint8_t *)maps + (size_t)E * KN_CUDA_TMAP_BYTES
+                                                 : NULL,
+                                     y_d[0], tables == 2 ? y_d[1] : NULL, ldy, pass ? NULL : ctr, 0, &err));
+        for (int half = 0; half < tables; half++) {
+            float *got = dl_f32(y_d[half], n * ldy);
+            int untouched = 1, bad = 0;
+            for (int64_t p = 0; p < n; p++) {
+                for (int64_t r = rows; r < ldy; r++) untouched &= isnan(got[p * ldy + r]);
+                double mx = 0, rel = ct_rel_err(got + p * ldy, ref[half] + p * rows, rows, &mx);
+                if (!(rel <= 1e-3)) bad++;
+                if (rel > worst) worst = rel;
+            }
+            char what[128];
+            snprintf(what, sizeof what, "gemm experts e4m3, %s, %d experts %lldx%lld, %s, %s",
+                     tile == 2 ? "256x128" : "128x256", E, (long long)rows, (long long)cols,
+                     tables == 1 ? "one table"
+                     : half      ? "second table"
+                                 : "first table",
+                     pass ? "static order" : "dynamic order");
+            CHECK_MSG(!bad, "%s: %d of %lld rows off by more than 1e-3 (worst %.3g)", what, bad, (long long)n,
+                      worst);
+            CHECK_MSG(untouched, "%s: wrote outside its rows", what);
+            if (!pass)
+                first[half] = got;
+            else {
+                CHECK_MSG(!memcmp(got, first[half], sizeof(float) * n * ldy),
+                          "%s: not the dynamic order's bits", what);
+                free(got), free(first[half]);
+            }
+        }
+    }
+    printf("  %-28s %s, %d experts %lld x %lld, %d table%s: worst row %.2g\n", "gemm experts e4m3",
+           tile == 2 ? "256x128" : "128x256", E, (long long)rows, (long long)cols, tables,
+           tables > 1 ? "s" : "", worst);
+    kn_cuda_experts_maps_free(maps);
+    fp8_tables_free(&tb);
+    free(off), free(x), free(xd), free(q), free(qs), free(ref[0]), free(ref[1]), free(wh);
+    cudaFree(off_d), cudaFree(x_d), cudaFree(xs_d), cudaFree(xq_d), cudaFree(y_d[0]), cudaFree(y_d[1]);
+    cudaFree(ctr);
+}
+
+static void test_gemm_experts_e4m3(void)
+{
+    const int32_t cnt[9] = {0, 1, 130, 64, 65, 300, 0, 7, 200};
+    int32_t many[40];
+    for (int e = 0; e < 40; e++) many[e] = (int32_t)(ct_next() % 10);
+    for (int tile = 1; tile <= 2; tile++) {
+        knob_setenv("KN_CUDA_EXPERTS_TILE", tile == 2 ? "2" : "1", 1);
+        experts_e4m3_case(9, cnt, 384, 512, 2, tile);
+        experts_e4m3_case(9, cnt, 264, 384, 1, tile);
+        experts_e4m3_case(40, many, 256, 128, 2, tile);
+    }
+    knob_unsetenv("KN_CUDA_EXPERTS_TILE");
+    CHECK(kn_cuda_gemm_experts_e4m3_ok(512, 264, 384, 128, 128) &&
+          !kn_cuda_gemm_experts_e4m3_ok(513, 264, 384, 128, 128));
+    CHECK(!kn_cuda_gemm_experts_e4m3_ok(8, 260, 384, 128, 128) &&
+          !kn_cuda_gemm_experts_e4m3_ok(8, 264, 320, 128, 128));
+    CHECK(!kn_cuda_gemm_experts_e4m3_ok(8, 264, 384, 64, 128) &&
+          !kn_cuda_gemm_experts_e4m3_ok(8, 264, 384, 128, 64));
+    struct mm_err e2 = {0};
+    /* no tensor maps: refused before any launch */
+    CHECK(kn_cuda_gemm_experts_e4m3(8, (const int32_t *)16, 10, 264, 384, (const uint8_t *)16,
+                                    (const float *)16, 10, (const uint8_t *const *)16,
+                                    (const float *const *)16, NULL, NULL, NULL, NULL, (float *)16, NULL, 264,
+                                    NULL, 0, &e2) == MM_INVALID);
+    /* scale rows shorter than the routed rows */
+    CHECK(kn_cuda_gemm_experts_e4m3(8, (const int32_t *)16, 10, 264, 384, (const uint8_t *)16,
+                                    (const float *)16, 9, (const uint8_t *const *)16,
+                                    (const float *const *)16, NULL, NULL, (const void *)16, NULL, (float *)16,
+                                    NULL, 264, NULL, 0, &e2) == MM_INVALID);
+    OK(kn_cuda_gemm_experts_e4m3(0, NULL, 0, 264, 384, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL,
+                                 NULL, NULL, 264, NULL, 0, &err));
+}
+
 /* FP8 expert products of decode batches on the tensor cores (kn_cuda_gemm_small_experts_fp8): the rows sorted
  * by expert, gate and up tables in one launch, an expert with 17 rows (two chunks of 16), experts without
  * rows; each row against the CPU product with its expert's dequantized weight. */
@@ -2220,6 +2353,7 @@ int main(void)
     test_gemm_small_fp8();
     test_gemm_small_experts_fp8();
     test_gemm_fp8_block();
+    test_gemm_experts_e4m3();
     test_gemm_small();
     test_gemm_small_experts(512);
     test_gemm_small_experts(96); /* 3 k blocks: most warps get none */

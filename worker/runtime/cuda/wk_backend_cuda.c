@@ -143,6 +143,8 @@ struct cuda_be {
     struct dbuf x16, x16s; /* activation rows as scaled f16 and their scales (the FP8 tensor-core products) */
     struct dbuf
         xq; /* activation rows as e4m3 groups, their scales (MMGW_CUDA_FP8_PREFILL=e4m3's workspace) */
+    struct dbuf m_q8, m_q8s; /* a prefill's routed rows as e4m3 groups and their scales (the e4m3 experts) */
+    int32_t fp8_ex_said;     /* the first e4m3 expert products were logged */
     struct moe_tab *xdq_tab;
     /* device tables of each MoE layer's expert weights (w1 | w3 | w2 pointers), keyed by the layer's w1 array
      */
@@ -156,7 +158,9 @@ struct moe_tab {
     float **s;                 /* FP8 experts: device [3][n_experts] of their block scales; NULL for bf16 */
     int32_t bs_rows, bs_cols;  /* FP8: the experts' scale block */
     int32_t n_exp, rows, cols; /* the expert scratch's table (cuda_be.xdq_tab): the shape it was made for */
-    void *maps_gu;   /* device tensor maps of w1 | w3 ([2][n_experts]) for the wgmma route's TMA, or NULL */
+    void *maps_gu;   /* device tensor maps of w1 | w3 ([2][n_experts]) for the wgmma route's TMA, or NULL;
+                        FP8 experts: of their e4m3 bytes, for kn_cuda_gemm_experts_e4m3 (MMGW_CUDA_FP8_PREFILL=
+                        e4m3 only) */
     void *maps_down; /* of w2 ([n_experts]) */
 };
 
@@ -1781,13 +1785,17 @@ static void **dev_ptr_table(void *const *h, size_t n)
 
 /* The tensor maps of a table's bf16 weights where the wgmma expert products take them (h: the host copy of
  * its [3][E] pointers); none (the products load with cp.async) where they cannot be made */
-static void moe_tab_maps(struct moe_tab *t, const struct wk_moe *m, void *const *h)
+static void moe_tab_maps(struct moe_tab *t, const struct wk_moe *m, void *const *h, int e4m3)
 {
     const int32_t E = m->n_experts;
     struct mm_err e2 = {0};
-    if (kn_cuda_experts_maps_create((const void *const *)h, 2 * E, m->inter, m->hidden, &t->maps_gu, &e2) ||
-        kn_cuda_experts_maps_create((const void *const *)h + 2 * E, E, m->hidden, m->inter, &t->maps_down,
-                                    &e2)) {
+    const uint8_t *const *h8 = (const uint8_t *const *)h;
+    if (e4m3 ? kn_cuda_experts_maps_create_e4m3(h8, 2 * E, m->inter, m->hidden, &t->maps_gu, &e2) ||
+                   kn_cuda_experts_maps_create_e4m3(h8 + 2 * E, E, m->hidden, m->inter, &t->maps_down, &e2)
+             : kn_cuda_experts_maps_create((const void *const *)h, 2 * E, m->inter, m->hidden, &t->maps_gu,
+                                           &e2) ||
+                   kn_cuda_experts_maps_create((const void *const *)h + 2 * E, E, m->hidden, m->inter,
+                                               &t->maps_down, &e2)) {
         kn_cuda_experts_maps_free(t->maps_gu);
         t->maps_gu = t->maps_down = NULL;
         (void)cudaGetLastError();
@@ -1799,6 +1807,17 @@ static int moe_wgmma_fits(const struct wk_moe *m)
 {
     return kn_cuda_gemm_experts_ok(m->n_experts, m->inter, m->hidden, m->hidden) &&
            kn_cuda_gemm_experts_ok(m->n_experts, m->hidden, m->inter, m->inter);
+}
+
+/* Whether a prefill's FP8 experts run on the e4m3 tensor cores (kn_cuda_gemm_experts_e4m3, rows quantized
+ * to e4m3 groups): MMGW_CUDA_FP8_PREFILL=e4m3 and shapes it takes; else they are dequantized into scratch */
+static int moe_e4m3_fits(const struct cuda_be *c, const struct wk_moe *m)
+{
+    const int32_t bsr = m->w1[0]->bs_rows, bsc = m->w1[0]->bs_cols;
+    return c->fp8_pf && m->w1[0]->fp8 &&
+           kn_cuda_gemm_experts_e4m3_ok(m->n_experts, m->inter, m->hidden, bsr, bsc) &&
+           kn_cuda_gemm_experts_e4m3_ok(m->n_experts, m->hidden, m->inter, bsr, bsc) &&
+           kn_cuda_x_e4m3_groups_ok(m->hidden, m->hidden) && kn_cuda_x_e4m3_groups_ok(m->inter, m->inter);
 }
 
 /* The device table of a MoE layer's expert weights (pointers of w1, w3, w2), built on first use: of their
@@ -1836,7 +1855,8 @@ static const struct moe_tab *moe_table(struct cuda_be *c, const struct wk_moe *m
     void **sd = d && fp8 ? dev_ptr_table(h + 3 * E, 3 * (size_t)E) : NULL;
     struct moe_tab *nt = &c->moe_tabs[c->n_moe_tabs];
     memset(nt, 0, sizeof *nt);
-    if (d && !fp8 && moe_wgmma_fits(m)) moe_tab_maps(nt, m, h);
+    if (d && !fp8 && moe_wgmma_fits(m)) moe_tab_maps(nt, m, h, 0);
+    if (d && sd && moe_e4m3_fits(c, m)) moe_tab_maps(nt, m, h, 1);
     free(h);
     if (!d || (fp8 && !sd)) {
         cudaFree(d);
@@ -1884,7 +1904,7 @@ static const struct moe_tab *moe_scratch_table(struct cuda_be *c, const struct w
         h[2 * E + e] = h[e];
     }
     t->d = dev_ptr_table(h, 3 * (size_t)E);
-    if (t->d && moe_wgmma_fits(m)) moe_tab_maps(t, m, h);
+    if (t->d && moe_wgmma_fits(m)) moe_tab_maps(t, m, h, 0);
     free(h);
     if (!t->d) {
         free(t);
@@ -1913,6 +1933,8 @@ struct a_moe_dev { /* both MoE routes without the host */
     int32_t bs_rows, bs_cols;
     int32_t wgmma; /* ex_moe_sorted: a prefill's wgmma products, else the decode-sized ones */
     int32_t tc8;   /* ex_moe_sorted, decode-sized, FP8 experts: the e4m3 weights on the tensor cores */
+    int32_t e4;    /* ex_moe_sorted, a prefill, FP8 experts: rows as e4m3 groups on the e4m3 tensor cores
+                      (kn_cuda_gemm_experts_e4m3; maps_gu / maps_down: the e4m3 weights' maps) */
     const float *x;
     float *out;
     int64_t n;
@@ -1989,8 +2011,10 @@ static void ex_moe_sorted(void *ctx, const void *args)
     const struct a_moe_dev *a = args;
     struct mm_err e__ = {0};
     const int64_t n = a->n, pairs = n * a->K;
-    const int32_t E = a->E, wg = a->wgmma;
-    const size_t row_el = wg ? sizeof(uint16_t) : sizeof(float); /* gathered rows and activations */
+    const int32_t E = a->E, wg = a->wgmma, e4 = a->e4;
+    /* gathered rows and activations: bf16 for the wgmma products, f32 for the others and for the e4m3
+     * products (quantized from f32) */
+    const size_t row_el = wg && !e4 ? sizeof(uint16_t) : sizeof(float);
     float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
     int32_t *ids = grow(c, &c->m_ids, sizeof(int32_t) * (size_t)pairs);
     float *wts = grow(c, &c->m_wts, sizeof(float) * (size_t)pairs);
@@ -2014,7 +2038,36 @@ static void ex_moe_sorted(void *ctx, const void *args)
     int32_t rc =
         kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__);
     if (!rc) rc = kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__);
-    if (!rc) rc = kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, wg, ST, &e__);
+    if (!rc) rc = kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, wg && !e4, ST, &e__);
+    if (!rc && e4) { /* FP8 experts as stored, rows as e4m3 groups (kn_gemm_experts.cu) */
+        const int64_t wide = a->H > a->I ? a->H : a->I;
+        uint8_t *q = grow(c, &c->m_q8, (size_t)(pairs * wide));
+        float *qs = grow(c, &c->m_q8s, sizeof(float) * (size_t)(pairs * (wide / 128)));
+        if (!q || !qs) return;
+        rc = kn_cuda_x_e4m3_groups(pairs, a->H, xs, a->H, q, qs, pairs, ST, &e__);
+        if (!rc)
+            rc = kn_cuda_gemm_experts_e4m3(E, off, pairs, a->I, a->H, q, qs, pairs, t8, a->stab, t8 + E,
+                                           a->stab + E, a->maps_gu, maps_up, g, u, a->I, ctr, ST, &e__);
+        if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__);
+        if (!rc) rc = kn_cuda_x_e4m3_groups(pairs, a->I, act, a->I, q, qs, pairs, ST, &e__);
+        if (!rc)
+            rc = kn_cuda_gemm_experts_e4m3(E, off, pairs, a->H, a->I, q, qs, pairs, t8 + 2 * E,
+                                           a->stab + 2 * E, NULL, NULL, a->maps_down, NULL, eo, NULL, a->H,
+                                           ctr, ST, &e__);
+        if (rc) {
+            fail(c, &e__, "moe (experts, e4m3)");
+            return;
+        }
+        if (!c->fp8_ex_said) {
+            c->fp8_ex_said = 1;
+            mm_log_info("cuda",
+                        "FP8 prefill experts: e4m3 rows on the e4m3 tensor cores (first: %lld rows over "
+                        "%d experts)",
+                        (long long)pairs, (int)E);
+        }
+        moe_combine_out(c, a, eo, inv, wts, "moe (experts, e4m3)");
+        return;
+    }
     if (!rc && a->tc8) { /* FP8 experts as stored, rows as scaled f16 (kn_gemm_small_fp8.cu) */
         const float *sx = NULL, *sa = NULL;
         const void *hx = x_f16_of(c, xs, a->H, pairs, a->H, &sx), *ha = NULL;
@@ -2102,14 +2155,16 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
     }
     tc8 = tc8 && fn == ex_moe_sorted && !wgmma;
     const struct moe_tab *tab = fn ? moe_table(c, m) : NULL;
-    const int scratch = tab && tab->s && fn == ex_moe_sorted && !tc8;
+    /* a prefill's FP8 experts on the e4m3 tensor cores where their table has the e4m3 maps */
+    const int e4 = tab && tab->s && wgmma && tab->maps_gu && tab->maps_down && moe_e4m3_fits(c, m);
+    const int scratch = tab && tab->s && fn == ex_moe_sorted && !tc8 && !e4;
     const struct moe_tab *xt = scratch ? moe_scratch_table(c, m) : NULL;
     if (scratch && !xt) return; /* failed, recorded */
     if (tab) {
         struct a_moe_dev a;
         memset(&a, 0, sizeof a);
         a.router = m->router, a.bias = m->bias, a.tab = tab->d, a.x = x, a.out = out, a.n = n;
-        a.maps_gu = tab->maps_gu, a.maps_down = tab->maps_down, a.wgmma = wgmma, a.tc8 = tc8;
+        a.maps_gu = tab->maps_gu, a.maps_down = tab->maps_down, a.wgmma = wgmma, a.tc8 = tc8, a.e4 = e4;
         a.stab = (const float *const *)tab->s, a.bs_rows = tab->bs_rows, a.bs_cols = tab->bs_cols;
         if (xt) a.xtab = xt->d, a.maps_gu = xt->maps_gu, a.maps_down = xt->maps_down;
         a.E = m->n_experts, a.K = m->topk, a.H = m->hidden, a.I = m->inter;
@@ -2330,7 +2385,7 @@ static void cu_destroy(void *ctx)
                           &c->m_wts,    &c->m_off,   &c->m_perm, &c->m_inv,      &c->m_x,      &c->m_g,
                           &c->m_u,      &c->m_a,     &c->m_e,    &c->am_ids,     &c->tk_kt,    &c->tk_out,
                           &c->af_ws,    &c->tk_keys, &c->m_ctr,  &c->wdq[0],     &c->wdq[1],   &c->xdq,
-                          &c->x16,      &c->x16s,    &c->xq};
+                          &c->x16,      &c->x16s,    &c->xq,     &c->m_q8,       &c->m_q8s};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(c, all[i]);
     if (c->side) cudaStreamSynchronize(ST); /* the stream-ordered frees */
     kn_cuda_blas_destroy(c->blas);
