@@ -2986,6 +2986,8 @@ static const struct ex_route {
     {"wgmma TMA, static order, 128 x 256, skip", 0,
      "KN_CUDA_EXPERTS_DYN=0 KN_CUDA_EXPERTS_TILE=1 KN_CUDA_EXPERTS_SKIP=1"},
     {"wgmma TMA, 256 x 128, rows evict-last", 0, "KN_CUDA_EXPERTS_TILE=2 KN_CUDA_EXPERTS_L2=2"},
+    {"fp8 experts, e4m3, tiles 128 x 256", 5, "KN_CUDA_EXPERTS_TILE=1"},
+    {"fp8 experts, e4m3, tiles 256 x 128", 5, "KN_CUDA_EXPERTS_TILE=2"},
     {"fp8 experts, e4m3 wgmma", 5, NULL},
     {"fp8 experts, dequant + bf16 wgmma", 6, NULL}};
 #define EX_ROUTES (sizeof g_ex_routes / sizeof g_ex_routes[0])
