@@ -6,15 +6,15 @@
  *   measured slower than the CUDA-core kernels of kn_gemv_fp8.cu on every one-weight shape (bench/cuda/
  *   README.md "Nineteenth session");
  * - a per-warp cp.async ring (k_gemv_fp8_ring): THE DEFAULT for the MoE decode pairs
- * (kn_cuda_gemv_experts_fp8 when kn_cuda_gemv_fp8_ring_experts_ok; KN_CUDA_GEMV_FP8_EXPERTS_RING=0 turns it
- * off) and for single weights at 3-8 rows (n >= GB_RING_MIN_N; cols and scale blocks in 64s), where it
- * runs 1.5-3x the CUDA-core kernels (v89). At 1-2 rows single weights stay on the CUDA cores: faster on 4 of
- * 6 shapes at one row, mixed at two, and the whole model measured level either way (v90).
- * KN_CUDA_GEMV_FP8_BULK=2 forces the ring at every n, =0 turns it off for single weights. At 1-2 rows each
- * ring CTA converts its slice of x once (XS, the default; KN_CUDA_GEMV_FP8_RING_XS=0 turns it off): the
- * pairs' gate + up 146 -> 120 us, and the whole model's FP8 decode +4-5 % at batch 1, +7-11 % at batch 4-8
- * (twenty-second session, v89). The pairs took the ring first (twentieth session: 6144 x 3072 pairs 147
- * against 224 us, 3072 x 6144 143 against 157; whole synthetic model batch 1 +5-9 %, batch 4 +20-26 %).
+ *   (kn_cuda_gemv_experts_fp8 when kn_cuda_gemv_fp8_ring_experts_ok; KN_CUDA_GEMV_FP8_EXPERTS_RING=0 turns it
+ *   off) and for single weights at 3-8 rows (n >= GB_RING_MIN_N; cols and scale blocks in 64s), where it
+ *   runs 1.5-3x the CUDA-core kernels (v89). At 1-2 rows single weights stay on the CUDA cores (faster on
+ *   4 of 6 shapes at one row, mixed at two; the whole model measured level either way, v90).
+ *   KN_CUDA_GEMV_FP8_BULK=2 forces the ring at every n, =0 turns it off for single weights. At 1-2 rows each
+ *   ring CTA converts its slice of x once (XS, the default; KN_CUDA_GEMV_FP8_RING_XS=0 turns it off): the
+ *   pairs' gate + up 146 -> 120 us, and the whole model's FP8 decode +4-5 % at batch 1, +7-11 % at batch 4-8
+ *   (twenty-second session, v89). The pairs took the ring first (twentieth session: 6144 x 3072 pairs 147
+ *   against 224 us, 3072 x 6144 143 against 157; whole synthetic model batch 1 +5-9 %, batch 4 +20-26 %).
  *
  * Why the tensor cores lost on single weights before XS: a pure-read probe (v82) streams 50 MB in 18-20 us
  * with any of the access patterns used here, the CUDA-core kernel needs 25-27 and these 35-38, so the cost is

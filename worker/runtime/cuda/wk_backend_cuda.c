@@ -102,7 +102,7 @@ struct cuda_be {
     int32_t fp8_rows; /* most activation rows a product streams an FP8 weight for (MMGW_CUDA_FP8_ROWS) */
     int32_t fp8_tc;   /* fewest rows for the FP8 tensor-core products (MMGW_CUDA_FP8_TC_MIN; 0: never) */
     int32_t fp8_pf;   /* products of more rows with FP8 weights: activations quantized to e4m3 per 128 values
-                         and   cuBLASLt's block-scaled FP8 product (MMGW_CUDA_FP8_PREFILL=e4m3); 0: the weight
+                         and cuBLASLt's block-scaled FP8 product (MMGW_CUDA_FP8_PREFILL=e4m3); 0: the weight
                          dequantized into scratch and the bf16 routes (logits as the bf16 copies give) */
     int32_t fp8_pf_said; /* its first product was logged */
     int32_t moe_wgmma;   /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
@@ -141,8 +141,8 @@ struct cuda_be {
      */
     struct dbuf wdq[2], xdq;
     struct dbuf x16, x16s; /* activation rows as scaled f16 and their scales (the FP8 tensor-core products) */
-    struct dbuf
-        xq; /* activation rows as e4m3 groups, their scales (MMGW_CUDA_FP8_PREFILL=e4m3's workspace) */
+    /* activation rows as e4m3 groups and their scales (MMGW_CUDA_FP8_PREFILL=e4m3's dense products) */
+    struct dbuf xq;
     struct dbuf m_q8, m_q8s; /* a prefill's routed rows as e4m3 groups and their scales (the e4m3 experts) */
     int32_t fp8_ex_said;     /* the first e4m3 expert products were logged */
     struct moe_tab *xdq_tab;
