@@ -2881,8 +2881,10 @@ struct experts_arg {
     int route; /* 0 wgmma with TMA loads, 1 wgmma with cp.async loads, 2 host-grouped cuBLAS (what the backend
                   did), 3 the same with one routing every call, 4 one cuBLAS product of all rows, 5 FP8
                   experts on the e4m3 tensor cores (rows quantized to e4m3 groups first, then the
-                  activations), 6 FP8 experts dequantized into the bf16 tables (the experts that got rows,
-                  before each product: the backend's default), then route 0 */
+                  activations as SwiGLU makes them), 6 FP8 experts dequantized into the bf16 tables (the
+                  experts that got rows, before each product: the backend's default), then route 0, 7
+                  route 5 with SwiGLU's f32 activations quantized in a pass of their own (as before the
+                  twenty-third session) */
 };
 
 static void run_experts(void *p, int it)
@@ -2890,7 +2892,7 @@ static void run_experts(void *p, int it)
     struct experts_arg *a = (struct experts_arg *)p;
     const int64_t P = a->pairs;
     const int32_t *off_d = a->off_d[a->route == 3 ? 0 : it % EX_SETS];
-    if (a->route == 5) {
+    if (a->route == 5 || a->route == 7) {
         const int32_t E = a->E;
         KC(kn_cuda_x_e4m3_groups(P, a->H, a->xf, a->H, a->xq, a->xsc, P, 0, &g_err));
         KC(kn_cuda_gemm_experts_e4m3(E, off_d, P, a->I, a->H, a->xq, a->xsc, P,
@@ -2899,8 +2901,12 @@ static void run_experts(void *p, int it)
                                      (const float *const *)a->stab_d + E, a->maps8_gu,
                                      (const uint8_t *)a->maps8_gu + (size_t)E * KN_CUDA_TMAP_BYTES, a->g,
                                      a->u, a->I, a->ctr, 0, &g_err));
-        KC(kn_cuda_swiglu(a->g, a->u, a->I, P, a->I, 1.702f, 7.0f, a->actf, a->I, 0, 0, &g_err));
-        KC(kn_cuda_x_e4m3_groups(P, a->I, a->actf, a->I, a->xq, a->xsc, P, 0, &g_err));
+        if (a->route == 5) { /* the backend's: the activations quantized as SwiGLU makes them */
+            KC(kn_cuda_swiglu_e4m3(a->g, a->u, a->I, P, a->I, 1.702f, 7.0f, a->xq, a->xsc, P, 0, &g_err));
+        } else {
+            KC(kn_cuda_swiglu(a->g, a->u, a->I, P, a->I, 1.702f, 7.0f, a->actf, a->I, 0, 0, &g_err));
+            KC(kn_cuda_x_e4m3_groups(P, a->I, a->actf, a->I, a->xq, a->xsc, P, 0, &g_err));
+        }
         KC(kn_cuda_gemm_experts_e4m3(E, off_d, P, a->H, a->I, a->xq, a->xsc, P,
                                      (const uint8_t *const *)a->tab8_d + 2 * E,
                                      (const float *const *)a->stab_d + 2 * E, NULL, NULL, a->maps8_dn, NULL,
@@ -2989,7 +2995,8 @@ static const struct ex_route {
     {"fp8 experts, e4m3, tiles 128 x 256", 5, "KN_CUDA_EXPERTS_TILE=1"},
     {"fp8 experts, e4m3, tiles 256 x 128", 5, "KN_CUDA_EXPERTS_TILE=2"},
     {"fp8 experts, e4m3 wgmma", 5, NULL},
-    {"fp8 experts, dequant + bf16 wgmma", 6, NULL}};
+    {"fp8 experts, dequant + bf16 wgmma", 6, NULL},
+    {"fp8 experts, e4m3, SwiGLU unfused", 7, NULL}};
 #define EX_ROUTES (sizeof g_ex_routes / sizeof g_ex_routes[0])
 
 /* Set (env) or clear (NULL) the knobs an expert-products route may set. */
@@ -3112,11 +3119,13 @@ static void bench_experts(void)
             }
             if (route_on[0] && route_on[2])
                 emit("experts", cfg, "wgmma TMA vs host-grouped", ms[2] / ms[0], "x");
-            const int r5 = (int)EX_ROUTES - 2, r6 = (int)EX_ROUTES - 1;
+            const int r5 = (int)EX_ROUTES - 3, r6 = (int)EX_ROUTES - 2, r7 = (int)EX_ROUTES - 1;
             if (route_on[r5] && route_on[r6])
                 emit("experts", cfg, "fp8 e4m3 vs dequant + bf16", ms[r6] / ms[r5], "x");
             if (route_on[r5] && route_on[0])
                 emit("experts", cfg, "fp8 e4m3 vs bf16 weights", ms[0] / ms[r5], "x");
+            if (route_on[r5] && route_on[r7])
+                emit("experts", cfg, "fp8 e4m3, SwiGLU fused vs unfused", ms[r7] / ms[r5], "x");
             for (int set = 0; set < EX_SETS; set++) cudaFree(a.off_d[set]);
             cudaFree(a.x), cudaFree(a.act), cudaFree(a.g), cudaFree(a.u), cudaFree(a.eo);
             cudaFree(a.xf), cudaFree(a.actf), cudaFree(a.xq), cudaFree(a.xsc);

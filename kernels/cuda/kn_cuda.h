@@ -345,6 +345,17 @@ int32_t kn_cuda_x_e4m3_groups(int64_t n, int64_t cols, const float *x, int64_t l
                               int64_t ldqs, cudaStream_t stream, struct mm_err *err);
 /** cols a multiple of 128, ldx >= cols and a multiple of 4. */
 int kn_cuda_x_e4m3_groups_ok(int64_t cols, int64_t ldx);
+/** kn_cuda_x_e4m3_groups of the gathered rows x[perm[j] / top_k], j < m (kn_cuda_moe_gather's f32 rows) in
+ * one pass: the same codes and scales, no f32 copy of the rows. x as kn_cuda_x_e4m3_groups's (stride
+ * x_stride). */
+int32_t kn_cuda_moe_gather_e4m3(const float *x, int64_t x_stride, const int32_t *perm, int64_t m,
+                                int32_t top_k, int64_t cols, uint8_t *q, float *qs, int64_t ldqs,
+                                cudaStream_t stream, struct mm_err *err);
+/** kn_cuda_x_e4m3_groups of kn_cuda_swiglu's f32 values of n rows (gate and up at in_stride, 16-byte
+ * aligned) in one pass: the same codes and scales, no f32 activations. */
+int32_t kn_cuda_swiglu_e4m3(const float *gate, const float *up, int64_t in_stride, int64_t n, int64_t cols,
+                            float alpha, float limit, uint8_t *q, float *qs, int64_t ldqs,
+                            cudaStream_t stream, struct mm_err *err);
 /** Same product in plain fp32 (no TF32): f32 A and W, f32 C. For weights whose rounding to bf16 would move
  * decisions (the MoE router, the index projections) and for an all-fp32 run. */
 int32_t kn_cuda_gemm_f32(struct kn_cuda_blas *b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,

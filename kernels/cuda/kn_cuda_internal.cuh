@@ -252,6 +252,16 @@ __device__ __forceinline__ float kn_ld_cluster_f32(uint32_t addr)
     return v;
 }
 
+/* M3's clamped SwiGLU of one element; the rounding steps spelled out so that every kernel that applies it
+ * (kn_ops.cu, the fused quantization of kn_x_e4m3.cu) gives the same bits whatever the compiler would
+ * contract in its context */
+__device__ __forceinline__ float kn_swiglu_f(float gate, float up, float alpha, float limit)
+{
+    const float g = fminf(gate, limit);
+    const float u = fminf(fmaxf(up, -limit), limit);
+    return __fdiv_rn(__fmul_rn(__fadd_rn(u, 1.0f), g), __fadd_rn(1.0f, expf(-alpha * g)));
+}
+
 /* ---- warp reductions ---- */
 
 __device__ __forceinline__ float kn_warp_max(float v)

@@ -34,8 +34,9 @@
  * operands: each accumulator half takes the slice's products into a scratch accumulator and adds them scaled
  * by its rows' activation scales times the weight block's scale (the scale is per slice, so it cannot ride in
  * the tensor cores' sums; and Hopper's FP8 sums keep fewer bits than f32, so adding each 128-deep slice in
- * f32 also keeps the error to one slice's). TMA producer only; the consumers take 232 registers (three
- * accumulators), the producer warpgroup 40. */
+ * f32 also keeps the error to one slice's). The scales ride in the stage beside its tiles (the producer
+ * warp copies them into shared memory), so the promotion never waits on a global load. TMA producer only;
+ * the consumers take 232 registers (three accumulators), the producer warpgroup 40. */
 #include "kn_cuda_internal.cuh"
 #include "kn_wgmma.cuh"
 
@@ -67,8 +68,12 @@
 #define GE_BAR_EMPTY (8 * GE_STAGES)
 #define GE_PREFIX (16 * GE_STAGES)
 #define GE_TWORD (GE_PREFIX + 4 * (GE_EMAX + 1))
-#define GE_HEAD_BYTES (GE_TWORD + 4 * GE_STAGES)
-#define GE_SMEM (((GE_HEAD_BYTES + 1023) & ~1023) + GE_STAGES * GE_STAGE_BYTES + 1024)
+/* F8: then each stage's scales, copied by the producer warp beside the stage's tiles: the routed rows' (one
+ * per tile row, GE_BM(1) at most) and the weight tile's one or two block scales after them */
+#define GE_SC_BYTES ((GE_BM(1) + 4) * 4)
+#define GE_SCALES ((GE_TWORD + 4 * GE_STAGES + 15) & ~15)
+#define GE_HEAD_BYTES(F8) ((F8) ? GE_SCALES + GE_STAGES * GE_SC_BYTES : GE_TWORD + 4 * GE_STAGES)
+#define GE_SMEM(F8) (((GE_HEAD_BYTES(F8) + 1023) & ~1023) + GE_STAGES * GE_STAGE_BYTES + 1024)
 
 struct ge_args {
     CUtensorMap xm;               /* the routed rows (TMA producer) */
@@ -239,9 +244,15 @@ __device__ __forceinline__ void ge_tma_box(uint32_t dst, uint64_t map, int32_t c
             : "memory");
 }
 
+/* F8: the whole producer warp runs the loop; lane 0 hands out the tiles and issues the TMA copies, and every
+ * lane copies its rows' scales of the slice (cp.async, 4 bytes each, rows past the routed ones clamped to the
+ * last) into the stage's scale area, lanes 0-1 the weight block scales, then arrives on the "full" barrier
+ * once its copies have landed (its count is 1 + 32). The consumers then read the scales from shared memory
+ * at the slice's start: loaded from global memory by each consumer thread at its promotion, they were the
+ * top stall (ncu v96: 17 % of the warps' samples on their first use, the slice's products long done). */
 template <int W, int F8>
 __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *prefix, int32_t total,
-                                               uint32_t s0, uint32_t st0, volatile int32_t *tword)
+                                               uint32_t s0, uint32_t st0, volatile int32_t *tword, int lane)
 {
     const int32_t ks = (int32_t)(a.cols / GE_KC(F8));
     const uint64_t xm = (uint64_t)&a.xm;
@@ -249,33 +260,60 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(keep));
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(stream));
     uint32_t it = 0;
-    const bool dyn = a.ctr != nullptr;
-    for (int32_t t = dyn ? atomicAdd(a.ctr, 1) : (int32_t)blockIdx.x; t < total;
-         t = dyn ? atomicAdd(a.ctr, 1) : t + (int32_t)gridDim.x) {
+    const bool dyn = a.ctr != nullptr, lead = lane == 0;
+    int32_t t = dyn ? (lead ? atomicAdd(a.ctr, 1) : 0) : (int32_t)blockIdx.x;
+    if (F8) t = __shfl_sync(0xffffffffu, t, 0);
+    while (t < total) {
         const ge_tile tl = ge_locate<W>(a, prefix, t);
         const uint64_t wm = (uint64_t)((tl.wsel ? a.wm1 : a.wm0) + tl.e);
         const int nx = ge_quarters<W>(a, tl); /* routed-row boxes to load */
+        const float *ws = nullptr;
+        int32_t kb = 0, nb = 0;
+        if (F8) { /* lane 0: the first 128 weight rows' block scales, lane 1: the next 128's (W = 0) */
+            kb = (int32_t)(a.cols / 128);
+            nb = tl.n0 / 128 + (!W && lane == 1);
+            nb = min(nb, (int32_t)((a.rows + 127) / 128) - 1);
+            ws = (tl.wsel ? a.ws1 : a.ws0)[tl.e] + (int64_t)nb * kb;
+        }
         for (int32_t k = 0; k < ks; k++, it++) {
             const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES, full = s0 + GE_BAR_FULL + 8 * s;
             if (it >= GE_STAGES) mb_wait(s0 + GE_BAR_EMPTY + 8 * s, ((it / GE_STAGES) & 1u) ^ 1u);
-            if (k == 0) tword[s] = t; /* published by the arrive's release, read after the consumers' wait */
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
-                         "r"((uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u)
-                         : "memory");
-            for (int i = 0; i < nx; i++)
-                ge_tma_box(st + i * GE_XBOX * 128, xm, k * GE_KC(F8), tl.p0 + tl.m0 + i * GE_XBOX, full,
-                           a.l2 != 0, keep);
+            if (lead) {
+                if (k == 0)
+                    tword[s] = t; /* published by the arrive's release, read after the consumers' wait */
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
+                             "r"((uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u)
+                             : "memory");
+                for (int i = 0; i < nx; i++)
+                    ge_tma_box(st + i * GE_XBOX * 128, xm, k * GE_KC(F8), tl.p0 + tl.m0 + i * GE_XBOX, full,
+                               a.l2 != 0, keep);
 #pragma unroll
-            for (int i = 0; i < GE_BN(W) / GE_BOX; i++)
-                ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_KC(F8), tl.n0 + i * GE_BOX, full,
-                           a.l2 == 1, stream);
+                for (int i = 0; i < GE_BN(W) / GE_BOX; i++)
+                    ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_KC(F8), tl.n0 + i * GE_BOX,
+                               full, a.l2 == 1, stream);
+            }
+            if (F8) {
+                const uint32_t sc = s0 + GE_SCALES + s * GE_SC_BYTES;
+                const float *xk = a.xs + (int64_t)k * a.ldxs;
+                const int32_t last = (int32_t)a.n - 1, r0 = tl.p0 + tl.m0;
+#pragma unroll
+                for (int i = 0; i < GE_BM(W) / 32; i++)
+                    kn_cp_async4(sc + 4u * (uint32_t)(lane + 32 * i), xk + min(r0 + lane + 32 * i, last));
+                if (lane < 2) kn_cp_async4(sc + 4u * (uint32_t)(GE_BM(1) + lane), ws + k);
+                mb_arrive_cp_async(full);
+            }
         }
+        t = dyn ? (lead ? atomicAdd(a.ctr, 1) : 0) : t + (int32_t)gridDim.x;
+        if (F8) t = __shfl_sync(0xffffffffu, t, 0);
     }
-    if (dyn) { /* no tiles left: -1 in the next stage, whose phase this arrival completes */
+    if (dyn) { /* no tiles left: -1 in the next stage, whose phase these arrivals complete */
         const uint32_t s = it % GE_STAGES;
         if (it >= GE_STAGES) mb_wait(s0 + GE_BAR_EMPTY + 8 * s, ((it / GE_STAGES) & 1u) ^ 1u);
-        tword[s] = -1;
-        mb_arrive(s0 + GE_BAR_FULL + 8 * s);
+        if (lead) {
+            tword[s] = -1;
+            mb_arrive(s0 + GE_BAR_FULL + 8 * s);
+        }
+        if (F8) mb_arrive_cp_async(s0 + GE_BAR_FULL + 8 * s);
     }
 }
 
@@ -350,29 +388,31 @@ __device__ __forceinline__ void ge_promote(float (&d)[64], const float (&t)[64],
     }
 }
 
-/* F8: one tile's 128-column k-slices. Per slice and accumulator half: the 4 e4m3 k-steps into t, wait, add t
- * times the row and weight block scales (loaded while the products run) into d0 / d1; the stage goes back
- * after the slice's last product. The two consumer warpgroups overlap each other's waits. */
-template <int W, int TWO>
-__device__ __forceinline__ void ge_mainloop_f8(float (&d0)[64], float (&d1)[64], float (&t)[64],
-                                               const ge_args &a, const ge_tile &tl, uint32_t s0, uint32_t st0,
-                                               int32_t ks, uint32_t &it, int wg, int wl, int lane)
+__device__ __forceinline__ float ge_lds(uint32_t addr)
 {
-    const int32_t last = (int32_t)a.n - 1, ra = tl.p0 + tl.m0 + 64 * wg + 16 * wl + (lane >> 2);
-    /* this thread's rows: gid and gid + 8 of the warpgroup's quarter, and (W = 1) of quarter wg + 2 */
-    const int32_t r0 = min(ra, last), r1 = min(ra + 8, last), r2 = min(ra + 128, last),
-                  r3 = min(ra + 136, last);
-    const int64_t kb = a.cols / 128;
-    const int32_t nb0 = tl.n0 / 128, nb1 = W ? nb0 : min(nb0 + 1, (int32_t)((a.rows + 127) / 128) - 1);
-    const float *ws = (tl.wsel ? a.ws1 : a.ws0)[tl.e];
-    const float *w0p = ws + nb0 * kb, *w1p = ws + nb1 * kb;
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+/* F8: one tile's 128-column k-slices. Per slice and accumulator half: the 4 e4m3 k-steps into t, wait, add t
+ * times the row and weight block scales (read from the stage's scale area while the products run) into d0 /
+ * d1; the stage goes back once the slice's last product is done. The two consumer warpgroups overlap each
+ * other's waits. */
+template <int W, int TWO>
+__device__ __forceinline__ void ge_mainloop_f8(float (&d0)[64], float (&d1)[64], float (&t)[64], uint32_t s0,
+                                               uint32_t st0, int32_t ks, uint32_t &it, int wg, int wl,
+                                               int lane)
+{
+    /* this thread's rows in the tile: gid and gid + 8 of the warpgroup's quarter, and (W = 1) of quarter
+     * wg + 2 */
+    const uint32_t li = 4u * (uint32_t)(64 * wg + 16 * wl + (lane >> 2));
 #pragma unroll
     for (int i = 0; i < 64; i++) d0[i] = 0.0f, d1[i] = 0.0f;
     for (int32_t k = 0; k < ks; k++, it++) {
         const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES, bt = st + GE_A_BYTES(W);
         const uint32_t a0 = st + (uint32_t)wg * 64u * 128u, a1 = W ? a0 + 128u * 128u : a0;
-        const uint32_t b1 = W ? bt : bt + 128u * 128u;
-        const float *xk = a.xs + (int64_t)k * a.ldxs;
+        const uint32_t b1 = W ? bt : bt + 128u * 128u, sc = s0 + GE_SCALES + s * GE_SC_BYTES;
         ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
         wg_fence_proxy_async();
         wg_fence();
@@ -380,23 +420,31 @@ __device__ __forceinline__ void ge_mainloop_f8(float (&d0)[64], float (&d1)[64],
         for (int kk = 0; kk < 4; kk++)
             wg_mma_ss_e4m3(t, wg_desc(a0 + 32u * kk, 16, 1024), wg_desc(bt + 32u * kk, 16, 1024), kk);
         wg_commit();
-        const float sw0 = __ldg(w0p + k), xa = __ldg(xk + r0), xb = __ldg(xk + r1);
+        /* W = 0: d1 is the same rows against the second 128 weight rows (their block scale); W = 1: rows
+         * 128 further against the same weight rows */
+        const float sw0 = ge_lds(sc + 4u * GE_BM(1)), sw1 = W ? sw0 : ge_lds(sc + 4u * (GE_BM(1) + 1));
+        const float xa = ge_lds(sc + li), xb = ge_lds(sc + li + 32u);
+        const float xc = W && TWO ? ge_lds(sc + li + 512u) : xa, xd = W && TWO ? ge_lds(sc + li + 544u) : xb;
+        const float fa = xa * sw0, fb = xb * sw0, fc = xc * sw1, fd = xd * sw1;
         wg_wait<0>();
         wg_touch(t);
-        ge_promote(d0, t, xa * sw0, xb * sw0);
+        if (!TWO) { /* the slice's scales are in registers and its only product done: the stage goes back */
+            __syncwarp();
+            ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * s, lane);
+        }
+        ge_promote(d0, t, fa, fb);
         if (TWO) {
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
                 wg_mma_ss_e4m3(t, wg_desc(a1 + 32u * kk, 16, 1024), wg_desc(b1 + 32u * kk, 16, 1024), kk);
             wg_commit();
-            const float sw1 = W ? sw0 : __ldg(w1p + k), xc = W ? __ldg(xk + r2) : xa,
-                        xd = W ? __ldg(xk + r3) : xb;
             wg_wait<0>();
             wg_touch(t);
-            ge_promote(d1, t, xc * sw1, xd * sw1);
+            __syncwarp();
+            ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * s, lane);
+            ge_promote(d1, t, fc, fd);
         }
-        ge_arrive_lane0(s0 + GE_BAR_EMPTY + 8 * s, lane);
     }
 }
 
@@ -433,9 +481,9 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
         }
         if constexpr (F8) {
             if (two)
-                ge_mainloop_f8<W, 1>(d0, d1, t8, a, tl, s0, st0, ks, it, wg, wl, lane);
+                ge_mainloop_f8<W, 1>(d0, d1, t8, s0, st0, ks, it, wg, wl, lane);
             else
-                ge_mainloop_f8<W, 0>(d0, d1, t8, a, tl, s0, st0, ks, it, wg, wl, lane);
+                ge_mainloop_f8<W, 0>(d0, d1, t8, s0, st0, ks, it, wg, wl, lane);
         } else if (two)
             ge_mainloop<W, 1>(d0, d1, s0, st0, ks, it, wg, lane);
         else
@@ -452,14 +500,15 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
 {
     extern __shared__ __align__(1024) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const uint32_t s0 = kn_smem_addr(smem), st0 = (s0 + GE_HEAD_BYTES + 1023u) & ~1023u;
+    const uint32_t s0 = kn_smem_addr(smem), st0 = (s0 + GE_HEAD_BYTES(F8) + 1023u) & ~1023u;
     int32_t *prefix = (int32_t *)(smem + GE_PREFIX);
     kn_chain_entry();
     if (tid == 0) {
         for (int s = 0; s < GE_STAGES; s++) {
-            mb_init(s0 + GE_BAR_FULL + 8 * s, TMA ? 1 : 128); /* the TMA thread's expect_tx, or every
-                                                                 producer thread through cp.async */
-            mb_init(s0 + GE_BAR_EMPTY + 8 * s, 8);            /* one arrival per consumer warp */
+            /* the TMA thread's expect_tx (F8: and the producer warp's 32 scale copies), or every producer
+             * thread through cp.async */
+            mb_init(s0 + GE_BAR_FULL + 8 * s, TMA ? 1 + 32 * F8 : 128);
+            mb_init(s0 + GE_BAR_EMPTY + 8 * s, 8); /* one arrival per consumer warp */
         }
         /* the barriers' initialization visible to the copy engine (the async proxy) */
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -490,8 +539,8 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
         ge_setmaxnreg_dec<F8>();
         if constexpr (!TMA)
             ge_produce<W>(a, prefix, total, s0, st0, tid - 32 * GE_PRODUCER);
-        else if (tid == 32 * GE_PRODUCER)
-            ge_produce_tma<W, F8>(a, prefix, total, s0, st0, tword);
+        else if (F8 ? warp == GE_PRODUCER : tid == 32 * GE_PRODUCER)
+            ge_produce_tma<W, F8>(a, prefix, total, s0, st0, tword, lane);
     } else {
         ge_setmaxnreg_inc<F8>();
         ge_consume<W, F8>(a, prefix, total, s0, st0, tword, warp, lane);
@@ -633,10 +682,10 @@ static int32_t ge_launch(ge_args &a, int64_t n, int tma, int f8, cudaStream_t st
     void (*kern)(const ge_args) = f8    ? (W ? k_gemm_experts<1, 1, 1> : k_gemm_experts<1, 0, 1>)
                                   : tma ? (W ? k_gemm_experts<1, 1, 0> : k_gemm_experts<1, 0, 0>)
                                         : (W ? k_gemm_experts<0, 1, 0> : k_gemm_experts<0, 0, 0>);
-    int32_t rc = kn_cuda_check(kn_smem_attr((const void *)kern, GE_SMEM), what, err);
+    int32_t rc = kn_cuda_check(kn_smem_attr((const void *)kern, GE_SMEM(f8)), what, err);
     if (!rc && a.ctr) rc = kn_cuda_check(cudaMemsetAsync(a.ctr, 0, sizeof(int32_t), stream), what, err);
     if (rc) return rc;
-    return kn_cuda_check(kn_launch(kern, dim3(grid), GE_THREADS, GE_SMEM, stream, a), what, err);
+    return kn_cuda_check(kn_launch(kern, dim3(grid), GE_THREADS, GE_SMEM(f8), stream, a), what, err);
 }
 
 extern "C" int32_t kn_cuda_gemm_experts_bf16(int32_t n_exp, const int32_t *off, int64_t n, int64_t rows,

@@ -396,15 +396,6 @@ static bool vec4_ok(int64_t n, const void *a, const void *b, const void *c)
            kn_cuda_knob("KN_CUDA_OPS_VEC", 1);
 }
 
-/* M3's clamped SwiGLU of one element; the rounding steps spelled out so that every kernel below gives the
- * same bits whatever the compiler would contract in its context */
-__device__ __forceinline__ float swiglu_f(float gate, float up, float alpha, float limit)
-{
-    const float g = fminf(gate, limit);
-    const float u = fminf(fmaxf(up, -limit), limit);
-    return __fdiv_rn(__fmul_rn(__fadd_rn(u, 1.0f), g), __fadd_rn(1.0f, expf(-alpha * g)));
-}
-
 __global__ void k_swiglu(const float *__restrict__ gate, const float *__restrict__ up, int64_t is, int64_t n,
                          int32_t dim, float alpha, float limit, void *out, int64_t os, int32_t bf16)
 {
@@ -413,7 +404,7 @@ __global__ void k_swiglu(const float *__restrict__ gate, const float *__restrict
     if (t >= n * dim) return;
     const int64_t r = t / dim;
     const int32_t j = (int32_t)(t % dim);
-    store_out(out, r * os + j, swiglu_f(gate[r * is + j], up[r * is + j], alpha, limit), bf16);
+    store_out(out, r * os + j, kn_swiglu_f(gate[r * is + j], up[r * is + j], alpha, limit), bf16);
 }
 
 /* Rows packed (strides = dim): one flat run of values, 4 per thread, no index division (the dense MLP's
@@ -425,8 +416,8 @@ __global__ void k_swiglu4(const float4 *__restrict__ gate, const float4 *__restr
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n4) return;
     const float4 g = gate[t], u = up[t];
-    const float4 v = make_float4(swiglu_f(g.x, u.x, alpha, limit), swiglu_f(g.y, u.y, alpha, limit),
-                                 swiglu_f(g.z, u.z, alpha, limit), swiglu_f(g.w, u.w, alpha, limit));
+    const float4 v = make_float4(kn_swiglu_f(g.x, u.x, alpha, limit), kn_swiglu_f(g.y, u.y, alpha, limit),
+                                 kn_swiglu_f(g.z, u.z, alpha, limit), kn_swiglu_f(g.w, u.w, alpha, limit));
     if (bf16)
         ((uint2 *)out)[t] = make_uint2(kn_pack_bf16(v.x, v.y), kn_pack_bf16(v.z, v.w));
     else

@@ -2107,6 +2107,94 @@ static void test_gemm_fp8_block(void)
     kn_cuda_blas_destroy(bl);
 }
 
+/* The e4m3 expert products' inputs quantized where they are made: kn_cuda_moe_gather_e4m3 against the CPU's
+ * gather and quantizer (codes and scales equal; a repeated expert order, an all-zero group, rows 1e-3..1e3,
+ * strided source rows, scale rows padded past m), kn_cuda_swiglu_e4m3 bit for bit against kn_cuda_swiglu's
+ * f32 values quantized by kn_cuda_x_e4m3_groups (gates and ups past the clamp), and their bad arguments. */
+static void test_e4m3_fused(void)
+{
+    {
+        const int64_t T = 53, K = 4, cols = 640, ldx = cols + 8, groups = cols / 128, m = T * K - 12,
+                      ldqs = m + 5;
+        float *x = ct_hmalloc(sizeof(float) * T * ldx), *xg = ct_hmalloc(sizeof(float) * m * cols);
+        ct_fill_normal(x, T * ldx, 1.0f);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < ldx; k++) x[t * ldx + k] *= powf(10.0f, (float)(t % 7 - 3));
+        for (int64_t k = 0; k < 128; k++) x[5 * ldx + 384 + k] = 0.0f; /* token 5, group 3: zeros */
+        int32_t *perm = ct_hmalloc(sizeof(int32_t) * T * K);
+        for (int64_t j = 0; j < T * K; j++) perm[j] = (int32_t)((j * 97) % (T * K)); /* 97 prime to 212 */
+        for (int64_t j = 0; j < m; j++) memcpy(xg + j * cols, x + (perm[j] / K) * ldx, sizeof(float) * cols);
+        uint8_t *q = ct_hmalloc((size_t)(m * cols)), *gq = ct_hmalloc((size_t)(m * cols));
+        float *qs = ct_hmalloc(sizeof(float) * m * groups);
+        kn_quant_e4m3_groups(xg, m, cols, cols, 128, q, qs);
+        float *x_d = ct_upload(x, sizeof(float) * T * ldx), *qs_d = ct_dmalloc(sizeof(float) * ldqs * groups);
+        int32_t *perm_d = ct_upload(perm, sizeof(int32_t) * T * K);
+        uint8_t *q_d = ct_dmalloc((size_t)(m * cols));
+        OK(kn_cuda_moe_gather_e4m3(x_d, ldx, perm_d, m, (int32_t)K, cols, q_d, qs_d, ldqs, 0, &err));
+        float *gs = dl_f32(qs_d, ldqs * groups);
+        ct_download(gq, q_d, (size_t)(m * cols));
+        int64_t wrong_q = 0, wrong_s = 0;
+        for (int64_t i = 0; i < m * cols; i++) wrong_q += gq[i] != q[i];
+        for (int64_t g = 0; g < groups; g++)
+            for (int64_t j = 0; j < m; j++) wrong_s += gs[g * ldqs + j] != qs[g * m + j];
+        CHECK_MSG(wrong_q == 0 && wrong_s == 0,
+                  "moe gather e4m3: %lld codes and %lld scales differ from the CPU's gather + quantizer",
+                  (long long)wrong_q, (long long)wrong_s);
+        int64_t zeros = 0; /* the zero group's scale is 1 wherever token 5 was gathered */
+        for (int64_t j = 0; j < m; j++)
+            if (perm[j] / K == 5) zeros += gs[3 * ldqs + j] == 1.0f ? 1 : -1000;
+        CHECK_MSG(zeros > 0, "moe gather e4m3: the zero group's scales (%lld)", (long long)zeros);
+        printf("  %-28s %lld of %lld pairs x 640: codes and scales equal the CPU's gather + quantizer\n",
+               "moe gather e4m3", (long long)m, (long long)(T * K));
+        free(x), free(xg), free(perm), free(q), free(gq), free(qs), free(gs);
+        cudaFree(x_d), cudaFree(qs_d), cudaFree(perm_d), cudaFree(q_d);
+    }
+    {
+        const int64_t n = 37, cols = 384, is = cols + 4, groups = cols / 128, ldqs = n + 3;
+        float *g = ct_hmalloc(sizeof(float) * n * is), *u = ct_hmalloc(sizeof(float) * n * is);
+        ct_fill_normal(g, n * is, 5.0f); /* past the clamp (7) at 1.4 sigma */
+        ct_fill_normal(u, n * is, 5.0f);
+        float *g_d = ct_upload(g, sizeof(float) * n * is), *u_d = ct_upload(u, sizeof(float) * n * is);
+        float *act_d = ct_dmalloc(sizeof(float) * n * cols),
+              *qs_d = ct_dmalloc(sizeof(float) * ldqs * groups),
+              *rs_d = ct_dmalloc(sizeof(float) * ldqs * groups);
+        uint8_t *q_d = ct_dmalloc((size_t)(n * cols)), *rq_d = ct_dmalloc((size_t)(n * cols));
+        OK(kn_cuda_swiglu(g_d, u_d, is, n, (int32_t)cols, 1.702f, 7.0f, act_d, cols, 0, 0, &err));
+        OK(kn_cuda_x_e4m3_groups(n, cols, act_d, cols, rq_d, rs_d, ldqs, 0, &err));
+        OK(kn_cuda_swiglu_e4m3(g_d, u_d, is, n, cols, 1.702f, 7.0f, q_d, qs_d, ldqs, 0, &err));
+        uint8_t *a = ct_hmalloc((size_t)(n * cols)), *b = ct_hmalloc((size_t)(n * cols));
+        ct_download(a, q_d, (size_t)(n * cols));
+        ct_download(b, rq_d, (size_t)(n * cols));
+        float *sa = dl_f32(qs_d, ldqs * groups), *sb = dl_f32(rs_d, ldqs * groups);
+        int64_t wrong_q = 0, wrong_s = 0, nonzero = 0;
+        for (int64_t i = 0; i < n * cols; i++) wrong_q += a[i] != b[i], nonzero += a[i] != 0;
+        for (int64_t gi = 0; gi < groups; gi++)
+            for (int64_t j = 0; j < n; j++) wrong_s += memcmp(sa + gi * ldqs + j, sb + gi * ldqs + j, 4) != 0;
+        CHECK_MSG(wrong_q == 0 && wrong_s == 0,
+                  "swiglu e4m3: %lld codes and %lld scales differ from swiglu then the quantizer",
+                  (long long)wrong_q, (long long)wrong_s);
+        CHECK(nonzero > n * cols / 2);
+        printf("  %-28s 37 x 384 (strided, past the clamp): bit for bit swiglu then the quantizer\n",
+               "swiglu e4m3");
+        free(g), free(u), free(a), free(b), free(sa), free(sb);
+        cudaFree(g_d), cudaFree(u_d), cudaFree(act_d), cudaFree(qs_d), cudaFree(rs_d), cudaFree(q_d),
+            cudaFree(rq_d);
+    }
+    struct mm_err e2 = {0};
+    const float *f16 = (const float *)16;
+    CHECK(kn_cuda_moe_gather_e4m3(f16, 100, (const int32_t *)16, 4, 2, 100, (uint8_t *)16, (float *)16, 4, 0,
+                                  &e2) == MM_INVALID); /* cols not a multiple of 128 */
+    CHECK(kn_cuda_moe_gather_e4m3(f16, 128, (const int32_t *)16, 4, 0, 128, (uint8_t *)16, (float *)16, 4, 0,
+                                  &e2) == MM_INVALID); /* top-k 0 */
+    CHECK(kn_cuda_moe_gather_e4m3(f16, 128, NULL, 4, 2, 128, (uint8_t *)16, (float *)16, 4, 0, &e2) ==
+          MM_INVALID);
+    CHECK(kn_cuda_swiglu_e4m3(f16, (const float *)20, 128, 4, 128, 1.702f, 7.0f, (uint8_t *)16, (float *)16,
+                              4, 0, &e2) == MM_INVALID); /* up not 16-byte aligned */
+    CHECK(kn_cuda_swiglu_e4m3(f16, f16, 128, 4, 128, 1.702f, 7.0f, (uint8_t *)16, (float *)16, 3, 0, &e2) ==
+          MM_INVALID); /* scale rows shorter than n */
+    CHECK(kn_cuda_swiglu_e4m3(f16, f16, 128, 0, 128, 1.702f, 7.0f, NULL, NULL, 0, 0, &e2) == MM_OK);
+}
+
 /* MoE prefill products of FP8 experts on the e4m3 tensor cores (kn_cuda_gemm_experts_e4m3): the routed rows
  * quantized on the device (kn_cuda_x_e4m3_groups, scale rows padded past n), experts of 0-300 rows, weights
  * of 384 rows (the second 256-row tile half empty) and 264 (a partial scale block), inner dimensions of 512
@@ -2353,6 +2441,7 @@ int main(void)
     test_gemm_small_fp8();
     test_gemm_small_experts_fp8();
     test_gemm_fp8_block();
+    test_e4m3_fused();
     test_gemm_experts_e4m3();
     test_gemm_small();
     test_gemm_small_experts(512);

@@ -2012,22 +2012,23 @@ static void ex_moe_sorted(void *ctx, const void *args)
     struct mm_err e__ = {0};
     const int64_t n = a->n, pairs = n * a->K;
     const int32_t E = a->E, wg = a->wgmma, e4 = a->e4;
-    /* gathered rows and activations: bf16 for the wgmma products, f32 for the others and for the e4m3
-     * products (quantized from f32) */
-    const size_t row_el = wg && !e4 ? sizeof(uint16_t) : sizeof(float);
+    /* gathered rows and activations: bf16 for the wgmma products, f32 for the others; none for the e4m3
+     * products, whose rows are quantized as they are gathered and their activations as SwiGLU makes them */
+    const size_t row_el = wg ? sizeof(uint16_t) : sizeof(float);
     float *lg = grow(c, &c->m_logits, sizeof(float) * (size_t)(n * E));
     int32_t *ids = grow(c, &c->m_ids, sizeof(int32_t) * (size_t)pairs);
     float *wts = grow(c, &c->m_wts, sizeof(float) * (size_t)pairs);
     int32_t *off = grow(c, &c->m_off, sizeof(int32_t) * (size_t)(E + 1));
     int32_t *perm = grow(c, &c->m_perm, sizeof(int32_t) * (size_t)pairs);
     int32_t *inv = grow(c, &c->m_inv, sizeof(int32_t) * (size_t)pairs);
-    void *xs = grow(c, &c->m_x, row_el * (size_t)(pairs * a->H));
+    void *xs = e4 ? NULL : grow(c, &c->m_x, row_el * (size_t)(pairs * a->H));
     float *g = grow(c, &c->m_g, sizeof(float) * (size_t)(pairs * a->I));
     float *u = grow(c, &c->m_u, sizeof(float) * (size_t)(pairs * a->I));
-    void *act = grow(c, &c->m_a, row_el * (size_t)(pairs * a->I));
+    void *act = e4 ? NULL : grow(c, &c->m_a, row_el * (size_t)(pairs * a->I));
     float *eo = grow(c, &c->m_e, sizeof(float) * (size_t)(pairs * a->H));
     int32_t *ctr = wg ? grow(c, &c->m_ctr, sizeof(int32_t)) : NULL; /* the products' dynamic tile order */
-    if (!lg || !ids || !wts || !off || !perm || !inv || !xs || !g || !u || !act || !eo || (wg && !ctr))
+    if (!lg || !ids || !wts || !off || !perm || !inv || (!e4 && (!xs || !act)) || !g || !u || !eo ||
+        (wg && !ctr))
         return;
     gemm(c, a->router, a->x, a->H, n, lg, E);
     /* FP8 experts: the grouped products read the scratch, into which each product's experts that got rows
@@ -2038,18 +2039,18 @@ static void ex_moe_sorted(void *ctx, const void *args)
     int32_t rc =
         kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__);
     if (!rc) rc = kn_cuda_moe_sort(ids, n, a->K, E, off, perm, inv, ST, &e__);
-    if (!rc) rc = kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, wg && !e4, ST, &e__);
+    if (!rc && !e4) rc = kn_cuda_moe_gather(a->x, a->H, perm, pairs, a->K, a->H, xs, wg, ST, &e__);
     if (!rc && e4) { /* FP8 experts as stored, rows as e4m3 groups (kn_gemm_experts.cu) */
         const int64_t wide = a->H > a->I ? a->H : a->I;
         uint8_t *q = grow(c, &c->m_q8, (size_t)(pairs * wide));
         float *qs = grow(c, &c->m_q8s, sizeof(float) * (size_t)(pairs * (wide / 128)));
         if (!q || !qs) return;
-        rc = kn_cuda_x_e4m3_groups(pairs, a->H, xs, a->H, q, qs, pairs, ST, &e__);
+        rc = kn_cuda_moe_gather_e4m3(a->x, a->H, perm, pairs, a->K, a->H, q, qs, pairs, ST, &e__);
         if (!rc)
             rc = kn_cuda_gemm_experts_e4m3(E, off, pairs, a->I, a->H, q, qs, pairs, t8, a->stab, t8 + E,
                                            a->stab + E, a->maps_gu, maps_up, g, u, a->I, ctr, ST, &e__);
-        if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__);
-        if (!rc) rc = kn_cuda_x_e4m3_groups(pairs, a->I, act, a->I, q, qs, pairs, ST, &e__);
+        if (!rc)
+            rc = kn_cuda_swiglu_e4m3(g, u, a->I, pairs, a->I, a->alpha, a->limit, q, qs, pairs, ST, &e__);
         if (!rc)
             rc = kn_cuda_gemm_experts_e4m3(E, off, pairs, a->H, a->I, q, qs, pairs, t8 + 2 * E,
                                            a->stab + 2 * E, NULL, NULL, a->maps_down, NULL, eo, NULL, a->H,
@@ -2155,8 +2156,10 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
     }
     tc8 = tc8 && fn == ex_moe_sorted && !wgmma;
     const struct moe_tab *tab = fn ? moe_table(c, m) : NULL;
-    /* a prefill's FP8 experts on the e4m3 tensor cores where their table has the e4m3 maps */
-    const int e4 = tab && tab->s && wgmma && tab->maps_gu && tab->maps_down && moe_e4m3_fits(c, m);
+    /* a prefill's FP8 experts on the e4m3 tensor cores where their table has the e4m3 maps (the rows are
+     * quantized as they are gathered: float4 reads of x) */
+    const int e4 = tab && tab->s && wgmma && tab->maps_gu && tab->maps_down && moe_e4m3_fits(c, m) &&
+                   (uintptr_t)x % 16 == 0;
     const int scratch = tab && tab->s && fn == ex_moe_sorted && !tc8 && !e4;
     const struct moe_tab *xt = scratch ? moe_scratch_table(c, m) : NULL;
     if (scratch && !xt) return; /* failed, recorded */
