@@ -2996,15 +2996,14 @@ static const struct ex_route {
     {"fp8 experts, e4m3, tiles 256 x 128", 5, "KN_CUDA_EXPERTS_TILE=2"},
     {"fp8 experts, e4m3 wgmma", 5, NULL},
     {"fp8 experts, dequant + bf16 wgmma", 6, NULL},
-    {"fp8 experts, e4m3, SwiGLU unfused", 7, NULL},
-    {"fp8 experts, e4m3, one-quarter tiles unsplit", 5, "KN_CUDA_EXPERTS_SPLIT=0"}};
+    {"fp8 experts, e4m3, SwiGLU unfused", 7, NULL}};
 #define EX_ROUTES (sizeof g_ex_routes / sizeof g_ex_routes[0])
 
 /* Set (env) or clear (NULL) the knobs an expert-products route may set. */
 static void ex_set_env(const char *env)
 {
     static const char *const knobs[] = {"KN_CUDA_EXPERTS_TILE", "KN_CUDA_EXPERTS_SKIP", "KN_CUDA_EXPERTS_L2",
-                                        "KN_CUDA_EXPERTS_DYN", "KN_CUDA_EXPERTS_SPLIT"};
+                                        "KN_CUDA_EXPERTS_DYN"};
     env_set(knobs, sizeof knobs / sizeof knobs[0], env);
 }
 
@@ -3120,16 +3119,13 @@ static void bench_experts(void)
             }
             if (route_on[0] && route_on[2])
                 emit("experts", cfg, "wgmma TMA vs host-grouped", ms[2] / ms[0], "x");
-            const int r5 = (int)EX_ROUTES - 4, r6 = (int)EX_ROUTES - 3, r7 = (int)EX_ROUTES - 2,
-                      r8 = (int)EX_ROUTES - 1;
+            const int r5 = (int)EX_ROUTES - 3, r6 = (int)EX_ROUTES - 2, r7 = (int)EX_ROUTES - 1;
             if (route_on[r5] && route_on[r6])
                 emit("experts", cfg, "fp8 e4m3 vs dequant + bf16", ms[r6] / ms[r5], "x");
             if (route_on[r5] && route_on[0])
                 emit("experts", cfg, "fp8 e4m3 vs bf16 weights", ms[0] / ms[r5], "x");
             if (route_on[r5] && route_on[r7])
                 emit("experts", cfg, "fp8 e4m3, SwiGLU fused vs unfused", ms[r7] / ms[r5], "x");
-            if (route_on[r5] && route_on[r8])
-                emit("experts", cfg, "fp8 e4m3, one-quarter tiles split vs unsplit", ms[r8] / ms[r5], "x");
             for (int set = 0; set < EX_SETS; set++) cudaFree(a.off_d[set]);
             cudaFree(a.x), cudaFree(a.act), cudaFree(a.g), cudaFree(a.u), cudaFree(a.eo);
             cudaFree(a.xf), cudaFree(a.actf), cudaFree(a.xq), cudaFree(a.xsc);

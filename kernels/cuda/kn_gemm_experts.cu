@@ -95,8 +95,6 @@ struct ge_args {
     const float *xs;
     const float *const *ws0, *const *ws1;
     int64_t ldxs, n;
-    int32_t split; /* F8, 128 x 256 tiles: a tile whose rows fit one quarter splits its weight halves between
-                      the warpgroups (KN_CUDA_EXPERTS_SPLIT, default on) */
 };
 
 /* Tile t of the CTA's walk -> expert e, its first routed row p0 and row count, the weight table, the first
@@ -397,24 +395,23 @@ __device__ __forceinline__ float ge_lds(uint32_t addr)
     return v;
 }
 
-/* F8: one tile's 128-column k-slices for the rows of quarter q. Per slice and accumulator half: the 4 e4m3
- * k-steps into t, wait, add t times the row and weight block scales (read from the stage's scale area while
- * the products run) into d0 / d1; the stage goes back once the slice's last product is done. The two
- * consumer warpgroups overlap each other's waits. TWO = 0 with W = 0: weight half bh only (a tile whose rows
- * fit one quarter gives each warpgroup one half of the weight tile, rather than one warpgroup both). */
+/* F8: one tile's 128-column k-slices. Per slice and accumulator half: the 4 e4m3 k-steps into t, wait, add t
+ * times the row and weight block scales (read from the stage's scale area while the products run) into d0 /
+ * d1; the stage goes back once the slice's last product is done. The two consumer warpgroups overlap each
+ * other's waits. */
 template <int W, int TWO>
 __device__ __forceinline__ void ge_mainloop_f8(float (&d0)[64], float (&d1)[64], float (&t)[64], uint32_t s0,
-                                               uint32_t st0, int32_t ks, uint32_t &it, int q, int bh, int wl,
+                                               uint32_t st0, int32_t ks, uint32_t &it, int wg, int wl,
                                                int lane)
 {
-    /* this thread's rows in the tile: gid and gid + 8 of quarter q, and (W = 1) of quarter q + 2 */
-    const uint32_t li = 4u * (uint32_t)(64 * q + 16 * wl + (lane >> 2));
+    /* this thread's rows in the tile: gid and gid + 8 of the warpgroup's quarter, and (W = 1) of quarter
+     * wg + 2 */
+    const uint32_t li = 4u * (uint32_t)(64 * wg + 16 * wl + (lane >> 2));
 #pragma unroll
     for (int i = 0; i < 64; i++) d0[i] = 0.0f, d1[i] = 0.0f;
     for (int32_t k = 0; k < ks; k++, it++) {
-        const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES,
-                       bt = st + GE_A_BYTES(W) + (uint32_t)bh * 128u * 128u;
-        const uint32_t a0 = st + (uint32_t)q * 64u * 128u, a1 = W ? a0 + 128u * 128u : a0;
+        const uint32_t s = it % GE_STAGES, st = st0 + s * GE_STAGE_BYTES, bt = st + GE_A_BYTES(W);
+        const uint32_t a0 = st + (uint32_t)wg * 64u * 128u, a1 = W ? a0 + 128u * 128u : a0;
         const uint32_t b1 = W ? bt : bt + 128u * 128u, sc = s0 + GE_SCALES + s * GE_SC_BYTES;
         ge_wait_uniform(s0 + GE_BAR_FULL + 8 * s, (it / GE_STAGES) & 1u);
         wg_fence_proxy_async();
@@ -425,7 +422,7 @@ __device__ __forceinline__ void ge_mainloop_f8(float (&d0)[64], float (&d1)[64],
         wg_commit();
         /* W = 0: d1 is the same rows against the second 128 weight rows (their block scale); W = 1: rows
          * 128 further against the same weight rows */
-        const float sw0 = ge_lds(sc + 4u * (GE_BM(1) + bh)), sw1 = W ? sw0 : ge_lds(sc + 4u * (GE_BM(1) + 1));
+        const float sw0 = ge_lds(sc + 4u * GE_BM(1)), sw1 = W ? sw0 : ge_lds(sc + 4u * (GE_BM(1) + 1));
         const float xa = ge_lds(sc + li), xb = ge_lds(sc + li + 32u);
         const float xc = W && TWO ? ge_lds(sc + li + 512u) : xa, xd = W && TWO ? ge_lds(sc + li + 544u) : xb;
         const float fa = xa * sw0, fb = xb * sw0, fc = xc * sw1, fd = xd * sw1;
@@ -473,11 +470,7 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
         /* a warpgroup none of whose quarters the expert has only hands the stages back; W = 1: one whose
          * second quarter it lacks uses d0 only (votes: branches around a wgmma must be warp-uniform) */
         const int nq = ge_quarters<W>(a, tl);
-        /* F8, 128 x 256 tiles: rows in one quarter only, each warpgroup takes one weight half of them, so
-         * that the two overlap each other's promotions (v100) */
-        const bool split = F8 && !W && a.split && nq == 1;
-        const bool live = split || __any_sync(0xffffffffu, nq > wg),
-                   two = !split && (!W || __any_sync(0xffffffffu, nq > 2 + wg));
+        const bool live = __any_sync(0xffffffffu, nq > wg), two = !W || __any_sync(0xffffffffu, nq > 2 + wg);
         if (!live) {
             for (int32_t k = 0; k < ks; k++, it++) {
                 const uint32_t s = it % GE_STAGES;
@@ -488,16 +481,16 @@ __device__ __forceinline__ void ge_consume(const ge_args &a, const int32_t *pref
         }
         if constexpr (F8) {
             if (two)
-                ge_mainloop_f8<W, 1>(d0, d1, t8, s0, st0, ks, it, wg, 0, wl, lane);
+                ge_mainloop_f8<W, 1>(d0, d1, t8, s0, st0, ks, it, wg, wl, lane);
             else
-                ge_mainloop_f8<W, 0>(d0, d1, t8, s0, st0, ks, it, split ? 0 : wg, split ? wg : 0, wl, lane);
+                ge_mainloop_f8<W, 0>(d0, d1, t8, s0, st0, ks, it, wg, wl, lane);
         } else if (two)
             ge_mainloop<W, 1>(d0, d1, s0, st0, ks, it, wg, lane);
         else
             ge_mainloop<W, 0>(d0, d1, s0, st0, ks, it, wg, lane);
-        const int32_t r = tl.m0 + 64 * (split ? 0 : wg) + 16 * wl + gid; /* within the expert's rows */
+        const int32_t r = tl.m0 + 64 * wg + 16 * wl + gid; /* within the expert's rows */
         float *y = (tl.wsel ? a.y1 : a.y0) + (int64_t)tl.p0 * a.ldy;
-        ge_store(d0, y, a.ldy, tl.cnt, a.rows, r, tl.n0 + (split ? 128 * wg : 0) + 2 * tig);
+        ge_store(d0, y, a.ldy, tl.cnt, a.rows, r, tl.n0 + 2 * tig);
         if (two) ge_store(d1, y, a.ldy, tl.cnt, a.rows, W ? r + 128 : r, tl.n0 + (W ? 0 : 128) + 2 * tig);
     }
 }
@@ -680,7 +673,6 @@ static int32_t ge_launch(ge_args &a, int64_t n, int tma, int f8, cudaStream_t st
     const int plan = kn_cuda_gemm_experts_plan(a.n_exp, n, a.rows, a.cols, a.ctr != NULL), W = plan & 1;
     a.skip = (plan >> 1) & 1;
     a.l2 = kn_cuda_knob_int("KN_CUDA_EXPERTS_L2", 0);
-    a.split = kn_cuda_knob("KN_CUDA_EXPERTS_SPLIT", 1);
     a.nt = (int32_t)((a.rows + GE_BN(W) - 1) / GE_BN(W));
     /* at most this many tiles: every routed row in a full tile, plus one partial tile per expert */
     const int64_t bound = (n / GE_BM(W) + a.n_exp) * a.nt * a.n_w;

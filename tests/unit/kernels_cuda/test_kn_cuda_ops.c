@@ -2243,17 +2243,13 @@ static void experts_e4m3_case(int E, const int32_t *cnt, int64_t rows, int64_t c
     int32_t *ctr = ct_upload(&junk, sizeof junk);
     float *first[2] = {NULL, NULL};
     double worst = 0;
-    /* the dynamic tile order, the static one, then the dynamic one with the tiles whose rows fit one quarter
-     * on one warpgroup (KN_CUDA_EXPERTS_SPLIT=0; by default their weight halves go to both) */
-    for (int pass = 0; pass < 3; pass++) {
+    for (int pass = 0; pass < 2; pass++) { /* the dynamic tile order, then the static one */
         for (int h = 0; h < 2; h++) CHECK(cudaMemset(y_d[h], 0xff, sizeof(float) * n * ldy) == cudaSuccess);
-        if (pass == 2) knob_setenv("KN_CUDA_EXPERTS_SPLIT", "0", 1);
-        OK(kn_cuda_gemm_experts_e4m3(
-            E, off_d, n, rows, cols, xq_d, xs_d, ldxs, tq, ts, tables == 2 ? tq + E : NULL,
-            tables == 2 ? ts + E : NULL, maps,
-            tables == 2 ? (const uint8_t *)maps + (size_t)E * KN_CUDA_TMAP_BYTES : NULL, y_d[0],
-            tables == 2 ? y_d[1] : NULL, ldy, pass == 1 ? NULL : ctr, 0, &err));
-        if (pass == 2) knob_unsetenv("KN_CUDA_EXPERTS_SPLIT");
+        OK(kn_cuda_gemm_experts_e4m3(E, off_d, n, rows, cols, xq_d, xs_d, ldxs, tq, ts,
+                                     tables == 2 ? tq + E : NULL, tables == 2 ? ts + E : NULL, maps,
+                                     tables == 2 ? (const uint8_t *)maps + (size_t)E * KN_CUDA_TMAP_BYTES
+                                                 : NULL,
+                                     y_d[0], tables == 2 ? y_d[1] : NULL, ldy, pass ? NULL : ctr, 0, &err));
         for (int half = 0; half < tables; half++) {
             float *got = dl_f32(y_d[half], n * ldy);
             int untouched = 1, bad = 0;
@@ -2269,9 +2265,7 @@ static void experts_e4m3_case(int E, const int32_t *cnt, int64_t rows, int64_t c
                      tables == 1 ? "one table"
                      : half      ? "second table"
                                  : "first table",
-                     pass == 1   ? "static order"
-                     : pass == 2 ? "dynamic order, one-quarter tiles unsplit"
-                                 : "dynamic order");
+                     pass ? "static order" : "dynamic order");
             CHECK_MSG(!bad, "%s: %d of %lld rows off by more than 1e-3 (worst %.3g)", what, bad, (long long)n,
                       worst);
             CHECK_MSG(untouched, "%s: wrote outside its rows", what);
@@ -2280,11 +2274,10 @@ static void experts_e4m3_case(int E, const int32_t *cnt, int64_t rows, int64_t c
             else {
                 CHECK_MSG(!memcmp(got, first[half], sizeof(float) * n * ldy),
                           "%s: not the dynamic order's bits", what);
-                free(got);
+                free(got), free(first[half]);
             }
         }
     }
-    free(first[0]), free(first[1]);
     printf("  %-28s %s, %d experts %lld x %lld, %d table%s: worst row %.2g\n", "gemm experts e4m3",
            tile == 2 ? "256x128" : "128x256", E, (long long)rows, (long long)cols, tables,
            tables > 1 ? "s" : "", worst);
