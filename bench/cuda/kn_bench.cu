@@ -2870,7 +2870,7 @@ struct experts_arg {
     uint16_t *x, *act;               /* [pairs][H] expert-sorted rows; [pairs][I] activations */
     float *g, *u, *eo;
     int32_t *ctr; /* the products' dynamic tile order */
-    /* FP8 experts (routes 5-6): e4m3 weights [3][E] (bf16 weights' bytes: some NaN codes, timing only), one
+    /* FP8 experts (routes 5-7): e4m3 weights [3][E] (bf16 weights' bytes: some NaN codes, timing only), one
      * table of 128 x 128 block scales each, their e4m3 tensor maps; the routed rows as f32 (quantized in
      * the route) and the e4m3 rows / scales / f32 activations the route writes */
     uint8_t **tab8_d, **tab8_h;

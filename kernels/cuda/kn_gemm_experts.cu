@@ -169,7 +169,8 @@ __device__ __forceinline__ void ge_arrive_lane0(uint32_t bar, int lane)
  * give must cover it (at 128 / 192 the consumers waited forever); under 128 the cp.async producer spills. */
 static_assert((168 - 128) * 128 >= (184 - 168) * 256,
               "setmaxnreg: the consumers' rise exceeds the producers' drop");
-/* F8: three accumulators (192 registers) per consumer thread, and only the TMA producer (one thread) */
+/* F8: three accumulators (192 registers) per consumer thread; the producer is one warp (TMA copies and the
+ * scales' cp.async copies) */
 static_assert((168 - 40) * 128 >= (232 - 168) * 256, "setmaxnreg (F8): the rise exceeds the drop");
 
 template <int F8> __device__ __forceinline__ void ge_setmaxnreg_inc(void)

@@ -1450,9 +1450,13 @@ static void gemm_experts_case(int E, const int32_t *cnt, int64_t rows, int64_t c
     cudaFree(off_d), cudaFree(x_d), cudaFree(y_d[0]), cudaFree(y_d[1]);
 }
 
+/* Rows per expert for the grouped expert products' tests: empty experts (first and inside), one row, the
+ * 64-row quarter and 128-row tile edges, more rows than a 256-row tile */
+static const int32_t g_expert_rows[9] = {0, 1, 130, 64, 65, 300, 0, 7, 200};
+
 static void test_gemm_experts(void)
 {
-    const int32_t cnt[9] = {0, 1, 130, 64, 65, 300, 0, 7, 200};
+    const int32_t *cnt = g_expert_rows;
     int32_t many[300];
     for (int e = 0; e < 300; e++) many[e] = (int32_t)(ct_next() % 10);
     /* both tile shapes (KN_CUDA_EXPERTS_TILE; by default chosen from the rows per expert) */
@@ -2290,7 +2294,7 @@ static void experts_e4m3_case(int E, const int32_t *cnt, int64_t rows, int64_t c
 
 static void test_gemm_experts_e4m3(void)
 {
-    const int32_t cnt[9] = {0, 1, 130, 64, 65, 300, 0, 7, 200};
+    const int32_t *cnt = g_expert_rows;
     int32_t many[40];
     for (int e = 0; e < 40; e++) many[e] = (int32_t)(ct_next() % 10);
     for (int tile = 1; tile <= 2; tile++) {

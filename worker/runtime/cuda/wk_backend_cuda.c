@@ -1783,8 +1783,10 @@ static void **dev_ptr_table(void *const *h, size_t n)
     return d;
 }
 
-/* The tensor maps of a table's bf16 weights where the wgmma expert products take them (h: the host copy of
- * its [3][E] pointers); none (the products load with cp.async) where they cannot be made */
+/* The tensor maps of a table's weights where the wgmma expert products take them (h: the host copy of its
+ * [3][E] pointers): of bf16 weights, or (e4m3 = 1) of FP8 experts' e4m3 bytes for kn_cuda_gemm_experts_e4m3;
+ * none where they cannot be made (bf16: the products load with cp.async; e4m3: the experts are dequantized)
+ */
 static void moe_tab_maps(struct moe_tab *t, const struct wk_moe *m, void *const *h, int e4m3)
 {
     const int32_t E = m->n_experts;
