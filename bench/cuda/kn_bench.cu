@@ -1201,6 +1201,10 @@ static const struct pf_route g_pf_routes[] = {
     {"union + pairs, wgmma pairs, rare cap 100%", "KN_CUDA_PF_WGMMA=1 KN_CUDA_UNION_RARE_CAP=100"},
     {"union + pairs, wgmma rare pairs", "KN_CUDA_PF_WGMMA=2"},
     {"union + pairs, wgmma rare pairs, rare prefetch", "KN_CUDA_PF_WGMMA=2 KN_CUDA_UNION_RPF=1"},
+    {"union + pairs, cp.async ring (previous default)", "KN_CUDA_UNION_TMA=0"},
+    {"union + pairs, cp.async ring, wgmma rare pairs, rare prefetch",
+     "KN_CUDA_UNION_TMA=0 KN_CUDA_PF_WGMMA=2 KN_CUDA_UNION_RPF=1"},
+    {"union everywhere, cp.async ring", "KN_CUDA_UNION_MIN=0 KN_CUDA_UNION_TMA=0"},
 };
 enum {
     PF_R_PAIRS = 0,
@@ -1239,7 +1243,10 @@ enum {
     PF_R_PW = 45,
     PF_R_PW_CAP100 = 46,
     PF_R_PW2 = 47,
-    PF_R_PW2_RPF = 48
+    PF_R_PW2_RPF = 48,
+    PF_R_CPA = 49,
+    PF_R_CPA_PW2_RPF = 50,
+    PF_R_CPA_ALL = 51
 };
 
 /* the value route r gives knob `name`, copied to val (0: the route leaves it at the library default) */
@@ -1336,6 +1343,9 @@ static void bench_prefill(void)
             const double rare_frac = rare_stats(sel, L, &eff_h, &computed_h);
             emit("sparse prefill", cfg, "hybrid: rare pairs", 100.0 * rare_frac, "%");
             emit("sparse prefill", cfg, "hybrid: union efficiency", 100.0 * eff_h, "%");
+            /* 1: the routes that leave KN_CUDA_UNION_TMA unset load whole blocks by TMA */
+            pf_set_route(NULL);
+            emit("sparse prefill", cfg, "TMA ring by default", (kn_cuda_prefill_tma(&M3, &a.c) & 1), "");
             static double ms_r[NRT][9];
             for (int rep = 0; rep < reps; rep++)
                 for (size_t r = 0; r < NRT; r++) {
@@ -2052,35 +2062,40 @@ static void bench_layer(void)
             char cfg[96];
             snprintf(cfg, sizeof cfg, "prefill L %lldK %s", (long long)(L / 1024),
                      structured ? "structured" : "random");
-            /* every fused selection kernel (KN_CUDA_SELECT_WGMMA=0: mma.sync, 1 and 2: the wgmma variants),
-             * same run; the default one below */
-            static const char *const sel_knob[] = {"0", "1", "2"};
+            /* every fused selection kernel (KN_CUDA_SELECT_WGMMA=0: mma.sync, 1 and 2: the wgmma variants;
+             * 3: variant 1 with its keys by cp.async, KN_CUDA_SELECT_TMA=0), same run; the default below */
+            static const char *const sel_knob[] = {"0", "1", "2", "1"};
             a.what = 2;
-            double sel_k_ms[3] = {NAN, NAN, NAN};
-            int32_t *sel_k[3] = {NULL, NULL, NULL};
+            double sel_k_ms[4] = {NAN, NAN, NAN, NAN};
+            int32_t *sel_k[4] = {NULL, NULL, NULL, NULL};
             const size_t sel_bytes = sizeof(int32_t) * (size_t)a.n_chunks * M3.n_kv * a.chunk * M3.topk;
             /* KN_BENCH_LAYER_LEAN=1: the attention routes only (no selection-kernel comparison, no dense) */
             const int lean = getenv("KN_BENCH_LAYER_LEAN") != NULL;
-            for (int k = 0; k < 3 && !lean; k++) {
+            for (int k = 0; k < 4 && !lean; k++) {
                 knob_setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
+                if (k == 3) knob_setenv("KN_CUDA_SELECT_TMA", "0", 1);
                 sel_k_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
                 sel_k[k] = (int32_t *)hmalloc(sel_bytes);
                 CK(cudaMemcpy(sel_k[k], a.sel, sel_bytes, cudaMemcpyDeviceToHost));
             }
             a.what = 3;
-            double msa_k_ms[3] = {NAN, NAN, NAN};
-            for (int k = 0; k < 3 && !lean; k++) {
+            knob_unsetenv("KN_CUDA_SELECT_TMA");
+            double msa_k_ms[4] = {NAN, NAN, NAN, NAN};
+            for (int k = 0; k < 4 && !lean; k++) {
                 knob_setenv("KN_CUDA_SELECT_WGMMA", sel_knob[k], 1);
+                if (k == 3) knob_setenv("KN_CUDA_SELECT_TMA", "0", 1);
                 msa_k_ms[k] = time_ms(run_pf, &a, 1, g_quick ? 2 : 3);
             }
             knob_unsetenv("KN_CUDA_SELECT_WGMMA");
-            /* rows whose sets differ from the mma.sync kernel's (near ties: other summation order) */
-            int64_t rows_differ[3] = {0, 0, 0};
-            for (int k = 1; k < 3 && !lean; k++)
-                rows_differ[k] =
-                    sel_rows_differ(sel_k[0], sel_k[k], sel_bytes / sizeof(int32_t) / M3.topk, NULL, NULL);
+            knob_unsetenv("KN_CUDA_SELECT_TMA");
+            /* rows whose sets differ from the mma.sync kernel's (near ties: other summation order); [3]:
+             * the cp.async keys' against the TMA keys' (the same products: none) */
+            int64_t rows_differ[4] = {0, 0, 0, 0};
+            for (int k = 1; k < 4 && !lean; k++)
+                rows_differ[k] = sel_rows_differ(sel_k[k == 3 ? 1 : 0], sel_k[k],
+                                                 sel_bytes / sizeof(int32_t) / M3.topk, NULL, NULL);
             const double sel_rows = (double)M3.n_kv * L; /* rows of padding chunks never differ */
-            free(sel_k[0]), free(sel_k[1]), free(sel_k[2]);
+            free(sel_k[0]), free(sel_k[1]), free(sel_k[2]), free(sel_k[3]);
             /* index-score FLOPs: every (query, head) row against every key of its visible blocks */
             double sel_flops = 0;
             for (int64_t i = 0; i < L; i++) sel_flops += (double)(i / M3.block + 1) * M3.block;
@@ -2089,13 +2104,14 @@ static void bench_layer(void)
              * selections stay in a.sel for the overlap measurement */
             /* the union kernel's variants (default threshold) */
             static const int kv_route[] = {
-                PF_R_PLAIN,     PF_R_PP,         PF_R_PP_FAST,     PF_R_FAST,         PF_R_PPS_FAST,
-                PF_R_SPLIT,     PF_R_SPLIT4,     PF_R_OLD,         PF_R_RARE,         PF_R_ROWM,
-                PF_R_RARE_ROWM, PF_R_PAIRS_ROWM, PF_R_OVL,         PF_R_LA,           PF_R_LA_NORARE,
-                PF_R_PLAN0,     PF_R_DYN,        PF_R_LA_DYN,      PF_R_PFX,          PF_R_QPF,
-                PF_R_PFX_QPF,   PF_R_PAIRS_PFX,  PF_R_COST2,       PF_R_COST4,        PF_R_CAP40,
-                PF_R_CAP100,    PF_R_RPF,        PF_R_DIAG_NOPAIR, PF_R_DIAG_NOUNION, PF_R_PW_PAIRS,
-                PF_R_PW,        PF_R_PW_CAP100,  PF_R_PW2,         PF_R_PW2_RPF};
+                PF_R_PLAIN,       PF_R_PP,         PF_R_PP_FAST,     PF_R_FAST,         PF_R_PPS_FAST,
+                PF_R_SPLIT,       PF_R_SPLIT4,     PF_R_OLD,         PF_R_RARE,         PF_R_ROWM,
+                PF_R_RARE_ROWM,   PF_R_PAIRS_ROWM, PF_R_OVL,         PF_R_LA,           PF_R_LA_NORARE,
+                PF_R_PLAN0,       PF_R_DYN,        PF_R_LA_DYN,      PF_R_PFX,          PF_R_QPF,
+                PF_R_PFX_QPF,     PF_R_PAIRS_PFX,  PF_R_COST2,       PF_R_COST4,        PF_R_CAP40,
+                PF_R_CAP100,      PF_R_RPF,        PF_R_DIAG_NOPAIR, PF_R_DIAG_NOUNION, PF_R_PW_PAIRS,
+                PF_R_PW,          PF_R_PW_CAP100,  PF_R_PW2,         PF_R_PW2_RPF,      PF_R_CPA,
+                PF_R_CPA_PW2_RPF, PF_R_CPA_ALL};
             enum { NKV = sizeof kv_route / sizeof kv_route[0] };
             /* select alone, the default route, the pair path alone (the previous design) and the variants,
              * in KN_BENCH_PF_REPEAT interleaved rounds (medians) */
@@ -2162,12 +2178,17 @@ static void bench_layer(void)
                 emit("layer", cfg, "select mma.sync", sel_k_ms[0], "ms");
                 emit("layer", cfg, "select wgmma 4x1 slab", sel_k_ms[1], "ms");
                 emit("layer", cfg, "select wgmma 2x2 slabs", sel_k_ms[2], "ms");
+                emit("layer", cfg, "select wgmma 4x1, cp.async keys", sel_k_ms[3], "ms");
                 emit("layer", cfg, "select mma.sync rate", sel_flops / (sel_k_ms[0] * 1e-3) / 1e12,
                      "TFLOP/s");
                 emit("layer", cfg, "select wgmma 4x1 rate", sel_flops / (sel_k_ms[1] * 1e-3) / 1e12,
                      "TFLOP/s");
                 emit("layer", cfg, "select wgmma 2x2 rate", sel_flops / (sel_k_ms[2] * 1e-3) / 1e12,
                      "TFLOP/s");
+                emit("layer", cfg, "select wgmma 4x1, cp.async keys rate",
+                     sel_flops / (sel_k_ms[3] * 1e-3) / 1e12, "TFLOP/s");
+                emit("layer", cfg, "select wgmma 4x1 TMA vs cp.async keys rows differing",
+                     100.0 * rows_differ[3] / sel_rows, "%");
                 emit("layer", cfg, "select wgmma 4x1 vs mma.sync rows differing",
                      100.0 * rows_differ[1] / sel_rows, "%");
                 emit("layer", cfg, "select wgmma 2x2 vs mma.sync rows differing",
@@ -2175,6 +2196,7 @@ static void bench_layer(void)
                 emit("layer", cfg, "MSA total, select mma.sync", msa_k_ms[0], "ms");
                 emit("layer", cfg, "MSA total, select wgmma 4x1", msa_k_ms[1], "ms");
                 emit("layer", cfg, "MSA total, select wgmma 2x2", msa_k_ms[2], "ms");
+                emit("layer", cfg, "MSA total, select wgmma 4x1, cp.async keys", msa_k_ms[3], "ms");
             }
             emit("layer", cfg, "MSA total", msa_ms, "ms");
             emit("layer", cfg, "attention eff.", flops / ((msa_ms - sel_ms) * 1e-3) / 1e12, "TFLOP/s");

@@ -139,6 +139,11 @@ int32_t kn_cuda_msa_attention(const struct kn_cuda_msa_shape *sh, const struct k
                               cudaStream_t stream, struct mm_err *err);
 size_t kn_cuda_msa_attention_ws(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                 int32_t sel_stride, int32_t path);
+/** Test and benchmark hook: which prefill kernels would load this cache by TMA now (bit 0: the union kernel's
+ * K/V ring, KN_CUDA_UNION_TMA; bit 1: the wgmma selection's bf16 index keys, KN_CUDA_SELECT_TMA, where that
+ * kernel runs for these shapes on this device), given the knobs, the cache's page count and the driver's
+ * tensor-map encoder. */
+int kn_cuda_prefill_tma(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c);
 
 /** One MSA layer's selection and sparse attention together: sel receives the selections (as
  * kn_cuda_msa_select) and out the attention (as kn_cuda_msa_attention). With path AUTO, a decode step (few

@@ -21,6 +21,7 @@
     X("KN_CUDA_UNION_RARE_COST", "the hybrid decision: a rare pair's price in union products")               \
     X("KN_CUDA_UNION_RARE_CAP", "the hybrid decision: the largest share of an item's pairs (percent)")       \
     X("KN_CUDA_UNION_RPF", "1: the union consumers prefetch their rare partials into L2")                    \
+    X("KN_CUDA_UNION_TMA", "1: whole K/V blocks reach the union kernel's ring by TMA, not cp.async")         \
     X("KN_CUDA_PF_DIAG_SKIP", "bench only, wrong output: bit 0 no pair attention, bit 1 no union kernel")    \
     X("KN_CUDA_PF_WGMMA", "1: pair tiles on the union kernel (wgmma); 2: only the hybrid's rare pairs")
 

@@ -1,5 +1,6 @@
-/* Device facts, error mapping, and host-side planning of a step's query batch. */
+/* Device facts, error mapping, host-side planning of a step's query batch, and TMA map encoding. */
 #include "kn_cuda_internal.cuh"
+#include "kn_tma.cuh"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -211,4 +212,38 @@ int kn_cuda_knob_int(const char *name, int dflt)
 extern "C" int32_t kn_cuda_knob_value(const char *name, int32_t dflt)
 {
     return kn_cuda_knob_int(name, dflt);
+}
+
+/* cuTensorMapEncodeTiled from the driver the runtime loaded (no link against libcuda) */
+typedef CUresult (*kn_tma_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                     const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                     const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static kn_tma_encode_fn kn_tma_fn;
+static pthread_once_t kn_tma_once = PTHREAD_ONCE_INIT;
+
+static void kn_tma_find(void)
+{
+    void *p = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+        kn_tma_fn = (kn_tma_encode_fn)p;
+    (void)cudaGetLastError();
+}
+
+int kn_tma_encode_2d(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int64_t ld, uint32_t box_cols,
+                     uint32_t box_rows, int f8)
+{
+    pthread_once(&kn_tma_once, kn_tma_find); /* a media encoder thread may be first */
+    const kn_tma_encode_fn enc = kn_tma_fn;
+    if (!enc || (uintptr_t)p % 16 || rows <= 0 || cols <= 0) return 0;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows},
+                     strides[1] = {(cuuint64_t)ld * (f8 ? 1u : 2u)};
+    const cuuint32_t box[2] = {box_cols, box_rows}, es[2] = {1, 1};
+    return enc(m, f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims,
+               strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }

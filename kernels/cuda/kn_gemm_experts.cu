@@ -38,9 +38,9 @@
  * warp copies them into shared memory), so the promotion never waits on a global load. TMA producer only;
  * the consumers take 232 registers (three accumulators), the producer warpgroup 40. */
 #include "kn_cuda_internal.cuh"
+#include "kn_tma.cuh"
 #include "kn_wgmma.cuh"
 
-#include <cuda.h> /* CUtensorMap and the encoder's signature only: the driver is reached through the runtime */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,27 +225,10 @@ __device__ __forceinline__ void ge_produce(const ge_args &a, const int32_t *pref
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/* TMA producer (one thread): each k-slice's routed rows in 64-row boxes (the quarters it loads) and its
- * weight tile in 128-row boxes, by bulk tensor copies; the stage's "full" barrier expects their bytes (whole
- * boxes, zero-filled rows included). One box, with the L2 eviction policy pol when hint is set. */
-__device__ __forceinline__ void ge_tma_box(uint32_t dst, uint64_t map, int32_t col, int32_t row,
-                                           uint32_t full, bool hint, uint64_t pol)
-{
-    if (hint)
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-            "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-            "l"(map), "r"(col), "r"(row), "r"(full), "l"(pol)
-            : "memory");
-    else
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-            "%3}], [%4];\n" ::"r"(dst),
-            "l"(map), "r"(col), "r"(row), "r"(full)
-            : "memory");
-}
-
-/* F8: the whole producer warp runs the loop; lane 0 hands out the tiles and issues the TMA copies, and every
+/* TMA producer: each k-slice's routed rows in 64-row boxes (the quarters it loads) and its weight tile in
+ * 128-row boxes, by bulk tensor copies; the stage's "full" barrier expects their bytes (whole boxes,
+ * zero-filled rows included). One thread issues them (bf16).
+ * F8: the whole producer warp runs the loop; lane 0 hands out the tiles and issues the TMA copies, and every
  * lane copies its rows' scales of the slice (cp.async, 4 bytes each, rows past the routed ones clamped to the
  * last) into the stage's scale area, lanes 0-1 the weight block scales, then arrives on the "full" barrier
  * once its copies have landed (its count is 1 + 32). The consumers then read the scales from shared memory
@@ -282,15 +265,13 @@ __device__ __forceinline__ void ge_produce_tma(const ge_args &a, const int32_t *
             if (lead) {
                 if (k == 0)
                     tword[s] = t; /* published by the arrive's release, read after the consumers' wait */
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full),
-                             "r"((uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u)
-                             : "memory");
+                kn_mb_arrive_expect_tx(full, (uint32_t)(nx * GE_XBOX + GE_BN(W)) * 128u);
                 for (int i = 0; i < nx; i++)
-                    ge_tma_box(st + i * GE_XBOX * 128, xm, k * GE_KC(F8), tl.p0 + tl.m0 + i * GE_XBOX, full,
+                    kn_tma_box(st + i * GE_XBOX * 128, xm, k * GE_KC(F8), tl.p0 + tl.m0 + i * GE_XBOX, full,
                                a.l2 != 0, keep);
 #pragma unroll
                 for (int i = 0; i < GE_BN(W) / GE_BOX; i++)
-                    ge_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_KC(F8), tl.n0 + i * GE_BOX,
+                    kn_tma_box(st + GE_A_BYTES(W) + i * GE_BOX * 128, wm, k * GE_KC(F8), tl.n0 + i * GE_BOX,
                                full, a.l2 == 1, stream);
             }
             if (F8) {
@@ -548,42 +529,11 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
     }
 }
 
-/* cuTensorMapEncodeTiled from the driver the runtime loaded (no link against libcuda) */
-typedef CUresult (*ge_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *,
-                                 CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                 CUtensorMapFloatOOBfill);
-
-static ge_encode_fn ge_encoder(void)
-{
-    static ge_encode_fn fn;
-    static int tried;
-    if (!tried) {
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (ge_encode_fn)p;
-        (void)cudaGetLastError();
-        tried = 1;
-    }
-    return fn;
-}
-
-/* A 2-D map of bf16 (f8 = 0) or e4m3 (f8 = 1) [rows][cols] (row stride ld elements) in boxes of 128 bytes a
- * row (64 / 128 columns) x box_rows rows, 128-byte swizzle: the sw128 tile layout of kn_wgmma.cuh */
+/* A 2-D map of [rows][cols] (row stride ld) in boxes of one k-slice's columns x box_rows rows */
 static int ge_encode(CUtensorMap *m, const void *p, int64_t rows, int64_t cols, int64_t ld, uint32_t box_rows,
                      int f8)
 {
-    ge_encode_fn enc = ge_encoder();
-    if (!enc || (uintptr_t)p % 16) return 0;
-    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows},
-                     strides[1] = {(cuuint64_t)ld * (f8 ? 1u : 2u)};
-    const cuuint32_t box[2] = {(cuuint32_t)GE_KC(f8), box_rows}, es[2] = {1, 1};
-    return enc(m, f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims,
-               strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return kn_tma_encode_2d(m, p, rows, cols, ld, (uint32_t)GE_KC(f8), box_rows, f8);
 }
 
 static int32_t ge_maps_create(const void *const *w, int32_t n, int64_t rows, int64_t cols, int f8,

@@ -3,6 +3,7 @@
 #define KN_MSA_KERNELS_CUH
 
 #include "kn_cuda_internal.cuh"
+#include "kn_tma.cuh"
 
 /* kn_msa_generic.cu */
 int32_t kn_index_scores_generic(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
@@ -62,6 +63,10 @@ int kn_select_prefill_wgmma_ok(int fp8);
 int32_t kn_select_prefill_wgmma(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                                 const struct kn_cuda_cache *c, const float *q, int32_t *sel,
                                 int32_t sel_stride, int variant, cudaStream_t stream, struct mm_err *err);
+/* Whether the wgmma kernel's producer loads c's bf16 index keys by TMA (KN_CUDA_SELECT_TMA, default
+ * KN_SELECT_TMA; the page count known, the driver's encoder present), with m then the keys' map */
+#define KN_SELECT_TMA 1
+int kn_select_prefill_tma(const struct kn_cuda_cache *c, CUtensorMap *m);
 
 /* kn_msa_decode.cu: paged split-K attention per (query, KV group) over a page list (sel, or all blocks) */
 int kn_attn_decode_supported(const struct kn_cuda_msa_shape *sh);

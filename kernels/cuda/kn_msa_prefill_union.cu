@@ -16,15 +16,18 @@
  * softmax in the log2 domain, and accumulates O += P V (P from registers, V MN-major in smem). A warpgroup
  * none of whose 4 queries chose a block skips it. Warps 8-11 are the producer warpgroup: cp.async copies of
  * each warpgroup's Q and of K and V (zero-filled past the last written token, so stale cache rows never reach
- * P V), each completing on an mbarrier; consumers release a stage on its "empty" mbarrier (one arrival per
- * warp) and their Q after their last score product of the item, so the two warpgroups drift apart by up to
- * the ring depth instead of running in lockstep. 12 warps would leave 168 registers per thread (3 warps per
- * SM sub-partition) and the consumers need ~190: setmaxnreg moves registers from the producers (48) to the
- * consumers (224). The consumer has an intra-warpgroup overlap variant (OVERLAP = 1,
- * KN_CUDA_UNION_OVERLAP=1): correct, measured 10-15 % slower on an H200, so off by default
- * (docs/design/cuda.md, "wgmma prefill"); pingpong variants (PP: the warpgroups' products take turns on the
- * tensor cores), shorter softmax chains (FAST = 1, the default) and value products in chunks (FAST = 2, 4)
- * are picked by KN_CUDA_UNION_KERNEL (KN_PF_UK_*); only FAST = 1 measured faster than the plain consumer.
+ * P V), each completing on an mbarrier; whole K/V blocks come by TMA instead (one thread, four boxes;
+ * KN_CUDA_UNION_TMA, on by default: the producer's 128 threads of cp.async had competed with the consumers
+ * for issue slots, 3 warps per scheduler, and TMA measured +5 to +9 % on the structured bench); consumers
+ * release a stage on its "empty" mbarrier (one arrival per warp) and their Q after their last score product
+ * of the item, so the two warpgroups drift apart by up to the ring depth instead of running in lockstep. 12
+ * warps would leave 168 registers per thread (3 warps per SM sub-partition) and the consumers need ~190:
+ * setmaxnreg moves registers from the producers (48) to the consumers (224). The consumer has an
+ * intra-warpgroup overlap variant (OVERLAP = 1, KN_CUDA_UNION_OVERLAP=1): correct, measured 10-15 % slower on
+ * an H200, so off by default (docs/design/cuda.md, "wgmma prefill"); pingpong variants (PP: the warpgroups'
+ * products take turns on the tensor cores), shorter softmax chains (FAST = 1, the default) and value products
+ * in chunks (FAST = 2, 4) are picked by KN_CUDA_UNION_KERNEL (KN_PF_UK_*); only FAST = 1 measured faster than
+ * the plain consumer.
  *
  * An item pays for every union block with all 4 queries of a warpgroup, so it only wins when the queries
  * share their blocks. efficiency = selected pairs / (4 x (blocks of warpgroup 0 + blocks of warpgroup 1));
@@ -38,6 +41,7 @@
  * ks <= 32. */
 #include "kn_msa_kernels.cuh"
 #include "kn_msa_prefill_union.cuh"
+#include "kn_tma.cuh"
 #include "kn_wgmma.cuh"
 
 #define PU_Q 8
@@ -105,6 +109,12 @@ struct pu_args {
     int32_t n_seqs, total_blocks;
     uint16_t *ri_part_o;
     float *ri_part_l;
+};
+
+/* TMA producer (KN_CUDA_UNION_TMA): the K and V caches as 2-D maps [n_pages * block tokens][n_kv * 128]
+ * in boxes of 64 columns x 128 tokens, one box per 64-column slab of a block's sw128 tile */
+struct pu_maps {
+    CUtensorMap k, v;
 };
 
 /* Items of this launch: the plan's, or (pair mode) two tiles each, their count on the device. */
@@ -363,9 +373,13 @@ __device__ __forceinline__ bool pu_fetch(const pu_args &a, uint32_t s0, int pt, 
  * the consumers are done with the previous ones), the other blocks. Thread pt copies 16-byte chunk
  * c = pt % 16 of rows r0 + 8j (r0 = pt / 16): the same swizzled column for all its rows, so each copy is a
  * constant offset from the last. Thread 0 also copies the block id and query mask into the stage's words,
- * and (DYN) the item and its header into each consumer warpgroup's words, then an item -1 at the end. */
-template <int DYN, int RI = 0>
-__device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s, int pt)
+ * and (DYN) the item and its header into each consumer warpgroup's words, then an item -1 at the end. TMA:
+ * a block without rows past the last token is thread 0's four boxes instead (the stage's "full" barrier
+ * then counts its expect_tx and the other 127 threads' plain arrivals, as it counts 128 cp.async arrivals
+ * otherwise); partial blocks keep the zero-filling copies. */
+template <int DYN, int RI = 0, int TMA = 0>
+__device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, uint32_t s0, uint32_t q_s,
+                                           uint32_t kv_s, int pt)
 {
     const int c = pt & 15, r0 = pt >> 4;
     const int64_t tok8 = (int64_t)a.n_kv * 256 * 8; /* bytes from a token's K row to the row 8 tokens on */
@@ -416,6 +430,31 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
             if (u == nu) break;
             if (blocks >= PU_STAGES) mb_wait(s0 + PU_BAR_EMPTY + 8 * s, ph ^ 1u); /* its last use is done */
             const int4 e = ua[u];
+            const int valid = (e.z >> 8) & 0xFF;
+            if (TMA && valid == PU_BLK) {
+                /* a whole block: thread 0 writes the stage's words (published by its arrive) and issues the
+                 * four boxes (K, V x two slabs); the other threads' plain arrivals make up the count */
+                const uint32_t full = s0 + PU_BAR_FULL + 8 * s;
+                if (pt == 0) {
+                    asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(s0 + PU_META + 8 * s), "r"(e.x),
+                                 "r"(e.z)
+                                 : "memory");
+                    kn_mb_arrive_expect_tx(full, PU_STAGE_BYTES);
+                    const uint32_t st = kv_s + (uint32_t)s * PU_STAGE_BYTES;
+                    const int32_t col = (RI ? e.w : g) * 128, row = e.y * PU_BLK;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        kn_tma_box(st + h * PU_BLK * 128, (uint64_t)&m.k, col + 64 * h, row, full, false, 0);
+                        kn_tma_box(st + PU_KV_BYTES + h * PU_BLK * 128, (uint64_t)&m.v, col + 64 * h, row,
+                                   full, false, 0);
+                    }
+                } else {
+                    mb_arrive(full);
+                }
+                if (++s == PU_STAGES) s = 0, ph ^= 1u;
+                blocks++;
+                continue;
+            }
             if (pt == 0) {
                 kn_cp_async4(s0 + PU_META + 8 * s, &ua[u].x);
                 kn_cp_async4(s0 + PU_META + 8 * s + 4, &ua[u].z);
@@ -423,7 +462,6 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, uint32_t s0, uint32
             /* pair mode: each entry has its own group */
             const int64_t page_off = (int64_t)e.y * PU_BLK * a.n_kv * 256 +
                                      (RI ? ((int64_t)r0 * a.n_kv + e.w) * 256 + c * 16 : off0);
-            const int valid = (e.z >> 8) & 0xFF;
             const uint8_t *kb = (const uint8_t *)a.kc + page_off, *vb = (const uint8_t *)a.vc + page_off;
             const uint32_t st = kv_s + (uint32_t)s * PU_STAGE_BYTES + dst0;
 #pragma unroll
@@ -1052,8 +1090,9 @@ __device__ __forceinline__ void pu_consume_la(const pu_args &a, uint32_t s0, uin
     }
 }
 
-template <int OVERLAP, int PP, int FAST, int LA = 0, int DYN = 0, int RI = 0>
-__global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
+template <int OVERLAP, int PP, int FAST, int LA = 0, int DYN = 0, int RI = 0, int TMA = 0>
+__global__ void __launch_bounds__(PU_THREADS, 1)
+    k_pf_union(const pu_args a, const __grid_constant__ pu_maps m)
 {
     extern __shared__ __align__(1024) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1078,7 +1117,7 @@ __global__ void __launch_bounds__(PU_THREADS, 1) k_pf_union(const pu_args a)
     __syncthreads();
     if (warp >= PU_PRODUCER) {
         pu_setmaxnreg_dec<48>();
-        pu_produce<DYN, RI>(a, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
+        pu_produce<DYN, RI, TMA>(a, m, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
     } else {
         pu_setmaxnreg_inc<224>();
         if (LA)
@@ -1186,6 +1225,28 @@ static pu_args pu_args_base(const struct kn_cuda_msa_shape *sh, const struct kn_
     return a;
 }
 
+/* The TMA producer's maps of this cache (KN_CUDA_UNION_TMA; false: the cp.async producer, as when the cache's
+ * page count is unknown or the driver has no encoder) */
+static bool pu_maps_make(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c, pu_maps *m)
+{
+    memset(m, 0, sizeof *m);
+    if (!kn_cuda_knob("KN_CUDA_UNION_TMA", KN_PF_UNION_TMA) || c->n_pages <= 0 ||
+        c->n_pages > INT32_MAX / PU_BLK)
+        return false;
+    const int64_t rows = c->n_pages * PU_BLK, cols = (int64_t)sh->n_kv * 128;
+    return kn_tma_encode_2d(&m->k, c->k, rows, cols, cols, 64, PU_BLK, 0) &&
+           kn_tma_encode_2d(&m->v, c->v, rows, cols, cols, 64, PU_BLK, 0);
+}
+
+extern "C" int kn_cuda_prefill_tma(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_cache *c)
+{
+    pu_maps m;
+    CUtensorMap km;
+    const bool sel =
+        kn_index_prefill_supported(sh, c) && kn_select_prefill_wgmma_ok(0) && kn_select_prefill_tma(c, &km);
+    return (pu_maps_make(sh, c, &m) ? 1 : 0) | (sel ? 2 : 0);
+}
+
 int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
                            const struct kn_cuda_cache *c, const void *q, const int32_t *sel,
                            int32_t sel_stride, int32_t ks, int32_t min_eff, int overlap, void *out,
@@ -1224,19 +1285,22 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     const int v = overlap >= 0 && overlap < KN_PF_UK_COUNT ? overlap : KN_PF_UNION_KERNEL;
     /* dynamic item order, for the fast and lookahead consumers */
     const int dyn = kn_cuda_knob("KN_CUDA_UNION_DYN", KN_PF_UNION_DYN);
-    void (*kern)(pu_args) = v == KN_PF_UK_OVERLAP    ? k_pf_union<1, 0, 0>
-                            : v == KN_PF_UK_PINGPONG ? k_pf_union<0, 1, 0>
-                            : v == KN_PF_UK_PP_FAST  ? k_pf_union<0, 1, 1>
-                            : v == KN_PF_UK_FAST     ? (dyn ? k_pf_union<0, 0, 1, 0, 1> : k_pf_union<0, 0, 1>)
-                            : v == KN_PF_UK_PPS_FAST ? k_pf_union<0, 2, 1>
-                            : v == KN_PF_UK_SPLIT    ? k_pf_union<0, 0, 2>
-                            : v == KN_PF_UK_SPLIT4   ? k_pf_union<0, 0, 4>
-                            : v == KN_PF_UK_LOOKAHEAD
-                                ? (dyn ? k_pf_union<0, 0, 1, 1, 1> : k_pf_union<0, 0, 1, 1>)
-                                : k_pf_union<0, 0, 0>;
+    pu_maps m;
+    const bool tma = pu_maps_make(sh, c, &m);
+    void (*kern)(pu_args, pu_maps) =
+        tma && v == KN_PF_UK_FAST && !dyn ? k_pf_union<0, 0, 1, 0, 0, 0, 1>
+        : v == KN_PF_UK_OVERLAP           ? k_pf_union<1, 0, 0>
+        : v == KN_PF_UK_PINGPONG          ? k_pf_union<0, 1, 0>
+        : v == KN_PF_UK_PP_FAST           ? k_pf_union<0, 1, 1>
+        : v == KN_PF_UK_FAST              ? (dyn ? k_pf_union<0, 0, 1, 0, 1> : k_pf_union<0, 0, 1>)
+        : v == KN_PF_UK_PPS_FAST          ? k_pf_union<0, 2, 1>
+        : v == KN_PF_UK_SPLIT             ? k_pf_union<0, 0, 2>
+        : v == KN_PF_UK_SPLIT4            ? k_pf_union<0, 0, 4>
+        : v == KN_PF_UK_LOOKAHEAD         ? (dyn ? k_pf_union<0, 0, 1, 1, 1> : k_pf_union<0, 0, 1, 1>)
+                                          : k_pf_union<0, 0, 0>;
     KN_CU(kn_smem_attr((const void *)kern, PU_SMEM), "kn_cuda attention (prefill union): shared memory");
     const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;
-    kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a);
+    kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a, m);
     KN_LAUNCHED("kn_cuda attention (prefill union)");
     return MM_OK;
 }
@@ -1282,11 +1346,13 @@ int32_t kn_pf_union_pairs_launch(const struct kn_cuda_msa_shape *sh, const struc
     a.ri_part_l = p->part_l;
     k_pf_pair_items<<<(unsigned)((max_items + 255) / 256), 256, 0, stream>>>(a);
     KN_LAUNCHED("kn_cuda attention (prefill pairs, wgmma items)");
-    void (*kern)(pu_args) = k_pf_union<0, 0, 1, 0, 0, 1>;
+    pu_maps m;
+    void (*kern)(pu_args, pu_maps) =
+        pu_maps_make(sh, c, &m) ? k_pf_union<0, 0, 1, 0, 0, 1, 1> : k_pf_union<0, 0, 1, 0, 0, 1>;
     KN_CU(kn_smem_attr((const void *)kern, PU_SMEM),
           "kn_cuda attention (prefill pairs, wgmma): shared memory");
     const int64_t grid = kn_cuda_sm_count() < max_items ? kn_cuda_sm_count() : max_items;
-    kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a);
+    kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a, m);
     KN_LAUNCHED("kn_cuda attention (prefill pairs, wgmma)");
     return MM_OK;
 }

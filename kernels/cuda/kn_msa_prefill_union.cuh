@@ -71,6 +71,12 @@ struct kn_pf_union_rare {
 #define KN_PF_UNION_RARE_CAP 25
 /* Default of KN_CUDA_UNION_RPF: the consumers prefetch their rare partials into L2 when an item starts */
 #define KN_PF_UNION_RPF 0
+/* Default of KN_CUDA_UNION_TMA: whole K/V blocks reach the ring by TMA (one producer thread, four boxes a
+ * block) instead of 128 producer threads' cp.async; blocks with rows past the last token stay on cp.async,
+ * which zero-fills them. The fast consumer (static order) and the pair mode only. On since v101: the
+ * structured given-selection bench +2 to +8 %, random level (bench/cuda/README.md "Twenty-fourth session").
+ */
+#define KN_PF_UNION_TMA 1
 /* phases of kn_pf_union_launch */
 #define KN_PF_UNION_PLAN 1
 #define KN_PF_UNION_ATTEND 2

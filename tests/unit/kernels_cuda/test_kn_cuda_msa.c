@@ -530,6 +530,33 @@ static void run_queries(const struct world *w, int32_t n, const int32_t *qseq, c
                                     : "",
                        fp8 ? "fp8 " : "bf16", (long long)differ);
             }
+        /* the wgmma kernels' bf16 keys by TMA (the default) or by cp.async: the same selections, bit for bit
+         * (where the wgmma kernel runs: bit 1 of the hook) */
+        if (prefill_sel_ok && !w->f32 && (kn_cuda_prefill_tma(sh, &w->c) & 2))
+            for (int variant = 1; variant <= 2; variant++) {
+                int32_t *by[2];
+                for (int tma = 0; tma < 2; tma++) {
+                    static const char *const knob[] = {"0", "1", "2"};
+                    knob_setenv("KN_CUDA_SELECT_WGMMA", knob[variant], 1);
+                    if (!tma) knob_setenv("KN_CUDA_SELECT_TMA", "0", 1);
+                    CHECK_MSG(((kn_cuda_prefill_tma(sh, &w->c) >> 1) & 1) == tma,
+                              "[%s] select prefill: the TMA producer %s", label, tma ? "is off" : "stays on");
+                    CT_CU(cudaMemset(sel_d, 0x7f, sizeof(int32_t) * (size_t)nsel));
+                    rc = kn_cuda_msa_select(sh, &qs.qb, &w->c, qi_d, sel_d, sel_stride, ws, wsb,
+                                            KN_PATH_PREFILL, 0, &err);
+                    knob_unsetenv("KN_CUDA_SELECT_WGMMA");
+                    knob_unsetenv("KN_CUDA_SELECT_TMA");
+                    CHECK_MSG(rc == MM_OK, "[%s] select prefill (TMA %d): %s", label, tma, err.msg);
+                    by[tma] = ct_hmalloc(sizeof(int32_t) * (size_t)nsel);
+                    ct_download(by[tma], sel_d, sizeof(int32_t) * (size_t)nsel);
+                }
+                CHECK_MSG(!memcmp(by[0], by[1], sizeof(int32_t) * (size_t)nsel),
+                          "[%s] select prefill wgmma%d: the TMA and cp.async producers select differently",
+                          label, variant);
+                printf("  select prefill wgmma%d bf16: TMA and cp.async keys give the same selections\n",
+                       variant);
+                free(by[0]), free(by[1]);
+            }
         cudaFree(ws), cudaFree(sel_d);
     }
 
@@ -1242,7 +1269,7 @@ static void test_prefill_union(void)
      * the default; then each variant of the union kernel (KN_CUDA_UNION_KERNEL = KN_PF_UK_*: plain, overlap,
      * pingpong, pingpong + fast softmax, fast softmax, score-only pingpong + fast softmax, fast softmax +
      * value product in halves, in quarters) everywhere and at 50 %; and the old overlap knob */
-    enum { NV = 8, NR = 6 + 2 * NV + 23 };
+    enum { NV = 8, NR = 6 + 2 * NV + 26 };
     static const char *names[NR] = {"pairs only",
                                     "union everywhere",
                                     "union >= 50%",
@@ -1287,7 +1314,10 @@ static void test_prefill_union(void)
                                     "pairs only, wgmma pairs",
                                     "union >= 50%, rare, wgmma pairs",
                                     "union everywhere, rare, wgmma pairs",
-                                    "union >= 50%, rare, wgmma rare pairs only"};
+                                    "union >= 50%, rare, wgmma rare pairs only",
+                                    "union everywhere, fast, cp.async ring",
+                                    "union >= 50%, rare, cp.async ring",
+                                    "union >= 50%, rare, wgmma pairs, cp.async ring"};
     /* the rows before the hybrid ones pin KN_CUDA_UNION_RARE=0 (their route checks assume whole rows), except
      * "default"; KN_CUDA_PF_MERGE=1: the merge with one warp per (query, group) row, 0 (pairs only, the
      * hybrid one) the per-head merge; the lookahead consumer (8) must equal the fast one (4) bit for bit */
@@ -1315,22 +1345,25 @@ static void test_prefill_union(void)
         R_PW_PAIRS,
         R_PW_RARE,
         R_PW_RARE_ALL,
-        R_PW2
+        R_PW2,
+        R_CPA_ALL,
+        R_CPA_RARE,
+        R_CPA_PW
     };
     static const char *k_union[NR] = {"0", [R_PAIRS_ROWM] = "0", [R_PW_PAIRS] = "0"};
     static const char *k_min[NR] = {NULL, "0",  "50", "101", NULL, "0",  "50", "0",  "50", "0",  "50", "0",
                                     "50", "0",  "50", "0",   "50", "0",  "50", "0",  "50", "0",  "0",  "50",
                                     "50", NULL, "0",  "50",  "50", "50", "50", "50", "0",  "50", "50", "50",
-                                    "50", "50", "50", "50",  "50", NULL, "50", "0",  "50"};
+                                    "50", "50", "50", "50",  "50", NULL, "50", "0",  "50", "0",  "50", "50"};
     static const char *k_kern[NR] = {NULL, NULL, NULL, NULL, NULL, "0",  "0", "1", "1", "2",  "2",  "3",
                                      "3",  "4",  "4",  "5",  "5",  "6",  "6", "7", "7", NULL, NULL, "4",
                                      "4",  NULL, "8",  "8",  "8",  NULL, "4", "4", "8", "4",  "4",  "4",
-                                     "4",  "4",  "4",  "4",  "8",  NULL, "4", "4", "4"};
+                                     "4",  "4",  "4",  "4",  "8",  NULL, "4", "4", "4", "4",  "4",  "4"};
     static const char *k_ovl[NR] = {[R_KNOB] = "1"};
     static const char *k_rare[NR] = {"0", "0",  "0", "0", NULL, "0",  "0", "0", "0", "0", "0", "0",
                                      "0", "0",  "0", "0", "0",  "0",  "0", "0", "0", "0", "1", "1",
                                      "1", NULL, "0", "0", "1",  "0",  "1", "1", "0", "1", "1", "1",
-                                     "1", "1",  "1", "1", "1",  NULL, "1", "1", "1"};
+                                     "1", "1",  "1", "1", "1",  NULL, "1", "1", "1", "0", "1", "1"};
     static const char *k_merge[NR] = {[0] = "0", [R_RARE] = "0", [R_RARE_ROWM] = "1", [R_PAIRS_ROWM] = "1"};
     /* KN_CUDA_UNION_PLAN=0: the plan kernel's first version, same routes and union lists */
     static const char *k_plan[NR] = {[R_PLAN0] = "0", [R_PLAN0_RARE] = "0"};
@@ -1351,7 +1384,13 @@ static void test_prefill_union(void)
     /* =2: only the hybrid route's rare pairs in pair mode, the declined rows' pairs on k_pf_attn: each row
      * the union route took is then bitwise the =1 route's, each row it declined the mma.sync route's */
     static const char *k_pw[NR] = {
-        [R_PW_PAIRS] = "1", [R_PW_RARE] = "1", [R_PW_RARE_ALL] = "1", [R_PW2] = "2"};
+        [R_PW_PAIRS] = "1", [R_PW_RARE] = "1", [R_PW_RARE_ALL] = "1", [R_PW2] = "2", [R_CPA_PW] = "1"};
+    /* KN_CUDA_UNION_TMA=0: every block reaches the ring by cp.async; by default whole blocks come by TMA (the
+     * partial ones by cp.async, which zero-fills their rows past the last token): the same bits in every row
+     */
+    static const char *k_tma[NR] = {[R_CPA_ALL] = "0", [R_CPA_RARE] = "0", [R_CPA_PW] = "0"};
+    CHECK_MSG((kn_cuda_prefill_tma(&sh, &w.c) & 1),
+              "[prefill union] the default route has no TMA maps for the cache");
     /* every prefill knob, unset after each route */
     static const char *const pf_knobs[] = {KN_CUDA_PF_KNOBS(KN_CUDA_KNOB_NAME) NULL};
     uint16_t *got[NR];
@@ -1371,6 +1410,7 @@ static void test_prefill_union(void)
         if (k_cap[r]) knob_setenv("KN_CUDA_UNION_RARE_CAP", k_cap[r], 1);
         if (k_rpf[r]) knob_setenv("KN_CUDA_UNION_RPF", k_rpf[r], 1);
         if (k_pw[r]) knob_setenv("KN_CUDA_PF_WGMMA", k_pw[r], 1);
+        if (k_tma[r]) knob_setenv("KN_CUDA_UNION_TMA", k_tma[r], 1);
         CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
         CT_CU(cudaMemset(ws, 0x5a, wsb)); /* stale flags must not matter */
         struct mm_err err = {0};
@@ -1393,7 +1433,7 @@ static void test_prefill_union(void)
     int64_t wrong = 0, wrong_declined = 0, rows_differ = 0, wrong_v[NV] = {0}, wrong_knob = 0;
     int64_t hybrid_rows = 0, rare_all_rows = 0, wrong_rowm = 0, wrong_pairs_rowm = 0, wrong_la = 0,
             wrong_plan = 0, wrong_dyn = 0, wrong_knobs = 0, cap100_rows = 0, pw_rows = 0, wrong_pw2 = 0,
-            pw2_w = 0, pw2_m = 0;
+            pw2_w = 0, pw2_m = 0, wrong_tma = 0;
     for (int32_t i = 0; i < n; i++)
         for (int32_t g = 0; g < G; g++) {
             const size_t at = ((size_t)i * H + (size_t)g * (H / G)) * D,
@@ -1432,6 +1472,9 @@ static void test_prefill_union(void)
                            (memcmp(got[R_RPF] + at, got[R_RARE] + at, len_b) != 0) +
                            (memcmp(got[R_RPF_LA] + at, got[R_LA_RARE] + at, len_b) != 0);
             cap100_rows += memcmp(got[R_CAP100] + at, got[R_RARE] + at, len_b) != 0;
+            wrong_tma += (memcmp(got[R_CPA_ALL] + at, got[13] + at, len_b) != 0) +
+                         (memcmp(got[R_CPA_RARE] + at, got[R_RARE] + at, len_b) != 0) +
+                         (memcmp(got[R_CPA_PW] + at, got[R_PW_RARE] + at, len_b) != 0);
             pw_rows += memcmp(got[R_PW_PAIRS] + at, got[0] + at, len_b) != 0;
             {
                 /* a hybrid row (rare pairs by wgmma) is the all-wgmma route's, a declined row the mma.sync
@@ -1450,6 +1493,9 @@ static void test_prefill_union(void)
               (long long)wrong_pw2, (long long)pw2_w, (long long)pw2_m);
     printf("  wgmma rare pairs only: %lld rows as the all-wgmma route, %lld as the mma.sync route\n",
            (long long)pw2_w, (long long)pw2_m);
+    CHECK_MSG(wrong_tma == 0,
+              "[prefill union] the TMA and cp.async producers give other outputs in %lld rows",
+              (long long)wrong_tma);
     CHECK_MSG(wrong_knobs == 0,
               "[prefill union] a hybrid decision knob (cost 2 / 4, cap 0) or the rare prefetch gives other "
               "outputs in %lld rows",
