@@ -2225,6 +2225,43 @@ static void bench_layer(void)
 }
 
 /* ---------------------------------------------------------------------------------------------------- */
+/* dense prefill attention (the dense layers): the union kernel's dense mode against the mma.sync flash    */
+
+static void bench_dense(void)
+{
+    printf("== dense prefill attention: union kernel (dense mode, default) vs mma.sync flash\n");
+    static const int64_t Ls[] = {65536, 131072, 262144};
+    static const char *const knob[2] = {"1", "0"}, *const name[2] = {"union kernel", "mma.sync flash"};
+    for (int li = 0; li < 3; li++) {
+        const int64_t L = g_quick ? Ls[li] / 16 : Ls[li];
+        struct pf_arg a;
+        pf_setup(&a, L, 16384);
+        a.what = 1;
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "dense prefill L %lldK", (long long)(L / 1024));
+        const double dflops = 4.0 * M3.n_heads * M3.head_dim * ((double)L * (L + 1) / 2);
+        double ms[2][2];
+        for (int round = 0; round < 2; round++) /* interleaved, so a drift hits both */
+            for (int k = 0; k < 2; k++) {
+                knob_setenv("KN_CUDA_DENSE_WGMMA", knob[k], 1);
+                ms[k][round] = time_ms(run_pf, &a, 1, g_quick ? 1 : 2);
+            }
+        knob_unsetenv("KN_CUDA_DENSE_WGMMA");
+        for (int k = 0; k < 2; k++) {
+            const double best = ms[k][0] < ms[k][1] ? ms[k][0] : ms[k][1];
+            char m[96];
+            snprintf(m, sizeof m, "%s: time", name[k]);
+            emit("dense prefill", cfg, m, best, "ms");
+            snprintf(m, sizeof m, "%s: rate", name[k]);
+            emit("dense prefill", cfg, m, dflops / (best * 1e-3) / 1e12, "TFLOP/s");
+        }
+        emit("dense prefill", cfg, "union kernel vs mma.sync",
+             (ms[1][0] < ms[1][1] ? ms[1][0] : ms[1][1]) / (ms[0][0] < ms[0][1] ? ms[0][0] : ms[0][1]), "x");
+        pf_free(&a);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------- */
 /* how often an FP8 index cache changes the selection                                                     */
 
 static void bench_fp8_agree(void)
@@ -3196,7 +3233,7 @@ int main(int argc, char **argv)
             fprintf(stderr,
                     "usage: kn_bench [--quick] [--out FILE.tsv] [--prof-raw FILE.tsv] [--only "
                     "ceil,index,topk,decode,prefill,layer,layerdec,layerprof,fp8agree,skinny,fp8w,fp8pf,"
-                    "select8,experts]\n");
+                    "select8,experts,dense]\n");
             return 2;
         }
     }
@@ -3231,6 +3268,7 @@ int main(int argc, char **argv)
     if (want(only, "decode")) bench_decode();
     if (want(only, "prefill")) bench_prefill();
     if (want(only, "layer") || want(only, "pflayer")) bench_layer(); /* pflayer: without the decode layer */
+    if (want(only, "dense")) bench_dense();
     if (want(only, "fp8agree")) bench_fp8_agree();
     if (want(only, "select8")) bench_select_fp8();
     if (want(only, "skinny")) bench_skinny();

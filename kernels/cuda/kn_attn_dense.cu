@@ -2,9 +2,12 @@
  * MSA benchmarks compare against): query-major flash attention over the paged cache. CTA = 8 consecutive
  * queries of one sequence x one KV group; each warp holds one query's 16 heads, and every 128-token page
  * (K and V through a 2-stage cp.async ring) serves all 8. Shapes: head_dim 128, block 128, n_heads/n_kv
- * <= 16. */
+ * <= 16. Where the union kernel runs (sm_90a, 16 heads per group), kn_attn_dense_prefill hands the batch to
+ * its dense mode instead (kn_msa_prefill_union.cu; KN_CUDA_DENSE_WGMMA=0 keeps this kernel): wgmma with a
+ * TMA ring, 1.8-1.9x this kernel on an H200 (bench/cuda/README.md, "Twenty-fourth session"). */
 #include "kn_attn_warp.cuh"
 #include "kn_msa_kernels.cuh"
+#include "kn_msa_prefill_union.cuh"
 
 #define DN_WARPS 8
 #define DN_THREADS (DN_WARPS * 32)
@@ -107,6 +110,8 @@ int32_t kn_attn_dense_prefill(const struct kn_cuda_msa_shape *sh, const struct k
     if (qb->n_tiles == 0) return MM_OK;
     if (!qb->tiles)
         return mm_err_set(err, MM_INVALID, "kn_cuda attention (dense prefill): the batch has no tiles");
+    if (kn_cuda_knob("KN_CUDA_DENSE_WGMMA", KN_DENSE_WGMMA) && kn_pf_union_dense_supported(sh, qb))
+        return kn_pf_union_dense_launch(sh, qb, c, q, out, stream, err);
     dn_args a;
     a.q = (const uint16_t *)q;
     a.tiles = qb->tiles;

@@ -38,7 +38,9 @@
  * epilogue merges their partials (pu_merge_rare). Also measured, off by default: a lookahead consumer (the
  * next block's score product issued behind the value product: slower) and a dynamic item order (items from a
  * global counter: level); see docs/progress/cuda-pf.md. Shapes: head_dim 128, block 128, 16 heads per group,
- * ks <= 32. */
+ * ks <= 32. Dense mode (DN, kn_pf_union_dense_launch): the dense layers' prefill on the same kernel, every
+ * block up to an item's last query being its union, made on the fly without a plan (505-539 TFLOP/s at
+ * 64K-256K on an H200 against 280 for the mma.sync flash kernel). */
 #include "kn_msa_kernels.cuh"
 #include "kn_msa_prefill_union.cuh"
 #include "kn_tma.cuh"
@@ -343,12 +345,44 @@ __device__ __forceinline__ void pu_load_q_ri(const pu_args &a, int32_t item, int
     mb_arrive_cp_async(bar);
 }
 
+/* Dense mode (DN = 1, kn_pf_union_dense_launch: the dense layers' prefill): an item's union is every block
+ * up to its last query's, in order, so no plan runs; the header is made from the tiles where it is needed.
+ * Blocks a query does not see yet (past its own) have its mask bit clear, and its own block the token-level
+ * causal mask, as in the union route. Warpgroup w's last block is its last query's (0: none). */
+__device__ __forceinline__ int4 pu_dense_header(const pu_args &a, int32_t item)
+{
+    constexpr int32_t per_tile = KN_CUDA_QTILE / PU_Q;
+    const int32_t oct = item % a.n_oct, t = oct / per_tile, j = oct % per_tile;
+    const int32_t i0 = a.tiles[2 * t] + PU_Q * j, rem = a.tiles[2 * t + 1] - PU_Q * j;
+    if (rem <= 0) return make_int4(0, 0, -1, 0);
+    const int32_t cnt = rem < PU_Q ? rem : PU_Q;
+    const int32_t b0 = (int32_t)(a.pos[i0 + (cnt < 4 ? cnt : 4) - 1] / PU_BLK) + 1,
+                  b1 = cnt > 4 ? (int32_t)(a.pos[i0 + cnt - 1] / PU_BLK) + 1 : 0;
+    return make_int4(i0, cnt, b0 > b1 ? b0 : b1, b0 | (b1 << 16));
+}
+
+/* Dense mode: union entry u of item header h (block u, its page, the queries that see it | rows written <<
+ * 8), as the plan writes them for the union route. p0: the item's first query's position (it and every later
+ * query see every block up to its own). */
+__device__ __forceinline__ int4 pu_dense_entry(const pu_args &a, const int4 &h, int32_t u, int64_t p0,
+                                               const int32_t *btr, int64_t last)
+{
+    const int32_t page = btr[u];
+    uint32_t mask = (1u << h.y) - 1u;
+    if ((int64_t)u * PU_BLK > p0)
+        for (int q = 0; q < h.y; q++)
+            if (a.pos[h.x + q] < (int64_t)u * PU_BLK) mask &= ~(1u << q);
+    int64_t valid = last - (int64_t)u * PU_BLK + 1;
+    valid = page < 0 ? 0 : valid < PU_BLK ? valid : PU_BLK;
+    return make_int4(u, page < 0 ? 0 : page, (int32_t)(mask | ((uint32_t)valid << 8)), 0);
+}
+
 /* The next item this CTA works on (its header in h; false: none left). Static order (DYN = 0): items
  * blockIdx.x, + gridDim.x, ... (item starts at blockIdx.x - gridDim.x); dynamic (DYN = 1, producer warpgroup
  * only): thread 0 takes the next item from a global counter and shares it on a named barrier, so a CTA that
  * got short items takes more (a static order ends when the CTA with the most work does). Items the plan
  * declined are skipped. */
-template <int DYN, int RI = 0>
+template <int DYN, int RI = 0, int DN = 0>
 __device__ __forceinline__ bool pu_fetch(const pu_args &a, uint32_t s0, int pt, int32_t &item, int4 &h)
 {
     for (;;) {
@@ -364,7 +398,7 @@ __device__ __forceinline__ bool pu_fetch(const pu_args &a, uint32_t s0, int pt, 
             item += gridDim.x;
         }
         if (item >= pu_n_items<RI>(a)) return false;
-        h = a.hdr[item];
+        h = DN ? pu_dense_header(a, item) : a.hdr[item];
         if (h.z >= 0) return true;
     }
 }
@@ -377,7 +411,7 @@ __device__ __forceinline__ bool pu_fetch(const pu_args &a, uint32_t s0, int pt, 
  * a block without rows past the last token is thread 0's four boxes instead (the stage's "full" barrier
  * then counts its expect_tx and the other 127 threads' plain arrivals, as it counts 128 cp.async arrivals
  * otherwise); partial blocks keep the zero-filling copies. */
-template <int DYN, int RI = 0, int TMA = 0>
+template <int DYN, int RI = 0, int TMA = 0, int DN = 0>
 __device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, uint32_t s0, uint32_t q_s,
                                            uint32_t kv_s, int pt)
 {
@@ -388,8 +422,12 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, u
     uint32_t ph = 0;
     int32_t blocks = 0, items = 0, item = DYN ? -1 : (int32_t)blockIdx.x - (int32_t)gridDim.x;
     int4 h;
-    while (pu_fetch<DYN, RI>(a, s0, pt, item, h)) {
+    while (pu_fetch<DYN, RI, DN>(a, s0, pt, item, h)) {
         const int32_t g = RI ? 0 : item / a.n_oct, nu = h.z, pre = nu < 2 ? nu : 2;
+        /* dense mode: the sequence's block table row, its last written position, the first query's */
+        const int32_t dseq = DN ? a.qseq[h.x] : 0;
+        const int32_t *dbtr = DN ? a.bt + (int64_t)dseq * a.bt_stride : nullptr;
+        const int64_t dlast = DN ? a.seq_last[dseq] : 0, dp0 = DN ? a.pos[h.x] : 0;
         if (!DYN && !RI && a.q_prefetch && item + (int32_t)gridDim.x < a.n_items) {
             /* the next item's Q (loaded only once the consumers release this one's) into L2 now: thread pt,
              * 2 of the 32 lines of query pt / 16 (its 16 heads are 4 contiguous KB) */
@@ -429,7 +467,7 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, u
             }
             if (u == nu) break;
             if (blocks >= PU_STAGES) mb_wait(s0 + PU_BAR_EMPTY + 8 * s, ph ^ 1u); /* its last use is done */
-            const int4 e = ua[u];
+            const int4 e = DN ? pu_dense_entry(a, h, u, dp0, dbtr, dlast) : ua[u];
             const int valid = (e.z >> 8) & 0xFF;
             if (TMA && valid == PU_BLK) {
                 /* a whole block: thread 0 writes the stage's words (published by its arrive) and issues the
@@ -440,6 +478,7 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, u
                                  "r"(e.z)
                                  : "memory");
                     kn_mb_arrive_expect_tx(full, PU_STAGE_BYTES);
+                    if (DN) mb_arrive(full); /* the count is 129 in dense mode, see below */
                     const uint32_t st = kv_s + (uint32_t)s * PU_STAGE_BYTES;
                     const int32_t col = (RI ? e.w : g) * 128, row = e.y * PU_BLK;
 #pragma unroll
@@ -456,8 +495,15 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, u
                 continue;
             }
             if (pt == 0) {
-                kn_cp_async4(s0 + PU_META + 8 * s, &ua[u].x);
-                kn_cp_async4(s0 + PU_META + 8 * s + 4, &ua[u].z);
+                if (DN) { /* the words from registers, published by one more (plain, releasing) arrival */
+                    asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(s0 + PU_META + 8 * s), "r"(e.x),
+                                 "r"(e.z)
+                                 : "memory");
+                    mb_arrive(s0 + PU_BAR_FULL + 8 * s);
+                } else {
+                    kn_cp_async4(s0 + PU_META + 8 * s, &ua[u].x);
+                    kn_cp_async4(s0 + PU_META + 8 * s + 4, &ua[u].z);
+                }
             }
             /* pair mode: each entry has its own group */
             const int64_t page_off = (int64_t)e.y * PU_BLK * a.n_kv * 256 +
@@ -492,7 +538,7 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, u
 /* Consumer side of the item order: the next item and its header (false: none left). Static: the next item of
  * this CTA's sequence the plan took (the caller then waits for its Q); DYN: waits for the warpgroup's Q
  * (its qfull phase also publishes the item's words) and reads the item from shared memory. */
-template <int DYN, int RI = 0>
+template <int DYN, int RI = 0, int DN = 0>
 __device__ __forceinline__ bool pu_item_next(const pu_args &a, uint32_t s0, int wg, int32_t items,
                                              int32_t &item, int4 &h)
 {
@@ -508,7 +554,7 @@ __device__ __forceinline__ bool pu_item_next(const pu_args &a, uint32_t s0, int 
     } else {
         const int32_t n_items = pu_n_items<RI>(a);
         for (item += gridDim.x; item < n_items; item += gridDim.x) {
-            h = a.hdr[item];
+            h = DN ? pu_dense_header(a, item) : a.hdr[item];
             if (h.z >= 0) return true;
         }
         return false;
@@ -751,7 +797,7 @@ __device__ __forceinline__ void pu_store_query(const pu_args &a, float (&o)[64],
  * one warpgroup uses are not ordered (both know which blocks those are from the stage's query mask, so they
  * agree on every turn). Warpgroup 1 passes one turn first, warpgroup 0 takes it back at the end. PP = 2:
  * only the score products take turns (S(wg 0), S(wg 1), S(wg 0), ...); the value products are not ordered. */
-template <int OVERLAP, int PP, int FAST, int DYN, int RI = 0>
+template <int OVERLAP, int PP, int FAST, int DYN, int RI = 0, int DN = 0>
 __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32_t q_s, uint32_t kv_s,
                                            int warp, int lane)
 {
@@ -764,7 +810,7 @@ __device__ __forceinline__ void pu_consume(const pu_args &a, uint32_t s0, uint32
     uint32_t ph = 0;
     int32_t items = 0, item = DYN ? 0 : (int32_t)blockIdx.x - (int32_t)gridDim.x;
     int4 h;
-    while (pu_item_next<DYN, RI>(a, s0, wg, items, item, h)) {
+    while (pu_item_next<DYN, RI, DN>(a, s0, wg, items, item, h)) {
         /* pair mode: this warp's pair (query * 32 + slot) and its warpgroup's group */
         const int32_t ri_e = RI ? a.ri_q[(int64_t)item * PU_Q + qi] : 0;
         const int32_t g = RI ? (h.x >> (16 * wg)) & 0xFFFF : item / a.n_oct, i0 = h.x, nu = h.z;
@@ -1090,7 +1136,7 @@ __device__ __forceinline__ void pu_consume_la(const pu_args &a, uint32_t s0, uin
     }
 }
 
-template <int OVERLAP, int PP, int FAST, int LA = 0, int DYN = 0, int RI = 0, int TMA = 0>
+template <int OVERLAP, int PP, int FAST, int LA = 0, int DYN = 0, int RI = 0, int TMA = 0, int DN = 0>
 __global__ void __launch_bounds__(PU_THREADS, 1)
     k_pf_union(const pu_args a, const __grid_constant__ pu_maps m)
 {
@@ -1105,8 +1151,10 @@ __global__ void __launch_bounds__(PU_THREADS, 1)
     wg_fence_proxy_async();
     if (tid == 0) {
         for (int s = 0; s < PU_STAGES; s++) {
-            mb_init(s0 + PU_BAR_FULL + 8 * s, 128); /* every producer thread, through cp.async */
-            mb_init(s0 + PU_BAR_EMPTY + 8 * s, 8);  /* one arrival per consumer warp */
+            /* every producer thread, through cp.async (or plain arrivals beside thread 0's expect_tx); DN:
+             * thread 0 once more, after it wrote the stage's words from registers */
+            mb_init(s0 + PU_BAR_FULL + 8 * s, 128 + DN);
+            mb_init(s0 + PU_BAR_EMPTY + 8 * s, 8); /* one arrival per consumer warp */
         }
         for (int w = 0; w < 2; w++) {
             /* every producer thread, through cp.async; DYN: thread 0 once more, for the item words */
@@ -1116,14 +1164,14 @@ __global__ void __launch_bounds__(PU_THREADS, 1)
     }
     __syncthreads();
     if (warp >= PU_PRODUCER) {
-        pu_setmaxnreg_dec<48>();
-        pu_produce<DYN, RI, TMA>(a, m, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
+        pu_setmaxnreg_dec<DN ? 56 : 48>(); /* DN: makes the entries; 168 - 56 frees what 224 takes */
+        pu_produce<DYN, RI, TMA, DN>(a, m, s0, q_s, kv_s, tid - 32 * PU_PRODUCER);
     } else {
         pu_setmaxnreg_inc<224>();
         if (LA)
             pu_consume_la<DYN>(a, s0, q_s, kv_s, warp, lane);
         else
-            pu_consume<OVERLAP, PP, FAST, DYN, RI>(a, s0, q_s, kv_s, warp, lane);
+            pu_consume<OVERLAP, PP, FAST, DYN, RI, DN>(a, s0, q_s, kv_s, warp, lane);
     }
 }
 
@@ -1302,6 +1350,33 @@ int32_t kn_pf_union_launch(const struct kn_cuda_msa_shape *sh, const struct kn_c
     const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;
     kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a, m);
     KN_LAUNCHED("kn_cuda attention (prefill union)");
+    return MM_OK;
+}
+
+int kn_pf_union_dense_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb)
+{
+    /* the header's 16-bit last-block fields bound the context: 65535 blocks (8M tokens at 128) */
+    return kn_pf_union_supported(sh, qb, 1) && qb->max_blocks < 65535;
+}
+
+int32_t kn_pf_union_dense_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                 const struct kn_cuda_cache *c, const void *q, void *out, cudaStream_t stream,
+                                 struct mm_err *err)
+{
+    pu_args a = pu_args_base(sh, qb, c, q, 1);
+    a.tiles = qb->tiles;
+    a.qseq = qb->qseq;
+    a.n_oct = qb->n_tiles * (KN_CUDA_QTILE / PU_Q);
+    a.n_items = pu_items(sh, qb);
+    a.out = (uint16_t *)out;
+    pu_maps m;
+    void (*kern)(pu_args, pu_maps) =
+        pu_maps_make(sh, c, &m) ? k_pf_union<0, 0, 1, 0, 0, 0, 1, 1> : k_pf_union<0, 0, 1, 0, 0, 0, 0, 1>;
+    KN_CU(kn_smem_attr((const void *)kern, PU_SMEM),
+          "kn_cuda attention (dense prefill, wgmma): shared memory");
+    const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;
+    kern<<<(unsigned)grid, PU_THREADS, PU_SMEM, stream>>>(a, m);
+    KN_LAUNCHED("kn_cuda attention (dense prefill, wgmma)");
     return MM_OK;
 }
 

@@ -77,6 +77,15 @@ struct kn_pf_union_rare {
  * structured given-selection bench +2 to +8 %, random level (bench/cuda/README.md "Twenty-fourth session").
  */
 #define KN_PF_UNION_TMA 1
+/* Dense causal attention (the dense layers' prefill) on the union kernel: each 8-query item attends to every
+ * block up to its last query's (the union route with every block chosen), by the fast consumer and the TMA
+ * ring; no plan, no workspace. Shapes as kn_pf_union_supported, contexts under 65535 blocks. Default of
+ * KN_CUDA_DENSE_WGMMA (0: the mma.sync flash kernel of kn_attn_dense.cu). */
+#define KN_DENSE_WGMMA 1
+int kn_pf_union_dense_supported(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb);
+int32_t kn_pf_union_dense_launch(const struct kn_cuda_msa_shape *sh, const struct kn_cuda_qbatch *qb,
+                                 const struct kn_cuda_cache *c, const void *q, void *out, cudaStream_t stream,
+                                 struct mm_err *err);
 /* phases of kn_pf_union_launch */
 #define KN_PF_UNION_PLAN 1
 #define KN_PF_UNION_ATTEND 2
