@@ -1370,8 +1370,15 @@ int32_t kn_pf_union_dense_launch(const struct kn_cuda_msa_shape *sh, const struc
     a.n_items = pu_items(sh, qb);
     a.out = (uint16_t *)out;
     pu_maps m;
-    void (*kern)(pu_args, pu_maps) =
-        pu_maps_make(sh, c, &m) ? k_pf_union<0, 0, 1, 0, 0, 0, 1, 1> : k_pf_union<0, 0, 1, 0, 0, 0, 0, 1>;
+    /* the consumer (KN_CUDA_DENSE_KERNEL, KN_PF_UK_*: fast, overlap, pingpong fast, score pingpong fast,
+     * split), measured in dense mode where every warp uses every block but its queries' last; TMA only */
+    const int v = kn_cuda_knob_int("KN_CUDA_DENSE_KERNEL", KN_PF_UK_FAST);
+    void (*kern)(pu_args, pu_maps) = !pu_maps_make(sh, c, &m) ? k_pf_union<0, 0, 1, 0, 0, 0, 0, 1>
+                                     : v == KN_PF_UK_OVERLAP  ? k_pf_union<1, 0, 0, 0, 0, 0, 1, 1>
+                                     : v == KN_PF_UK_PP_FAST  ? k_pf_union<0, 1, 1, 0, 0, 0, 1, 1>
+                                     : v == KN_PF_UK_PPS_FAST ? k_pf_union<0, 2, 1, 0, 0, 0, 1, 1>
+                                     : v == KN_PF_UK_SPLIT    ? k_pf_union<0, 0, 2, 0, 0, 0, 1, 1>
+                                                              : k_pf_union<0, 0, 1, 0, 0, 0, 1, 1>;
     KN_CU(kn_smem_attr((const void *)kern, PU_SMEM),
           "kn_cuda attention (dense prefill, wgmma): shared memory");
     const int32_t grid = kn_cuda_sm_count() < a.n_items ? kn_cuda_sm_count() : a.n_items;

@@ -1547,27 +1547,37 @@ static void test_prefill_union(void)
            (long long)taken, (long long)G * n, (long long)wrong, (long long)rows_differ);
 
     /* dense prefill on the same chunked batch: the union kernel's dense mode (the default, whole blocks by
-     * TMA and partial ones by cp.async) and the mma.sync flash kernel (KN_CUDA_DENSE_WGMMA=0), each against
-     * the generic kernel (exact f32 softmax; itself checked against the CPU above), and not bitwise each
-     * other (else the first did not run) */
+     * TMA and partial ones by cp.async; then its other consumers, KN_CUDA_DENSE_KERNEL) and the mma.sync
+     * flash kernel (KN_CUDA_DENSE_WGMMA=0), each against the generic kernel (exact f32 softmax; itself
+     * checked against the CPU above), and the first not bitwise the last (else it did not run) */
     {
-        uint16_t *dn[3];
-        float *dnf[3];
-        static const char *const dn_name[3] = {"generic", "union kernel, dense mode", "mma.sync flash"};
-        for (int k = 0; k < 3; k++) {
-            if (k == 2) knob_setenv("KN_CUDA_DENSE_WGMMA", "0", 1);
+        enum { ND = 7 };
+        uint16_t *dn[ND];
+        float *dnf[ND];
+        static const char *const dn_name[ND] = {"generic",
+                                                "union kernel, dense mode",
+                                                "dense mode, overlap",
+                                                "dense mode, pingpong fast",
+                                                "dense mode, S pingpong fast",
+                                                "dense mode, split",
+                                                "mma.sync flash"};
+        static const char *const dn_kern[ND] = {NULL, NULL, "1", "3", "5", "6", NULL};
+        for (int k = 0; k < ND; k++) {
+            if (k == ND - 1) knob_setenv("KN_CUDA_DENSE_WGMMA", "0", 1);
+            if (dn_kern[k]) knob_setenv("KN_CUDA_DENSE_KERNEL", dn_kern[k], 1);
             CT_CU(cudaMemset(o_d, 0xff, sizeof(uint16_t) * (size_t)nout));
             struct mm_err err = {0};
             const int32_t rc = kn_cuda_dense_attention(&sh, &qs.qb, &w.c, q_d, o_d, NULL, 0,
                                                        k ? KN_PATH_PREFILL : KN_PATH_GENERIC, 0, &err);
             knob_unsetenv("KN_CUDA_DENSE_WGMMA");
+            knob_unsetenv("KN_CUDA_DENSE_KERNEL");
             CHECK_MSG(rc == MM_OK, "[prefill union] dense %s: %s", dn_name[k], err.msg);
             dn[k] = ct_hmalloc(sizeof(uint16_t) * (size_t)nout);
             dnf[k] = ct_hmalloc(sizeof(float) * (size_t)nout);
             ct_download(dn[k], o_d, sizeof(uint16_t) * (size_t)nout);
             ct_from_bf16(dn[k], dnf[k], nout);
         }
-        for (int k = 1; k < 3; k++) {
+        for (int k = 1; k < ND; k++) {
             double mx = 0, rel = ct_rel_err(dnf[k], dnf[0], nout, &mx);
             CHECK_MSG(rel <= 1e-2 && mx <= 0.08, "[prefill union] dense %s: rel err %.3g, max abs %.3g",
                       dn_name[k], rel, mx);
@@ -1575,10 +1585,10 @@ static void test_prefill_union(void)
                    dn_name[k], rel, mx);
         }
         CHECK_MSG(
-            memcmp(dn[1], dn[2], sizeof(uint16_t) * (size_t)nout) != 0,
+            memcmp(dn[1], dn[ND - 1], sizeof(uint16_t) * (size_t)nout) != 0,
             "[prefill union] dense: the union kernel's output is the mma.sync kernel's bit for bit: did it "
             "run?");
-        for (int k = 0; k < 3; k++) free(dn[k]), free(dnf[k]);
+        for (int k = 0; k < ND; k++) free(dn[k]), free(dnf[k]);
     }
     for (int r = 0; r < NR; r++) free(got[r]);
     free(gotf), free(route), free(sel), free(q), free(ref), free(qb16), free(qseq), free(pos);
