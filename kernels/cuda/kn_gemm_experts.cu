@@ -492,8 +492,7 @@ __global__ void __launch_bounds__(GE_THREADS, 1) k_gemm_experts(const __grid_con
             mb_init(s0 + GE_BAR_FULL + 8 * s, TMA ? 1 + 32 * F8 : 128);
             mb_init(s0 + GE_BAR_EMPTY + 8 * s, 8); /* one arrival per consumer warp */
         }
-        /* the barriers' initialization visible to the copy engine (the async proxy) */
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mb_init_fence(); /* the TMA copies complete on them */
     }
     /* prefix[e] = tiles of the experts before e (warp 0: each lane sums a run of experts, then a scan) */
     if (warp == 0) {

@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) k_gemv_fp8_bulk(const gb_arg
     if (threadIdx.x == 0) {
         for (int d = 0; d < depth; d++)
             mb_init(kn_smem_addr(&full[d]), 1), mb_init(kn_smem_addr(&empty[d]), GS_WARPS);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mb_init_fence();
     }
     if (warp == 0) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
     __syncthreads();

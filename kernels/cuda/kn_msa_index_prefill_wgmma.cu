@@ -513,6 +513,7 @@ __global__ void __launch_bounds__(pw_threads<SL, MODE>(), 1)
             mb_init(s0 + PW_BAR_FULL + 8 * s, FP8 ? 32 * PW_PROD8 : MODE == PW_BF16 && a.tma ? 1 : 32);
             mb_init(s0 + PW_BAR_EMPTY + 8 * s, 4 * (4 / SL)); /* one arrival per consumer warp */
         }
+        mb_init_fence(); /* the TMA producer's copies complete on them */
     }
     __syncthreads();
     if (warp >= 4 * (4 / SL)) {

@@ -377,6 +377,13 @@ __device__ __forceinline__ int4 pu_dense_entry(const pu_args &a, const int4 &h, 
     return make_int4(u, page < 0 ? 0 : page, (int32_t)(mask | ((uint32_t)valid << 8)), 0);
 }
 
+/* Thread 0 of the producer: a stage's two words (block id; query mask | rows written << 8) from the entry in
+ * its registers, published by the releasing arrival that follows */
+__device__ __forceinline__ void pu_put_words(uint32_t addr, const int4 &e)
+{
+    asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(addr), "r"(e.x), "r"(e.z) : "memory");
+}
+
 /* The next item this CTA works on (its header in h; false: none left). Static order (DYN = 0): items
  * blockIdx.x, + gridDim.x, ... (item starts at blockIdx.x - gridDim.x); dynamic (DYN = 1, producer warpgroup
  * only): thread 0 takes the next item from a global counter and shares it on a named barrier, so a CTA that
@@ -474,9 +481,7 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, u
                  * four boxes (K, V x two slabs); the other threads' plain arrivals make up the count */
                 const uint32_t full = s0 + PU_BAR_FULL + 8 * s;
                 if (pt == 0) {
-                    asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(s0 + PU_META + 8 * s), "r"(e.x),
-                                 "r"(e.z)
-                                 : "memory");
+                    pu_put_words(s0 + PU_META + 8 * s, e);
                     kn_mb_arrive_expect_tx(full, PU_STAGE_BYTES);
                     if (DN) mb_arrive(full); /* the count is 129 in dense mode, see below */
                     const uint32_t st = kv_s + (uint32_t)s * PU_STAGE_BYTES;
@@ -496,9 +501,7 @@ __device__ __forceinline__ void pu_produce(const pu_args &a, const pu_maps &m, u
             }
             if (pt == 0) {
                 if (DN) { /* the words from registers, published by one more (plain, releasing) arrival */
-                    asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(s0 + PU_META + 8 * s), "r"(e.x),
-                                 "r"(e.z)
-                                 : "memory");
+                    pu_put_words(s0 + PU_META + 8 * s, e);
                     mb_arrive(s0 + PU_BAR_FULL + 8 * s);
                 } else {
                     kn_cp_async4(s0 + PU_META + 8 * s, &ua[u].x);
@@ -1161,6 +1164,7 @@ __global__ void __launch_bounds__(PU_THREADS, 1)
             mb_init(s0 + PU_BAR_QFULL + 8 * w, 128 + DYN);
             mb_init(s0 + PU_BAR_QEMPTY + 8 * w, 4); /* the warpgroup's warps */
         }
+        mb_init_fence(); /* the TMA producer's copies complete on them */
     }
     __syncthreads();
     if (warp >= PU_PRODUCER) {

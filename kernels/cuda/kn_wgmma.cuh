@@ -132,6 +132,13 @@ __device__ __forceinline__ void mb_init(uint32_t bar, uint32_t count)
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 
+/* After a thread's mb_init calls, before the barriers are shared: makes their initialization visible to
+ * the async proxy (TMA and bulk copies complete on them) and to the cluster. */
+__device__ __forceinline__ void mb_init_fence(void)
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void mb_arrive(uint32_t bar)
 {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
