@@ -563,6 +563,20 @@ static void env_set(const char *const *clear, size_t n, const char *env)
     for (const char *k = env; knob_next(&k, name, val);) knob_setenv(name, val, 1);
 }
 
+/* Whether `name` is one of the '|'-separated names of environment variable `var` (every name when unset or
+ * empty): the benchmarks' filters, so that a short device run can time a few variants */
+static int name_listed(const char *var, const char *name)
+{
+    const char *f = getenv(var);
+    if (!f || !f[0]) return 1;
+    const size_t n = strlen(name);
+    for (const char *p = f; p; p = strchr(p, '|')) {
+        if (*p == '|') p++;
+        if (!strncmp(p, name, n) && (p[n] == '|' || p[n] == 0)) return 1;
+    }
+    return 0;
+}
+
 /* Set (env) or clear (NULL) the knobs a variant may set. */
 static void idx_set_env(const char *env)
 {
@@ -742,6 +756,7 @@ static void bench_index(int do_topk)
             for (int rd = 0; rd < rounds; rd++)
                 for (int v = 0; v < nv; v++) {
                     const struct idx_variant *iv = &g_idx_variants[v];
+                    if (!name_listed("KN_BENCH_IDX_VARIANTS", iv->name)) continue;
                     a.cache = iv->fp8 ? c8 : cb;
                     a.v0 = iv->v0;
                     a.append = iv->append;
@@ -1461,14 +1476,7 @@ static const struct layer_route g_routes[] = {
  * device run can repeat a few of them in several processes */
 static int route_on(const struct layer_route *r)
 {
-    const char *f = getenv("KN_BENCH_DEC_ROUTES");
-    if (!f || !f[0]) return 1;
-    const size_t n = strlen(r->name);
-    for (const char *p = f; p; p = strchr(p, '|')) {
-        if (*p == '|') p++;
-        if (!strncmp(p, r->name, n) && (p[n] == '|' || p[n] == 0)) return 1;
-    }
-    return 0;
+    return name_listed("KN_BENCH_DEC_ROUTES", r->name);
 }
 
 static void set_route(const struct layer_route *r)
@@ -2739,6 +2747,9 @@ static void bench_fp8w(void)
     static const int64_t shapes[][2] = {{8192, 6144}, {512, 6144},  {6144, 8192},
                                         {2048, 6144}, {6144, 2048}, {3072, 6144}};
     static const int64_t ns[] = {1, 2, 4, 8, 16};
+    /* KN_BENCH_FP8W_NMAX: only the activation row counts up to this (a short run) */
+    const char *nmax_s = getenv("KN_BENCH_FP8W_NMAX");
+    const int64_t nmax = nmax_s && atoi(nmax_s) > 0 ? atoi(nmax_s) : 16;
     struct fp8w_arg a;
     memset(&a, 0, sizeof a);
     KC(kn_cuda_blas_create(&a.bl, 0, &g_err));
@@ -2765,6 +2776,7 @@ static void bench_fp8w(void)
             for (int ri = 0; ri < 6; ri++) {
                 const int r = routes[ri];
                 a.rows = shapes[si][0], a.cols = shapes[si][1], a.n = ns[ni], a.route = r;
+                if (a.n > nmax) continue;
                 if (r == 0 && a.n > 2) continue;
                 if (r == 1 && (a.n < 3 || !kn_cuda_gemm_small_ok(a.n, a.cols, a.cols))) continue;
                 if (r == 4 && a.n <= 2) continue; /* the fallback serves more rows than the stream takes */

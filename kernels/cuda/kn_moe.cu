@@ -133,6 +133,38 @@ __global__ void k_moe_gather(const float *__restrict__ x, int64_t xs, const int3
         ((float *)out)[t] = v;
 }
 
+/* Why the 4-wide forms below: the one-element-per-thread kernels above divide a 64-bit index by dim per
+ * element and move 4 (2) bytes per access; in a prefill at 8192 tokens (32768 pairs of 6144) the gather took
+ * ~1 ms a call, about 3.5x its bytes at the copy rate (ncu, v108). Here blockIdx.x is the row and each thread
+ * moves one 16-byte piece of it (blockIdx.y: which 256 pieces), so the row's source (gather) or its pairs
+ * (combine) are looked up without a division, and a single decode row still spreads over several CTAs (one
+ * CTA striding a whole row measured 3-4 % slower decode steps, v109). Same arithmetic per element, in the
+ * same order: the same bits (KN_CUDA_OPS_VEC=0 keeps the old forms, the tests compare them). */
+#define MOE_VEC_THREADS 256
+
+__global__ void k_moe_gather4(const float *__restrict__ x, int64_t xs, const int32_t *__restrict__ perm,
+                              int32_t top_k, int32_t dim4, void *__restrict__ out, int32_t bf16)
+{
+    kn_chain_entry();
+    const int64_t j = blockIdx.x;
+    const int32_t d = (int32_t)blockIdx.y * MOE_VEC_THREADS + (int32_t)threadIdx.x;
+    if (d >= dim4) return;
+    const float4 v = reinterpret_cast<const float4 *>(x + (int64_t)(perm[j] / top_k) * xs)[d];
+    if (bf16)
+        reinterpret_cast<uint2 *>(out)[j * dim4 + d] =
+            make_uint2(kn_pack_bf16(v.x, v.y), kn_pack_bf16(v.z, v.w));
+    else
+        reinterpret_cast<float4 *>(out)[j * dim4 + d] = v;
+}
+
+/* whole 16-byte pieces in every row, and rows and pieces within the grid's limits */
+static bool moe_vec4(int64_t rows, int32_t dim, int64_t s0, int64_t s1, const void *a, const void *b)
+{
+    return rows <= INT32_MAX && dim / 4 <= 65535 * MOE_VEC_THREADS && dim % 4 == 0 && s0 % 4 == 0 &&
+           s1 % 4 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 &&
+           kn_cuda_knob("KN_CUDA_OPS_VEC", 1);
+}
+
 extern "C" int32_t kn_cuda_moe_gather(const float *x, int64_t x_stride, const int32_t *perm, int64_t m,
                                       int32_t top_k, int32_t dim, void *out, int32_t out_bf16,
                                       cudaStream_t stream, struct mm_err *err)
@@ -140,6 +172,12 @@ extern "C" int32_t kn_cuda_moe_gather(const float *x, int64_t x_stride, const in
     if (m < 0 || top_k <= 0 || dim <= 0 || (m > 0 && (!x || !perm || !out)))
         return bad(err, "kn_cuda_moe_gather");
     if (m == 0) return MM_OK;
+    if (moe_vec4(m, dim, x_stride, dim, x, out)) {
+        KN_CU(kn_launch(k_moe_gather4, dim3((unsigned)m, (unsigned)kn_cdiv(dim / 4, MOE_VEC_THREADS)),
+                        MOE_VEC_THREADS, 0, stream, x, x_stride, perm, top_k, dim / 4, out, out_bf16),
+              "kn_cuda_moe_gather");
+        return MM_OK;
+    }
     KN_CU(kn_launch(k_moe_gather, dim3((unsigned)kn_cdiv(m * dim, 256)), 256, 0, stream, x, x_stride, perm, m,
                     top_k, dim, out, out_bf16),
           "kn_cuda_moe_gather");
@@ -163,6 +201,30 @@ __global__ void k_moe_combine(const float *__restrict__ e, const int32_t *__rest
     y[r * ys + d] += acc;
 }
 
+__global__ void k_moe_combine4(const float *__restrict__ e, const int32_t *__restrict__ inv,
+                               const float *__restrict__ wts, int32_t top_k, int32_t dim4,
+                               float *__restrict__ y, int64_t ys)
+{
+    kn_chain_entry();
+    const int64_t r = blockIdx.x;
+    const int32_t d = (int32_t)blockIdx.y * MOE_VEC_THREADS + (int32_t)threadIdx.x;
+    if (d >= dim4) return;
+    const float4 *e4 = reinterpret_cast<const float4 *>(e);
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int32_t s = 0; s < top_k; s++) {
+        const int32_t j = inv ? inv[r * top_k + s] : (int32_t)(r * top_k + s);
+        if (j >= 0) {
+            const float w = wts[r * top_k + s];
+            const float4 v = e4[(int64_t)j * dim4 + d];
+            acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+        }
+    }
+    float4 *yr = reinterpret_cast<float4 *>(y + r * ys);
+    float4 o = yr[d];
+    o.x += acc.x, o.y += acc.y, o.z += acc.z, o.w += acc.w;
+    yr[d] = o;
+}
+
 extern "C" int32_t kn_cuda_moe_combine(const float *e, const int32_t *inv, const float *wts, int64_t n,
                                        int32_t top_k, int32_t dim, float *y, int64_t y_stride,
                                        cudaStream_t stream, struct mm_err *err)
@@ -170,6 +232,12 @@ extern "C" int32_t kn_cuda_moe_combine(const float *e, const int32_t *inv, const
     if (n < 0 || top_k <= 0 || dim <= 0 || (n > 0 && (!e || !wts || !y)))
         return bad(err, "kn_cuda_moe_combine");
     if (n == 0) return MM_OK;
+    if (moe_vec4(n, dim, dim, y_stride, e, y)) {
+        KN_CU(kn_launch(k_moe_combine4, dim3((unsigned)n, (unsigned)kn_cdiv(dim / 4, MOE_VEC_THREADS)),
+                        MOE_VEC_THREADS, 0, stream, e, inv, wts, top_k, dim / 4, y, y_stride),
+              "kn_cuda_moe_combine");
+        return MM_OK;
+    }
     KN_CU(kn_launch(k_moe_combine, dim3((unsigned)kn_cdiv(n * dim, 256)), 256, 0, stream, e, inv, wts, n,
                     top_k, dim, y, y_stride),
           "kn_cuda_moe_combine");

@@ -577,21 +577,6 @@ __global__ void k_convert(const void *__restrict__ src, void *__restrict__ dst, 
         ((float *)dst)[t] = kn_bf16_to_f32(((const uint16_t *)src)[t]);
 }
 
-extern "C" int32_t kn_cuda_convert(const void *src, void *dst, int64_t n, int32_t to_bf16,
-                                   cudaStream_t stream, struct mm_err *err)
-{
-    if (n < 0 || (n > 0 && (!src || !dst))) return bad(err, "kn_cuda_convert");
-    if (n == 0) return MM_OK;
-    if (to_bf16 && vec4_ok(n, src, src, src) && (uintptr_t)dst % 8 == 0)
-        KN_CU(kn_launch(k_convert4, dim3((unsigned)kn_cdiv(n / 4, 256)), 256, 0, stream, (const float4 *)src,
-                        (uint2 *)dst, n / 4),
-              "kn_cuda_convert");
-    else
-        KN_CU(kn_launch(k_convert, dim3((unsigned)kn_cdiv(n, 256)), 256, 0, stream, src, dst, n, to_bf16),
-              "kn_cuda_convert");
-    return MM_OK;
-}
-
 /* ---- 16-bit floats widened to f32 (kn_cuda_widen16) ---- */
 
 /* mm_f16_to_f32 / mm_bf16_to_f32 bit for bit: a half's subnormals normalized, NaN payloads kept */
@@ -631,6 +616,26 @@ __global__ void k_widen16x4(const uint2 *__restrict__ src, float4 *__restrict__ 
     const uint2 v = src[t];
     dst[t] = make_float4(widen16(v.x & 0xffffu, f16), widen16(v.x >> 16, f16), widen16(v.y & 0xffffu, f16),
                          widen16(v.y >> 16, f16));
+}
+
+extern "C" int32_t kn_cuda_convert(const void *src, void *dst, int64_t n, int32_t to_bf16,
+                                   cudaStream_t stream, struct mm_err *err)
+{
+    if (n < 0 || (n > 0 && (!src || !dst))) return bad(err, "kn_cuda_convert");
+    if (n == 0) return MM_OK;
+    if (to_bf16 && vec4_ok(n, src, src, src) && (uintptr_t)dst % 8 == 0)
+        KN_CU(kn_launch(k_convert4, dim3((unsigned)kn_cdiv(n / 4, 256)), 256, 0, stream, (const float4 *)src,
+                        (uint2 *)dst, n / 4),
+              "kn_cuda_convert");
+    else if (!to_bf16 && vec4_ok(n, dst, dst, dst) && (uintptr_t)src % 8 == 0)
+        /* bf16 -> f32 (an attention output widened for the engine: ~67 M values a prefill chunk) */
+        KN_CU(kn_launch(k_widen16x4, dim3((unsigned)kn_cdiv(n / 4, 256)), 256, 0, stream, (const uint2 *)src,
+                        (float4 *)dst, n / 4, 0),
+              "kn_cuda_convert");
+    else
+        KN_CU(kn_launch(k_convert, dim3((unsigned)kn_cdiv(n, 256)), 256, 0, stream, src, dst, n, to_bf16),
+              "kn_cuda_convert");
+    return MM_OK;
 }
 
 extern "C" int32_t kn_cuda_widen16(const void *src, int32_t f16, float *dst, int64_t n, cudaStream_t stream,

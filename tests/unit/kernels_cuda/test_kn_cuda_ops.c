@@ -283,7 +283,7 @@ static void test_elementwise_vec(void)
     const int64_t counts[3] = {n, n - 3, n}, offs[3] = {0, 0, 1};
     for (int c = 0; c < 3; c++) {
         const int64_t m = counts[c], o = offs[c];
-        float *res[2][5];
+        float *res[2][6];
         for (int vec = 0; vec < 2; vec++) {
             setenv("KN_CUDA_OPS_VEC", vec ? "1" : "0", 1);
             kn_cuda_knobs_reload();
@@ -298,13 +298,23 @@ static void test_elementwise_vec(void)
             OK(kn_cuda_add_bias_convert(x_d + o, bias_d, mb, (int32_t)dim, b_d + o, 0, 0, &err));
             OK(kn_cuda_add_bias_convert(x_d + o, bias_d, mb, (int32_t)dim, h_d + o, 1, 0, &err));
             OK(kn_cuda_convert(x_d + o, v_d + o, m, 1, 0, &err));
+            float *f_d = ct_dmalloc(sizeof(float) * (n + 1)); /* and widened back (bf16 -> f32) */
+            CT_CU(cudaMemset(f_d, 0, sizeof(float) * (n + 1)));
+            OK(kn_cuda_convert(v_d + o, f_d + o, m, 0, 0, &err));
             res[vec][0] = dl_f32(y_d, n + 1), res[vec][1] = dl_f32(g_d, n + 1),
             res[vec][2] = dl_f32(b_d, n + 1);
             res[vec][3] = dl_bf16(h_d, n + 1), res[vec][4] = dl_bf16(v_d, n + 1);
+            res[vec][5] = dl_f32(f_d, n + 1);
             cudaFree(x_d), cudaFree(y_d), cudaFree(g_d), cudaFree(b_d), cudaFree(h_d), cudaFree(v_d);
+            cudaFree(f_d);
         }
-        static const char *names[5] = {"add", "gelu", "bias f32", "bias bf16", "convert"};
-        for (int k = 0; k < 5; k++) {
+        /* the widened values are the bf16 values exactly */
+        int64_t widened_wrong = 0;
+        for (int64_t i = 0; i < m; i++) widened_wrong += res[1][5][o + i] != res[1][4][o + i];
+        CHECK_MSG(widened_wrong == 0, "convert bf16 -> f32 (count %lld, offset %lld): %lld values differ",
+                  (long long)m, (long long)o, (long long)widened_wrong);
+        static const char *names[6] = {"add", "gelu", "bias f32", "bias bf16", "convert", "widen"};
+        for (int k = 0; k < 6; k++) {
             const int64_t len = k >= 2 && k <= 3 ? m / dim * dim : m;
             CHECK_MSG(!memcmp(res[0][k] + o, res[1][k] + o, sizeof(float) * len),
                       "element-wise %s (count %lld, offset %lld): 4 per thread differs", names[k],
@@ -785,6 +795,73 @@ static void test_attn_full(void)
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         attn_full_case(shapes[si].n, shapes[si].heads, shapes[si].hd, 1);
     CHECK(kn_cuda_attn_full_tc_ws(100, 2, 144) == 0);
+}
+
+/* The MoE gather and combine's row-wise 16-byte forms give the bits of the one-element-per-thread forms
+ * (KN_CUDA_OPS_VEC=0): a row of a few 16-byte pieces, one longer than a CTA's stride (1540 = 385 pieces),
+ * and a width that is not whole pieces (fallback); f32 and bf16 gathers, combines through a pair map with
+ * dropped pairs (-1) and without one */
+static void test_moe_vec(void)
+{
+    static const int32_t dims[] = {24, 1540, 22};
+    const int64_t n = 37;
+    const int32_t K = 3;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        const int32_t dim = dims[di];
+        const int64_t xs = dim + 4 * (di == 1); /* a padded source row once */
+        const int64_t P = n * K;
+        int32_t *perm = ct_hmalloc(sizeof(int32_t) * P), *inv = ct_hmalloc(sizeof(int32_t) * P);
+        for (int64_t j = 0; j < P; j++) perm[j] = (int32_t)((j * 7 + 3) % P); /* 7 is prime to 111 */
+        for (int64_t j = 0; j < P; j++) inv[j] = j % 5 == 2 ? -1 : (int32_t)((j * 11 + 1) % P);
+        float *x = ct_hmalloc(sizeof(float) * n * xs), *e = ct_hmalloc(sizeof(float) * P * dim);
+        float *y = ct_hmalloc(sizeof(float) * n * dim), *w = ct_hmalloc(sizeof(float) * P);
+        ct_fill_normal(x, n * xs, 1.0f);
+        ct_fill_normal(e, P * dim, 1.0f);
+        ct_fill_normal(y, n * dim, 1.0f);
+        ct_fill_normal(w, P, 0.5f);
+        float *x_d = ct_upload(x, sizeof(float) * n * xs), *e_d = ct_upload(e, sizeof(float) * P * dim);
+        float *w_d = ct_upload(w, sizeof(float) * P);
+        int32_t *perm_d = ct_upload(perm, sizeof(int32_t) * P), *inv_d = ct_upload(inv, sizeof(int32_t) * P);
+        float *res[2][4];
+        for (int vec = 0; vec < 2; vec++) {
+            setenv("KN_CUDA_OPS_VEC", vec ? "1" : "0", 1);
+            kn_cuda_knobs_reload();
+            float *gf_d = ct_dmalloc(sizeof(float) * P * dim);
+            uint16_t *gb_d = ct_dmalloc(sizeof(uint16_t) * P * dim);
+            float *y1_d = ct_upload(y, sizeof(float) * n * dim),
+                  *y2_d = ct_upload(y, sizeof(float) * n * dim);
+            OK(kn_cuda_moe_gather(x_d, xs, perm_d, P, K, dim, gf_d, 0, 0, &err));
+            OK(kn_cuda_moe_gather(x_d, xs, perm_d, P, K, dim, gb_d, 1, 0, &err));
+            OK(kn_cuda_moe_combine(e_d, inv_d, w_d, n, K, dim, y1_d, dim, 0, &err));
+            OK(kn_cuda_moe_combine(e_d, NULL, w_d, n, K, dim, y2_d, dim, 0, &err));
+            res[vec][0] = dl_f32(gf_d, P * dim), res[vec][1] = dl_bf16(gb_d, P * dim);
+            res[vec][2] = dl_f32(y1_d, n * dim), res[vec][3] = dl_f32(y2_d, n * dim);
+            cudaFree(gf_d), cudaFree(gb_d), cudaFree(y1_d), cudaFree(y2_d);
+        }
+        static const char *names[4] = {"gather f32", "gather bf16", "combine (map)", "combine (no map)"};
+        for (int k = 0; k < 4; k++) {
+            const int64_t len = (k < 2 ? P : n) * dim;
+            CHECK_MSG(!memcmp(res[0][k], res[1][k], sizeof(float) * (size_t)len),
+                      "moe %s, width %d: 16-byte form differs from one element per thread", names[k], dim);
+            free(res[0][k]), free(res[1][k]);
+        }
+        /* and the f32 gather against the host */
+        float *g = ct_hmalloc(sizeof(float) * P * dim);
+        setenv("KN_CUDA_OPS_VEC", "1", 1);
+        kn_cuda_knobs_reload();
+        float *g_d = ct_dmalloc(sizeof(float) * P * dim);
+        OK(kn_cuda_moe_gather(x_d, xs, perm_d, P, K, dim, g_d, 0, 0, &err));
+        ct_download(g, g_d, sizeof(float) * P * dim);
+        int64_t wrong = 0;
+        for (int64_t j = 0; j < P; j++)
+            for (int32_t d = 0; d < dim; d++) wrong += g[j * dim + d] != x[(perm[j] / K) * xs + d];
+        CHECK_MSG(wrong == 0, "moe gather f32, width %d: %lld wrong", dim, (long long)wrong);
+        free(g), free(perm), free(inv), free(x), free(e), free(y), free(w);
+        cudaFree(g_d), cudaFree(x_d), cudaFree(e_d), cudaFree(w_d), cudaFree(perm_d), cudaFree(inv_d);
+    }
+    unsetenv("KN_CUDA_OPS_VEC");
+    kn_cuda_knobs_reload();
+    printf("  %-28s 16-byte forms bitwise equal to one element per thread, 3 widths\n", "moe gather/combine");
 }
 
 static void test_moe(void)
@@ -2424,6 +2501,7 @@ int main(void)
     test_topk_draw();
     test_attn_full();
     test_moe();
+    test_moe_vec();
     test_gemm();
     test_elementwise_vec();
     test_widen16();
