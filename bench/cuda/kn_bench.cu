@@ -2575,7 +2575,8 @@ struct fp8w_arg {
     size_t ws_bytes;
     int route; /* 0 bf16 gemv, 1 bf16 tc, 2 bf16 cuBLAS, 3 fp8 gemv, 4 fp8 dequant + bf16 route,
                   5 experts bf16, 6 experts fp8, 7 fp8 tc (x converted each call), 8 grouped
-                  experts bf16, 9 grouped fp8 dequant + bf16, 10 grouped fp8 tc */
+                  experts bf16, 9 grouped fp8 dequant + bf16, 10 grouped fp8 tc, 11 experts bf16 one
+                  table (a decode step's down product) */
     void *xh;  /* fp8 tc: x as scaled f16, and its row scales */
     float *xs;
     const int32_t *off;   /* grouped experts: expert offsets of the sorted rows */
@@ -2605,6 +2606,12 @@ static void run_fp8w(void *p, int it)
     struct fp8w_arg *a = (struct fp8w_arg *)p;
     const int set = it % a->n_sets;
     const uint8_t *w = a->pool + (size_t)set * a->set_bytes;
+    if (a->route == 11) { /* the down product of a decode step: one table, x the pairs' own rows */
+        KC(kn_cuda_gemv_experts_bf16(a->n, 1, a->rows, a->cols, a->x, a->cols, a->ids,
+                                     (const void *const *)a->tab16 + (size_t)set * a->E, NULL, a->y, NULL,
+                                     a->rows, g_stream, &g_err));
+        return;
+    }
     if (a->route >= 8) { /* gate + up of a decode batch's rows sorted by expert */
         const void *const *t16 = (const void *const *)a->tab16 + (size_t)set * 2 * a->E;
         const uint8_t *const *t8 = (const uint8_t *const *)a->tab8 + (size_t)set * 2 * a->E;
@@ -2891,6 +2898,37 @@ static void bench_fp8w(void)
         }
         cudaFree((void *)a.ids);
     }
+    /* The down products of a decode step (one table, each pair its own x row) at M3's width (3072) and the
+     * synthetic model's (1536), 4 and 16 pairs (batch 1 and 4 at top-4): the (row, half) units
+     * (KN_CUDA_GEMV_HALVES=2: at both widths) against 8 warps over each row, interleaved twice */
+    for (int wi = 0; wi < 2; wi++)
+        for (int pi = 0; pi < 2; pi++) {
+            const int32_t E = 128, pairs = pi ? 16 : 4;
+            const int64_t rows = 6144, cols = wi ? 1536 : 3072;
+            int32_t ids[16];
+            for (int i = 0; i < 16; i++) ids[i] = i * 13 % E;
+            a.ids = (const int32_t *)dmalloc(sizeof ids);
+            CK(cudaMemcpy((void *)a.ids, ids, sizeof ids, cudaMemcpyHostToDevice));
+            const size_t eb = (size_t)(rows * cols) * 2;
+            const int32_t n_sets = 8;
+            void **h = (void **)hmalloc(sizeof(void *) * (size_t)(n_sets * E));
+            for (int64_t i = 0; i < (int64_t)n_sets * E; i++)
+                h[i] = w + (size_t)(i % (int64_t)(pool / eb)) * eb;
+            void **tab = (void **)dmalloc(sizeof(void *) * (size_t)(n_sets * E));
+            CK(cudaMemcpy(tab, h, sizeof(void *) * (size_t)(n_sets * E), cudaMemcpyHostToDevice));
+            a.tab16 = tab, a.E = E, a.rows = rows, a.cols = cols, a.n = pairs, a.route = 11,
+            a.n_sets = n_sets;
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "down %d pairs, %lld x %lld", pairs, (long long)rows, (long long)cols);
+            for (int rd = 0; rd < 4; rd++) {
+                knob_setenv("KN_CUDA_GEMV_HALVES", rd & 1 ? "0" : "2", 1);
+                time_emit_stream(rd & 1 ? "experts bf16 8 warps a row" : "experts bf16 halves", cfg, run_fp8w,
+                                 &a, (double)pairs * (double)eb, g_quick ? 5 : 30, 20, 0);
+            }
+            knob_unsetenv("KN_CUDA_GEMV_HALVES");
+            cudaFree(tab), cudaFree((void *)a.ids);
+            free(h);
+        }
     /* MoE products of a decode batch grouped by expert: gate + up of 16 tokens x top-8 = 128 rows, 64 of 128
      * experts with 2 rows each, M3's expert shape: bf16 tables, FP8 dequantized into scratch then the bf16
      * products (what the backend did), FP8 on the tensor cores (x converted each call) */

@@ -60,6 +60,58 @@ __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx
     gv_store<GV_ROWS, N>(acc, rows, y, ldy, r0);
 }
 
+/* One activation row and rows whose warp slices leave lanes idle: with 8 warps over the row, a warp's slice
+ * of a 3072-wide row (the MoE down product's) is 48 chunks, so half the lanes idle in the second round, and
+ * those products read at 61 % of copy against 89 % for 6144-wide rows (kn_bench fp8w, v111; 8 or 16 rows per
+ * CTA instead measured slower; the halves 0.69-0.72x gv_tile's time at 3072 wide, v113). Here the 8 warps
+ * take (row, half) units of the CTA's GV_ROWS rows: warp w row r0 + w / 2, half w % 2, every lane the same
+ * number of chunks (gv_halves_ok). Sums: a lane's chunks in order, the lanes, then the two halves (not
+ * gv_tile's order). */
+__device__ __forceinline__ void gv_tile_halves(const float *__restrict__ x, const uint4 *__restrict__ w,
+                                               int64_t rows, int64_t cols, float *__restrict__ y, int64_t r0)
+{
+    static_assert(GV_WARPS == 2 * GV_ROWS, "a (row, half) unit per warp");
+    __shared__ float part[GV_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t r = r0 + (warp >> 1), chunks_row = cols / 8, half = chunks_row / 2;
+    const int64_t c0 = (warp & 1) * half;
+    float s = 0.0f;
+    if (r < rows) {
+        const uint4 *wr = w + r * chunks_row + c0;
+        const float *xk = x + c0 * 8;
+#pragma unroll 4
+        for (int c = lane; c < half; c += 32) {
+            const uint4 wv = __ldcs(wr + c);
+            const float4 xa = __ldg(reinterpret_cast<const float4 *>(xk + c * 8));
+            const float4 xb = __ldg(reinterpret_cast<const float4 *>(xk + c * 8 + 4));
+            const float xv[8] = {gv_bf16r(xa.x), gv_bf16r(xa.y), gv_bf16r(xa.z), gv_bf16r(xa.w),
+                                 gv_bf16r(xb.x), gv_bf16r(xb.y), gv_bf16r(xb.z), gv_bf16r(xb.w)};
+            const uint32_t u[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s = fmaf(__uint_as_float(u[e] << 16), xv[2 * e], s);
+                s = fmaf(__uint_as_float(u[e] & 0xffff0000u), xv[2 * e + 1], s);
+            }
+        }
+    }
+    s = kn_warp_sum(s);
+    if (lane == 0) part[warp] = s;
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t < GV_ROWS && r0 + t < rows) y[r0 + t] = part[2 * t] + part[2 * t + 1];
+}
+
+/* Whether gv_tile_halves takes a row width: gv_tile's warp slices (cols / 64 chunks) not a whole number of
+ * lane rounds, the halves' (cols / 16) are, at 4 or more chunks a lane. Below that the halves lose: each
+ * chunk reads its 8 values of x for one row instead of gv_tile's four, and at 1536 wide (3 chunks a lane)
+ * they measured 1.23x gv_tile's time (v113) where at 3072 (6 a lane) 0.69-0.72x. KN_CUDA_GEMV_HALVES=0:
+ * never, 2: wherever the lanes balance (tests and benchmarks). */
+static bool gv_halves_ok(int64_t cols)
+{
+    const int k = kn_cuda_knob_int("KN_CUDA_GEMV_HALVES", 1);
+    return k != 0 && (cols / 64) % 32 != 0 && cols % 512 == 0 && (k == 2 || cols / 512 >= 4);
+}
+
 /* The same with f32 weights (the MoE router and the index projections, kept in f32 because their outputs
  * pick experts and blocks): a 16-byte chunk is 4 weights, x is used as it is (no rounding), f32 products.
  * R output rows per CTA and the inner dimension split over ks = gridDim.y CTAs (clusters, summed in
@@ -239,6 +291,15 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     gv_tile<N>(x, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
 }
 
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_bf16_halves(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w, int64_t rows,
+                       int64_t cols, float *__restrict__ y, int64_t ldy, int32_t n)
+{
+    kn_chain_entry();
+    (void)ldx, (void)ldy, (void)n; /* one activation row */
+    gv_tile_halves(x, w, rows, cols, y, (int64_t)blockIdx.x * GV_ROWS);
+}
+
 /* Several weights of the same width that read the same x (q/k/v, gate/up): weight i = blockIdx.y, its tiles
  * along x (CTAs past its rows exit); each tile is k_gemv_bf16's, so the outputs are the same bits. */
 struct gv_multi {
@@ -276,6 +337,21 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
     gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
+}
+
+/* The same over (row, half) units (gv_tile_halves) */
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_experts_halves(const float *__restrict__ x, int64_t ldx, int32_t xdiv,
+                          const int32_t *__restrict__ expert, const void *const *__restrict__ w_a,
+                          const void *const *__restrict__ w_b, int64_t rows, int64_t cols,
+                          float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
+{
+    kn_chain_entry();
+    const int64_t p = blockIdx.y;
+    const int32_t e = expert[p];
+    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
+    float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
+    gv_tile_halves(x + (p / xdiv) * ldx, w, rows, cols, y, (int64_t)blockIdx.x * GV_ROWS);
 }
 
 /* Shapes a tile takes: per_chunk weights per 16-byte load (8 bf16, 4 f32), a whole number of loads per warp
@@ -321,8 +397,10 @@ extern "C" int32_t kn_cuda_gemv_bf16(int64_t n, int64_t rows, int64_t cols, cons
     static const gv_kernel<uint4> k[KN_GEMV_MAX_N] = {k_gemv_bf16<1>, k_gemv_bf16<2>, k_gemv_bf16<3>,
                                                       k_gemv_bf16<4>};
     const int ok = kn_cuda_gemv_ok(n, cols, ldx);
-    return gv_run(ok ? k[n - 1] : k[0], GV_ROWS, 1, ok, "kn_cuda_gemv_bf16", n, rows, cols, x, ldx, w, y, ldy,
-                  stream, err);
+    const gv_kernel<uint4> kk = ok && n == 1 && gv_halves_ok(cols) ? k_gemv_bf16_halves
+                                : ok                               ? k[n - 1]
+                                                                   : k[0];
+    return gv_run(kk, GV_ROWS, 1, ok, "kn_cuda_gemv_bf16", n, rows, cols, x, ldx, w, y, ldy, stream, err);
 }
 
 /* The argument checks the products of several weights share: 1..KN_GEMV_MULTI_MAX weights and outputs, none
@@ -372,8 +450,9 @@ extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_
                           (long long)pairs, (long long)rows, (long long)cols);
     if (pairs == 0 || rows == 0) return MM_OK;
     const dim3 grid((unsigned)kn_cdiv(rows, GV_ROWS), (unsigned)pairs, w_b ? 2u : 1u);
-    return kn_cuda_check(kn_launch(k_gemv_experts, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a,
-                                   w_b, rows, cols, y_a, y_b, ldy),
+    return kn_cuda_check(kn_launch(gv_halves_ok(cols) ? k_gemv_experts_halves : k_gemv_experts, grid,
+                                   GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a, w_b, rows, cols, y_a,
+                                   y_b, ldy),
                          "kn_cuda_gemv_experts_bf16", err);
 }
 

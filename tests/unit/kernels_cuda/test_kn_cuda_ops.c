@@ -1572,6 +1572,47 @@ static void test_gemm_experts(void)
                                  NULL, 0, &err));
 }
 
+/* One-row products over (row, half) units (gv_tile_halves: widths whose 8-warp slices leave lanes idle,
+ * 3072 by default, 1536 forced; a row count not a multiple of the CTA's 4): single weights and expert pairs
+ * against the host product, with the route on and off (KN_CUDA_GEMV_HALVES=0) */
+static void test_gemv_halves(void)
+{
+    static const int64_t shapes[][2] = {{1001, 3072}, {37, 1536}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int on = 0; on < 2; on++) {
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            setenv("KN_CUDA_GEMV_HALVES", on ? (cols < 2048 ? "2" : "1") : "0", 1);
+            kn_cuda_knobs_reload();
+            struct bf16_case c;
+            bf16_case_make(&c, 1, rows, cols, cols, rows);
+            enum { E = 3, P = 4 };
+            const int32_t ids[P] = {2, 0, 2, 1};
+            struct expert_tabs et;
+            expert_tabs_make(&et, E, rows, cols);
+            int32_t *ids_d = ct_upload(ids, sizeof ids);
+            float *yp_d = ct_dmalloc(sizeof(float) * P * rows), *ref = ct_hmalloc(sizeof(float) * P * rows);
+            OK(kn_cuda_gemv_bf16(1, rows, cols, c.x_d, cols, c.w_d, c.y_d, rows, 0, &err));
+            OK(kn_cuda_gemv_experts_bf16(P, P, rows, cols, c.x_d, cols, ids_d, (const void *const *)et.tab_d,
+                                         NULL, yp_d, NULL, rows, 0, &err));
+            for (int p = 0; p < P; p++)
+                kn_sgemm_nt(1, rows, cols, c.xr, cols, et.w + (int64_t)ids[p] * rows * cols, cols, 0.0f,
+                            ref + p * rows, rows);
+            float *got = dl_f32(yp_d, P * rows);
+            char what[96];
+            snprintf(what, sizeof what, "gemv %lld x %lld halves %s", (long long)rows, (long long)cols,
+                     on ? "on" : "off");
+            bf16_case_check(&c, what);
+            snprintf(what, sizeof what, "experts gemv %lld x %lld halves %s", (long long)rows,
+                     (long long)cols, on ? "on" : "off");
+            expect_close(what, got, ref, P * rows, 1e-5);
+            free(got), free(ref);
+            expert_tabs_free(&et);
+            cudaFree(ids_d), cudaFree(yp_d);
+        }
+    unsetenv("KN_CUDA_GEMV_HALVES");
+    kn_cuda_knobs_reload();
+}
+
 /* MoE decode products (kn_cuda_gemv_experts_bf16): n tokens x K experts each, every pair's expert weight
  * looked up in device tables; gate and up in one launch (x row = pair / K), then down on the pairs' own rows
  * (xdiv 1); and the combine in pair order (inv NULL). Against the CPU products of the rounded operands. */
@@ -2502,6 +2543,7 @@ int main(void)
     test_attn_full();
     test_moe();
     test_moe_vec();
+    test_gemv_halves();
     test_gemm();
     test_elementwise_vec();
     test_widen16();
