@@ -16,6 +16,27 @@
 
 #define GV_ROWS 4
 
+/* The 8 values of x at xk, each rounded to bf16 (one 16-byte chunk's worth of activations) */
+__device__ __forceinline__ void gv_x8(const float *__restrict__ xk, float (&xv)[8])
+{
+    const float4 xa = __ldg(reinterpret_cast<const float4 *>(xk));
+    const float4 xb = __ldg(reinterpret_cast<const float4 *>(xk + 4));
+    xv[0] = gv_bf16r(xa.x), xv[1] = gv_bf16r(xa.y), xv[2] = gv_bf16r(xa.z), xv[3] = gv_bf16r(xa.w);
+    xv[4] = gv_bf16r(xb.x), xv[5] = gv_bf16r(xb.y), xv[6] = gv_bf16r(xb.z), xv[7] = gv_bf16r(xb.w);
+}
+
+/* s plus one 16-byte chunk of 8 bf16 weights times xv, summed in order */
+__device__ __forceinline__ float gv_dot8(float s, const uint4 wv, const float (&xv)[8])
+{
+    const uint32_t u[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        s = fmaf(__uint_as_float(u[e] << 16), xv[2 * e], s);
+        s = fmaf(__uint_as_float(u[e] & 0xffff0000u), xv[2 * e + 1], s);
+    }
+    return s;
+}
+
 /* One CTA's GV_ROWS output rows r0.. of y[j][r] = bf16(x[j]) . W[r] for j < N (W rows x cols, contiguous). */
 template <int N>
 __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w,
@@ -40,21 +61,10 @@ __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx
         const int64_t k = (c0 + c) * 8;
 #pragma unroll
         for (int j = 0; j < N; j++) {
-            const float4 xa = __ldg(reinterpret_cast<const float4 *>(x + j * ldx + k));
-            const float4 xb = __ldg(reinterpret_cast<const float4 *>(x + j * ldx + k + 4));
-            const float xv[8] = {gv_bf16r(xa.x), gv_bf16r(xa.y), gv_bf16r(xa.z), gv_bf16r(xa.w),
-                                 gv_bf16r(xb.x), gv_bf16r(xb.y), gv_bf16r(xb.z), gv_bf16r(xb.w)};
+            float xv[8];
+            gv_x8(x + j * ldx + k, xv);
 #pragma unroll
-            for (int r = 0; r < GV_ROWS; r++) {
-                const uint32_t u[4] = {wv[r].x, wv[r].y, wv[r].z, wv[r].w};
-                float s = acc[r][j];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    s = fmaf(__uint_as_float(u[e] << 16), xv[2 * e], s);
-                    s = fmaf(__uint_as_float(u[e] & 0xffff0000u), xv[2 * e + 1], s);
-                }
-                acc[r][j] = s;
-            }
+            for (int r = 0; r < GV_ROWS; r++) acc[r][j] = gv_dot8(acc[r][j], wv[r], xv);
         }
     }
     gv_store<GV_ROWS, N>(acc, rows, y, ldy, r0);
@@ -82,16 +92,9 @@ __device__ __forceinline__ void gv_tile_halves(const float *__restrict__ x, cons
 #pragma unroll 4
         for (int c = lane; c < half; c += 32) {
             const uint4 wv = __ldcs(wr + c);
-            const float4 xa = __ldg(reinterpret_cast<const float4 *>(xk + c * 8));
-            const float4 xb = __ldg(reinterpret_cast<const float4 *>(xk + c * 8 + 4));
-            const float xv[8] = {gv_bf16r(xa.x), gv_bf16r(xa.y), gv_bf16r(xa.z), gv_bf16r(xa.w),
-                                 gv_bf16r(xb.x), gv_bf16r(xb.y), gv_bf16r(xb.z), gv_bf16r(xb.w)};
-            const uint32_t u[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s = fmaf(__uint_as_float(u[e] << 16), xv[2 * e], s);
-                s = fmaf(__uint_as_float(u[e] & 0xffff0000u), xv[2 * e + 1], s);
-            }
+            float xv[8];
+            gv_x8(xk + c * 8, xv);
+            s = gv_dot8(s, wv, xv);
         }
     }
     s = kn_warp_sum(s);
