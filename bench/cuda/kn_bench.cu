@@ -2585,6 +2585,7 @@ struct fp8w_arg {
     void **tab8, **tab16; /* experts: device tables per set ([n_sets][2E] weight pointers) */
     const float **stab;   /* experts: [2E] scale pointers */
     int32_t E;
+    int32_t group; /* experts bf16 (5, 11): pairs may share experts (kn_cuda_gemv_experts_bf16's group) */
 };
 
 static void fp8w_bf16(struct fp8w_arg *a, const void *w, int tc)
@@ -2609,7 +2610,7 @@ static void run_fp8w(void *p, int it)
     if (a->route == 11) { /* the down product of a decode step: one table, x the pairs' own rows */
         KC(kn_cuda_gemv_experts_bf16(a->n, 1, a->rows, a->cols, a->x, a->cols, a->ids,
                                      (const void *const *)a->tab16 + (size_t)set * a->E, NULL, a->y, NULL,
-                                     a->rows, g_stream, &g_err));
+                                     a->rows, a->group, g_stream, &g_err));
         return;
     }
     if (a->route >= 8) { /* gate + up of a decode batch's rows sorted by expert */
@@ -2643,7 +2644,7 @@ static void run_fp8w(void *p, int it)
             KC(kn_cuda_gemv_experts_bf16(pairs, 1, a->rows, a->cols, a->x, a->cols, a->ids,
                                          (const void *const *)a->tab16 + (size_t)set * 2 * a->E,
                                          (const void *const *)a->tab16 + (size_t)set * 2 * a->E + a->E, a->y,
-                                         a->y + pairs * a->rows, a->rows, g_stream, &g_err));
+                                         a->y + pairs * a->rows, a->rows, a->group, g_stream, &g_err));
         else
             KC(kn_cuda_gemv_experts_fp8(pairs, 1, a->rows, a->cols, a->x, a->cols, a->ids,
                                         (const uint8_t *const *)a->tab8 + (size_t)set * 2 * a->E, a->stab,
@@ -2929,6 +2930,38 @@ static void bench_fp8w(void)
             cudaFree(tab), cudaFree((void *)a.ids);
             free(h);
         }
+    /* 4 tokens x top-4 of 32 experts (the synthetic model's MoE at batch 4): 16 pairs over 12 experts, 4 of
+     * them chosen by two tokens; gate + up (two tables) and down (one) at M3's expert shape, the pairs of an
+     * expert grouped (its weights read from HBM once) against one stream per pair (KN_CUDA_GEMV_GROUP=0),
+     * interleaved twice; % of copy over the 12 experts' bytes. The down products' (row, half) units keep one
+     * stream per pair (grouped they measured slower, v119-v120): their two rows are one route, the noise. */
+    for (int sh = 0; sh < 2; sh++) {
+        const int32_t E = 32, pairs = 16, nt = sh ? 1 : 2; /* tables */
+        static const int32_t ids[16] = {3, 17, 8, 25, 17, 30, 3, 11, 21, 8, 5, 14, 29, 25, 0, 12};
+        const int64_t rows = sh ? 6144 : 3072, cols = sh ? 3072 : 6144;
+        a.ids = (const int32_t *)dmalloc(sizeof ids);
+        CK(cudaMemcpy((void *)a.ids, ids, sizeof ids, cudaMemcpyHostToDevice));
+        const size_t eb = (size_t)(rows * cols) * 2;
+        const int32_t n_sets = 8;
+        void **h = (void **)hmalloc(sizeof(void *) * (size_t)(n_sets * nt * E));
+        for (int64_t i = 0; i < (int64_t)n_sets * nt * E; i++)
+            h[i] = w + (size_t)(i % (int64_t)(pool / eb)) * eb;
+        void **tab = (void **)dmalloc(sizeof(void *) * (size_t)(n_sets * nt * E));
+        CK(cudaMemcpy(tab, h, sizeof(void *) * (size_t)(n_sets * nt * E), cudaMemcpyHostToDevice));
+        a.tab16 = tab, a.E = E, a.rows = rows, a.cols = cols, a.n = pairs, a.route = sh ? 11 : 5;
+        a.n_sets = n_sets, a.group = 1;
+        for (int rd = 0; rd < 4; rd++) {
+            knob_setenv("KN_CUDA_GEMV_GROUP", rd & 1 ? "0" : "1", 1);
+            time_emit_stream(rd & 1 ? "experts bf16 per pair" : "experts bf16 grouped",
+                             sh ? "down 16 pairs / 12 experts, 6144 x 3072"
+                                : "gate + up 16 pairs / 12 experts, 3072 x 6144",
+                             run_fp8w, &a, 12.0 * nt * (double)eb, g_quick ? 5 : 30, 20, 0, 1);
+        }
+        knob_unsetenv("KN_CUDA_GEMV_GROUP");
+        a.group = 0;
+        cudaFree(tab), cudaFree((void *)a.ids);
+        free(h);
+    }
     /* MoE products of a decode batch grouped by expert: gate + up of 16 tokens x top-8 = 128 rows, 64 of 128
      * experts with 2 rows each, M3's expert shape: bf16 tables, FP8 dequantized into scratch then the bf16
      * products (what the backend did), FP8 on the tensor cores (x converted each call) */

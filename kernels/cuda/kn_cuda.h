@@ -490,10 +490,13 @@ int32_t kn_cuda_experts_maps_create_e4m3(const uint8_t *const *w, int32_t n, int
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows
- * stride ldx; shapes as kn_cuda_gemv_ok(1, cols, ldx). Same arithmetic as kn_cuda_gemv_bf16. */
+ * stride ldx; shapes as kn_cuda_gemv_ok(1, cols, ldx). Same arithmetic as kn_cuda_gemv_bf16. group: pairs
+ * may share an expert (several tokens): up to 64 pairs, each expert's weights are then read from HBM once for
+ * all of its pairs, except at widths that take (row, half) units (the same bits; KN_CUDA_GEMV_GROUP=0: once
+ * per pair). */
 int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols, const float *x,
                                   int64_t ldx, const int32_t *expert, const void *const *w_a,
-                                  const void *const *w_b, float *y_a, float *y_b, int64_t ldy,
+                                  const void *const *w_b, float *y_a, float *y_b, int64_t ldy, int32_t group,
                                   cudaStream_t stream, struct mm_err *err);
 /** Most activation rows kn_cuda_gemv_fp8 takes. */
 #define KN_GEMV_FP8_MAX_N 16

@@ -37,8 +37,15 @@ __device__ __forceinline__ float gv_dot8(float s, const uint4 wv, const float (&
     return s;
 }
 
+/* A 16-byte weight chunk: streamed (evict-first: read once), or KEEP: cached, for a next pass over the same
+ * tile (k_gemv_experts_group) */
+template <bool KEEP> __device__ __forceinline__ uint4 gv_ld(const uint4 *p)
+{
+    return KEEP ? __ldg(p) : __ldcs(p);
+}
+
 /* One CTA's GV_ROWS output rows r0.. of y[j][r] = bf16(x[j]) . W[r] for j < N (W rows x cols, contiguous). */
-template <int N>
+template <int N, bool KEEP = false>
 __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx, const uint4 *__restrict__ w,
                                         int64_t rows, int64_t cols, float *__restrict__ y, int64_t ldy,
                                         int64_t r0)
@@ -57,7 +64,8 @@ __device__ __forceinline__ void gv_tile(const float *__restrict__ x, int64_t ldx
         uint4 wv[GV_ROWS];
 #pragma unroll
         for (int r = 0; r < GV_ROWS; r++)
-            wv[r] = r0 + r < rows ? __ldcs(w + (r0 + r) * chunks_row + c0 + c) : make_uint4(0u, 0u, 0u, 0u);
+            wv[r] =
+                r0 + r < rows ? gv_ld<KEEP>(w + (r0 + r) * chunks_row + c0 + c) : make_uint4(0u, 0u, 0u, 0u);
         const int64_t k = (c0 + c) * 8;
 #pragma unroll
         for (int j = 0; j < N; j++) {
@@ -357,6 +365,48 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     gv_tile_halves(x + (p / xdiv) * ldx, w, rows, cols, y, (int64_t)blockIdx.x * GV_ROWS);
 }
 
+/* MoE decode pairs of several tokens that share an expert (tokens routed to the same expert): the per-pair
+ * kernels stream that expert's weights from HBM once per pair, and at 4 tokens x 4 of 32 experts about a
+ * fifth of the pairs repeat an expert, a token's pairs apart (~150 MB of other weights: L2 does not keep
+ * them). Here the CTAs of the first pair of an expert run the tile for each of the expert's pairs in turn,
+ * every pass but the last loading the weights with the caching loads so that the next pass finds them in L1
+ * or L2. Each pass is the per-pair kernel's tile (the same bits). Measured (v118-v119, 16 pairs over 12
+ * experts, M3's expert shape): gate + up 249-250 us against 294 per pair; all of an expert's rows in one pass
+ * instead was slower (2-4 rows of accumulators took the kernel to 128 registers from 54, and with them every
+ * CTA's loads in flight), and so was an L2 evict-last policy for the passes instead of the caching loads
+ * (262-268 us, v120). The (row, half) down products do not take it: grouped they measured 165-207 us against
+ * 147-163 per pair (v119-v120; 48-54 registers against 40: a CTA or two fewer per SM for a kernel with one
+ * load in flight per unrolled step). */
+#define GV_GROUP_PAIRS 64 /* most pairs the grouped kernel takes: one 64-bit mask */
+
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_experts_group(const float *__restrict__ x, int64_t ldx, int32_t xdiv,
+                         const int32_t *__restrict__ expert, const void *const *__restrict__ w_a,
+                         const void *const *__restrict__ w_b, int64_t rows, int64_t cols,
+                         float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy, int32_t pairs)
+{
+    kn_chain_entry();
+    const int lane = threadIdx.x & 31, p = (int)blockIdx.y;
+    const int32_t e = expert[p];
+    /* the pairs of this expert, every warp the same mask */
+    uint64_t m = (uint64_t)__ballot_sync(0xffffffffu, lane < pairs && expert[lane] == e) |
+                 (uint64_t)__ballot_sync(0xffffffffu, lane + 32 < pairs && expert[lane + 32] == e) << 32;
+    if (m & ((1ull << p) - 1)) return; /* an earlier pair's CTAs do p's rows */
+    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
+    float *y = blockIdx.z ? y_b : y_a;
+    const int64_t r0 = (int64_t)blockIdx.x * GV_ROWS;
+    while (m) { /* uniform over the CTA */
+        const int q = __ffsll((long long)m) - 1;
+        m &= m - 1;
+        if (m) {
+            gv_tile<1, true>(x + (q / xdiv) * ldx, ldx, w, rows, cols, y + q * ldy, ldy, r0);
+            __syncthreads(); /* the next pass reuses the shared sums */
+        } else {
+            gv_tile<1>(x + (q / xdiv) * ldx, ldx, w, rows, cols, y + q * ldy, ldy, r0);
+        }
+    }
+}
+
 /* Shapes a tile takes: per_chunk weights per 16-byte load (8 bf16, 4 f32), a whole number of loads per warp
  */
 static int gv_shape_ok(int64_t n, int64_t max_n, int64_t cols, int64_t ldx, int per_chunk)
@@ -443,7 +493,8 @@ extern "C" int32_t kn_cuda_gemv_bf16_multi(int32_t n_w, const void *const *w, co
 extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols,
                                              const float *x, int64_t ldx, const int32_t *expert,
                                              const void *const *w_a, const void *const *w_b, float *y_a,
-                                             float *y_b, int64_t ldy, cudaStream_t stream, struct mm_err *err)
+                                             float *y_b, int64_t ldy, int32_t group, cudaStream_t stream,
+                                             struct mm_err *err)
 {
     if (pairs < 0 || pairs > 65535 || xdiv < 1 || rows < 0 || !kn_cuda_gemv_ok(1, cols, ldx) || ldy < rows ||
         (uintptr_t)x % 16 || (pairs > 0 && (!x || !expert || !w_a || !y_a || (w_b && !y_b))) ||
@@ -453,9 +504,13 @@ extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_
                           (long long)pairs, (long long)rows, (long long)cols);
     if (pairs == 0 || rows == 0) return MM_OK;
     const dim3 grid((unsigned)kn_cdiv(rows, GV_ROWS), (unsigned)pairs, w_b ? 2u : 1u);
-    return kn_cuda_check(kn_launch(gv_halves_ok(cols) ? k_gemv_experts_halves : k_gemv_experts, grid,
-                                   GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a, w_b, rows, cols, y_a,
-                                   y_b, ldy),
+    const bool halves = gv_halves_ok(cols);
+    if (group && !halves && pairs > 1 && pairs <= GV_GROUP_PAIRS && kn_cuda_knob_int("KN_CUDA_GEMV_GROUP", 1))
+        return kn_cuda_check(kn_launch(k_gemv_experts_group, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv,
+                                       expert, w_a, w_b, rows, cols, y_a, y_b, ldy, (int32_t)pairs),
+                             "kn_cuda_gemv_experts_bf16", err);
+    return kn_cuda_check(kn_launch(halves ? k_gemv_experts_halves : k_gemv_experts, grid, GV_WARPS * 32, 0,
+                                   stream, x, ldx, xdiv, expert, w_a, w_b, rows, cols, y_a, y_b, ldy),
                          "kn_cuda_gemv_experts_bf16", err);
 }
 

@@ -1593,7 +1593,7 @@ static void test_gemv_halves(void)
             float *yp_d = ct_dmalloc(sizeof(float) * P * rows), *ref = ct_hmalloc(sizeof(float) * P * rows);
             OK(kn_cuda_gemv_bf16(1, rows, cols, c.x_d, cols, c.w_d, c.y_d, rows, 0, &err));
             OK(kn_cuda_gemv_experts_bf16(P, P, rows, cols, c.x_d, cols, ids_d, (const void *const *)et.tab_d,
-                                         NULL, yp_d, NULL, rows, 0, &err));
+                                         NULL, yp_d, NULL, rows, 0, 0, &err));
             for (int p = 0; p < P; p++)
                 kn_sgemm_nt(1, rows, cols, c.xr, cols, et.w + (int64_t)ids[p] * rows * cols, cols, 0.0f,
                             ref + p * rows, rows);
@@ -1632,7 +1632,7 @@ static void test_gemv_experts(void)
     float *x_d = ct_upload(x, sizeof(float) * NT * cols);
     float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
     OK(kn_cuda_gemv_experts_bf16(P, K, rows, cols, x_d, cols, ids_d, (const void *const *)tab_d,
-                                 (const void *const *)tab_d + E, ya_d, yb_d, rows, 0, &err));
+                                 (const void *const *)tab_d + E, ya_d, yb_d, rows, 0, 0, &err));
     float *ref = ct_hmalloc(sizeof(float) * P * rows);
     for (int half = 0; half < 2; half++) {
         for (int p = 0; p < P; p++)
@@ -1649,7 +1649,7 @@ static void test_gemv_experts(void)
     for (int64_t i = 0; i < P * cols; i++) xpr[i] = ct_bf16_round(xp[i]);
     float *xp_d = ct_upload(xp, sizeof(float) * P * cols);
     OK(kn_cuda_gemv_experts_bf16(P, 1, rows, cols, xp_d, cols, ids_d, (const void *const *)tab_d, NULL, ya_d,
-                                 NULL, rows, 0, &err));
+                                 NULL, rows, 0, 0, &err));
     for (int p = 0; p < P; p++)
         kn_sgemm_nt(1, rows, cols, xpr + p * cols, cols, w + (int64_t)ids[p] * rows * cols, cols, 0.0f,
                     ref + p * rows, rows);
@@ -1672,11 +1672,75 @@ static void test_gemv_experts(void)
     expect_close("moe combine, pair order", gc, rc, NT * rows, 1e-6);
     struct mm_err e2 = {0};
     CHECK(kn_cuda_gemv_experts_bf16(P, 0, rows, cols, x_d, cols, ids_d, (const void *const *)tab_d, NULL,
-                                    ya_d, NULL, rows, 0, &e2) == MM_INVALID);
+                                    ya_d, NULL, rows, 0, 0, &e2) == MM_INVALID);
     free(gc), free(got), free(ref), free(x), free(xr), free(xp), free(xpr), free(yc), free(rc);
     expert_tabs_free(&et);
     cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);
     cudaFree(xp_d), cudaFree(wts_d), cudaFree(yc_d);
+}
+
+/* MoE decode pairs of several tokens that share experts, grouped (each expert streamed once for its pairs)
+ * against one stream per pair (KN_CUDA_GEMV_GROUP=0): the same bits for every pair. 8 tokens x top-2 over 6
+ * experts: expert 1 in 6 pairs (two passes of a CTA: 4 rows, then 2), expert 4 in 3 (the 4-row kernel with a
+ * row unused), experts 0, 2 and 5 in 2, expert 3 in 1; gate and up (x row = pair / 2) and the down product
+ * (own rows), at 3072 wide ((row, half) units) and 1024 wide (8 warps a row), 37 rows (a partial tile);
+ * a row past the outputs untouched. */
+static void test_gemv_experts_group(void)
+{
+    enum { E = 6, K = 2, NT = 8, P = NT * K };
+    static const int32_t ids[P] = {1, 4, 1, 2, 0, 1, 4, 1, 2, 1, 3, 5, 1, 4, 5, 0};
+    static const int64_t widths[2] = {3072, 1024};
+    const int64_t rows = 37;
+    int32_t *ids_d = ct_upload(ids, sizeof ids);
+    for (int wi = 0; wi < 2; wi++) {
+        const int64_t cols = widths[wi];
+        struct expert_tabs et;
+        expert_tabs_make(&et, E, rows, cols);
+        float *x = ct_hmalloc(sizeof(float) * P * cols);
+        ct_fill_normal(x, P * cols, 1.0f);
+        float *x_d = ct_upload(x, sizeof(float) * P * cols);
+        float *y[2][3]; /* [group][gate, up, down], one row more each */
+        for (int g = 0; g < 2; g++)
+            for (int k = 0; k < 3; k++) y[g][k] = ct_dmalloc(sizeof(float) * (P + 1) * rows);
+        for (int g = 0; g < 2; g++) {
+            knob_setenv("KN_CUDA_GEMV_GROUP", g ? "1" : "0", 1);
+            OK(kn_cuda_gemv_experts_bf16(P, K, rows, cols, x_d, cols, ids_d, (const void *const *)et.tab_d,
+                                         (const void *const *)et.tab_d + E, y[g][0], y[g][1], rows, 1, 0,
+                                         &err));
+            OK(kn_cuda_gemv_experts_bf16(P, 1, rows, cols, x_d, cols, ids_d, (const void *const *)et.tab_d,
+                                         NULL, y[g][2], NULL, rows, 1, 0, &err));
+        }
+        knob_unsetenv("KN_CUDA_GEMV_GROUP");
+        for (int k = 0; k < 3; k++) {
+            float *a = dl_f32(y[0][k], (P + 1) * rows), *b = dl_f32(y[1][k], (P + 1) * rows);
+            int untouched = 1, stored = 1;
+            for (int64_t r = 0; r < rows; r++) untouched &= isnan(b[P * rows + r]);
+            for (int64_t r = 0; r < P * rows; r++) stored &= !isnan(b[r]);
+            CHECK_MSG(!memcmp(a, b, sizeof(float) * P * rows),
+                      "experts gemv grouped, %lld wide, %s: differs from one stream per pair",
+                      (long long)cols,
+                      k == 0   ? "gate"
+                      : k == 1 ? "up"
+                               : "down");
+            CHECK_MSG(untouched && stored,
+                      "experts gemv grouped, %lld wide: a pair's row not stored, or past them",
+                      (long long)cols);
+            free(a), free(b);
+        }
+        /* and the per-pair result against the host for one shared expert's pairs (pair 12: token 6) */
+        float *ref = ct_hmalloc(sizeof(float) * rows), *xr = ct_hmalloc(sizeof(float) * cols);
+        for (int64_t i = 0; i < cols; i++) xr[i] = ct_bf16_round(x[(12 / K) * cols + i]);
+        kn_sgemm_nt(1, rows, cols, xr, cols, et.w + (int64_t)ids[12] * rows * cols, cols, 0.0f, ref, rows);
+        float *got = dl_f32(y[1][0] + 12 * rows, rows);
+        expect_close("experts gemv grouped, pair 12", got, ref, rows, 1e-5);
+        free(ref), free(xr), free(got), free(x);
+        for (int g = 0; g < 2; g++)
+            for (int k = 0; k < 3; k++) cudaFree(y[g][k]);
+        cudaFree(x_d);
+        expert_tabs_free(&et);
+    }
+    cudaFree(ids_d);
+    printf("  %-28s bitwise equal to one stream per pair\n", "experts gemv grouped");
 }
 
 /* An FP8-E4M3 weight [rows][cols] with f32 block scales [ceil(rows/bsr)][ceil(cols/bsc)] (random codes, no
@@ -2550,6 +2614,7 @@ int main(void)
     test_swiglu_vec();
     test_gemv();
     test_gemv_experts();
+    test_gemv_experts_group();
     test_gemv_fp8();
     test_experts_fp8_bulk();
     /* the ring without x converted once per CTA (the default converts it at 1-2 rows): every ring entry of

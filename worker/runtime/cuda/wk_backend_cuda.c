@@ -108,6 +108,7 @@ struct cuda_be {
     int32_t moe_wgmma;   /* a prefill's MoE grouped on the device (kn_cuda_gemm_experts_bf16;
                             MMGW_CUDA_MOE_WGMMA=0: the host-grouped cuBLAS products) */
     int32_t dl_rows;     /* download_rows in one copy (MMGW_CUDA_DOWNLOAD_ROWS=0: one cudaMemcpy per row) */
+    int32_t moe_pairs;   /* most pairs of the per-pair MoE route (MMGW_CUDA_MOE_PAIRS; MOE_PAIRS_MAX) */
     void *dl_host;       /* its pinned staging */
     size_t dl_cap;
     void *bounce; /* pinned staging of upload / download from WK_CUDA_BOUNCE_MIN bytes (copy) */
@@ -1922,7 +1923,8 @@ static const struct moe_tab *moe_scratch_table(struct cuda_be *c, const struct w
 
 /* Decode-sized MoE (few (token, expert) pairs): every step on the device, no host read, so it records and
  * replays with the rest of the step. Each pair streams its expert's weights (kn_cuda_gemv_experts_bf16: gate
- * and up in one launch), the clamped SwiGLU, the down product, and the weighted combine in pair order. Same
+ * and up in one launch; the pairs of several tokens that share an expert stream it once, bf16 weights), the
+ * clamped SwiGLU, the down product, and the weighted combine in pair order. Same
  * roundings as the grouped path (x and the activation rounded to bf16 at the products, f32 sums). */
 struct a_moe_dev { /* both MoE routes without the host */
     const struct wk_weight *router, *bias;
@@ -1984,14 +1986,14 @@ static void ex_moe_pairs(void *ctx, const void *args)
                                            a->bs_rows, a->bs_cols, g, u, a->I, ST, &e__)
                 : kn_cuda_gemv_experts_bf16(pairs, a->K, a->I, a->H, a->x, a->H, ids,
                                             (const void *const *)a->tab, (const void *const *)a->tab + E, g,
-                                            u, a->I, ST, &e__);
+                                            u, a->I, n > 1, ST, &e__);
     if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__);
     if (!rc)
         rc = s8 ? kn_cuda_gemv_experts_fp8(pairs, 1, a->H, a->I, act, a->I, ids, t8 + 2 * E, s8 + 2 * E, NULL,
                                            NULL, a->bs_rows, a->bs_cols, eo, NULL, a->H, ST, &e__)
                 : kn_cuda_gemv_experts_bf16(pairs, 1, a->H, a->I, act, a->I, ids,
-                                            (const void *const *)a->tab + 2 * E, NULL, eo, NULL, a->H, ST,
-                                            &e__);
+                                            (const void *const *)a->tab + 2 * E, NULL, eo, NULL, a->H, n > 1,
+                                            ST, &e__);
     if (rc) {
         fail(c, &e__, "moe (pairs)");
         return;
@@ -2114,9 +2116,10 @@ static void ex_moe_sorted(void *ctx, const void *args)
     moe_combine_out(c, a, eo, inv, wts, what);
 }
 
-/* Most (token, expert) pairs that take the per-pair route: each pair reads its expert's weights, so once
- * tokens share experts the grouped products (each expert once, sized on the host) read less; at 64 pairs
- * over 16 experts (4x the bytes) the two measured level (bench/cuda/README.md "MoE decode") */
+/* Most (token, expert) pairs that take the per-pair route by default (MMGW_CUDA_MOE_PAIRS): each pair reads
+ * its expert's weights (gate and up once per expert where tokens share it, bf16), so once tokens share
+ * experts the grouped products (each expert once, sized on the host) read less; at 64 pairs over 16 experts
+ * (4x the bytes) the two measured level (bench/cuda/README.md "MoE decode") */
 #define MOE_PAIRS_MAX 32
 /* Most tokens whose experts are grouped on the device (decode batches); more go to the host-grouped cuBLAS
  * products */
@@ -2147,7 +2150,7 @@ static void cu_moe(void *ctx, const struct wk_moe *m, const float *x, int64_t n,
         tc8 = fp8 && c->fp8_tc > 0 && kn_cuda_gemm_small_experts_fp8_ok(H, bsr, bsc) &&
               kn_cuda_gemm_small_experts_fp8_ok(I, bsr, bsc) && kn_cuda_x_f16_scaled_ok(H, H) &&
               kn_cuda_x_f16_scaled_ok(I, I);
-        if (c->gemv && n * m->topk <= MOE_PAIRS_MAX && pairs_ok)
+        if (c->gemv && n * m->topk <= c->moe_pairs && pairs_ok)
             fn = ex_moe_pairs;
         else if (c->small_gemm && n <= MOE_DEVICE_GROUPED_MAX && m->n_experts <= 65535 && (dq_ok || tc8) &&
                  kn_cuda_gemm_small_experts_ok(H, H) && kn_cuda_gemm_small_experts_ok(I, I))
@@ -2523,8 +2526,9 @@ static void read_knobs(struct cuda_be *c)
     c->fp8_tc = ft && atoi(ft) >= 0 ? atoi(ft) : WK_CUDA_FP8_TC_MIN;
     const char *mw = getenv("MMGW_CUDA_MOE_WGMMA");
     c->moe_wgmma = !(mw && !strcmp(mw, "0"));
-    const char *dr = getenv("MMGW_CUDA_DOWNLOAD_ROWS");
+    const char *dr = getenv("MMGW_CUDA_DOWNLOAD_ROWS"), *mp = getenv("MMGW_CUDA_MOE_PAIRS");
     c->dl_rows = !(dr && !strcmp(dr, "0"));
+    c->moe_pairs = mp && atoi(mp) >= 0 ? atoi(mp) : MOE_PAIRS_MAX;
     const char *am = getenv("MMGW_CUDA_ARGMAX");
     c->argmax = !(am && !strcmp(am, "0"));
     const char *rm = getenv("MMGW_CUDA_ROWS_MULTI");
