@@ -2950,14 +2950,20 @@ static void bench_fp8w(void)
         CK(cudaMemcpy(tab, h, sizeof(void *) * (size_t)(n_sets * nt * E), cudaMemcpyHostToDevice));
         a.tab16 = tab, a.E = E, a.rows = rows, a.cols = cols, a.n = pairs, a.route = sh ? 11 : 5;
         a.n_sets = n_sets, a.group = 1;
-        for (int rd = 0; rd < 4; rd++) {
-            knob_setenv("KN_CUDA_GEMV_GROUP", rd & 1 ? "0" : "1", 1);
-            time_emit_stream(rd & 1 ? "experts bf16 per pair" : "experts bf16 grouped",
+        static const char *const names[4] = {"experts bf16 grouped", "experts bf16 per pair",
+                                             "experts bf16 per pair, pairs fastest",
+                                             "experts bf16 grouped, pairs fastest"};
+        for (int rd = 0; rd < 8; rd++) {
+            const int v = rd % 4;
+            knob_setenv("KN_CUDA_GEMV_GROUP", v == 0 || v == 3 ? "1" : "0", 1);
+            knob_setenv("KN_CUDA_GEMV_PAIR_FAST", v >= 2 ? "1" : "0", 1);
+            time_emit_stream(names[v],
                              sh ? "down 16 pairs / 12 experts, 6144 x 3072"
                                 : "gate + up 16 pairs / 12 experts, 3072 x 6144",
                              run_fp8w, &a, 12.0 * nt * (double)eb, g_quick ? 5 : 30, 20, 0, 1);
         }
         knob_unsetenv("KN_CUDA_GEMV_GROUP");
+        knob_unsetenv("KN_CUDA_GEMV_PAIR_FAST");
         a.group = 0;
         cudaFree(tab), cudaFree((void *)a.ids);
         free(h);

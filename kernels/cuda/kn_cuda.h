@@ -491,9 +491,10 @@ int32_t kn_cuda_experts_maps_create_e4m3(const uint8_t *const *w, int32_t n, int
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows
  * stride ldx; shapes as kn_cuda_gemv_ok(1, cols, ldx). Same arithmetic as kn_cuda_gemv_bf16. group: pairs
- * may share an expert (several tokens): up to 64 pairs, each expert's weights are then read from HBM once for
- * all of its pairs, except at widths that take (row, half) units (the same bits; KN_CUDA_GEMV_GROUP=0: once
- * per pair). */
+ * may share an expert (several tokens): the CTAs run the pairs fastest (each row tile of every pair together,
+ * so L2 serves the repeated reads of an expert; KN_CUDA_GEMV_PAIR_FAST=0: not), and with up to 64 pairs each
+ * expert's gate / up weights are read once for all of its pairs, except at widths that take (row, half)
+ * units (KN_CUDA_GEMV_GROUP=0: once per pair). The same bits either way. */
 int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols, const float *x,
                                   int64_t ldx, const int32_t *expert, const void *const *w_a,
                                   const void *const *w_b, float *y_a, float *y_b, int64_t ldy, int32_t group,

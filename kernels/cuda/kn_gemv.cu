@@ -335,22 +335,40 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     gv_tile<N>(x, ldx, w, rows, cols, y, rows, r0);
 }
 
-/* MoE decode: pair p = blockIdx.y multiplies x row p / xdiv by its expert's weight (tables w_a, and w_b for
- * blockIdx.z = 1, indexed by expert[p]) into row p of y_a (y_b). */
+/* A MoE decode CTA's pair and row tile: PF (pairs fastest) puts the pairs on x, so that the block scheduler
+ * runs every pair's tile t together and pairs that share an expert read its tile within microseconds of each
+ * other (L2 serves the repeats); else the tiles are on x (each pair's tiles in turn). With the pairs of
+ * several tokens (kn_cuda_gemv_experts_bf16's group; KN_CUDA_GEMV_PAIR_FAST=0: tiles fastest). Measured
+ * (v122, 16 pairs over 12 experts): down products 128-132 against 147-150 us; with the grouped passes below
+ * gate + up 210-224 against 247 (grouped alone) and 291-292 (neither); the model's decode at batch 4 / 8
+ * +12-15 / +22-23 % with both, against +7 / +14 % with either alone. */
+template <bool PF> __device__ __forceinline__ int64_t gv_pair()
+{
+    return PF ? blockIdx.x : blockIdx.y;
+}
+template <bool PF> __device__ __forceinline__ int64_t gv_pair_r0()
+{
+    return (int64_t)(PF ? blockIdx.y : blockIdx.x) * GV_ROWS;
+}
+
+/* MoE decode: pair p multiplies x row p / xdiv by its expert's weight (tables w_a, and w_b for blockIdx.z =
+ * 1, indexed by expert[p]) into row p of y_a (y_b). */
+template <bool PF>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_experts(const float *__restrict__ x, int64_t ldx, int32_t xdiv, const int32_t *__restrict__ expert,
                    const void *const *__restrict__ w_a, const void *const *__restrict__ w_b, int64_t rows,
                    int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
 {
     kn_chain_entry();
-    const int64_t p = blockIdx.y;
+    const int64_t p = gv_pair<PF>();
     const int32_t e = expert[p];
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
-    gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, (int64_t)blockIdx.x * GV_ROWS);
+    gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, gv_pair_r0<PF>());
 }
 
 /* The same over (row, half) units (gv_tile_halves) */
+template <bool PF>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_experts_halves(const float *__restrict__ x, int64_t ldx, int32_t xdiv,
                           const int32_t *__restrict__ expert, const void *const *__restrict__ w_a,
@@ -358,11 +376,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                           float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
 {
     kn_chain_entry();
-    const int64_t p = blockIdx.y;
+    const int64_t p = gv_pair<PF>();
     const int32_t e = expert[p];
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
-    gv_tile_halves(x + (p / xdiv) * ldx, w, rows, cols, y, (int64_t)blockIdx.x * GV_ROWS);
+    gv_tile_halves(x + (p / xdiv) * ldx, w, rows, cols, y, gv_pair_r0<PF>());
 }
 
 /* MoE decode pairs of several tokens that share an expert (tokens routed to the same expert): the per-pair
@@ -376,9 +394,11 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
  * CTA's loads in flight), and so was an L2 evict-last policy for the passes instead of the caching loads
  * (262-268 us, v120). The (row, half) down products do not take it: grouped they measured 165-207 us against
  * 147-163 per pair (v119-v120; 48-54 registers against 40: a CTA or two fewer per SM for a kernel with one
- * load in flight per unrolled step). */
+ * load in flight per unrolled step). With the pairs fastest in the grid (gv_pair), the passes' tiles are
+ * also the other pairs' reads of the moment. */
 #define GV_GROUP_PAIRS 64 /* most pairs the grouped kernel takes: one 64-bit mask */
 
+template <bool PF>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_experts_group(const float *__restrict__ x, int64_t ldx, int32_t xdiv,
                          const int32_t *__restrict__ expert, const void *const *__restrict__ w_a,
@@ -386,7 +406,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                          float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy, int32_t pairs)
 {
     kn_chain_entry();
-    const int lane = threadIdx.x & 31, p = (int)blockIdx.y;
+    const int lane = threadIdx.x & 31, p = (int)gv_pair<PF>();
     const int32_t e = expert[p];
     /* the pairs of this expert, every warp the same mask */
     uint64_t m = (uint64_t)__ballot_sync(0xffffffffu, lane < pairs && expert[lane] == e) |
@@ -394,7 +414,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     if (m & ((1ull << p) - 1)) return; /* an earlier pair's CTAs do p's rows */
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     float *y = blockIdx.z ? y_b : y_a;
-    const int64_t r0 = (int64_t)blockIdx.x * GV_ROWS;
+    const int64_t r0 = gv_pair_r0<PF>();
     while (m) { /* uniform over the CTA */
         const int q = __ffsll((long long)m) - 1;
         m &= m - 1;
@@ -503,14 +523,20 @@ extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_
                           "kn_cuda_gemv_experts_bf16: bad arguments (pairs %lld rows %lld cols %lld)",
                           (long long)pairs, (long long)rows, (long long)cols);
     if (pairs == 0 || rows == 0) return MM_OK;
-    const dim3 grid((unsigned)kn_cdiv(rows, GV_ROWS), (unsigned)pairs, w_b ? 2u : 1u);
+    const int64_t tiles = kn_cdiv(rows, GV_ROWS);
     const bool halves = gv_halves_ok(cols);
+    const bool pf = group && tiles <= 65535 && kn_cuda_knob_int("KN_CUDA_GEMV_PAIR_FAST", 1);
+    const dim3 grid(pf ? (unsigned)pairs : (unsigned)tiles, pf ? (unsigned)tiles : (unsigned)pairs,
+                    w_b ? 2u : 1u);
     if (group && !halves && pairs > 1 && pairs <= GV_GROUP_PAIRS && kn_cuda_knob_int("KN_CUDA_GEMV_GROUP", 1))
-        return kn_cuda_check(kn_launch(k_gemv_experts_group, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv,
-                                       expert, w_a, w_b, rows, cols, y_a, y_b, ldy, (int32_t)pairs),
+        return kn_cuda_check(kn_launch(pf ? k_gemv_experts_group<true> : k_gemv_experts_group<false>, grid,
+                                       GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a, w_b, rows, cols,
+                                       y_a, y_b, ldy, (int32_t)pairs),
                              "kn_cuda_gemv_experts_bf16", err);
-    return kn_cuda_check(kn_launch(halves ? k_gemv_experts_halves : k_gemv_experts, grid, GV_WARPS * 32, 0,
-                                   stream, x, ldx, xdiv, expert, w_a, w_b, rows, cols, y_a, y_b, ldy),
+    auto k = halves ? (pf ? k_gemv_experts_halves<true> : k_gemv_experts_halves<false>)
+                    : (pf ? k_gemv_experts<true> : k_gemv_experts<false>);
+    return kn_cuda_check(kn_launch(k, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a, w_b, rows,
+                                   cols, y_a, y_b, ldy),
                          "kn_cuda_gemv_experts_bf16", err);
 }
 

@@ -1699,11 +1699,14 @@ static void test_gemv_experts_group(void)
         float *x = ct_hmalloc(sizeof(float) * P * cols);
         ct_fill_normal(x, P * cols, 1.0f);
         float *x_d = ct_upload(x, sizeof(float) * P * cols);
-        float *y[2][3]; /* [group][gate, up, down], one row more each */
-        for (int g = 0; g < 2; g++)
+        /* [config][gate, up, down], one row more each; configs: one stream per pair, grouped, and both with
+         * the pairs fastest in the grid (KN_CUDA_GEMV_PAIR_FAST) */
+        float *y[4][3];
+        for (int g = 0; g < 4; g++)
             for (int k = 0; k < 3; k++) y[g][k] = ct_dmalloc(sizeof(float) * (P + 1) * rows);
-        for (int g = 0; g < 2; g++) {
-            knob_setenv("KN_CUDA_GEMV_GROUP", g ? "1" : "0", 1);
+        for (int g = 0; g < 4; g++) {
+            knob_setenv("KN_CUDA_GEMV_GROUP", g & 1 ? "1" : "0", 1);
+            knob_setenv("KN_CUDA_GEMV_PAIR_FAST", g & 2 ? "1" : "0", 1);
             OK(kn_cuda_gemv_experts_bf16(P, K, rows, cols, x_d, cols, ids_d, (const void *const *)et.tab_d,
                                          (const void *const *)et.tab_d + E, y[g][0], y[g][1], rows, 1, 0,
                                          &err));
@@ -1711,22 +1714,25 @@ static void test_gemv_experts_group(void)
                                          NULL, y[g][2], NULL, rows, 1, 0, &err));
         }
         knob_unsetenv("KN_CUDA_GEMV_GROUP");
-        for (int k = 0; k < 3; k++) {
-            float *a = dl_f32(y[0][k], (P + 1) * rows), *b = dl_f32(y[1][k], (P + 1) * rows);
-            int untouched = 1, stored = 1;
-            for (int64_t r = 0; r < rows; r++) untouched &= isnan(b[P * rows + r]);
-            for (int64_t r = 0; r < P * rows; r++) stored &= !isnan(b[r]);
-            CHECK_MSG(!memcmp(a, b, sizeof(float) * P * rows),
-                      "experts gemv grouped, %lld wide, %s: differs from one stream per pair",
-                      (long long)cols,
-                      k == 0   ? "gate"
-                      : k == 1 ? "up"
-                               : "down");
-            CHECK_MSG(untouched && stored,
-                      "experts gemv grouped, %lld wide: a pair's row not stored, or past them",
-                      (long long)cols);
-            free(a), free(b);
-        }
+        knob_unsetenv("KN_CUDA_GEMV_PAIR_FAST");
+        for (int g = 1; g < 4; g++)
+            for (int k = 0; k < 3; k++) {
+                float *a = dl_f32(y[0][k], (P + 1) * rows), *b = dl_f32(y[g][k], (P + 1) * rows);
+                int untouched = 1, stored = 1;
+                for (int64_t r = 0; r < rows; r++) untouched &= isnan(b[P * rows + r]);
+                for (int64_t r = 0; r < P * rows; r++) stored &= !isnan(b[r]);
+                CHECK_MSG(!memcmp(a, b, sizeof(float) * P * rows),
+                          "experts gemv, %lld wide, %s, %s%s: differs from one stream per pair",
+                          (long long)cols,
+                          k == 0   ? "gate"
+                          : k == 1 ? "up"
+                                   : "down",
+                          g & 1 ? "grouped" : "per pair", g & 2 ? ", pairs fastest" : "");
+                CHECK_MSG(untouched && stored,
+                          "experts gemv, %lld wide, config %d: a pair's row not stored, or past them",
+                          (long long)cols, g);
+                free(a), free(b);
+            }
         /* and the per-pair result against the host for one shared expert's pairs (pair 12: token 6) */
         float *ref = ct_hmalloc(sizeof(float) * rows), *xr = ct_hmalloc(sizeof(float) * cols);
         for (int64_t i = 0; i < cols; i++) xr[i] = ct_bf16_round(x[(12 / K) * cols + i]);
@@ -1734,13 +1740,13 @@ static void test_gemv_experts_group(void)
         float *got = dl_f32(y[1][0] + 12 * rows, rows);
         expect_close("experts gemv grouped, pair 12", got, ref, rows, 1e-5);
         free(ref), free(xr), free(got), free(x);
-        for (int g = 0; g < 2; g++)
+        for (int g = 0; g < 4; g++)
             for (int k = 0; k < 3; k++) cudaFree(y[g][k]);
         cudaFree(x_d);
         expert_tabs_free(&et);
     }
     cudaFree(ids_d);
-    printf("  %-28s bitwise equal to one stream per pair\n", "experts gemv grouped");
+    printf("  %-28s bitwise equal to one stream per pair (also pairs fastest)\n", "experts gemv grouped");
 }
 
 /* An FP8-E4M3 weight [rows][cols] with f32 block scales [ceil(rows/bsr)][ceil(cols/bsc)] (random codes, no
