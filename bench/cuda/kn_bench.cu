@@ -2650,7 +2650,7 @@ static void run_fp8w(void *p, int it)
                                         (const uint8_t *const *)a->tab8 + (size_t)set * 2 * a->E, a->stab,
                                         (const uint8_t *const *)a->tab8 + (size_t)set * 2 * a->E + a->E,
                                         a->stab + a->E, 128, 128, a->y, a->y + pairs * a->rows, a->rows,
-                                        g_stream, &g_err));
+                                        a->group, g_stream, &g_err));
         return;
     }
     if (a->route <= 2) {
@@ -2963,6 +2963,28 @@ static void bench_fp8w(void)
                              run_fp8w, &a, 12.0 * nt * (double)eb, g_quick ? 5 : 30, 20, 0, 1);
         }
         knob_unsetenv("KN_CUDA_GEMV_GROUP");
+        /* the FP8 pairs' route (the ring) for gate + up: the pairs fastest against tiles fastest */
+        if (!sh) {
+            const size_t eb8 = (size_t)(rows * cols);
+            void **h8 = (void **)hmalloc(sizeof(void *) * (size_t)(n_sets * 2 * E));
+            const float **hs = (const float **)hmalloc(sizeof(float *) * (size_t)(2 * E));
+            for (int64_t i = 0; i < (int64_t)n_sets * 2 * E; i++)
+                h8[i] = w + (size_t)(i % (int64_t)(pool / eb8)) * eb8;
+            for (int i = 0; i < 2 * E; i++) hs[i] = scale;
+            void **tab8 = (void **)dmalloc(sizeof(void *) * (size_t)(n_sets * 2 * E));
+            CK(cudaMemcpy(tab8, h8, sizeof(void *) * (size_t)(n_sets * 2 * E), cudaMemcpyHostToDevice));
+            a.stab = (const float **)dmalloc(sizeof(float *) * (size_t)(2 * E));
+            CK(cudaMemcpy((void *)a.stab, hs, sizeof(float *) * (size_t)(2 * E), cudaMemcpyHostToDevice));
+            a.tab8 = tab8, a.route = 6;
+            for (int rd = 0; rd < 4; rd++) {
+                knob_setenv("KN_CUDA_GEMV_PAIR_FAST", rd & 1 ? "0" : "1", 1);
+                time_emit_stream(rd & 1 ? "experts fp8 per pair" : "experts fp8 per pair, pairs fastest",
+                                 "gate + up 16 pairs / 12 experts, 3072 x 6144", run_fp8w, &a,
+                                 24.0 * (double)eb8, g_quick ? 5 : 30, 20, 0, 1);
+            }
+            cudaFree(tab8), cudaFree((void *)a.stab);
+            free(h8), free(hs);
+        }
         knob_unsetenv("KN_CUDA_GEMV_PAIR_FAST");
         a.group = 0;
         cudaFree(tab), cudaFree((void *)a.ids);

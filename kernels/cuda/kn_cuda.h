@@ -535,12 +535,13 @@ int32_t kn_cuda_gemv_fp8_multi(int32_t n_w, const uint8_t *const *w, const float
 /** kn_cuda_gemv_experts_bf16 with FP8 expert weights: tables w_a / s_a (and w_b / s_b) of device pointers to
  * each expert's e4m3 weight [rows][cols] (16-byte aligned) and its f32 block scales (block bs_rows x bs_cols,
  * the same for every expert); arithmetic as kn_cuda_gemv_fp8; shapes as kn_cuda_gemv_fp8_ok(1, cols, ldx,
- * bs_rows, bs_cols). */
+ * bs_rows, bs_cols). group: pairs may share an expert (several tokens): the CTAs run the pairs fastest, as
+ * kn_cuda_gemv_experts_bf16's do (KN_CUDA_GEMV_PAIR_FAST=0: not); the same bits either way. */
 int32_t kn_cuda_gemv_experts_fp8(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols, const float *x,
                                  int64_t ldx, const int32_t *expert, const uint8_t *const *w_a,
                                  const float *const *s_a, const uint8_t *const *w_b, const float *const *s_b,
                                  int32_t bs_rows, int32_t bs_cols, float *y_a, float *y_b, int64_t ldy,
-                                 cudaStream_t stream, struct mm_err *err);
+                                 int32_t group, cudaStream_t stream, struct mm_err *err);
 /** FP8 expert weights to bf16 for the grouped expert products: for each set s < n_sets and expert e < n_exp
  * whose rows off[e] .. off[e + 1] are not empty (device offsets; off NULL: every expert), out[s * n_exp + e]
  * (device table of bf16 [rows][cols], 16-byte aligned) = bf16(w[s * n_exp + e] * its block scales), the

@@ -74,4 +74,4 @@ int32_t kn_gemv_fp8_bulk_experts(int64_t pairs, int32_t xdiv, int64_t rows, int6
                                  int64_t ldx, const int32_t *expert, const uint8_t *const *w_a,
                                  const float *const *s_a, const uint8_t *const *w_b, const float *const *s_b,
                                  int32_t bs_rows, int32_t bs_cols, float *y_a, float *y_b, int64_t ldy,
-                                 int ring, cudaStream_t stream, struct mm_err *err);
+                                 int ring, int pf, cudaStream_t stream, struct mm_err *err);

@@ -335,22 +335,6 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     gv_tile<N>(x, ldx, w, rows, cols, y, rows, r0);
 }
 
-/* A MoE decode CTA's pair and row tile: PF (pairs fastest) puts the pairs on x, so that the block scheduler
- * runs every pair's tile t together and pairs that share an expert read its tile within microseconds of each
- * other (L2 serves the repeats); else the tiles are on x (each pair's tiles in turn). With the pairs of
- * several tokens (kn_cuda_gemv_experts_bf16's group; KN_CUDA_GEMV_PAIR_FAST=0: tiles fastest). Measured
- * (v122, 16 pairs over 12 experts): down products 128-132 against 147-150 us; with the grouped passes below
- * gate + up 210-224 against 247 (grouped alone) and 291-292 (neither); the model's decode at batch 4 / 8
- * +12-15 / +22-23 % with both, against +7 / +14 % with either alone. */
-template <bool PF> __device__ __forceinline__ int64_t gv_pair()
-{
-    return PF ? blockIdx.x : blockIdx.y;
-}
-template <bool PF> __device__ __forceinline__ int64_t gv_pair_r0()
-{
-    return (int64_t)(PF ? blockIdx.y : blockIdx.x) * GV_ROWS;
-}
-
 /* MoE decode: pair p multiplies x row p / xdiv by its expert's weight (tables w_a, and w_b for blockIdx.z =
  * 1, indexed by expert[p]) into row p of y_a (y_b). */
 template <bool PF>
@@ -364,7 +348,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     const int32_t e = expert[p];
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
-    gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, gv_pair_r0<PF>());
+    gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, gv_pair_r0<PF, GV_ROWS>());
 }
 
 /* The same over (row, half) units (gv_tile_halves) */
@@ -380,7 +364,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     const int32_t e = expert[p];
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
-    gv_tile_halves(x + (p / xdiv) * ldx, w, rows, cols, y, gv_pair_r0<PF>());
+    gv_tile_halves(x + (p / xdiv) * ldx, w, rows, cols, y, gv_pair_r0<PF, GV_ROWS>());
 }
 
 /* MoE decode pairs of several tokens that share an expert (tokens routed to the same expert): the per-pair
@@ -414,7 +398,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     if (m & ((1ull << p) - 1)) return; /* an earlier pair's CTAs do p's rows */
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     float *y = blockIdx.z ? y_b : y_a;
-    const int64_t r0 = gv_pair_r0<PF>();
+    const int64_t r0 = gv_pair_r0<PF, GV_ROWS>();
     while (m) { /* uniform over the CTA */
         const int q = __ffsll((long long)m) - 1;
         m &= m - 1;

@@ -93,3 +93,19 @@ __device__ __forceinline__ void gv_store(float (&acc)[R][N], int64_t rows, float
     }
     kn_cluster_sync(); /* the peers have read this CTA's sums */
 }
+
+/* A MoE decode CTA's pair and first row (R rows per CTA): PF (pairs fastest) puts the pairs on x, so that the
+ * block scheduler runs every pair's row tile t together and pairs that share an expert read its tile within
+ * microseconds of each other (L2 serves the repeats); else the tiles are on x (each pair's tiles in turn).
+ * PF with the pairs of several tokens (the expert products' group; KN_CUDA_GEMV_PAIR_FAST=0: tiles fastest).
+ * Measured (v122, bf16, 16 pairs over 12 experts): down products 128-132 against 147-150 us; with
+ * kn_gemv.cu's grouped passes gate + up 210-224 against 247 (grouped alone) and 291-292 (neither); the
+ * model's decode at batch 4 / 8 +12-15 / +22-23 % with both, against +7 / +14 % with either alone. */
+template <bool PF> __device__ __forceinline__ int64_t gv_pair()
+{
+    return PF ? blockIdx.x : blockIdx.y;
+}
+template <bool PF, int R> __device__ __forceinline__ int64_t gv_pair_r0()
+{
+    return (int64_t)(PF ? blockIdx.y : blockIdx.x) * R;
+}

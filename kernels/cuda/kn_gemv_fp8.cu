@@ -164,8 +164,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 /* Rows per CTA of the expert products (one activation row per pair) */
 #define G8_EXPERT_ROWS 4
 
-/* MoE decode: pair p = blockIdx.y multiplies x row p / xdiv by its expert's weight (tables w_a / s_a, and
- * w_b / s_b for blockIdx.z = 1, indexed by expert[p]) into row p of y_a (y_b). */
+/* MoE decode: pair p multiplies x row p / xdiv by its expert's weight (tables w_a / s_a, and w_b / s_b for
+ * blockIdx.z = 1, indexed by expert[p]) into row p of y_a (y_b); PF: the pairs fastest (gv_pair) */
+template <bool PF>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_experts_fp8(const float *__restrict__ x, int64_t ldx, int32_t xdiv,
                        const int32_t *__restrict__ expert, const uint8_t *const *__restrict__ w_a,
@@ -174,13 +175,13 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
                        int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
 {
     kn_chain_entry();
-    const int64_t p = blockIdx.y;
+    const int64_t p = gv_pair<PF>();
     const int32_t e = expert[p];
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     const float *s = (blockIdx.z ? s_b : s_a)[e];
     float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
     g8_tile<G8_EXPERT_ROWS, 1>(x + (p / xdiv) * ldx, ldx, w, s, bs_rows, bs_cols, rows, cols, y, ldy,
-                               (int64_t)blockIdx.x * G8_EXPERT_ROWS, 1, 1, 0);
+                               gv_pair_r0<PF, G8_EXPERT_ROWS>(), 1, 1, 0);
 }
 
 /* Elements i .. i + 15 of one FP8 weight (one row, one scale block: cols and bs_cols multiples of 16) to
@@ -316,7 +317,8 @@ extern "C" int32_t kn_cuda_gemv_experts_fp8(int64_t pairs, int32_t xdiv, int64_t
                                             const uint8_t *const *w_a, const float *const *s_a,
                                             const uint8_t *const *w_b, const float *const *s_b,
                                             int32_t bs_rows, int32_t bs_cols, float *y_a, float *y_b,
-                                            int64_t ldy, cudaStream_t stream, struct mm_err *err)
+                                            int64_t ldy, int32_t group, cudaStream_t stream,
+                                            struct mm_err *err)
 {
     if (pairs < 0 || pairs > 65535 || xdiv < 1 || rows < 0 ||
         !kn_cuda_gemv_fp8_ok(1, cols, ldx, bs_rows, bs_cols) || ldy < rows || (uintptr_t)x % 16 ||
@@ -327,12 +329,16 @@ extern "C" int32_t kn_cuda_gemv_experts_fp8(int64_t pairs, int32_t xdiv, int64_t
                           (long long)pairs, (long long)rows, (long long)cols);
     if (pairs == 0 || rows == 0) return MM_OK;
     const int bulk = kn_cuda_gemv_fp8_bulk_ok(1, cols, ldx, bs_rows, bs_cols);
+    const int64_t tiles = kn_cdiv(rows, G8_EXPERT_ROWS);
+    const int pf = group && tiles <= 65535 && kn_cuda_knob_int("KN_CUDA_GEMV_PAIR_FAST", 1);
     if (bulk || kn_cuda_gemv_fp8_ring_experts_ok(cols, ldx, bs_rows, bs_cols))
         return kn_gemv_fp8_bulk_experts(pairs, xdiv, rows, cols, x, ldx, expert, w_a, s_a, w_b, s_b, bs_rows,
-                                        bs_cols, y_a, y_b, ldy, !bulk, stream, err);
-    const dim3 grid((unsigned)kn_cdiv(rows, G8_EXPERT_ROWS), (unsigned)pairs, w_b ? 2u : 1u);
-    return kn_cuda_check(kn_launch(k_gemv_experts_fp8, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert,
-                                   w_a, s_a, w_b, s_b, bs_rows, bs_cols, rows, cols, y_a, y_b, ldy),
+                                        bs_cols, y_a, y_b, ldy, !bulk, pf, stream, err);
+    const dim3 grid(pf ? (unsigned)pairs : (unsigned)tiles, pf ? (unsigned)tiles : (unsigned)pairs,
+                    w_b ? 2u : 1u);
+    return kn_cuda_check(kn_launch(pf ? k_gemv_experts_fp8<true> : k_gemv_experts_fp8<false>, grid,
+                                   GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a, s_a, w_b, s_b,
+                                   bs_rows, bs_cols, rows, cols, y_a, y_b, ldy),
                          "kn_cuda_gemv_experts_fp8", err);
 }
 

@@ -55,12 +55,14 @@ static const int gb_span[GB_CFGS] = {1024, 512, 2048}, gb_depth[GB_CFGS] = {4, 6
 
 /* What a launch multiplies: weight i = blockIdx.y of the tables (one or several weights reading the same
  * x), or, experts != NULL, pair p = blockIdx.y with expert expert[p] of the tables w_a / s_a (blockIdx.z =
- * 0) or w_b / s_b (1), its x row p / xdiv, its output row p of y_a / y_b. */
+ * 0) or w_b / s_b (1), its x row p / xdiv, its output row p of y_a / y_b. The CTAs of a row tile's k slices
+ * (a cluster) lie along x: x = tile x ks + slice, or with pf (experts; the pairs fastest, gv_pair)
+ * x = pair x ks + slice and y = tile. */
 struct gb_args {
     const float *x;
     int64_t ldx, cols;
     int64_t kspan; /* columns per k slice: cols / ks */
-    int32_t n, bs_rows, bs_cols, xdiv, ks;
+    int32_t n, bs_rows, bs_cols, xdiv, ks, pf;
     const uint8_t *w[KN_GEMV_MULTI_MAX];
     const float *s[KN_GEMV_MULTI_MAX];
     float *y[KN_GEMV_MULTI_MAX];
@@ -129,7 +131,7 @@ template <int EXPERTS> __device__ __forceinline__ gb_tile gb_select(const gb_arg
     t.x = a.x, t.n = a.n;
     if (EXPERTS) {
         kn_griddep_wait(); /* the expert ids come from the routing */
-        const int64_t p = blockIdx.y;
+        const int64_t p = a.pf ? blockIdx.x / (unsigned)a.ks : blockIdx.y;
         const int32_t e = a.expert[p];
         t.w = (blockIdx.z ? a.w_b : a.w_a)[e], t.scale = (blockIdx.z ? a.s_b : a.s_a)[e];
         t.y = (blockIdx.z ? a.y_b : a.y_a) + p * a.ldy[0], t.rows = a.rows[0], t.ldy = a.ldy[0];
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) k_gemv_fp8_bulk(const gb_arg
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     /* tile blockIdx.x / ks, k slice blockIdx.x % ks (= the rank in its cluster) */
     const int32_t ks = a.ks, kz = (int32_t)(blockIdx.x % (unsigned)ks);
-    const int64_t cols = a.cols, r0 = (int64_t)(blockIdx.x / (unsigned)ks) * GS_ROWS;
+    const int64_t cols = a.cols, r0 = (int64_t)(a.pf ? blockIdx.y : blockIdx.x / (unsigned)ks) * GS_ROWS;
     const int64_t kb = (int64_t)kz * a.kspan, ke = kb + a.kspan;
     const gb_tile t = gb_select<EXPERTS>(a);
     const uint8_t *w = t.w;
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 3) k_gemv_fp8_ring(const gb_arg
     extern __shared__ __align__(128) uint8_t gb_sm[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
     const int32_t ks = a.ks, kz = (int32_t)(blockIdx.x % (unsigned)ks);
-    const int64_t cols = a.cols, r0 = (int64_t)(blockIdx.x / (unsigned)ks) * GS_ROWS;
+    const int64_t cols = a.cols, r0 = (int64_t)(a.pf ? blockIdx.y : blockIdx.x / (unsigned)ks) * GS_ROWS;
     const int64_t kb = (int64_t)kz * a.kspan;
     const gb_tile t = gb_select<EXPERTS>(a);
     const uint8_t *w = t.w;
@@ -458,7 +460,7 @@ static int32_t gb_launch(gb_args &a, int64_t tiles, unsigned gy, unsigned gz, in
                                       : (experts ? k_gemv_fp8_ring<1, 0> : k_gemv_fp8_ring<0, 0>))
                                 : kt[experts ? 1 : 0][cfg];
     a.ks = gb_split(tiles * gy * gz, a.cols), a.kspan = a.cols / a.ks;
-    if (tiles * a.ks > INT32_MAX)
+    if (tiles * a.ks > INT32_MAX || (a.pf && (tiles > 65535 || (int64_t)gy * a.ks > INT32_MAX)))
         return mm_err_set(err, MM_INVALID, "%s: %lld rows are too many", what, (long long)(tiles * GS_ROWS));
     const int smem = !ring ? (int)gb_smem(cfg, a.kspan)
                      : xs  ? GS_WARPS * GR_XS_DEPTH * 1024 + (int)(a.n * a.kspan * 2)
@@ -467,8 +469,9 @@ static int32_t gb_launch(gb_args &a, int64_t tiles, unsigned gy, unsigned gz, in
     if (e == cudaSuccess) {
         cudaLaunchConfig_t lc;
         cudaLaunchAttribute at;
-        kn_cluster_cfg(&lc, &at, dim3((unsigned)(tiles * a.ks), gy, gz), GS_WARPS * 32, stream,
-                       (unsigned)a.ks, 1);
+        const dim3 grid =
+            a.pf ? dim3(gy * (unsigned)a.ks, (unsigned)tiles, gz) : dim3((unsigned)(tiles * a.ks), gy, gz);
+        kn_cluster_cfg(&lc, &at, grid, GS_WARPS * 32, stream, (unsigned)a.ks, 1);
         lc.dynamicSmemBytes = (size_t)smem;
         e = kn_launch_cfg(&lc, kern, (const gb_args)a);
     }
@@ -505,7 +508,7 @@ int32_t kn_gemv_fp8_bulk_experts(int64_t pairs, int32_t xdiv, int64_t rows, int6
                                  int64_t ldx, const int32_t *expert, const uint8_t *const *w_a,
                                  const float *const *s_a, const uint8_t *const *w_b, const float *const *s_b,
                                  int32_t bs_rows, int32_t bs_cols, float *y_a, float *y_b, int64_t ldy,
-                                 int ring, cudaStream_t stream, struct mm_err *err)
+                                 int ring, int pf, cudaStream_t stream, struct mm_err *err)
 {
     if (pairs < 0 || pairs > 65535 || xdiv < 1 || rows < 0 || ldy < rows ||
         !gb_shape_ok(1, cols, ldx, bs_rows, bs_cols) || (uintptr_t)x % 16 ||
@@ -519,6 +522,7 @@ int32_t kn_gemv_fp8_bulk_experts(int64_t pairs, int32_t xdiv, int64_t rows, int6
     a.x = x, a.ldx = ldx, a.cols = cols, a.n = 1, a.bs_rows = bs_rows, a.bs_cols = bs_cols, a.xdiv = xdiv;
     a.rows[0] = rows, a.ldy[0] = ldy;
     a.expert = expert, a.w_a = w_a, a.s_a = s_a, a.w_b = w_b, a.s_b = s_b, a.y_a = y_a, a.y_b = y_b;
+    a.pf = pf;
     return gb_launch(a, kn_cdiv(rows, GS_ROWS), (unsigned)pairs, w_b ? 2u : 1u, 1, ring, stream,
                      "kn_gemv_fp8_bulk_experts", err);
 }

@@ -1826,8 +1826,18 @@ static void check_experts_fp8(const struct fp8_tables *t, int E, int K, int NT, 
     const float *const *ts = t->ts_d;
     float *ref = ct_hmalloc(sizeof(float) * P * rows);
     char what[96];
+    /* the pairs fastest in the grid (several tokens: group 1) first, then the default order: the same bits */
     OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc, ya_d,
-                                yb_d, rows, 0, &err));
+                                yb_d, rows, 1, 0, &err));
+    float *pa = dl_f32(ya_d, P * rows), *pb = dl_f32(yb_d, P * rows);
+    OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc, ya_d,
+                                yb_d, rows, 0, 0, &err));
+    {
+        float *a2 = dl_f32(ya_d, P * rows), *b2 = dl_f32(yb_d, P * rows);
+        CHECK_MSG(!memcmp(pa, a2, sizeof(float) * P * rows) && !memcmp(pb, b2, sizeof(float) * P * rows),
+                  "experts gemv fp8 %s: pairs fastest differs from tiles fastest", route);
+        free(a2), free(b2), free(pa), free(pb);
+    }
     for (int half = 0; half < 2; half++) {
         for (int p = 0; p < P; p++)
             kn_sgemm_nt(1, rows, cols, xr + (p / K) * cols, cols, t->f[half * E + ids[p]].wf, cols, 0.0f,
@@ -1838,7 +1848,7 @@ static void check_experts_fp8(const struct fp8_tables *t, int E, int K, int NT, 
         free(got);
     }
     OK(kn_cuda_gemv_experts_fp8(P, 1, rows, cols, x_d, cols, ids_d, tq, ts, NULL, NULL, bsr, bsc, ya_d, NULL,
-                                rows, 0, &err));
+                                rows, 0, 0, &err));
     for (int p = 0; p < NT; p++)
         kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, t->f[ids[p]].wf, cols, 0.0f, ref + p * rows, rows);
     float *got = dl_f32(ya_d, NT * rows);

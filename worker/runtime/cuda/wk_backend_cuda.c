@@ -1923,8 +1923,9 @@ static const struct moe_tab *moe_scratch_table(struct cuda_be *c, const struct w
 
 /* Decode-sized MoE (few (token, expert) pairs): every step on the device, no host read, so it records and
  * replays with the rest of the step. Each pair streams its expert's weights (kn_cuda_gemv_experts_bf16: gate
- * and up in one launch; the pairs of several tokens that share an expert stream it once, bf16 weights), the
- * clamped SwiGLU, the down product, and the weighted combine in pair order. Same
+ * and up in one launch; with several tokens the pairs run fastest in the grid, so a shared expert's repeats
+ * come from L2, and bf16 gate / up pairs of one expert stream it once), the clamped SwiGLU, the down
+ * product, and the weighted combine in pair order. Same
  * roundings as the grouped path (x and the activation rounded to bf16 at the products, f32 sums). */
 struct a_moe_dev { /* both MoE routes without the host */
     const struct wk_weight *router, *bias;
@@ -1983,14 +1984,14 @@ static void ex_moe_pairs(void *ctx, const void *args)
         kn_cuda_moe_route(lg, a->bias ? a->bias->f32 : NULL, n, E, a->K, a->scale, ids, wts, ST, &e__);
     if (!rc)
         rc = s8 ? kn_cuda_gemv_experts_fp8(pairs, a->K, a->I, a->H, a->x, a->H, ids, t8, s8, t8 + E, s8 + E,
-                                           a->bs_rows, a->bs_cols, g, u, a->I, ST, &e__)
+                                           a->bs_rows, a->bs_cols, g, u, a->I, n > 1, ST, &e__)
                 : kn_cuda_gemv_experts_bf16(pairs, a->K, a->I, a->H, a->x, a->H, ids,
                                             (const void *const *)a->tab, (const void *const *)a->tab + E, g,
                                             u, a->I, n > 1, ST, &e__);
     if (!rc) rc = kn_cuda_swiglu(g, u, a->I, pairs, a->I, a->alpha, a->limit, act, a->I, 0, ST, &e__);
     if (!rc)
         rc = s8 ? kn_cuda_gemv_experts_fp8(pairs, 1, a->H, a->I, act, a->I, ids, t8 + 2 * E, s8 + 2 * E, NULL,
-                                           NULL, a->bs_rows, a->bs_cols, eo, NULL, a->H, ST, &e__)
+                                           NULL, a->bs_rows, a->bs_cols, eo, NULL, a->H, n > 1, ST, &e__)
                 : kn_cuda_gemv_experts_bf16(pairs, 1, a->H, a->I, act, a->I, ids,
                                             (const void *const *)a->tab + 2 * E, NULL, eo, NULL, a->H, n > 1,
                                             ST, &e__);
