@@ -2118,10 +2118,12 @@ static void ex_moe_sorted(void *ctx, const void *args)
 }
 
 /* Most (token, expert) pairs that take the per-pair route by default (MMGW_CUDA_MOE_PAIRS): each pair reads
- * its expert's weights (gate and up once per expert where tokens share it, bf16), so once tokens share
- * experts the grouped products (each expert once, sized on the host) read less; at 64 pairs over 16 experts
- * (4x the bytes) the two measured level (bench/cuda/README.md "MoE decode") */
-#define MOE_PAIRS_MAX 32
+ * its expert's weights, the pairs fastest in the grid so that repeats of a shared expert come from L2, and a
+ * shared expert's bf16 gate / up once; the grouped products beyond (each expert once per 16 rows, sized on
+ * the device). Measured (twenty-sixth session, v125, 32 experts of M3's shape, top-4, 4K): 48 pairs
+ * (batch 12) 3369-3385 tok/s per pair against 3034-3058 grouped, 64 pairs (batch 16) 3477-3492 against
+ * 3678-3720. (Before the pairs-fastest order the limit was 32.) */
+#define MOE_PAIRS_MAX 48
 /* Most tokens whose experts are grouped on the device (decode batches); more go to the host-grouped cuBLAS
  * products */
 #define MOE_DEVICE_GROUPED_MAX 64
