@@ -490,11 +490,12 @@ int32_t kn_cuda_experts_maps_create_e4m3(const uint8_t *const *w, int32_t n, int
 /** MoE decode products without the host: for each pair p < pairs (<= 65535), y_a[p] = bf16(x[p / xdiv]) .
  * W^T with W = w_a[expert[p]] (device tables of bf16 [rows][cols] device pointers, 16-byte aligned), and the
  * same into y_b from w_b when w_b is not NULL (gate and up in one launch). Rows of y have stride ldy; x rows
- * stride ldx; shapes as kn_cuda_gemv_ok(1, cols, ldx). Same arithmetic as kn_cuda_gemv_bf16. group: pairs
- * may share an expert (several tokens): the CTAs run the pairs fastest (each row tile of every pair together,
- * so L2 serves the repeated reads of an expert; KN_CUDA_GEMV_PAIR_FAST=0: not), and with up to 64 pairs each
- * expert's gate / up weights are read once for all of its pairs, except at widths that take (row, half)
- * units (KN_CUDA_GEMV_GROUP=0: once per pair). The same bits either way. */
+ * stride ldx; shapes as kn_cuda_gemv_ok(1, cols, ldx). Same arithmetic as kn_cuda_gemv_bf16. group
+ * (non-zero): pairs may share an expert (several tokens): the CTAs run the pairs fastest (each row tile of
+ * every pair together, so L2 serves the repeated reads of an expert; KN_CUDA_GEMV_PAIR_FAST=0: not), and with
+ * up to 64 pairs each expert's weights are streamed from HBM once for all of its pairs (its first pair's
+ * CTAs run the others' tiles after it, from L1 / L2), except at widths that take (row, half) units
+ * (KN_CUDA_GEMV_GROUP=0: once per pair). The same bits either way. */
 int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols, const float *x,
                                   int64_t ldx, const int32_t *expert, const void *const *w_a,
                                   const void *const *w_b, float *y_a, float *y_b, int64_t ldy, int32_t group,
@@ -535,8 +536,8 @@ int32_t kn_cuda_gemv_fp8_multi(int32_t n_w, const uint8_t *const *w, const float
 /** kn_cuda_gemv_experts_bf16 with FP8 expert weights: tables w_a / s_a (and w_b / s_b) of device pointers to
  * each expert's e4m3 weight [rows][cols] (16-byte aligned) and its f32 block scales (block bs_rows x bs_cols,
  * the same for every expert); arithmetic as kn_cuda_gemv_fp8; shapes as kn_cuda_gemv_fp8_ok(1, cols, ldx,
- * bs_rows, bs_cols). group: pairs may share an expert (several tokens): the CTAs run the pairs fastest, as
- * kn_cuda_gemv_experts_bf16's do (KN_CUDA_GEMV_PAIR_FAST=0: not); the same bits either way. */
+ * bs_rows, bs_cols). group (non-zero): pairs may share an expert (several tokens): the CTAs run the pairs
+ * fastest, as kn_cuda_gemv_experts_bf16's do (KN_CUDA_GEMV_PAIR_FAST=0: not); the same bits either way. */
 int32_t kn_cuda_gemv_experts_fp8(int64_t pairs, int32_t xdiv, int64_t rows, int64_t cols, const float *x,
                                  int64_t ldx, const int32_t *expert, const uint8_t *const *w_a,
                                  const float *const *s_a, const uint8_t *const *w_b, const float *const *s_b,

@@ -54,10 +54,10 @@ static const int gb_span[GB_CFGS] = {1024, 512, 2048}, gb_depth[GB_CFGS] = {4, 6
 #define GB_MAX_N 8 /* activation rows: one mma N */
 
 /* What a launch multiplies: weight i = blockIdx.y of the tables (one or several weights reading the same
- * x), or, experts != NULL, pair p = blockIdx.y with expert expert[p] of the tables w_a / s_a (blockIdx.z =
- * 0) or w_b / s_b (1), its x row p / xdiv, its output row p of y_a / y_b. The CTAs of a row tile's k slices
- * (a cluster) lie along x: x = tile x ks + slice, or with pf (experts; the pairs fastest, gv_pair)
- * x = pair x ks + slice and y = tile. */
+ * x), or, experts != NULL, pair p (blockIdx.y, or blockIdx.x / ks with pf) with expert expert[p] of the
+ * tables w_a / s_a (blockIdx.z = 0) or w_b / s_b (1), its x row p / xdiv, its output row p of y_a / y_b. The
+ * CTAs of a row tile's k slices (a cluster) lie along x: x = tile x ks + slice, or with pf (experts; the
+ * pairs fastest, gv_pair) x = pair x ks + slice and y = tile. */
 struct gb_args {
     const float *x;
     int64_t ldx, cols;
@@ -115,8 +115,8 @@ __device__ __forceinline__ float gb_xfrag(const float4 (&v)[4], uint4 (&bx)[2])
     return g8_pow2(-k);
 }
 
-/* What CTA (blockIdx.y, blockIdx.z) multiplies (gb_args' comment); the expert route first waits for the
- * kernel before it, which wrote the expert ids */
+/* What a CTA multiplies (gb_args' comment: its weight or pair, and table); the expert route first waits for
+ * the kernel before it, which wrote the expert ids */
 struct gb_tile {
     const uint8_t *w;
     const float *scale, *x;
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) k_gemv_fp8_bulk(const gb_arg
     extern __shared__ __align__(128) uint8_t gb_sm[];
     __shared__ __align__(8) uint64_t full[DEPTH], empty[DEPTH];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-    /* tile blockIdx.x / ks, k slice blockIdx.x % ks (= the rank in its cluster) */
+    /* tile blockIdx.x / ks (blockIdx.y with a.pf), k slice blockIdx.x % ks (= the rank in its cluster) */
     const int32_t ks = a.ks, kz = (int32_t)(blockIdx.x % (unsigned)ks);
     const int64_t cols = a.cols, r0 = (int64_t)(a.pf ? blockIdx.y : blockIdx.x / (unsigned)ks) * GS_ROWS;
     const int64_t kb = (int64_t)kz * a.kspan, ke = kb + a.kspan;
@@ -460,7 +460,8 @@ static int32_t gb_launch(gb_args &a, int64_t tiles, unsigned gy, unsigned gz, in
                                       : (experts ? k_gemv_fp8_ring<1, 0> : k_gemv_fp8_ring<0, 0>))
                                 : kt[experts ? 1 : 0][cfg];
     a.ks = gb_split(tiles * gy * gz, a.cols), a.kspan = a.cols / a.ks;
-    if (tiles * a.ks > INT32_MAX || (a.pf && (tiles > 65535 || (int64_t)gy * a.ks > INT32_MAX)))
+    a.pf = a.pf && tiles <= 65535; /* the tiles on y */
+    if (tiles * a.ks > INT32_MAX)
         return mm_err_set(err, MM_INVALID, "%s: %lld rows are too many", what, (long long)(tiles * GS_ROWS));
     const int smem = !ring ? (int)gb_smem(cfg, a.kspan)
                      : xs  ? GS_WARPS * GR_XS_DEPTH * 1024 + (int)(a.n * a.kspan * 2)

@@ -1679,28 +1679,34 @@ static void test_gemv_experts(void)
     cudaFree(xp_d), cudaFree(wts_d), cudaFree(yc_d);
 }
 
-/* MoE decode pairs of several tokens that share experts, grouped (each expert streamed once for its pairs)
- * against one stream per pair (KN_CUDA_GEMV_GROUP=0): the same bits for every pair. 8 tokens x top-2 over 6
- * experts: expert 1 in 6 pairs (two passes of a CTA: 4 rows, then 2), expert 4 in 3 (the 4-row kernel with a
- * row unused), experts 0, 2 and 5 in 2, expert 3 in 1; gate and up (x row = pair / 2) and the down product
- * (own rows), at 3072 wide ((row, half) units) and 1024 wide (8 warps a row), 37 rows (a partial tile);
- * a row past the outputs untouched. */
+/* MoE decode pairs of several tokens that share experts, grouped (an expert's pairs as passes in its first
+ * pair's CTAs) and with the pairs fastest in the grid, against one stream per pair (KN_CUDA_GEMV_GROUP=0,
+ * KN_CUDA_GEMV_PAIR_FAST=0): the same bits for every pair. Three batches over 6 experts: 8 tokens x top-2
+ * (expert 1 in 6 pairs, expert 4 in 3, experts 0, 2 and 5 in 2, expert 3 in 1); 12 tokens x top-4 (48 pairs:
+ * the upper half of the kernel's 64-bit mask, experts in up to 8 pairs); 18 x top-4 (72 pairs: more than the
+ * grouped kernel takes, one stream per pair in either order). Gate and up (x row = pair / K) and the down
+ * product (own rows), at 3072 wide ((row, half) units: never grouped) and 1024 wide (8 warps a row), 37 rows
+ * (a partial tile); a row past the outputs untouched. */
 static void test_gemv_experts_group(void)
 {
-    enum { E = 6, K = 2, NT = 8, P = NT * K };
-    static const int32_t ids[P] = {1, 4, 1, 2, 0, 1, 4, 1, 2, 1, 3, 5, 1, 4, 5, 0};
+    enum { E = 6, PMAX = 72 };
+    static const int32_t ids8[16] = {1, 4, 1, 2, 0, 1, 4, 1, 2, 1, 3, 5, 1, 4, 5, 0};
+    static const int cases[3][2] = {{8, 2}, {12, 4}, {18, 4}}; /* tokens, top-k */
     static const int64_t widths[2] = {3072, 1024};
     const int64_t rows = 37;
-    int32_t *ids_d = ct_upload(ids, sizeof ids);
-    for (int wi = 0; wi < 2; wi++) {
-        const int64_t cols = widths[wi];
+    for (int ci = 0; ci < 6; ci++) {
+        const int NT = cases[ci / 2][0], K = cases[ci / 2][1], P = NT * K;
+        int32_t ids[PMAX];
+        for (int p = 0; p < P; p++) ids[p] = ci < 2 ? ids8[p] : (p / K + p % K) % E; /* distinct per token */
+        int32_t *ids_d = ct_upload(ids, sizeof(int32_t) * (size_t)P);
+        const int64_t cols = widths[ci % 2];
         struct expert_tabs et;
         expert_tabs_make(&et, E, rows, cols);
         float *x = ct_hmalloc(sizeof(float) * P * cols);
         ct_fill_normal(x, P * cols, 1.0f);
         float *x_d = ct_upload(x, sizeof(float) * P * cols);
         /* [config][gate, up, down], one row more each; configs: one stream per pair, grouped, and both with
-         * the pairs fastest in the grid (KN_CUDA_GEMV_PAIR_FAST) */
+         * the pairs fastest in the grid */
         float *y[4][3];
         for (int g = 0; g < 4; g++)
             for (int k = 0; k < 3; k++) y[g][k] = ct_dmalloc(sizeof(float) * (P + 1) * rows);
@@ -1722,15 +1728,16 @@ static void test_gemv_experts_group(void)
                 for (int64_t r = 0; r < rows; r++) untouched &= isnan(b[P * rows + r]);
                 for (int64_t r = 0; r < P * rows; r++) stored &= !isnan(b[r]);
                 CHECK_MSG(!memcmp(a, b, sizeof(float) * P * rows),
-                          "experts gemv, %lld wide, %s, %s%s: differs from one stream per pair",
+                          "experts gemv, %d pairs, %lld wide, %s, %s%s: differs from one stream per pair", P,
                           (long long)cols,
                           k == 0   ? "gate"
                           : k == 1 ? "up"
                                    : "down",
                           g & 1 ? "grouped" : "per pair", g & 2 ? ", pairs fastest" : "");
-                CHECK_MSG(untouched && stored,
-                          "experts gemv, %lld wide, config %d: a pair's row not stored, or past them",
-                          (long long)cols, g);
+                CHECK_MSG(
+                    untouched && stored,
+                    "experts gemv, %d pairs, %lld wide, config %d: a pair's row not stored, or past them", P,
+                    (long long)cols, g);
                 free(a), free(b);
             }
         /* and the per-pair result against the host for one shared expert's pairs (pair 12: token 6) */
@@ -1742,10 +1749,9 @@ static void test_gemv_experts_group(void)
         free(ref), free(xr), free(got), free(x);
         for (int g = 0; g < 4; g++)
             for (int k = 0; k < 3; k++) cudaFree(y[g][k]);
-        cudaFree(x_d);
+        cudaFree(x_d), cudaFree(ids_d);
         expert_tabs_free(&et);
     }
-    cudaFree(ids_d);
     printf("  %-28s bitwise equal to one stream per pair (also pairs fastest)\n", "experts gemv grouped");
 }
 
@@ -1826,7 +1832,10 @@ static void check_experts_fp8(const struct fp8_tables *t, int E, int K, int NT, 
     const float *const *ts = t->ts_d;
     float *ref = ct_hmalloc(sizeof(float) * P * rows);
     char what[96];
-    /* the pairs fastest in the grid (several tokens: group 1) first, then the default order: the same bits */
+    /* the pairs fastest in the grid (several tokens: group 1) first, into NaN-filled outputs, then the
+     * default order: the same bits */
+    CT_CU(cudaMemset(ya_d, 0xff, sizeof(float) * P * rows));
+    CT_CU(cudaMemset(yb_d, 0xff, sizeof(float) * P * rows));
     OK(kn_cuda_gemv_experts_fp8(P, K, rows, cols, x_d, cols, ids_d, tq, ts, tq + E, ts + E, bsr, bsc, ya_d,
                                 yb_d, rows, 1, 0, &err));
     float *pa = dl_f32(ya_d, P * rows), *pb = dl_f32(yb_d, P * rows);
@@ -1847,6 +1856,10 @@ static void check_experts_fp8(const struct fp8_tables *t, int E, int K, int NT, 
         expect_close(what, got, ref, P * rows, 1e-5);
         free(got);
     }
+    CT_CU(cudaMemset(ya_d, 0xff, sizeof(float) * P * rows));
+    OK(kn_cuda_gemv_experts_fp8(P, 1, rows, cols, x_d, cols, ids_d, tq, ts, NULL, NULL, bsr, bsc, ya_d, NULL,
+                                rows, 1, 0, &err));
+    float *pd = dl_f32(ya_d, NT * rows);
     OK(kn_cuda_gemv_experts_fp8(P, 1, rows, cols, x_d, cols, ids_d, tq, ts, NULL, NULL, bsr, bsc, ya_d, NULL,
                                 rows, 0, 0, &err));
     for (int p = 0; p < NT; p++)
@@ -1854,7 +1867,9 @@ static void check_experts_fp8(const struct fp8_tables *t, int E, int K, int NT, 
     float *got = dl_f32(ya_d, NT * rows);
     snprintf(what, sizeof what, "experts gemv fp8 %s, own rows", route);
     expect_close(what, got, ref, NT * rows, 1e-5);
-    free(got), free(ref);
+    CHECK_MSG(!memcmp(pd, got, sizeof(float) * NT * rows),
+              "experts gemv fp8 %s, own rows: pairs fastest differs", route);
+    free(got), free(ref), free(pd);
 }
 
 /* Decode-sized products with FP8 weights (kn_cuda_gemv_fp8): every n up to 16 (5-8 and 9-16 share a kernel)
@@ -1998,7 +2013,7 @@ static void test_gemv_fp8(void)
 static void test_experts_fp8_bulk(void)
 {
     enum { E = 3, K = 2, NT = 2, P = NT * K };
-    const int64_t rows = 45, cols = 320;
+    const int64_t rows = 45, cols = 384;
     const int32_t bsr = 8, bsc = 64;
     const int32_t ids[P] = {2, 0, 1, 2};
     struct fp8_tables tb;
@@ -2010,20 +2025,23 @@ static void test_experts_fp8_bulk(void)
     float *x_d = ct_upload(x, sizeof(float) * NT * cols);
     float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
     /* bulk copies; the cp.async ring for every product; the ring for the expert pairs alone (the default);
-     * the CUDA cores (the ring turned off) */
-    static const char *const rname[4] = {"bulk", "ring", "experts ring", "CUDA cores"};
-    for (int route = 0; route < 4; route++) {
+     * the CUDA cores (the ring turned off); the ring with its k split forced to 2 (clusters of 2 CTAs along
+     * x, also with the pairs fastest) */
+    static const char *const rname[5] = {"bulk", "ring", "experts ring", "CUDA cores", "ring, k split 2"};
+    for (int route = 0; route < 5; route++) {
         if (route < 2) setenv("KN_CUDA_GEMV_FP8_BULK", route ? "2" : "1", 1);
         if (route == 3) setenv("KN_CUDA_GEMV_FP8_EXPERTS_RING", "0", 1);
+        if (route == 4) setenv("KN_CUDA_GEMV_FP8_BULK_KS", "2", 1);
         kn_cuda_knobs_reload();
         CHECK(kn_cuda_gemv_fp8_bulk_ok(1, cols, cols, bsr, bsc) == (route < 2));
         CHECK(kn_cuda_gemv_fp8_ring_experts_ok(cols, cols, bsr, bsc) == (route != 3));
         CHECK(!kn_cuda_gemv_fp8_ring_experts_ok(cols + 16, cols + 16, bsr, bsc)); /* cols not in 64s */
         check_experts_fp8(&tb, E, K, NT, ids, ids_d, rows, cols, bsr, bsc, xr, x_d, ya_d, yb_d, rname[route]);
         unsetenv("KN_CUDA_GEMV_FP8_BULK"), unsetenv("KN_CUDA_GEMV_FP8_EXPERTS_RING");
+        unsetenv("KN_CUDA_GEMV_FP8_BULK_KS");
         kn_cuda_knobs_reload();
     }
-    printf("  %-28s 45 x 320, scale blocks 8 x 64: all four routes within 1e-5\n", "experts fp8 bulk");
+    printf("  %-28s 45 x 384, scale blocks 8 x 64: all five routes within 1e-5\n", "experts fp8 bulk");
     free(x), free(xr);
     fp8_tables_free(&tb);
     cudaFree(ids_d), cudaFree(x_d), cudaFree(ya_d), cudaFree(yb_d);

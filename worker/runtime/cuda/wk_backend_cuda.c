@@ -1749,9 +1749,9 @@ static void cu_attn_layer(void *ctx, const struct wk_attn_layer *l)
 }
 
 /* Routed experts: fp32 router and routing on the GPU, then products per (token, expert) pair (up to
- * MOE_PAIRS_MAX pairs) or grouped by expert on the device (more pairs), weighted combine; no host read in
- * the bf16 mode. The fp32 mode (and weights without 16-byte aligned bf16 copies) groups on the host: it reads
- * the expert offsets to size one cuBLAS product per expert that got tokens. */
+ * c->moe_pairs, MOE_PAIRS_MAX by default) or grouped by expert on the device (more pairs), weighted combine;
+ * no host read in the bf16 mode. The fp32 mode (and weights without 16-byte aligned bf16 copies) groups on
+ * the host: it reads the expert offsets to size one cuBLAS product per expert that got tokens. */
 static void moe_tab_clear(struct moe_tab *t)
 {
     cudaFree(t->d);
@@ -2124,6 +2124,9 @@ static void ex_moe_sorted(void *ctx, const void *args)
  * (batch 12) 3369-3385 tok/s per pair against 3034-3058 grouped, 64 pairs (batch 16) 3477-3492 against
  * 3678-3720. (Before the pairs-fastest order the limit was 32.) */
 #define MOE_PAIRS_MAX 48
+/* Most pairs MMGW_CUDA_MOE_PAIRS may set: a decode batch (MOE_DEVICE_GROUPED_MAX tokens) at top-16; the
+ * per-pair route's scratch grows with the pairs, and a prefill must not take it */
+#define MOE_PAIRS_LIMIT 1024
 /* Most tokens whose experts are grouped on the device (decode batches); more go to the host-grouped cuBLAS
  * products */
 #define MOE_DEVICE_GROUPED_MAX 64
@@ -2531,7 +2534,16 @@ static void read_knobs(struct cuda_be *c)
     c->moe_wgmma = !(mw && !strcmp(mw, "0"));
     const char *dr = getenv("MMGW_CUDA_DOWNLOAD_ROWS"), *mp = getenv("MMGW_CUDA_MOE_PAIRS");
     c->dl_rows = !(dr && !strcmp(dr, "0"));
-    c->moe_pairs = mp && atoi(mp) >= 0 ? atoi(mp) : MOE_PAIRS_MAX;
+    c->moe_pairs = MOE_PAIRS_MAX;
+    if (mp) { /* 0 .. MOE_PAIRS_LIMIT pairs; anything else keeps the default, with a warning */
+        char *end = NULL;
+        const long v = strtol(mp, &end, 10);
+        if (end != mp && !*end && v >= 0 && v <= MOE_PAIRS_LIMIT)
+            c->moe_pairs = (int32_t)v;
+        else
+            mm_log_warn("cuda", "MMGW_CUDA_MOE_PAIRS=%s: not a pair count in 0..%d, using %d", mp,
+                        MOE_PAIRS_LIMIT, MOE_PAIRS_MAX);
+    }
     const char *am = getenv("MMGW_CUDA_ARGMAX");
     c->argmax = !(am && !strcmp(am, "0"));
     const char *rm = getenv("MMGW_CUDA_ROWS_MULTI");
