@@ -336,8 +336,8 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 }
 
 /* MoE decode: pair p multiplies x row p / xdiv by its expert's weight (tables w_a, and w_b for blockIdx.z =
- * 1, indexed by expert[p]) into row p of y_a (y_b). */
-template <bool PF>
+ * 1, indexed by expert[p]) into row p of y_a (y_b); HALVES: over (row, half) units (gv_tile_halves) */
+template <bool PF, bool HALVES>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_experts(const float *__restrict__ x, int64_t ldx, int32_t xdiv, const int32_t *__restrict__ expert,
                    const void *const *__restrict__ w_a, const void *const *__restrict__ w_b, int64_t rows,
@@ -348,23 +348,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     const int32_t e = expert[p];
     const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
     float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
-    gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, gv_pair_r0<PF, GV_ROWS>());
-}
-
-/* The same over (row, half) units (gv_tile_halves) */
-template <bool PF>
-__global__ void __launch_bounds__(GV_WARPS * 32)
-    k_gemv_experts_halves(const float *__restrict__ x, int64_t ldx, int32_t xdiv,
-                          const int32_t *__restrict__ expert, const void *const *__restrict__ w_a,
-                          const void *const *__restrict__ w_b, int64_t rows, int64_t cols,
-                          float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
-{
-    kn_chain_entry();
-    const int64_t p = gv_pair<PF>();
-    const int32_t e = expert[p];
-    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
-    float *y = (blockIdx.z ? y_b : y_a) + p * ldy;
-    gv_tile_halves(x + (p / xdiv) * ldx, w, rows, cols, y, gv_pair_r0<PF, GV_ROWS>());
+    if (HALVES)
+        gv_tile_halves(x + (p / xdiv) * ldx, w, rows, cols, y, gv_pair_r0<PF, GV_ROWS>());
+    else
+        gv_tile<1>(x + (p / xdiv) * ldx, ldx, w, rows, cols, y, ldy, gv_pair_r0<PF, GV_ROWS>());
 }
 
 /* MoE decode pairs of several tokens that share an expert (tokens routed to the same expert): the per-pair
@@ -508,17 +495,15 @@ extern "C" int32_t kn_cuda_gemv_experts_bf16(int64_t pairs, int32_t xdiv, int64_
                           (long long)pairs, (long long)rows, (long long)cols);
     if (pairs == 0 || rows == 0) return MM_OK;
     const int64_t tiles = kn_cdiv(rows, GV_ROWS);
-    const bool halves = gv_halves_ok(cols);
-    const bool pf = group && tiles <= 65535 && kn_cuda_knob_int("KN_CUDA_GEMV_PAIR_FAST", 1);
-    const dim3 grid(pf ? (unsigned)pairs : (unsigned)tiles, pf ? (unsigned)tiles : (unsigned)pairs,
-                    w_b ? 2u : 1u);
+    const bool halves = gv_halves_ok(cols), pf = gv_pair_fast(group, tiles);
+    const dim3 grid = gv_pair_grid(pf, tiles, pairs, w_b ? 2u : 1u);
     if (group && !halves && pairs > 1 && pairs <= GV_GROUP_PAIRS && kn_cuda_knob_int("KN_CUDA_GEMV_GROUP", 1))
         return kn_cuda_check(kn_launch(pf ? k_gemv_experts_group<true> : k_gemv_experts_group<false>, grid,
                                        GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a, w_b, rows, cols,
                                        y_a, y_b, ldy, (int32_t)pairs),
                              "kn_cuda_gemv_experts_bf16", err);
-    auto k = halves ? (pf ? k_gemv_experts_halves<true> : k_gemv_experts_halves<false>)
-                    : (pf ? k_gemv_experts<true> : k_gemv_experts<false>);
+    auto k = halves ? (pf ? k_gemv_experts<true, true> : k_gemv_experts<false, true>)
+                    : (pf ? k_gemv_experts<true, false> : k_gemv_experts<false, false>);
     return kn_cuda_check(kn_launch(k, grid, GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a, w_b, rows,
                                    cols, y_a, y_b, ldy),
                          "kn_cuda_gemv_experts_bf16", err);

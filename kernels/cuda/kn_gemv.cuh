@@ -109,3 +109,16 @@ template <bool PF, int R> __device__ __forceinline__ int64_t gv_pair_r0()
 {
     return (int64_t)(PF ? blockIdx.y : blockIdx.x) * R;
 }
+
+/* Whether the expert products run the pairs fastest: pairs of several tokens (group) and the row tiles
+ * within grid y's limit */
+static inline bool gv_pair_fast(int32_t group, int64_t tiles)
+{
+    return group && tiles <= 65535 && kn_cuda_knob_int("KN_CUDA_GEMV_PAIR_FAST", 1);
+}
+
+/* The grid of an expert product: tiles x pairs x z, or pairs x tiles x z with the pairs fastest */
+static inline dim3 gv_pair_grid(bool pf, int64_t tiles, int64_t pairs, unsigned z)
+{
+    return pf ? dim3((unsigned)pairs, (unsigned)tiles, z) : dim3((unsigned)tiles, (unsigned)pairs, z);
+}

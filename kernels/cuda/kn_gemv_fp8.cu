@@ -330,12 +330,11 @@ extern "C" int32_t kn_cuda_gemv_experts_fp8(int64_t pairs, int32_t xdiv, int64_t
     if (pairs == 0 || rows == 0) return MM_OK;
     const int bulk = kn_cuda_gemv_fp8_bulk_ok(1, cols, ldx, bs_rows, bs_cols);
     const int64_t tiles = kn_cdiv(rows, G8_EXPERT_ROWS);
-    const int pf = group && tiles <= 65535 && kn_cuda_knob_int("KN_CUDA_GEMV_PAIR_FAST", 1);
+    const int pf = gv_pair_fast(group, tiles);
     if (bulk || kn_cuda_gemv_fp8_ring_experts_ok(cols, ldx, bs_rows, bs_cols))
         return kn_gemv_fp8_bulk_experts(pairs, xdiv, rows, cols, x, ldx, expert, w_a, s_a, w_b, s_b, bs_rows,
                                         bs_cols, y_a, y_b, ldy, !bulk, pf, stream, err);
-    const dim3 grid(pf ? (unsigned)pairs : (unsigned)tiles, pf ? (unsigned)tiles : (unsigned)pairs,
-                    w_b ? 2u : 1u);
+    const dim3 grid = gv_pair_grid(pf, tiles, pairs, w_b ? 2u : 1u);
     return kn_cuda_check(kn_launch(pf ? k_gemv_experts_fp8<true> : k_gemv_experts_fp8<false>, grid,
                                    GV_WARPS * 32, 0, stream, x, ldx, xdiv, expert, w_a, s_a, w_b, s_b,
                                    bs_rows, bs_cols, rows, cols, y_a, y_b, ldy),
