@@ -3024,6 +3024,21 @@ static void bench_fp8w(void)
         }
         a.tab16 = tb[0], a.tab8 = tb[1], a.n_sets = n_sets;
         static const char *const gn[] = {"grouped bf16", "grouped fp8 dequant+bf16", "grouped fp8 tc"};
+        /* the bf16 and FP8 tensor-core routes' three kernels each (KN_CUDA_GS_EXPERTS_RING), interleaved
+         * twice */
+        static const char *const rn[2][3] = {
+            {"grouped bf16 registers", "grouped bf16 ring", "grouped bf16 ring x ahead"},
+            {"grouped fp8 tc registers", "grouped fp8 tc ring", "grouped fp8 tc ring x ahead"}};
+        for (int rd = 0; rd < 6; rd++)
+            for (int f8 = 0; f8 < 2; f8++) {
+                char v[2] = {(char)('0' + rd % 3), 0};
+                knob_setenv("KN_CUDA_GS_EXPERTS_RING", v, 1);
+                a.route = f8 ? 10 : 8;
+                time_emit_stream(rn[f8][rd % 3], "gate + up, 128 rows over 64 experts, 3072 x 6144", run_fp8w,
+                                 &a, (double)(2 * act) * (double)(rows * cols) * (f8 ? 1.0 : 2.0),
+                                 g_quick ? 5 : 20, 10, 0, 1);
+            }
+        knob_unsetenv("KN_CUDA_GS_EXPERTS_RING");
         for (int r = 8; r <= 10; r++) {
             a.route = r;
             const double bytes = (double)(2 * act) * (double)(rows * cols) * (r == 8 ? 2.0 : 1.0);

@@ -16,26 +16,48 @@
  * bench/cuda/README.md "Decode products at 3-16 rows"). */
 #include "kn_gemm_small.cuh"
 
-/* One 32-wide k block: the weight fragments of rows gid and gid + 8 (a0, a8: this thread's 8 k values of
- * each) against the same k values of every activation row t < n, NT tiles of 8 */
+/* This thread's 8 activation values of a 32-wide k block (k = its first) for each tile's row 8 t + gid < n
+ * (zeros past n) */
 template <int NT>
-__device__ __forceinline__ void gs_block(float (&acc)[NT][4], uint4 a0, uint4 a8, const float *__restrict__ x,
+__device__ __forceinline__ void gs_xload(float4 (&xa)[NT], float4 (&xb)[NT], const float *__restrict__ x,
                                          int64_t ldx, int32_t n, int64_t k, int gid)
+{
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const int tok = 8 * t + gid;
+        xa[t] = xb[t] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (tok < n) {
+            xa[t] = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k));
+            xb[t] = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k + 4));
+        }
+    }
+}
+
+/* One 32-wide k block's products: the weight fragments of rows gid and gid + 8 (a0, a8: this thread's 8 k
+ * values of each) against the same k values of the activation rows (gs_xload's), rounded to bf16 */
+template <int NT>
+__device__ __forceinline__ void gs_block_xv(float (&acc)[NT][4], uint4 a0, uint4 a8, const float4 (&xa)[NT],
+                                            const float4 (&xb)[NT])
 {
     const uint32_t af0[4] = {a0.x, a8.x, a0.y, a8.y}, af1[4] = {a0.z, a8.z, a0.w, a8.w};
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        const int tok = 8 * t + gid;
-        float4 xa = make_float4(0.f, 0.f, 0.f, 0.f), xb = xa;
-        if (tok < n) {
-            xa = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k));
-            xb = __ldg(reinterpret_cast<const float4 *>(x + tok * ldx + k + 4));
-        }
-        const uint32_t b0[2] = {kn_pack_bf16(xa.x, xa.y), kn_pack_bf16(xa.z, xa.w)};
-        const uint32_t b1[2] = {kn_pack_bf16(xb.x, xb.y), kn_pack_bf16(xb.z, xb.w)};
+        const uint32_t b0[2] = {kn_pack_bf16(xa[t].x, xa[t].y), kn_pack_bf16(xa[t].z, xa[t].w)};
+        const uint32_t b1[2] = {kn_pack_bf16(xb[t].x, xb[t].y), kn_pack_bf16(xb[t].z, xb[t].w)};
         kn_mma_bf16(acc[t], af0, b0);
         kn_mma_bf16(acc[t], af1, b1);
     }
+}
+
+/* One 32-wide k block: the weight fragments of rows gid and gid + 8 against the same k values of every
+ * activation row t < n, NT tiles of 8 */
+template <int NT>
+__device__ __forceinline__ void gs_block(float (&acc)[NT][4], uint4 a0, uint4 a8, const float *__restrict__ x,
+                                         int64_t ldx, int32_t n, int64_t k, int gid)
+{
+    float4 xa[NT], xb[NT];
+    gs_xload<NT>(xa, xb, x, ldx, n, k, gid);
+    gs_block_xv<NT>(acc, a0, a8, xa, xb);
 }
 
 /* The 16-row route: 16 weight rows per CTA, the inner dimension split over its 8 warps (PIPE: gs_stream's) */
@@ -373,6 +395,87 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
     }
 }
 
+/* The same products with the weights fed through a per-warp cp.async ring (the FP8 pairs' design,
+ * kn_gemv_fp8_bulk.cu): every lane copies exactly the two 16-byte chunks it multiplies of each k block
+ * (rows gid and gid + 8) into its own slots, GE_DEPTH blocks ahead, so its own cp.async.wait_group is the
+ * only synchronisation. Why: the register-fed kernel above holds 98 registers (2 CTAs per SM) and its loads
+ * come in bursts of one unrolled step, so a decode batch's grouped products read at ~57 % of copy (kn_bench
+ * fp8w "grouped bf16", 128 rows over 64 of M3's experts; ncu of a batch-16 step: 79 % of the step's kernel
+ * time at 2.39 TB/s). XP: each block's activations loaded one block ahead (registers) instead of in the
+ * block. The same products in the same order as k_gemm_small_experts: the same bits. */
+#define GE_DEPTH 8                      /* 32-wide k blocks in flight per warp */
+#define GE_WARP_BYTES (GE_DEPTH * 1024) /* a slot: 2 chunks x 32 lanes x 16 bytes */
+#define GE_SMEM (GS_WARPS * GE_WARP_BYTES)
+#define GE_RING_DEFAULT 1 /* KN_CUDA_GS_EXPERTS_RING: the ring (x a block ahead measured 3 % slower, v130)   \
+                           */
+
+template <int XP>
+__global__ void __launch_bounds__(GS_WARPS * 32, 3)
+    k_gemm_small_experts_ring(const float *__restrict__ x, int64_t ldx, const int32_t *__restrict__ off,
+                              const void *const *__restrict__ w_a, const void *const *__restrict__ w_b,
+                              int64_t rows, int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b,
+                              int64_t ldy)
+{
+    extern __shared__ __align__(128) uint8_t ge_sm[];
+    kn_chain_entry();
+    const int e = blockIdx.y;
+    const int32_t p0 = off[e], cnt = off[e + 1] - p0;
+    if (cnt <= 0) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
+    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)p0 * ldy;
+    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS, chunks_row = cols / 8, nb = cols / 32;
+    const int64_t b_begin = warp * nb / GS_WARPS, k_begin = 32 * b_begin;
+    const int blocks = (int)((warp + 1) * nb / GS_WARPS - b_begin);
+    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
+    /* a row past the weight's end copies nothing from row r0 (zero-filled: the products add zeros) */
+    const uint4 *wa = w + (r0 + (ra ? gid : 0)) * chunks_row + (k_begin >> 3) + tig;
+    const uint4 *wb = w + (r0 + (rb ? gid + 8 : 0)) * chunks_row + (k_begin >> 3) + tig;
+    const int32_t ba = ra ? 16 : 0, bb = rb ? 16 : 0;
+    const uint32_t ring = kn_smem_addr(ge_sm) + (uint32_t)(warp * GE_WARP_BYTES) + 16u * (uint32_t)lane;
+    const uint8_t *own = ge_sm + warp * GE_WARP_BYTES + 16 * lane;
+    auto issue = [&](int i) { /* block i into slot i % GE_DEPTH; always one commit group */
+                              if (i < blocks) {
+                                  const uint32_t slot = ring + (uint32_t)((i % GE_DEPTH) * 1024);
+                                  kn_cp_async16(slot, wa + 4 * i, ba);
+                                  kn_cp_async16(slot + 512, wb + 4 * i, bb);
+                              }
+                              kn_cp_async_commit();
+    };
+    for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
+        const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
+        const float *xt = x + (int64_t)(p0 + t0) * ldx;
+#pragma unroll
+        for (int i = 0; i < GE_DEPTH; i++) issue(i);
+        float acc[2][4];
+#pragma unroll
+        for (int t = 0; t < 2; t++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) acc[t][v] = 0.0f;
+        float4 xa[2], xb[2], na[2], nb8[2];
+        if (XP && blocks > 0) gs_xload<2>(na, nb8, xt, ldx, n, k_begin + 8 * tig, gid);
+        for (int b = 0; b < blocks; b++) {
+            const int64_t k = k_begin + 8 * tig + 32 * b;
+            if (XP) {
+#pragma unroll
+                for (int t = 0; t < 2; t++) xa[t] = na[t], xb[t] = nb8[t];
+                if (b + 1 < blocks) gs_xload<2>(na, nb8, xt, ldx, n, k + 32, gid);
+            } else {
+                gs_xload<2>(xa, xb, xt, ldx, n, k, gid);
+            }
+            kn_cp_async_wait<GE_DEPTH - 1>(); /* this lane's copies of block b have landed */
+            const uint8_t *sl = own + (b % GE_DEPTH) * 1024;
+            const uint4 a0 = *reinterpret_cast<const uint4 *>(sl),
+                        a8 = *reinterpret_cast<const uint4 *>(sl + 512);
+            gs_block_xv<2>(acc, a0, a8, xa, xb);
+            issue(b + GE_DEPTH); /* after this block's reads of the slot it refills */
+        }
+        kn_cp_async_wait<0>();
+        if (t0) __syncthreads(); /* the previous chunk's sums are read */
+        gs_store<2>(acc, n, rows, r0, y + (int64_t)t0 * ldy, ldy);
+    }
+}
+
 extern "C" int kn_cuda_gemm_small_experts_ok(int64_t cols, int64_t ldx)
 {
     return cols > 0 && cols % 32 == 0 && ldx >= cols && ldx % 4 == 0;
@@ -392,6 +495,17 @@ extern "C" int32_t kn_cuda_gemm_small_experts_bf16(int32_t n_exp, const int32_t 
                           (int)n_exp, (long long)rows, (long long)cols);
     if (n_exp == 0 || rows == 0) return MM_OK;
     const dim3 grid((unsigned)kn_cdiv(rows, GS_ROWS), (unsigned)n_exp, w_b ? 2u : 1u);
+    /* KN_CUDA_GS_EXPERTS_RING: 0 the register-fed kernel, 1 the ring, 2 the ring with the activations a
+     * block ahead */
+    const int ring = kn_cuda_knob_int("KN_CUDA_GS_EXPERTS_RING", GE_RING_DEFAULT);
+    if (ring == 1 || ring == 2) {
+        auto k = ring == 2 ? k_gemm_small_experts_ring<1> : k_gemm_small_experts_ring<0>;
+        if (kn_smem_attr((const void *)k, GE_SMEM) == cudaSuccess)
+            return kn_cuda_check(kn_launch(k, grid, GS_WARPS * 32, GE_SMEM, stream, x, ldx, off, w_a, w_b,
+                                           rows, cols, y_a, y_b, ldy),
+                                 "kn_cuda_gemm_small_experts_bf16", err);
+        (void)cudaGetLastError(); /* the register-fed kernel instead */
+    }
     return kn_cuda_check(kn_launch(k_gemm_small_experts, grid, GS_WARPS * 32, 0, stream, x, ldx, off, w_a,
                                    w_b, rows, cols, y_a, y_b, ldy),
                          "kn_cuda_gemm_small_experts_bf16", err);

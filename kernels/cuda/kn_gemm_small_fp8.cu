@@ -308,6 +308,115 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
     }
 }
 
+/* The same products with the e4m3 weights fed through a per-warp cp.async ring (k_gemm_small_experts_ring's
+ * design, kn_gemm_small.cu: each lane copies its own two 16-byte chunks of every 64-wide block, GE8_DEPTH
+ * blocks ahead; the register-fed kernel above reads a decode batch's grouped experts at ~44 % of copy,
+ * kn_bench fp8w "grouped fp8 tc"). XP: each block's activation fragments loaded one block ahead. The same
+ * products in the same order: the same bits. */
+#define GE8_DEPTH 8
+#define GE8_WARP_BYTES (GE8_DEPTH * 1024)
+#define GE8_SMEM (GS_WARPS * GE8_WARP_BYTES)
+#define GE8_RING_DEFAULT 2 /* KN_CUDA_GS_EXPERTS_RING: the ring with x a block ahead (v130) */
+
+/* this lane's activation fragments of a 64-wide block at column c for tiles' rows 8 t + gid < n */
+__device__ __forceinline__ void ge8_xload(uint4 (&bx)[2][2], const __half *__restrict__ xt, int64_t cols,
+                                          int32_t n, int64_t c, int gid, int tig)
+{
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int tok = 8 * t + gid;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            bx[t][h] =
+                tok < n ? __ldg(reinterpret_cast<const uint4 *>(xt + tok * cols + c + 16 * tig + 8 * h)) : z;
+    }
+}
+
+template <int XP>
+__global__ void __launch_bounds__(GS_WARPS * 32, 2) /* 3 CTAs per SM spill (80 registers) */
+    k_gemm_experts_fp8_ring(const __half *__restrict__ xh, const float *__restrict__ xs,
+                            const int32_t *__restrict__ off, const uint8_t *const *__restrict__ w_a,
+                            const float *const *__restrict__ s_a, const uint8_t *const *__restrict__ w_b,
+                            const float *const *__restrict__ s_b, int32_t bs_rows, int32_t bs_cols,
+                            int64_t rows, int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b,
+                            int64_t ldy)
+{
+    extern __shared__ __align__(128) uint8_t ge8_sm[];
+    kn_chain_entry();
+    const int e = blockIdx.y;
+    const int32_t p0 = off[e], cnt = off[e + 1] - p0;
+    if (cnt <= 0) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const uint8_t *w = (blockIdx.z ? w_b : w_a)[e];
+    const float *scale = (blockIdx.z ? s_b : s_a)[e];
+    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)p0 * ldy;
+    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS, nb = cols / G8_BLOCK;
+    const int64_t b_begin = warp * nb / GS_WARPS;
+    const int blocks = (int)((warp + 1) * nb / GS_WARPS - b_begin);
+    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
+    const int64_t scols = (cols + bs_cols - 1) / bs_cols;
+    const float *sa = scale + (ra ? (r0 + gid) / bs_rows : 0) * scols;
+    const float *sb = scale + (rb ? (r0 + gid + 8) / bs_rows : 0) * scols;
+    /* a row past the weight's end copies nothing from row r0 (zero-filled) */
+    const uint4 *wa = reinterpret_cast<const uint4 *>(w + (r0 + (ra ? gid : 0)) * cols) + 4 * b_begin + tig;
+    const uint4 *wb =
+        reinterpret_cast<const uint4 *>(w + (r0 + (rb ? gid + 8 : 0)) * cols) + 4 * b_begin + tig;
+    const int32_t ba = ra ? 16 : 0, bb = rb ? 16 : 0;
+    const uint32_t ring = kn_smem_addr(ge8_sm) + (uint32_t)(warp * GE8_WARP_BYTES) + 16u * (uint32_t)lane;
+    const uint8_t *own = ge8_sm + warp * GE8_WARP_BYTES + 16 * lane;
+    auto issue = [&](int i) { /* block i into slot i % GE8_DEPTH; always one commit group */
+                              if (i < blocks) {
+                                  const uint32_t slot = ring + (uint32_t)((i % GE8_DEPTH) * 1024);
+                                  kn_cp_async16(slot, wa + 4 * i, ba);
+                                  kn_cp_async16(slot + 512, wb + 4 * i, bb);
+                              }
+                              kn_cp_async_commit();
+    };
+    for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
+        const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
+        const __half *xt = xh + (int64_t)(p0 + t0) * cols;
+#pragma unroll
+        for (int i = 0; i < GE8_DEPTH; i++) issue(i);
+        float acc[2][4], blk[2][4];
+#pragma unroll
+        for (int t = 0; t < 2; t++)
+#pragma unroll
+            for (int v = 0; v < 4; v++) acc[t][v] = 0.0f, blk[t][v] = 0.0f;
+        uint4 bx[2][2], bn[2][2];
+        if (XP && blocks > 0) ge8_xload(bn, xt, cols, n, G8_BLOCK * b_begin, gid, tig);
+        for (int b = 0; b < blocks; b++) {
+            const int64_t c = G8_BLOCK * (b_begin + b);
+            if (XP) {
+#pragma unroll
+                for (int t = 0; t < 2; t++) bx[t][0] = bn[t][0], bx[t][1] = bn[t][1];
+                if (b + 1 < blocks) ge8_xload(bn, xt, cols, n, c + G8_BLOCK, gid, tig);
+            } else {
+                ge8_xload(bx, xt, cols, n, c, gid, tig);
+            }
+            kn_cp_async_wait<GE8_DEPTH - 1>(); /* this lane's copies of block b have landed */
+            const uint8_t *sl = own + (b % GE8_DEPTH) * 1024;
+            const uint4 a0 = *reinterpret_cast<const uint4 *>(sl),
+                        a8 = *reinterpret_cast<const uint4 *>(sl + 512);
+            g8_block<2>(blk, a0, a8, bx);
+            if (b + 1 == blocks || (c + G8_BLOCK) % bs_cols == 0)
+                g8_flush<2>(acc, blk, __ldg(sa + c / bs_cols), __ldg(sb + c / bs_cols));
+            issue(b + GE8_DEPTH); /* after this block's reads of the slot it refills */
+        }
+        kn_cp_async_wait<0>();
+#pragma unroll
+        for (int t = 0; t < 2; t++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int tok = 8 * t + 2 * tig + h;
+                const float u = tok < n ? __ldg(xs + p0 + t0 + tok) : 0.0f;
+                acc[t][h] *= u, acc[t][2 + h] *= u;
+            }
+        if (t0) __syncthreads(); /* the previous chunk's sums are read */
+        gs_store<2>(acc, n, rows, r0, y + (int64_t)t0 * ldy, ldy);
+    }
+}
+
 extern "C" int kn_cuda_gemm_small_experts_fp8_ok(int64_t cols, int32_t bs_rows, int32_t bs_cols)
 {
     return cols > 0 && cols % G8_BLOCK == 0 && bs_rows > 0 && bs_cols > 0 && bs_cols % G8_BLOCK == 0;
@@ -329,6 +438,17 @@ extern "C" int32_t kn_cuda_gemm_small_experts_fp8(int32_t n_exp, const int32_t *
                           (int)n_exp, (long long)rows, (long long)cols);
     if (n_exp == 0 || rows == 0) return MM_OK;
     const dim3 grid((unsigned)kn_cdiv(rows, GS_ROWS), (unsigned)n_exp, w_b ? 2u : 1u);
+    /* KN_CUDA_GS_EXPERTS_RING: 0 the register-fed kernel, 1 the ring, 2 the ring with x a block ahead */
+    const int ring = kn_cuda_knob_int("KN_CUDA_GS_EXPERTS_RING", GE8_RING_DEFAULT);
+    if (ring == 1 || ring == 2) {
+        auto k = ring == 2 ? k_gemm_experts_fp8_ring<1> : k_gemm_experts_fp8_ring<0>;
+        if (kn_smem_attr((const void *)k, GE8_SMEM) == cudaSuccess)
+            return kn_cuda_check(kn_launch(k, grid, GS_WARPS * 32, GE8_SMEM, stream, (const __half *)xh, xs,
+                                           off, w_a, s_a, w_b, s_b, bs_rows, bs_cols, rows, cols, y_a, y_b,
+                                           ldy),
+                                 "kn_cuda_gemm_small_experts_fp8", err);
+        (void)cudaGetLastError(); /* the register-fed kernel instead */
+    }
     return kn_cuda_check(kn_launch(k_gemm_experts_fp8, grid, GS_WARPS * 32, 0, stream, (const __half *)xh, xs,
                                    off, w_a, s_a, w_b, s_b, bs_rows, bs_cols, rows, cols, y_a, y_b, ldy),
                          "kn_cuda_gemm_small_experts_fp8", err);

@@ -365,8 +365,10 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
  * CTA's loads in flight), and so was an L2 evict-last policy for the passes instead of the caching loads
  * (262-268 us, v120). The (row, half) down products do not take it: grouped they measured 165-207 us against
  * 147-163 per pair (v119-v120; 48-54 registers against 40: a CTA or two fewer per SM for a kernel with one
- * load in flight per unrolled step). With the pairs fastest in the grid (gv_pair), the passes' tiles are
- * also the other pairs' reads of the moment. */
+ * load in flight per unrolled step), and so did an expert's pairs as columns of one pass (each weight chunk
+ * loaded once for 2 or 4 pairs: 152-157 / 268-285 us against 130-135 per pair with the pairs fastest; 48 / 80
+ * registers; v128, branch exp-halves-group). With the pairs fastest in the grid (gv_pair), the passes' tiles
+ * are also the other pairs' reads of the moment. */
 #define GV_GROUP_PAIRS 64 /* most pairs the grouped kernel takes: one 64-bit mask */
 
 template <bool PF>

@@ -1372,8 +1372,9 @@ static void expert_tabs_free(struct expert_tabs *t)
 /* MoE products grouped by expert on the device (kn_cuda_gemm_small_experts_bf16): experts with 0, 1, 5, 16,
  * 17 and 40 rows (one 16-row chunk, a partial chunk, several chunks), rows not a multiple of 16, inner
  * dimensions of 512 and 96 (a multiple of 32, not of 256: warps with no k blocks), gate and up
- * from two tables in one launch, then one table; against the CPU products of the rounded operands. Rows of y
- * outside every expert's range stay untouched. */
+ * from two tables in one launch, then one table; against the CPU products of the rounded operands, by the
+ * register-fed kernel and the cp.async ring (with and without the activations a block ahead), whose outputs
+ * must be bitwise the register-fed kernel's. Rows of y outside every expert's range stay untouched. */
 static void test_gemm_small_experts(int64_t cols)
 {
     enum { E = 6 };
@@ -1393,32 +1394,47 @@ static void test_gemm_small_experts(int64_t cols)
     float *x_d = ct_upload(x, sizeof(float) * P * ldx);
     float *ya_d = ct_dmalloc(sizeof(float) * P * ldy), *yb_d = ct_dmalloc(sizeof(float) * P * ldy);
     float *ref = ct_hmalloc(sizeof(float) * P * rows), *g2 = ct_hmalloc(sizeof(float) * P * rows);
-    for (int tables = 2; tables >= 1; tables--) {
-        OK(kn_cuda_gemm_small_experts_bf16(E, off_d, rows, cols, x_d, ldx, (const void *const *)tab_d,
-                                           tables == 2 ? (const void *const *)tab_d + E : NULL, ya_d,
-                                           tables == 2 ? yb_d : NULL, ldy, 0, &err));
-        for (int half = 0; half < tables; half++) {
-            for (int e = 0; e < E; e++)
-                if (cnt[e])
-                    kn_sgemm_nt(cnt[e], rows, cols, xr + (int64_t)off[e] * cols, cols,
-                                w + ((int64_t)half * E + e) * rows * cols, cols, 0.0f, ref + off[e] * rows,
-                                rows);
-            float *got = dl_f32(half ? yb_d : ya_d, P * ldy);
-            int untouched = 1;
-            for (int64_t p = 0; p < P; p++) {
-                memcpy(g2 + p * rows, got + p * ldy, sizeof(float) * rows);
-                for (int64_t r = rows; r + 1 < ldy && p + 1 < P; r++) untouched &= isnan(got[p * ldy + r]);
+    float *first[3] = {NULL, NULL, NULL}; /* [tables == 1 ? 2 : half] of the register-fed kernel */
+    for (int rg = 0; rg < 3; rg++) /* KN_CUDA_GS_EXPERTS_RING: the register-fed kernel, the ring, + x ahead */
+        for (int tables = 2; tables >= 1; tables--) {
+            char rv[2] = {(char)('0' + rg), 0};
+            knob_setenv("KN_CUDA_GS_EXPERTS_RING", rv, 1);
+            OK(kn_cuda_gemm_small_experts_bf16(E, off_d, rows, cols, x_d, ldx, (const void *const *)tab_d,
+                                               tables == 2 ? (const void *const *)tab_d + E : NULL, ya_d,
+                                               tables == 2 ? yb_d : NULL, ldy, 0, &err));
+            for (int half = 0; half < tables; half++) {
+                for (int e = 0; e < E; e++)
+                    if (cnt[e])
+                        kn_sgemm_nt(cnt[e], rows, cols, xr + (int64_t)off[e] * cols, cols,
+                                    w + ((int64_t)half * E + e) * rows * cols, cols, 0.0f,
+                                    ref + off[e] * rows, rows);
+                float *got = dl_f32(half ? yb_d : ya_d, P * ldy);
+                int untouched = 1;
+                for (int64_t p = 0; p < P; p++) {
+                    memcpy(g2 + p * rows, got + p * ldy, sizeof(float) * rows);
+                    for (int64_t r = rows; r + 1 < ldy && p + 1 < P; r++)
+                        untouched &= isnan(got[p * ldy + r]);
+                }
+                char what[80];
+                snprintf(what, sizeof what, "gemm small experts, %lld cols, %s, ring %d", (long long)cols,
+                         tables == 1 ? "one table"
+                         : half      ? "second table"
+                                     : "first table",
+                         rg);
+                expect_close(what, g2, ref, P * rows, 1e-5);
+                CHECK_MSG(untouched, "%s: wrote past its rows", what);
+                const int slot = tables == 1 ? 2 : half;
+                if (rg == 0) {
+                    first[slot] = got;
+                } else {
+                    CHECK_MSG(!memcmp(first[slot], got, sizeof(float) * P * ldy),
+                              "%s: differs from the register-fed kernel's bits", what);
+                    free(got);
+                }
             }
-            char what[80];
-            snprintf(what, sizeof what, "gemm small experts, %lld cols, %s", (long long)cols,
-                     tables == 1 ? "one table"
-                     : half      ? "second table"
-                                 : "first table");
-            expect_close(what, g2, ref, P * rows, 1e-5);
-            CHECK_MSG(untouched, "%s: wrote past its rows", what);
-            free(got);
         }
-    }
+    knob_unsetenv("KN_CUDA_GS_EXPERTS_RING");
+    for (int k = 0; k < 3; k++) free(first[k]);
     struct mm_err e2 = {0};
     CHECK(kn_cuda_gemm_small_experts_bf16(E, off_d, rows, 100, x_d, 100, (const void *const *)tab_d, NULL,
                                           ya_d, NULL, ldy, 0, &e2) == MM_INVALID);
@@ -2543,51 +2559,78 @@ static void test_gemm_experts_e4m3(void)
 
 /* FP8 expert products of decode batches on the tensor cores (kn_cuda_gemm_small_experts_fp8): the rows sorted
  * by expert, gate and up tables in one launch, an expert with 17 rows (two chunks of 16), experts without
- * rows; each row against the CPU product with its expert's dequantized weight. */
+ * rows; each row against the CPU product with its expert's dequantized weight. Two shapes: 192 wide with
+ * 64-wide scale blocks (most warps without a block) and 4608 wide with 128-wide ones (9 blocks a warp: the
+ * ring wraps; a warp's sum flushed inside a scale block); by the register-fed kernel and the cp.async ring
+ * with and without the activations a block ahead (KN_CUDA_GS_EXPERTS_RING 0 / 1 / 2), the rings bitwise the
+ * register-fed kernel's. */
 static void test_gemm_small_experts_fp8(void)
 {
     enum { E = 5 };
-    const int64_t rows = 40, cols = 192;
-    const int32_t bsr = 16, bsc = 64;
+    static const int64_t widths[2] = {192, 4608};
+    static const int32_t bscs[2] = {64, 128};
+    const int64_t rows = 40;
+    const int32_t bsr = 16;
     const int32_t off[E + 1] = {0, 3, 3, 20, 20, 22};
     const int64_t P = off[E];
-    struct fp8_tables tb;
-    fp8_tables_make(&tb, 2 * E, rows, cols, bsr, bsc);
-    const struct fp8_weight *f = tb.f;
-    const uint8_t *const *tq = tb.tq_d;
-    const float *const *ts = tb.ts_d;
-    float *x = ct_hmalloc(sizeof(float) * P * cols), *xr = ct_hmalloc(sizeof(float) * P * cols);
-    fp8_x_make(x, xr, P, cols, cols);
-    float *x_d = ct_upload(x, sizeof(float) * P * cols), *xs_d = ct_dmalloc(sizeof(float) * P);
-    void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(P * cols));
-    int32_t *off_d = ct_upload(off, sizeof off);
-    float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
-    OK(kn_cuda_x_f16_scaled(P, cols, x_d, cols, xh_d, xs_d, 0, &err));
-    CHECK(kn_cuda_gemm_small_experts_fp8_ok(cols, bsr, bsc));
-    OK(kn_cuda_gemm_small_experts_fp8(E, off_d, rows, cols, xh_d, xs_d, tq, ts, tq + E, ts + E, bsr, bsc,
-                                      ya_d, yb_d, rows, 0, &err));
-    float *ref = ct_hmalloc(sizeof(float) * rows);
     double worst = 0;
-    for (int half = 0; half < 2; half++) {
-        float *got = dl_f32(half ? yb_d : ya_d, P * rows);
-        for (int e = 0; e < E; e++)
-            for (int32_t p = off[e]; p < off[e + 1]; p++) {
-                kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, f[half * E + e].wf, cols, 0.0f, ref, rows);
-                double mx = 0, rel = ct_rel_err(got + p * rows, ref, rows, &mx);
-                worst = rel > worst ? rel : worst;
-                CHECK_MSG(rel <= 1e-5, "experts small fp8 table %d expert %d row %d: rel err %.3g", half, e,
-                          (int)p, rel);
+    for (int si = 0; si < 2; si++) {
+        const int64_t cols = widths[si];
+        const int32_t bsc = bscs[si];
+        struct fp8_tables tb;
+        fp8_tables_make(&tb, 2 * E, rows, cols, bsr, bsc);
+        const struct fp8_weight *f = tb.f;
+        const uint8_t *const *tq = tb.tq_d;
+        const float *const *ts = tb.ts_d;
+        float *x = ct_hmalloc(sizeof(float) * P * cols), *xr = ct_hmalloc(sizeof(float) * P * cols);
+        fp8_x_make(x, xr, P, cols, cols);
+        float *x_d = ct_upload(x, sizeof(float) * P * cols), *xs_d = ct_dmalloc(sizeof(float) * P);
+        void *xh_d = ct_dmalloc(sizeof(uint16_t) * (size_t)(P * cols));
+        int32_t *off_d = ct_upload(off, sizeof off);
+        float *ya_d = ct_dmalloc(sizeof(float) * P * rows), *yb_d = ct_dmalloc(sizeof(float) * P * rows);
+        OK(kn_cuda_x_f16_scaled(P, cols, x_d, cols, xh_d, xs_d, 0, &err));
+        CHECK(kn_cuda_gemm_small_experts_fp8_ok(cols, bsr, bsc));
+        float *ref = ct_hmalloc(sizeof(float) * rows), *first[2] = {NULL, NULL};
+        for (int rg = 0; rg < 3; rg++) {
+            char rv[2] = {(char)('0' + rg), 0};
+            knob_setenv("KN_CUDA_GS_EXPERTS_RING", rv, 1);
+            OK(kn_cuda_gemm_small_experts_fp8(E, off_d, rows, cols, xh_d, xs_d, tq, ts, tq + E, ts + E, bsr,
+                                              bsc, ya_d, yb_d, rows, 0, &err));
+            for (int half = 0; half < 2; half++) {
+                float *got = dl_f32(half ? yb_d : ya_d, P * rows);
+                for (int e = 0; e < E; e++)
+                    for (int32_t p = off[e]; p < off[e + 1]; p++) {
+                        kn_sgemm_nt(1, rows, cols, xr + p * cols, cols, f[half * E + e].wf, cols, 0.0f, ref,
+                                    rows);
+                        double mx = 0, rel = ct_rel_err(got + p * rows, ref, rows, &mx);
+                        worst = rel > worst ? rel : worst;
+                        CHECK_MSG(
+                            rel <= 1e-5,
+                            "experts small fp8 %lld wide, ring %d, table %d expert %d row %d: rel err %.3g",
+                            (long long)cols, rg, half, e, (int)p, rel);
+                    }
+                if (rg == 0) {
+                    first[half] = got;
+                } else {
+                    CHECK_MSG(!memcmp(first[half], got, sizeof(float) * P * rows),
+                              "experts small fp8 %lld wide, ring %d, table %d: differs from the register-fed "
+                              "kernel's bits",
+                              (long long)cols, rg, half);
+                    free(got);
+                }
             }
-        free(got);
+        }
+        knob_unsetenv("KN_CUDA_GS_EXPERTS_RING");
+        free(first[0]), free(first[1]);
+        free(x), free(xr), free(ref);
+        fp8_tables_free(&tb);
+        cudaFree(x_d), cudaFree(xs_d), cudaFree(xh_d), cudaFree(off_d);
+        cudaFree(ya_d), cudaFree(yb_d);
     }
-    printf("  %-28s 2 tables, 5 experts (17 rows, none): worst row rel err %.3g\n", "experts small fp8",
-           worst);
-    CHECK(!kn_cuda_gemm_small_experts_fp8_ok(96, bsr, bsc));
-    CHECK(!kn_cuda_gemm_small_experts_fp8_ok(cols, bsr, 32));
-    free(x), free(xr), free(ref);
-    fp8_tables_free(&tb);
-    cudaFree(x_d), cudaFree(xs_d), cudaFree(xh_d), cudaFree(off_d);
-    cudaFree(ya_d), cudaFree(yb_d);
+    printf("  %-28s 2 tables, 5 experts (17 rows, none), 2 widths, 3 kernels: worst row rel err %.3g\n",
+           "experts small fp8", worst);
+    CHECK(!kn_cuda_gemm_small_experts_fp8_ok(96, 16, 64));
+    CHECK(!kn_cuda_gemm_small_experts_fp8_ok(192, 16, 32));
 }
 
 static void test_bad_args(void)
@@ -2668,7 +2711,8 @@ int main(void)
     test_gemm_experts_e4m3();
     test_gemm_small();
     test_gemm_small_experts(512);
-    test_gemm_small_experts(96); /* 3 k blocks: most warps get none */
+    test_gemm_small_experts(96);   /* 3 k blocks: most warps get none */
+    test_gemm_small_experts(3072); /* 12 k blocks a warp: the rings wrap */
     test_gemm_experts();
     test_bad_args();
     CT_CU(cudaDeviceSynchronize());

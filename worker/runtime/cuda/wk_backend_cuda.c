@@ -2122,8 +2122,10 @@ static void ex_moe_sorted(void *ctx, const void *args)
  * shared expert's bf16 gate / up once; the grouped products beyond (each expert once per 16 rows, sized on
  * the device). Measured (twenty-sixth session, v125, 32 experts of M3's shape, top-4, 4K): 48 pairs
  * (batch 12) 3369-3385 tok/s per pair against 3034-3058 grouped, 64 pairs (batch 16) 3477-3492 against
- * 3678-3720. (Before the pairs-fastest order the limit was 32.) */
-#define MOE_PAIRS_MAX 48
+ * 3678-3720, so the limit went from 32 to 48. Since the grouped products stream their weights through a
+ * cp.async ring (twenty-seventh session, v130) the grouped route wins at 48 pairs (3543 against 3332 tok/s)
+ * and loses at 32 (2767 against 2969): back to 32. */
+#define MOE_PAIRS_MAX 32
 /* Most pairs MMGW_CUDA_MOE_PAIRS may set: a decode batch (MOE_DEVICE_GROUPED_MAX tokens) at top-16; the
  * per-pair route's scratch grows with the pairs, and a prefill must not take it */
 #define MOE_PAIRS_LIMIT 1024
