@@ -406,8 +406,8 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
 #define GE_DEPTH 8                      /* 32-wide k blocks in flight per warp */
 #define GE_WARP_BYTES (GE_DEPTH * 1024) /* a slot: 2 chunks x 32 lanes x 16 bytes */
 #define GE_SMEM (GS_WARPS * GE_WARP_BYTES)
-#define GE_RING_DEFAULT 1 /* KN_CUDA_GS_EXPERTS_RING: the ring (x a block ahead measured 3 % slower, v130)   \
-                           */
+/* KN_CUDA_GS_EXPERTS_RING: the ring (x a block ahead measured 3 % slower, v130) */
+#define GE_RING_DEFAULT 1
 
 template <int XP>
 __global__ void __launch_bounds__(GS_WARPS * 32, 3)
