@@ -286,6 +286,26 @@ def case_errors():
            path="/v1/completions")
     expect(400, {"model": "toy", "prompt": "hello", "max_tokens": 1000}, "prompt", "maximum context length",
            path="/v1/completions")
+    # without max_tokens a choice ends at max_model_len, not at the worker's larger context (4096 here: at
+    # --rate 50 that would be a minute of tokens past the configured limit)
+    prompt = [5] * 990
+    for stream in (False, True):
+        body = {"model": "toy", "prompt": prompt, "ignore_eos": True, "n": 2, "stream": stream}
+        usage, reasons = {}, []
+        try:
+            if stream:
+                st, ev = fx.sse_events(gw, "/v1/completions", dict(body, stream_options={"include_usage": True}),
+                                       timeout=20)
+                ev = [json.loads(e) for e in ev if e.startswith("{")] if st == 200 else []
+                usage = ev[-1]["usage"] if ev and ev[-1].get("usage") else {}
+                reasons = [c["finish_reason"] for e in ev for c in e["choices"] if c["finish_reason"]]
+            else:
+                st, r = fx.post(gw, "/v1/completions", body, timeout=20)
+                usage, reasons = r.get("usage") or {}, [c["finish_reason"] for c in r.get("choices", [])]
+        except OSError as ex:  # a timeout: the choices ran past max_model_len
+            reasons = [repr(ex)]
+        fx.check(usage.get("prompt_tokens") == 990 and usage.get("completion_tokens") == 2 * 10 and
+                 reasons == ["length", "length"], f"no max_tokens, stream={stream}: {usage} {reasons}")
     # 404: model and route; 405: method
     r = expect(404, {"model": "nope", "messages": [{"role": "user", "content": "x"}]}, "model", "does not exist")
     fx.check(r["error"]["code"] == "model_not_found", f"404 code: {r}")
