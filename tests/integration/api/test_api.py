@@ -269,6 +269,7 @@ def case_errors():
     img = lambda url: [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}]
     expect(400, user(img("file:///etc/passwd")), "messages[0].content[1].image_url", "scheme")
     expect(400, user(img("ftp://example.com/x.png")), "messages[0].content[1].image_url", "scheme")
+    expect(400, user(img("/etc/passwd")), "messages[0].content[1].image_url", '"/etc/passwd" is not a URL')
     expect(400, user(img(stub.url("/x.png"))), "messages[0].content[1].image_url", None, what="loopback refused")
     fx.check(stub.hits == [], f"the refused address was contacted: {stub.hits}")
     expect(400, user(img("data:image/png;base64,aGVsbG8gd29ybGQ=")), "messages[0].content[1].image_url", None,
