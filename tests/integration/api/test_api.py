@@ -249,6 +249,9 @@ def case_errors():
     user = lambda content: {"model": "toy", "messages": [{"role": "user", "content": content}], "max_tokens": 4}
     # 400: malformed JSON and fields, each naming the parameter
     expect(400, None, None, "not valid JSON", raw=b'{"model": "toy", "messages": [')
+    r = expect(400, None, None, "NUL character", raw=b'{"model": "toy", "messages": [{"role": "user", "content": "a\\u0000"}]}')
+    fx.check("not valid JSON" not in r["error"]["message"] and "JSON_ALLOW_NUL" not in r["error"]["message"],
+             f"a NUL escape is valid JSON: {r}")
     expect(400, None, None, "JSON object", raw=b'[1, 2]')
     expect(400, {"model": "toy"}, "messages", "required")
     expect(400, {"model": "toy", "messages": []}, "messages", "non-empty")
