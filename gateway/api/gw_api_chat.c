@@ -39,9 +39,13 @@ static int add_media(struct gw_api_req *r, int32_t kind, json_t *src, const char
     } else if (!(len >= 7 && strncasecmp(url, "http://", 7) == 0) &&
                !(len >= 8 && strncasecmp(url, "https://", 8) == 0)) {
         const char *colon = memchr(url, ':', len < 32 ? len : 32);
+        if (!colon) /* a file path or a bare name: nothing is read from the server's disk */
+            return gw_api_fail(e, 400, param,
+                               "%s: \"%.40s%s\" is not a URL (only http, https and data URLs are accepted)",
+                               param, url, len > 40 ? "..." : "");
         return gw_api_fail(e, 400, param,
                            "%s: unsupported URL scheme \"%.*s\" (only http, https and data are accepted)",
-                           param, colon ? (int)(colon - url) : 0, url);
+                           param, (int)(colon - url), url);
     }
     if (!r->media) {
         r->media = calloc((size_t)mc->max_media_per_request, sizeof *r->media);

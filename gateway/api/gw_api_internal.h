@@ -280,6 +280,7 @@ struct gw_api_req {
     struct gw_api_choice *choices;
     uint32_t n_choices, n_finished;
     uint32_t prompt_tokens, cached_tokens;
+    uint64_t len_cap;     /* tokens per choice the context leaves when max_tokens is unset (0: none) */
     struct mm_buf out;    /* SSE bytes not yet accepted by the transport */
     struct mm_buf prefix; /* the chunk JSON up to "choices":[ */
     int pending;          /* async operations whose completion will come back to us */

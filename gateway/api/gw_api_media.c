@@ -129,7 +129,7 @@ struct pjob {
     uint64_t hash;
 };
 
-/* A 64-bit content hash of the encoded bytes (prefix-cache and affinity key; not cryptographic). */
+/* A 64-bit hash of n bytes (not cryptographic). */
 static uint64_t content_hash(const uint8_t *p, size_t n)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
@@ -145,6 +145,22 @@ static uint64_t content_hash(const uint8_t *p, size_t n)
     h *= 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 32;
     return h ? h : 1;
+}
+
+/* The protocol's content_hash (the worker's prefix-cache key for the pages holding the item, and the
+ * router's affinity key): a hash of what the worker consumes, the pixel values with their grid and dtype.
+ * Not of the encoded bytes: the same file preprocessed under other options (another model's plugin_option
+ * on the same worker, a reload) gives other pixels, and the worker would reuse the pages computed from the
+ * first ones. */
+static uint64_t pixels_hash(const struct gw_media_result *res)
+{
+    uint64_t v[6] = {content_hash(res->pixels, res->n_patches * res->patch_dim * mm_dtype_size(res->dtype)),
+                     (uint64_t)res->grid_thw[0],
+                     (uint64_t)res->grid_thw[1],
+                     (uint64_t)res->grid_thw[2],
+                     res->patch_dim,
+                     (uint64_t)res->dtype};
+    return content_hash((const uint8_t *)v, sizeof v);
 }
 
 static void pjob_back(void *arg);
@@ -165,7 +181,7 @@ static void pjob_run(void *arg)
         struct gw_media_input in = {.kind = j->kind, .data = j->bytes, .len = j->n_bytes, .label = j->label};
         struct gw_media_options opt = {.dtype = MM_DT_BF16, .limits = &j->lim};
         j->rc = gw_media_process(&in, j->vt, j->inst, &opt, &j->res, &j->err);
-        if (j->rc == MM_OK) j->hash = content_hash(j->bytes, j->n_bytes);
+        if (j->rc == MM_OK) j->hash = pixels_hash(&j->res);
     }
     free(j->bytes);
     j->bytes = NULL;

@@ -242,6 +242,7 @@ int gw_api_choice_token(struct gw_api_req *r, struct gw_api_choice *c, uint32_t 
     mm_buf_free(&piece);
     mm_buf_free(&rel);
     if (!rc && m == 1) rc = gw_api_choice_finish(r, c, "stop");
+    if (!rc && r->len_cap && c->n_tokens >= r->len_cap) rc = gw_api_choice_finish(r, c, "length");
     return rc;
 }
 

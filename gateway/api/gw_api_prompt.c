@@ -289,6 +289,9 @@ int gw_api_prompt_build(struct gw_api_req *r, struct gw_api_error *e)
                 "Please reduce the length of the prompt.",
                 (unsigned long long)mml, r->ids.n);
         }
+        /* without max_tokens a choice may run to the end of the context: the worker only knows its own
+         * context, which a configured max_model_len may undercut, so the gateway ends the choice there */
+        if (r->p.max_tokens <= 0) r->len_cap = mml - r->ids.n;
     }
     return 0;
 }

@@ -143,6 +143,12 @@ int gw_api_parse_body(struct gw_request *req, struct gw_api_state *st, json_t **
     *model = NULL;
     json_error_t je;
     json_t *b = json_loadb(req->body ? req->body : "", req->body_len, 0, &je);
+    if (!b && json_error_code(&je) == json_error_null_character) /* valid JSON, but strings here are C's */
+        return gw_api_fail(
+            e, 400, NULL,
+            "the request body holds \\u0000 (a NUL character) in a string (line %d, column %d), "
+            "which this server does not accept",
+            je.line, je.column);
     if (!b)
         return gw_api_fail(e, 400, NULL, "the request body is not valid JSON (line %d, column %d): %s",
                            je.line, je.column, je.text);

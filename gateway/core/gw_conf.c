@@ -339,7 +339,14 @@ static int32_t do_include(struct gw_conf_parse *cf, uint32_t ctx, void *conf)
     int32_t rc = MM_OK;
     for (size_t i = 0; i < g.gl_pathc && rc == MM_OK; i++) {
         struct stat st;
-        if (stat(g.gl_pathv[i], &st) == 0 && S_ISDIR(st.st_mode)) continue;
+        if (stat(g.gl_pathv[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (has_glob_chars(cf->args[1])) continue; /* a pattern may match subfolders too */
+            /* a plain folder would include nothing, silently: say what was probably meant */
+            size_t n = strlen(cf->args[1]);
+            rc = conf_error(cf, line, "cannot include \"%s\": it is a directory (include %s%s*.conf?)",
+                            pattern, cf->args[1], n && cf->args[1][n - 1] == '/' ? "" : "/");
+            break;
+        }
         cf->include_depth++;
         rc = parse_file(cf, g.gl_pathv[i], NULL, ctx, conf);
         cf->include_depth--;

@@ -21,6 +21,16 @@
 
 /* ---- generations ---- */
 
+/* A config the parser accepts may still leave nothing to serve on: without a listen directive the process
+ * would run (or reload) into a gateway that accepts no connection at all. */
+static int32_t check_listeners(const struct gw_config *conf, struct mm_err *err)
+{
+    if (conf->http.n_listen > 0) return MM_OK;
+    return mm_err_set(err, MM_INVALID,
+                      "%s: no \"listen\" directive in \"http\": the gateway would accept no connections",
+                      conf->path);
+}
+
 static void gen_free(struct gw_generation *g)
 {
     struct gw_server *srv = g->srv;
@@ -191,6 +201,7 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
     mm_err_clear(&err);
     struct gw_config *conf;
     int32_t rc = gw_config_load(srv->conf_path, &conf, &err);
+    if (rc == MM_OK && (rc = check_listeners(conf, &err)) != MM_OK) gw_config_unref(conf);
     if (rc == MM_OK) {
         if (conf->http.worker_threads != srv->config->http.worker_threads)
             mm_log_warn(GW_SERVER_COMP, "worker_threads changed: takes effect after a restart");
@@ -241,7 +252,8 @@ static int test_config(struct gw_server *srv, const char *path)
     struct gw_config *conf;
     int32_t rc = gw_config_load(path, &conf, &err);
     if (rc == MM_OK) {
-        rc = gw_tls_check_config(conf, &err);
+        rc = check_listeners(conf, &err);
+        if (rc == MM_OK) rc = gw_tls_check_config(conf, &err);
         if (rc == MM_OK) {
             struct gw_generation *g;
             struct gw_routes *rt;
@@ -315,7 +327,7 @@ int gw_server_main(int argc, char **argv, const struct gw_module *const *modules
         exit_code = test_config(srv, path);
         goto out;
     }
-    if (gw_config_load(path, &srv->config, &err) != MM_OK) {
+    if (gw_config_load(path, &srv->config, &err) != MM_OK || check_listeners(srv->config, &err) != MM_OK) {
         fprintf(stderr, "mmgw: %s\n", err.msg);
         goto out;
     }

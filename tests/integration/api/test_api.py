@@ -30,13 +30,16 @@ Usage: test_api.py CASE   (exit 0 pass, 1 fail, 77 skipped with a reason)
 """
 import json
 import os
+import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from api_fixture import *  # noqa: E402,F401,F403
@@ -246,6 +249,9 @@ def case_errors():
     user = lambda content: {"model": "toy", "messages": [{"role": "user", "content": content}], "max_tokens": 4}
     # 400: malformed JSON and fields, each naming the parameter
     expect(400, None, None, "not valid JSON", raw=b'{"model": "toy", "messages": [')
+    r = expect(400, None, None, "NUL character", raw=b'{"model": "toy", "messages": [{"role": "user", "content": "a\\u0000"}]}')
+    fx.check("not valid JSON" not in r["error"]["message"] and "JSON_ALLOW_NUL" not in r["error"]["message"],
+             f"a NUL escape is valid JSON: {r}")
     expect(400, None, None, "JSON object", raw=b'[1, 2]')
     expect(400, {"model": "toy"}, "messages", "required")
     expect(400, {"model": "toy", "messages": []}, "messages", "non-empty")
@@ -266,6 +272,7 @@ def case_errors():
     img = lambda url: [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}]
     expect(400, user(img("file:///etc/passwd")), "messages[0].content[1].image_url", "scheme")
     expect(400, user(img("ftp://example.com/x.png")), "messages[0].content[1].image_url", "scheme")
+    expect(400, user(img("/etc/passwd")), "messages[0].content[1].image_url", '"/etc/passwd" is not a URL')
     expect(400, user(img(stub.url("/x.png"))), "messages[0].content[1].image_url", None, what="loopback refused")
     fx.check(stub.hits == [], f"the refused address was contacted: {stub.hits}")
     expect(400, user(img("data:image/png;base64,aGVsbG8gd29ybGQ=")), "messages[0].content[1].image_url", None,
@@ -286,6 +293,26 @@ def case_errors():
            path="/v1/completions")
     expect(400, {"model": "toy", "prompt": "hello", "max_tokens": 1000}, "prompt", "maximum context length",
            path="/v1/completions")
+    # without max_tokens a choice ends at max_model_len, not at the worker's larger context (4096 here: at
+    # --rate 50 that would be a minute of tokens past the configured limit)
+    prompt = [5] * 990
+    for stream in (False, True):
+        body = {"model": "toy", "prompt": prompt, "ignore_eos": True, "n": 2, "stream": stream}
+        usage, reasons = {}, []
+        try:
+            if stream:
+                st, ev = fx.sse_events(gw, "/v1/completions", dict(body, stream_options={"include_usage": True}),
+                                       timeout=20)
+                ev = [json.loads(e) for e in ev if e.startswith("{")] if st == 200 else []
+                usage = ev[-1]["usage"] if ev and ev[-1].get("usage") else {}
+                reasons = [c["finish_reason"] for e in ev for c in e["choices"] if c["finish_reason"]]
+            else:
+                st, r = fx.post(gw, "/v1/completions", body, timeout=20)
+                usage, reasons = r.get("usage") or {}, [c["finish_reason"] for c in r.get("choices", [])]
+        except OSError as ex:  # a timeout: the choices ran past max_model_len
+            reasons = [repr(ex)]
+        fx.check(usage.get("prompt_tokens") == 990 and usage.get("completion_tokens") == 2 * 10 and
+                 reasons == ["length", "length"], f"no max_tokens, stream={stream}: {usage} {reasons}")
     # 404: model and route; 405: method
     r = expect(404, {"model": "nope", "messages": [{"role": "user", "content": "x"}]}, "model", "does not exist")
     fx.check(r["error"]["code"] == "model_not_found", f"404 code: {r}")
@@ -1029,7 +1056,9 @@ def case_demo():
     w = fx.RealWorker(os.path.join(d, "ckpt"))
     png = png_bytes(100, 60)
     srv = fx.MediaServer({"/cat.png": png})
-    gw = fx.Gateway(fx.model_block("m3-demo", "m3", tok, [w.addr]), media="media_fetch_allow 127.0.0.1;")
+    gw = fx.Gateway(fx.model_block("m3-demo", "m3", tok, [w.addr]) +
+                    fx.model_block("m3-demo-low", "m3", tok, [w.addr], "plugin_option max_pixels 60000;"),
+                    media="media_fetch_allow 127.0.0.1;")
     # text, then the same with an image by data: URL and by URL: the image costs grid/4 + 2 tokens
     text = [{"type": "text", "text": "What is in the picture"}]
     base = stream_usage(gw, text, model="m3-demo")
@@ -1042,8 +1071,24 @@ def case_demo():
     fx.check(u2 == u1, f"by URL {u2} tokens, by data: URL {u1}")
     fx.check(srv.hits == ["/cat.png"], f"media server hits: {srv.hits}")
     srv.close()
+    # the same file preprocessed at another size (a second model with its own plugin_option, same worker) must
+    # not lend its cached pages: greedy answers for one set of pixels agree whichever encoding was sent first
+    rng = random.Random(7)
+    noise = b"".join(b"\x00" + bytes(rng.getrandbits(8) for _ in range(400 * 3)) for _ in range(300))
+    chunk = lambda t, b: struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b) & 0xffffffff)
+    enc = lambda level: (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 400, 300, 8, 2, 0, 0, 0)) +
+                         chunk(b"IDAT", zlib.compress(noise, level)) + chunk(b"IEND", b""))
+
+    def greedy(model, png):
+        parts = [{"type": "image_url", "image_url": {"url": fx.data_url_bytes(png)}}, {"type": "text", "text": "Describe"}]
+        st, r = fx.post(gw, "/v1/chat/completions", {"model": model, "max_tokens": 12, "temperature": 0,
+                                                      "messages": [{"role": "user", "content": parts}]})
+        return r["choices"][0]["message"]["content"] if st == 200 else f"{st}: {r}"
+    greedy("m3-demo-low", enc(9))
+    after_low, fresh = greedy("m3-demo", enc(9)), greedy("m3-demo", enc(0))
+    fx.check(after_low == fresh, f"same pixels, other answers: {after_low!r} after the small copy, {fresh!r} fresh")
     # completions from ids and text agree; greedy decoding is deterministic
-    ids_hello = tokenize(gw, "Hello demo world")
+    ids_hello = tokenize(gw, "Hello demo world", model="m3-demo")
     b = {"model": "m3-demo", "max_tokens": 6, "temperature": 0, "logprobs": 0, "return_tokens_as_token_ids": True}
     st1, r1 = fx.post(gw, "/v1/completions", dict(b, prompt="Hello demo world", add_special_tokens=False))
     st2, r2 = fx.post(gw, "/v1/completions", dict(b, prompt=ids_hello))

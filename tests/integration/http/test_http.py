@@ -382,6 +382,8 @@ media { media_fetch_allow 10.0.0.0/8 images.example.com; media_fetch_deny 203.0.
              r"t\.conf:4: \"worker_threads\" directive is duplicate"),
             ("http { listen 127.0.0.1:0; }\nhttp { }\n", r"t\.conf:2: \"http\" directive is duplicate"),
             ("http { listen 127.0.0.1:0; }\ninclude nothere.conf;\n", r"t\.conf:2: cannot open"),
+            ("http {\n  worker_threads 2;\n}\n", r"t\.conf: no \"listen\" directive"),
+            ("include conf.d/*.listen;\n", r"t\.conf: no \"listen\" directive"),
             ("http { listen 127.0.0.1:0 ssl; }\n", r"t\.conf:1: .*needs \"ssl_certificate\""),
             ("http { listen 127.0.0.1:0; }\nmodel m { upstream 127.0.0.1:1; }\n", r"t\.conf:2: model \"m\" has no \"plugin\""),
             ("http { listen 127.0.0.1:0; }\nmodel m { plugin m3; }\n", r"t\.conf:2: model \"m\" has no \"upstream\""),
@@ -408,6 +410,11 @@ media { media_fetch_allow 10.0.0.0/8 images.example.com; media_fetch_deny 203.0.
             f.write("http {\n  nope;\n}\n")
         r = subprocess.run([MMGW, "-c", p], capture_output=True, timeout=20)
         check(r.returncode != 0 and b"bad.conf:2: unknown directive" in r.stderr, f"start with bad config: {r.stderr}")
+        # and so does one that would listen nowhere (it used to run deaf)
+        with open(p, "w") as f:
+            f.write("http {\n  access_log on;\n}\n")
+        r = subprocess.run([MMGW, "-c", p], capture_output=True, timeout=20)
+        check(r.returncode != 0 and b'bad.conf: no "listen" directive' in r.stderr, f"start without listen: {r.stderr}")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -860,6 +867,11 @@ def case_reload():
         srv.wait_log(r"reload failed.*bind")
         blocker.close()
         check(json_get(srv, "/test/json")["model"] == "second", "old config kept after a bind failure")
+        # a config without any listen directive (an include that matched nothing): refused, the listeners stay
+        srv.write_conf("http {\n  worker_threads 2;\n}\n")
+        srv.proc.send_signal(signal.SIGHUP)
+        srv.wait_log(r"reload failed.*mmgw\.conf: no \"listen\" directive")
+        check(json_get(srv, "/test/json")["model"] == "second", "old config kept after a reload without listen")
 
 
 def case_drain():

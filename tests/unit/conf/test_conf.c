@@ -363,6 +363,14 @@ static void test_include(void)
     write_file(p, "http { listen 127.0.0.1:1; }\n\ninclude missing.conf;\n");
     rc = gw_config_load(p, &c, &err);
     CHECK(rc != MM_OK && strstr(err.msg, "m2.conf:3: cannot open") != NULL);
+    /* a plain folder is an error at the include line (it used to include nothing, silently) */
+    snprintf(p, sizeof p, "%s/m3.conf", dir);
+    write_file(p, "http { listen 127.0.0.1:1; }\ninclude conf.d;\n");
+    rc = gw_config_load(p, &c, &err);
+    CHECK_MSG(rc != MM_OK && strstr(err.msg, "m3.conf:2: cannot include") != NULL &&
+                  strstr(err.msg, "is a directory (include conf.d/*.conf?)") != NULL,
+              "%s", err.msg);
+    if (rc == MM_OK) gw_config_unref(c);
     /* an include loop stops at the nesting limit */
     snprintf(p, sizeof p, "%s/loop.conf", dir);
     write_file(p, "include loop.conf;\n");
