@@ -151,7 +151,12 @@ static void on_done(void *arg, const struct gw_call_status *st, uint32_t respons
     struct gw_api_error e;
     int status = gw_http_status_from_mm(st->code);
     if (st->code == MM_CANCELLED) status = 503; /* the worker went away (shutdown) */
-    gw_api_fail(&e, status, NULL, "%s", st->message[0] ? st->message : mm_strerror(st->code));
+    /* the worker's status without its address (internal), which the log line above keeps */
+    const char *msg = st->client < sizeof st->message ? st->message + st->client : "";
+    if (msg[0])
+        gw_api_fail(&e, status, NULL, "worker %s", msg);
+    else
+        gw_api_fail(&e, status, NULL, "%s", mm_strerror(st->code));
     if (r->streaming) {
         flush_out(r); /* what the client already has stays valid; the error event ends the stream */
         mm_buf_reset(&r->out);

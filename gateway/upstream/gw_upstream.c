@@ -378,13 +378,16 @@ void gw_up_status_fill_text(struct gw_call_status *st, const char *target, const
 {
     st->grpc_code = grpc_code;
     st->code = gw_grpc_to_mm(grpc_code);
+    st->client = 0;
     if (grpc_code == GRPC_STATUS_OK) {
         st->message[0] = '\0';
         return;
     }
     const char *m = strrchr(method, '/');
     int dlen = details_len > 200 ? 200 : (int)details_len;
-    snprintf(st->message, sizeof(st->message), "worker %.128s %s: %s%s%.*s", target, m ? m + 1 : method,
+    int pre = snprintf(st->message, sizeof(st->message), "worker %.128s ", target);
+    st->client = pre > 0 && (size_t)pre < sizeof(st->message) ? (uint16_t)pre : 0;
+    snprintf(st->message + st->client, sizeof(st->message) - st->client, "%s: %s%s%.*s", m ? m + 1 : method,
              gw_grpc_code_name(grpc_code), dlen ? ": " : "", dlen, dlen ? details : "");
 }
 
@@ -402,6 +405,8 @@ void gw_up_status_local(struct gw_call_status *st, const struct gw_upstream_chan
     const char *m = strrchr(method, '/');
     st->code = code;
     st->grpc_code = -1;
-    snprintf(st->message, sizeof(st->message), "worker %.128s %s: %.300s", ch->target, m ? m + 1 : method,
+    int pre = snprintf(st->message, sizeof(st->message), "worker %.128s ", ch->target);
+    st->client = pre > 0 && (size_t)pre < sizeof(st->message) ? (uint16_t)pre : 0;
+    snprintf(st->message + st->client, sizeof(st->message) - st->client, "%s: %.300s", m ? m + 1 : method,
              what);
 }

@@ -37,6 +37,8 @@ struct gw_call_status {
     int32_t code;      /* mm_status: MM_OK, or mapped from the gRPC status */
     int grpc_code;     /* the gRPC status code as received */
     char message[512]; /* one line: the worker, the method and the status details */
+    uint16_t client;   /* where the part a client may see starts: message without the worker's address
+                          (the log keeps the whole line) */
 };
 
 int32_t gw_upstream_create(const struct gw_upstream_opts *opts, struct gw_upstream **out, struct mm_err *err);

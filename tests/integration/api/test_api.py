@@ -706,6 +706,10 @@ def case_parse():
     sw.set([5, 6], error="RESOURCE_EXHAUSTED")
     st, r = fx.post(gw, "/v1/chat/completions", body)
     fx.check(st == 429 and fx.is_error(r), f"worker refused: {st} {str(r)[:300]}")
+    # the client learns the worker's status, not its (internal) address; the log keeps it
+    msg = r.get("error", {}).get("message", "") if isinstance(r, dict) else ""
+    fx.check("RESOURCE_EXHAUSTED" in msg and sw.addr not in msg and sw.addr.rsplit(":", 1)[-1] not in msg,
+             f"worker status without its address: {msg!r}")
     sw.set(tokenize(gw, "one two three four five six"), die_after=3)
     st, ev = fx.sse_events(gw, "/v1/chat/completions", dict(body, stream=True))
     if fx.check(st == 200 and isinstance(ev, list), f"mid-stream failure: {st} {str(ev)[:200]}"):
