@@ -185,6 +185,10 @@ int gw_api_params_parse(json_t *body, enum gw_api_kind kind, uint32_t vocab, str
     if (kind == GW_API_CHAT && get_int(body, "max_completion_tokens", 1, INT32_MAX, NULL, &mct, e)) return -1;
     p->max_tokens = mct > 0 ? mct : mt;
     if (get_int(body, "min_tokens", 0, INT32_MAX, NULL, &p->min_tokens, e)) return -1;
+    if (p->max_tokens > 0 && p->min_tokens > p->max_tokens) /* as vLLM: a contradiction, not a clamp */
+        return gw_api_fail(e, 400, "min_tokens", "'min_tokens' (%lld) must not exceed '%s' (%lld)",
+                           (long long)p->min_tokens, mct > 0 ? "max_completion_tokens" : "max_tokens",
+                           (long long)p->max_tokens);
     if (get_num(body, "temperature", 0, 2, &p->has_temperature, &p->temperature, e)) return -1;
     if (get_num(body, "top_p", 0, 1, &p->has_top_p, &p->top_p, e)) return -1;
     if (p->has_top_p && p->top_p <= 0) return gw_api_fail(e, 400, "top_p", "'top_p' must be greater than 0");

@@ -259,6 +259,8 @@ def case_errors():
     expect(400, dict(user("hi"), top_p="x"), "top_p", "number")
     expect(400, dict(user("hi"), n=0), "n", "between")
     expect(400, dict(user("hi"), max_tokens=-1), "max_tokens", "between")
+    expect(400, dict(user("hi"), min_tokens=5), "min_tokens", "must not exceed 'max_tokens'")
+    expect(400, dict(user("hi"), max_completion_tokens=2, min_tokens=3), "min_tokens", "max_completion_tokens")
     expect(400, dict(user("hi"), stop=[1]), "stop", "string")
     expect(400, dict(user("hi"), stream_options={"include_usage": True}), "stream_options", "stream")
     expect(400, dict(user("hi"), top_logprobs=3), "top_logprobs", "logprobs")
