@@ -167,10 +167,18 @@ static bool valid_host_port(const char *s)
 
 static const char *set_upstream(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
 {
-    for (size_t i = 0; i < gw_conf_nargs(cf); i++)
-        if (!valid_host_port(gw_conf_arg(cf, i)))
+    const struct gw_model_conf *m = conf;
+    for (size_t i = 0; i < gw_conf_nargs(cf); i++) {
+        const char *a = gw_conf_arg(cf, i);
+        if (!valid_host_port(a))
             return gw_conf_msg(cf, "invalid address \"%s\" (expected HOST:PORT, [IPv6]:PORT or unix:PATH)",
-                               gw_conf_arg(cf, i));
+                               a);
+        /* a worker listed twice would take twice its share of the routing: a typo, not a weight */
+        bool dup = false;
+        for (size_t k = 0; k < m->n_upstreams && !dup; k++) dup = strcmp(m->upstreams[k], a) == 0;
+        for (size_t k = 0; k < i && !dup; k++) dup = strcmp(gw_conf_arg(cf, k), a) == 0;
+        if (dup) return gw_conf_msg(cf, "worker \"%s\" is listed twice", a);
+    }
     return gw_conf_set_str_list(cf, d, conf);
 }
 

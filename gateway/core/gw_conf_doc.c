@@ -28,9 +28,10 @@ void gw_conf_dump_markdown(FILE *f)
         "`mmgw --dump-directives`; do not edit by hand (a test checks it is current).\n\n"
         "Syntax (nginx's): `name arg ...;` or `name arg ... { ... }`, `#` comments, quoted strings "
         "(\"...\" or '...'), `include PATTERN;` (a glob relative to the including file, allowed everywhere). "
-        "Sizes: `512`, `16k`, `64m`, `1g`. Times: `500ms`, `10s`, `5m`, `1h`, `1d`, `1m30s`; a bare number "
-        "is "
-        "seconds. Relative paths are resolved against the directory of the file that contains them.\n\n"
+        "Sizes: `512`, `16k`, `64m`, `1g`. "
+        "Times: `500ms`, `10s`, `5m`, `1h`, `1d`, `1m30s` (parts in falling units, each once); "
+        "a bare number is seconds. "
+        "Relative paths are resolved against the directory of the file that contains them.\n\n"
         "Check a file with `mmgw -t -c FILE`.\n",
         f);
     static const char *const titles[] = {"Top level", "http", "model", "media"};

@@ -13,9 +13,9 @@
 
 #define FIELD(conf, d, type) ((type *)((char *)(conf) + (d)->offset))
 
-/* digits followed by one unit from the table; *len = characters consumed */
+/* digits followed by one unit from the table; *len = characters consumed, *unit = the unit's index */
 static int parse_scaled(const char *s, int64_t *out, const char *const *units, const int64_t *mult,
-                        size_t n_units, size_t *len)
+                        size_t n_units, size_t *len, size_t *unit)
 {
     const char *p = s;
     if (!isdigit((unsigned char)*p)) return -1;
@@ -38,6 +38,7 @@ static int parse_scaled(const char *s, int64_t *out, const char *const *units, c
     if (v > INT64_MAX / mult[best]) return -1;
     *out = v * mult[best];
     *len = (size_t)(p - s) + best_len;
+    *unit = best;
     return 0;
 }
 
@@ -45,8 +46,8 @@ int gw_conf_parse_size(const char *s, int64_t *out)
 {
     static const char *const units[] = {"", "k", "K", "m", "M", "g", "G"};
     static const int64_t mult[] = {1, 1024, 1024, 1 << 20, 1 << 20, 1 << 30, 1 << 30};
-    size_t len;
-    if (!s || parse_scaled(s, out, units, mult, 7, &len) || s[len]) return -1;
+    size_t len, unit;
+    if (!s || parse_scaled(s, out, units, mult, 7, &len, &unit) || s[len]) return -1;
     return 0;
 }
 
@@ -64,12 +65,15 @@ int gw_conf_parse_msec(const char *s, int64_t *out)
         *out = v * 1000;
         return 0;
     }
-    int64_t total = 0;
+    /* parts in falling units, each unit once ("1h30m", "1s500ms"), as nginx takes them: "1h1h" or "30m1h"
+     * is a typo, not a sum */
+    int64_t total = 0, last = INT64_MAX;
     const char *p = s;
     while (*p) {
         int64_t v;
-        size_t len;
-        if (parse_scaled(p, &v, units, mult, 5, &len)) return -1;
+        size_t len, unit;
+        if (parse_scaled(p, &v, units, mult, 5, &len, &unit) || mult[unit] >= last) return -1;
+        last = mult[unit];
         if (total > INT64_MAX - v) return -1;
         total += v;
         p += len;

@@ -188,6 +188,11 @@ static void test_values(void)
     CHECK(gw_conf_parse_msec("1.5s", &v) != 0);
     CHECK(gw_conf_parse_msec("s", &v) != 0);
     CHECK(gw_conf_parse_msec("5y", &v) != 0);
+    /* parts in falling units, each once (nginx's rule): a repeat or a rise is a typo, not a sum */
+    CHECK(gw_conf_parse_msec("1h1h", &v) != 0);
+    CHECK(gw_conf_parse_msec("30m1h", &v) != 0);
+    CHECK(gw_conf_parse_msec("500ms1s", &v) != 0);
+    CHECK(gw_conf_parse_msec("1d2h3m4s5ms", &v) == 0 && v == 86400000 + 7200000 + 180000 + 4000 + 5);
     CHECK(gw_conf_parse_msec("", &v) != 0);
     struct sockaddr_storage ss;
     socklen_t len;
@@ -249,6 +254,10 @@ static void test_errors(void)
     parse_err("model a { plugin m3; upstream h:0; }\n",
               "t.conf:1: \"upstream\" directive: invalid address \"h:0\" (expected HOST:PORT, [IPv6]:PORT or "
               "unix:PATH)");
+    parse_err("model a { plugin m3; upstream h:1 h:1; }\n",
+              "t.conf:1: \"upstream\" directive: worker \"h:1\" is listed twice");
+    parse_err("model a {\n plugin m3;\n upstream h:1 h:2;\n upstream h:2;\n}\n",
+              "t.conf:4: \"upstream\" directive: worker \"h:2\" is listed twice");
     parse_err("model a {\n upstream h:1;\n}\n", "t.conf:1: model \"a\" has no \"plugin\" directive");
     parse_err("model a {\n plugin m3;\n}\n", "t.conf:1: model \"a\" has no \"upstream\" directive");
     parse_err(
