@@ -397,15 +397,13 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
 
 /* The same products with the weights fed through a per-warp cp.async ring (the FP8 pairs' design,
  * kn_gemv_fp8_bulk.cu): every lane copies exactly the two 16-byte chunks it multiplies of each k block
- * (rows gid and gid + 8) into its own slots, GE_DEPTH blocks ahead, so its own cp.async.wait_group is the
- * only synchronisation. Why: the register-fed kernel above holds 98 registers (2 CTAs per SM) and its loads
- * come in bursts of one unrolled step, so a decode batch's grouped products read at ~57 % of copy (kn_bench
- * fp8w "grouped bf16", 128 rows over 64 of M3's experts; ncu of a batch-16 step: 79 % of the step's kernel
- * time at 2.39 TB/s). XP: each block's activations loaded one block ahead (registers) instead of in the
- * block. The same products in the same order as k_gemm_small_experts: the same bits. */
-#define GE_DEPTH 8                      /* 32-wide k blocks in flight per warp */
-#define GE_WARP_BYTES (GE_DEPTH * 1024) /* a slot: 2 chunks x 32 lanes x 16 bytes */
-#define GE_SMEM (GS_WARPS * GE_WARP_BYTES)
+ * (rows gid and gid + 8) into its own slots, GS_RING_DEPTH blocks ahead (gs_ring), so its own
+ * cp.async.wait_group is the only synchronisation. Why: the register-fed kernel above holds 98 registers (2
+ * CTAs per SM) and its loads come in bursts of one unrolled step, so a decode batch's grouped products read
+ * at ~57 % of copy (kn_bench fp8w "grouped bf16", 128 rows over 64 of M3's experts; ncu of a batch-16 step:
+ * 79 % of the step's kernel time at 2.39 TB/s). XP: each block's activations loaded one block ahead
+ * (registers) instead of in the block. The same products in the same order as k_gemm_small_experts: the same
+ * bits. */
 /* KN_CUDA_GS_EXPERTS_RING: the ring (x a block ahead measured 3 % slower, v130) */
 #define GE_RING_DEFAULT 1
 
@@ -431,22 +429,12 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 3)
     /* a row past the weight's end copies nothing from row r0 (zero-filled: the products add zeros) */
     const uint4 *wa = w + (r0 + (ra ? gid : 0)) * chunks_row + (k_begin >> 3) + tig;
     const uint4 *wb = w + (r0 + (rb ? gid + 8 : 0)) * chunks_row + (k_begin >> 3) + tig;
-    const int32_t ba = ra ? 16 : 0, bb = rb ? 16 : 0;
-    const uint32_t ring = kn_smem_addr(ge_sm) + (uint32_t)(warp * GE_WARP_BYTES) + 16u * (uint32_t)lane;
-    const uint8_t *own = ge_sm + warp * GE_WARP_BYTES + 16 * lane;
-    auto issue = [&](int i) { /* block i into slot i % GE_DEPTH; always one commit group */
-                              if (i < blocks) {
-                                  const uint32_t slot = ring + (uint32_t)((i % GE_DEPTH) * 1024);
-                                  kn_cp_async16(slot, wa + 4 * i, ba);
-                                  kn_cp_async16(slot + 512, wb + 4 * i, bb);
-                              }
-                              kn_cp_async_commit();
-    };
+    const gs_ring ring = gs_ring_make(ge_sm, warp, lane, wa, wb, ra, rb, blocks);
     for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
         const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
         const float *xt = x + (int64_t)(p0 + t0) * ldx;
 #pragma unroll
-        for (int i = 0; i < GE_DEPTH; i++) issue(i);
+        for (int i = 0; i < GS_RING_DEPTH; i++) ring.issue(i);
         float acc[2][4];
 #pragma unroll
         for (int t = 0; t < 2; t++)
@@ -463,12 +451,10 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 3)
             } else {
                 gs_xload<2>(xa, xb, xt, ldx, n, k, gid);
             }
-            kn_cp_async_wait<GE_DEPTH - 1>(); /* this lane's copies of block b have landed */
-            const uint8_t *sl = own + (b % GE_DEPTH) * 1024;
-            const uint4 a0 = *reinterpret_cast<const uint4 *>(sl),
-                        a8 = *reinterpret_cast<const uint4 *>(sl + 512);
+            uint4 a0, a8;
+            ring.take(b, a0, a8);
             gs_block_xv<2>(acc, a0, a8, xa, xb);
-            issue(b + GE_DEPTH); /* after this block's reads of the slot it refills */
+            ring.issue(b + GS_RING_DEPTH); /* after this block's reads of the slot it refills */
         }
         kn_cp_async_wait<0>();
         if (t0) __syncthreads(); /* the previous chunk's sums are read */
@@ -500,9 +486,9 @@ extern "C" int32_t kn_cuda_gemm_small_experts_bf16(int32_t n_exp, const int32_t 
     const int ring = kn_cuda_knob_int("KN_CUDA_GS_EXPERTS_RING", GE_RING_DEFAULT);
     if (ring == 1 || ring == 2) {
         auto k = ring == 2 ? k_gemm_small_experts_ring<1> : k_gemm_small_experts_ring<0>;
-        if (kn_smem_attr((const void *)k, GE_SMEM) == cudaSuccess)
-            return kn_cuda_check(kn_launch(k, grid, GS_WARPS * 32, GE_SMEM, stream, x, ldx, off, w_a, w_b,
-                                           rows, cols, y_a, y_b, ldy),
+        if (kn_smem_attr((const void *)k, GS_RING_SMEM) == cudaSuccess)
+            return kn_cuda_check(kn_launch(k, grid, GS_WARPS * 32, GS_RING_SMEM, stream, x, ldx, off, w_a,
+                                           w_b, rows, cols, y_a, y_b, ldy),
                                  "kn_cuda_gemm_small_experts_bf16", err);
         (void)cudaGetLastError(); /* the register-fed kernel instead */
     }

@@ -92,3 +92,52 @@ __device__ __forceinline__ void gs_stream(int blocks, const uint4 *__restrict__ 
 #pragma unroll 4
     for (; b < blocks; b++) blk(b, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z);
 }
+
+/* A warp's ring of GS_RING_DEPTH k blocks in shared memory, the grouped expert products' weight feed
+ * (k_gemm_small_experts_ring, k_gemm_experts_fp8_ring): each lane copies exactly its two 16-byte chunks of
+ * block i (rows gid and gid + 8, at wa / wb + 4 i: 64 bytes of a row per block for bf16's 32-wide and e4m3's
+ * 64-wide blocks alike) into its own 16 bytes of slot i % GS_RING_DEPTH, so its own cp.async.wait_group is
+ * the only synchronisation (the FP8 pairs' ring and the index scan work the same way). */
+#define GS_RING_DEPTH 8                           /* k blocks in flight per warp */
+#define GS_RING_WARP_BYTES (GS_RING_DEPTH * 1024) /* a slot: 2 chunks x 32 lanes x 16 bytes */
+#define GS_RING_SMEM (GS_WARPS * GS_RING_WARP_BYTES)
+
+struct gs_ring {
+    uint32_t dst;       /* this lane's 16 bytes of slot 0, as a shared-memory address */
+    const uint8_t *own; /* the same, generic */
+    const uint4 *wa, *wb;
+    int32_t ba, bb; /* bytes each copy takes: 16, or 0 for a row past the weight's end (zero-filled) */
+    int blocks;     /* this warp's k blocks */
+
+    /* block i into slot i % GS_RING_DEPTH (nothing past the warp's blocks); always one commit group */
+    __device__ __forceinline__ void issue(int i) const
+    {
+        if (i < blocks) {
+            const uint32_t slot = dst + (uint32_t)((i % GS_RING_DEPTH) * 1024);
+            kn_cp_async16(slot, wa + 4 * i, ba);
+            kn_cp_async16(slot + 512, wb + 4 * i, bb);
+        }
+        kn_cp_async_commit();
+    }
+
+    /* block b's two chunks, once this lane's copies of it have landed (blocks b + 1 .. b + depth - 1 may
+     * still be in flight); issue(b + GS_RING_DEPTH) may follow at once */
+    __device__ __forceinline__ void take(int b, uint4 &a0, uint4 &a8) const
+    {
+        kn_cp_async_wait<GS_RING_DEPTH - 1>();
+        const uint8_t *sl = own + (b % GS_RING_DEPTH) * 1024;
+        a0 = *reinterpret_cast<const uint4 *>(sl), a8 = *reinterpret_cast<const uint4 *>(sl + 512);
+    }
+};
+
+/* The ring of warp `warp` in sm (GS_RING_SMEM bytes); rows that do not exist (!ra, !rb) copy nothing from
+ * wa / wb, which must still point into the weight */
+__device__ __forceinline__ gs_ring gs_ring_make(uint8_t *sm, int warp, int lane, const uint4 *wa,
+                                                const uint4 *wb, bool ra, bool rb, int blocks)
+{
+    gs_ring g;
+    g.dst = kn_smem_addr(sm) + (uint32_t)(warp * GS_RING_WARP_BYTES) + 16u * (uint32_t)lane;
+    g.own = sm + warp * GS_RING_WARP_BYTES + 16 * lane;
+    g.wa = wa, g.wb = wb, g.ba = ra ? 16 : 0, g.bb = rb ? 16 : 0, g.blocks = blocks;
+    return g;
+}

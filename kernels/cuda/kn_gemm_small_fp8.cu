@@ -309,13 +309,10 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
 }
 
 /* The same products with the e4m3 weights fed through a per-warp cp.async ring (k_gemm_small_experts_ring's
- * design, kn_gemm_small.cu: each lane copies its own two 16-byte chunks of every 64-wide block, GE8_DEPTH
- * blocks ahead; the register-fed kernel above reads a decode batch's grouped experts at ~44 % of copy,
- * kn_bench fp8w "grouped fp8 tc"). XP: each block's activation fragments loaded one block ahead. The same
- * products in the same order: the same bits. */
-#define GE8_DEPTH 8
-#define GE8_WARP_BYTES (GE8_DEPTH * 1024)
-#define GE8_SMEM (GS_WARPS * GE8_WARP_BYTES)
+ * design, kn_gemm_small.cu: each lane copies its own two 16-byte chunks of every 64-wide block, GS_RING_DEPTH
+ * blocks ahead (gs_ring); the register-fed kernel above reads a decode batch's grouped experts at ~44 % of
+ * copy, kn_bench fp8w "grouped fp8 tc"). XP: each block's activation fragments loaded one block ahead. The
+ * same products in the same order: the same bits. */
 #define GE8_RING_DEFAULT 2 /* KN_CUDA_GS_EXPERTS_RING: the ring with x a block ahead (v130) */
 
 /* this lane's activation fragments of a 64-wide block at column c for tiles' rows 8 t + gid < n */
@@ -362,22 +359,12 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) /* 3 CTAs per SM spill (80 r
     const uint4 *wa = reinterpret_cast<const uint4 *>(w + (r0 + (ra ? gid : 0)) * cols) + 4 * b_begin + tig;
     const uint4 *wb =
         reinterpret_cast<const uint4 *>(w + (r0 + (rb ? gid + 8 : 0)) * cols) + 4 * b_begin + tig;
-    const int32_t ba = ra ? 16 : 0, bb = rb ? 16 : 0;
-    const uint32_t ring = kn_smem_addr(ge8_sm) + (uint32_t)(warp * GE8_WARP_BYTES) + 16u * (uint32_t)lane;
-    const uint8_t *own = ge8_sm + warp * GE8_WARP_BYTES + 16 * lane;
-    auto issue = [&](int i) { /* block i into slot i % GE8_DEPTH; always one commit group */
-                              if (i < blocks) {
-                                  const uint32_t slot = ring + (uint32_t)((i % GE8_DEPTH) * 1024);
-                                  kn_cp_async16(slot, wa + 4 * i, ba);
-                                  kn_cp_async16(slot + 512, wb + 4 * i, bb);
-                              }
-                              kn_cp_async_commit();
-    };
+    const gs_ring ring = gs_ring_make(ge8_sm, warp, lane, wa, wb, ra, rb, blocks);
     for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
         const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
         const __half *xt = xh + (int64_t)(p0 + t0) * cols;
 #pragma unroll
-        for (int i = 0; i < GE8_DEPTH; i++) issue(i);
+        for (int i = 0; i < GS_RING_DEPTH; i++) ring.issue(i);
         float acc[2][4], blk[2][4];
 #pragma unroll
         for (int t = 0; t < 2; t++)
@@ -394,14 +381,12 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) /* 3 CTAs per SM spill (80 r
             } else {
                 ge8_xload(bx, xt, cols, n, c, gid, tig);
             }
-            kn_cp_async_wait<GE8_DEPTH - 1>(); /* this lane's copies of block b have landed */
-            const uint8_t *sl = own + (b % GE8_DEPTH) * 1024;
-            const uint4 a0 = *reinterpret_cast<const uint4 *>(sl),
-                        a8 = *reinterpret_cast<const uint4 *>(sl + 512);
+            uint4 a0, a8;
+            ring.take(b, a0, a8);
             g8_block<2>(blk, a0, a8, bx);
             if (b + 1 == blocks || (c + G8_BLOCK) % bs_cols == 0)
                 g8_flush<2>(acc, blk, __ldg(sa + c / bs_cols), __ldg(sb + c / bs_cols));
-            issue(b + GE8_DEPTH); /* after this block's reads of the slot it refills */
+            ring.issue(b + GS_RING_DEPTH); /* after this block's reads of the slot it refills */
         }
         kn_cp_async_wait<0>();
 #pragma unroll
@@ -442,10 +427,10 @@ extern "C" int32_t kn_cuda_gemm_small_experts_fp8(int32_t n_exp, const int32_t *
     const int ring = kn_cuda_knob_int("KN_CUDA_GS_EXPERTS_RING", GE8_RING_DEFAULT);
     if (ring == 1 || ring == 2) {
         auto k = ring == 2 ? k_gemm_experts_fp8_ring<1> : k_gemm_experts_fp8_ring<0>;
-        if (kn_smem_attr((const void *)k, GE8_SMEM) == cudaSuccess)
-            return kn_cuda_check(kn_launch(k, grid, GS_WARPS * 32, GE8_SMEM, stream, (const __half *)xh, xs,
-                                           off, w_a, s_a, w_b, s_b, bs_rows, bs_cols, rows, cols, y_a, y_b,
-                                           ldy),
+        if (kn_smem_attr((const void *)k, GS_RING_SMEM) == cudaSuccess)
+            return kn_cuda_check(kn_launch(k, grid, GS_WARPS * 32, GS_RING_SMEM, stream, (const __half *)xh,
+                                           xs, off, w_a, s_a, w_b, s_b, bs_rows, bs_cols, rows, cols, y_a,
+                                           y_b, ldy),
                                  "kn_cuda_gemm_small_experts_fp8", err);
         (void)cudaGetLastError(); /* the register-fed kernel instead */
     }
