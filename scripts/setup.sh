@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PKGS=(
   build-essential cmake pkg-config git ca-certificates clang-format
   libjansson-dev libopenblas-dev
-  libevent-dev libnghttp2-dev libssl-dev libcurl4-openssl-dev libpcre2-dev libutf8proc-dev
+  libevent-dev libnghttp2-dev libssl-dev libcurl4-openssl-dev libpcre2-dev libutf8proc-dev libxxhash-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler protobuf-compiler-grpc
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev libvips-dev libjpeg62-turbo-dev libdeflate-dev libpng-dev libtiff-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pil python3-regex curl nghttp2-client openssl ffmpeg

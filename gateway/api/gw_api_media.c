@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "gw_api_dataurl.h"
 #include "gw_api_internal.h"
@@ -129,38 +130,21 @@ struct pjob {
     uint64_t hash;
 };
 
-/* A 64-bit hash of n bytes (not cryptographic). */
-static uint64_t content_hash(const uint8_t *p, size_t n)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
-    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    h ^= h >> 29;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 32;
-    return h ? h : 1;
-}
-
 /* The protocol's content_hash (the worker's prefix-cache key for the pages holding the item, and the
  * router's affinity key): a hash of what the worker consumes, the pixel values with their grid and dtype.
  * Not of the encoded bytes: the same file preprocessed under other options (another model's plugin_option
  * on the same worker, a reload) gives other pixels, and the worker would reuse the pages computed from the
- * first ones. */
+ * first ones. XXH3 (libxxhash): the pixels are megabytes per image, and a word-at-a-time multiply chain
+ * took ~1.4 ms for a 640 x 427 JPEG's 3.2 MB of patches, as long as decoding and resizing it. 0 means
+ * "unknown" in the protocol, so it is never returned. */
 static uint64_t pixels_hash(const struct gw_media_result *res)
 {
-    uint64_t v[6] = {content_hash(res->pixels, res->n_patches * res->patch_dim * mm_dtype_size(res->dtype)),
-                     (uint64_t)res->grid_thw[0],
-                     (uint64_t)res->grid_thw[1],
-                     (uint64_t)res->grid_thw[2],
-                     res->patch_dim,
-                     (uint64_t)res->dtype};
-    return content_hash((const uint8_t *)v, sizeof v);
+    const uint64_t meta[5] = {(uint64_t)res->grid_thw[0], (uint64_t)res->grid_thw[1],
+                              (uint64_t)res->grid_thw[2], res->patch_dim, (uint64_t)res->dtype};
+    const uint64_t h =
+        XXH3_64bits_withSeed(res->pixels, res->n_patches * res->patch_dim * mm_dtype_size(res->dtype),
+                             XXH3_64bits(meta, sizeof meta));
+    return h ? h : 1;
 }
 
 static void pjob_back(void *arg);
