@@ -49,6 +49,20 @@ static int32_t parse_int(const char *opt, const char *v, int64_t lo, int64_t hi,
     return MM_OK;
 }
 
+/* gRPC takes the port of "HOST:PORT" modulo 65536 and a missing one as 443, so a typo would listen on another
+ * port than the one the gateway is told (65536 becomes a random free port): refuse anything but a decimal
+ * port in [0, 65535] after a non-empty host. gRPC's unix: and unix-abstract: addresses pass as they are. */
+static int32_t check_listen(const char *addr, struct mm_err *err)
+{
+    if (!strncmp(addr, "unix:", 5) || !strncmp(addr, "unix-abstract:", 14)) return MM_OK;
+    const char *colon = strrchr(addr, ':');
+    int64_t port = 0;
+    if (!colon || colon == addr || mm_parse_i64(colon + 1, 0, 65535, &port) != 0 || colon[1] == '-' ||
+        colon[1] == '+')
+        return mm_err_set(err, MM_INVALID, "--listen '%s' must be HOST:PORT with a port in [0, 65535]", addr);
+    return MM_OK;
+}
+
 int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *err)
 {
     memset(cli, 0, sizeof(*cli));
@@ -132,5 +146,6 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
         i++;
     }
     if (!cli->help && !cli->model) return mm_err_set(err, MM_INVALID, "--model DIR is required");
+    if (!cli->help) return check_listen(cli->listen, err);
     return MM_OK;
 }

@@ -50,6 +50,20 @@ static void test_cli(void)
     CHECK_EQ_INT(wk_cli_parse(5, a5, &c, &err), MM_INVALID);
     char *a6[] = {"w", "--model"};
     CHECK_EQ_INT(wk_cli_parse(2, a6, &c, &err), MM_INVALID);
+    /* gRPC would take 65536 as 0 (any free port), 99999 as 34463 and a missing port as 443 */
+    const char *bad_listen[] = {"127.0.0.1:65536", "127.0.0.1:99999", "127.0.0.1",
+                                ":50051",          "127.0.0.1:",      "127.0.0.1:+80",
+                                "127.0.0.1:-1",    "127.0.0.1: 80",   "[::1]:131072"};
+    for (size_t i = 0; i < sizeof(bad_listen) / sizeof(bad_listen[0]); i++) {
+        char *al[] = {"w", "--model", "m", "--listen", (char *)bad_listen[i]};
+        CHECK_EQ_INT(wk_cli_parse(5, al, &c, &err), MM_INVALID);
+        CHECK(strstr(err.msg, "--listen") != NULL);
+    }
+    const char *good_listen[] = {"127.0.0.1:0", "localhost:65535", "[::1]:50051", "unix:/tmp/w.sock"};
+    for (size_t i = 0; i < sizeof(good_listen) / sizeof(good_listen[0]); i++) {
+        char *al[] = {"w", "--model", "m", "--listen", (char *)good_listen[i]};
+        CHECK_EQ_INT(wk_cli_parse(5, al, &c, &err), MM_OK);
+    }
     char *a7[] = {"w", "--help"};
     CHECK_EQ_INT(wk_cli_parse(2, a7, &c, &err), MM_OK);
     CHECK(c.help);
