@@ -33,23 +33,44 @@ static int32_t write_port_file(const char *path, int32_t port)
     return 0;
 }
 
-/* The scheduler a second signal cuts short; cleared (under the lock) before the scheduler is freed. */
+/* Signals, once serving: one thread sigwaits for SIGTERM/SIGINT for the whole run. The first starts the drain
+ * (main waits for it), a later one cuts the drain short. g_sig_sched is the scheduler to cut short (set by
+ * main when it starts the drain, cleared before the scheduler is freed); g_sig_cut says a second signal came
+ * before it was set. All under g_sig_mu. */
 static pthread_mutex_t g_sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_sig_cv = PTHREAD_COND_INITIALIZER;
 static struct wk_sched *g_sig_sched;
+static int g_sig_first, g_sig_cut;
 static sigset_t g_sig_set;
+static pthread_t g_sig_thread;
 
-static void *second_signal_main(void *arg)
+static void *signal_main(void *arg)
 {
+    (void)arg;
     int sig = 0;
-    if (sigwait(&g_sig_set, &sig) == 0) {
+    while (sigwait(&g_sig_set, &sig) == 0) {
         pthread_mutex_lock(&g_sig_mu);
-        if (g_sig_sched) {
+        if (!g_sig_first) {
+            g_sig_first = sig;
+            pthread_cond_signal(&g_sig_cv);
+        } else if (g_sig_sched) {
             mm_log_warn(LOG, "second signal (%d): aborting the requests still running", sig);
             wk_sched_drain(g_sig_sched, 0);
+        } else {
+            g_sig_cut = 1;
         }
         pthread_mutex_unlock(&g_sig_mu);
     }
     return NULL;
+}
+
+/* Threads that libraries start before main blocks the signals (OpenBLAS's pthread build starts its pool in a
+ * constructor) do not block them, so the kernel hands them a SIGTERM that arrives while no thread sigwaits,
+ * and its default action killed the process mid-drain (exit 143, streams cut without a status). There this
+ * handler passes the signal on to the thread that waits for it. */
+static void forward_signal(int sig)
+{
+    pthread_kill(g_sig_thread, sig);
 }
 
 int main(int argc, char **argv)
@@ -157,15 +178,30 @@ int main(int argc, char **argv)
     if (cli.port_file && write_port_file(cli.port_file, port) != 0)
         mm_log_warn(LOG, "cannot write the port file '%s'", cli.port_file);
 
-    int sig = 0;
-    sigwait(&set, &sig);
-    mm_log_info(LOG, "signal %d: draining (no new calls; up to %lld s for running requests)", sig,
-                (long long)(cli.drain_ms / 1000));
     g_sig_set = set;
+    if (pthread_create(&g_sig_thread, NULL, signal_main, NULL) == 0) {
+        pthread_detach(g_sig_thread);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = forward_signal;
+        sa.sa_mask = set;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+    } else { /* wait here instead; a second signal then cannot cut the drain short */
+        mm_log_warn(LOG, "cannot start the signal thread: a second signal will not cut the drain short");
+        int sig = 0;
+        sigwait(&set, &sig);
+        g_sig_first = sig;
+    }
+
+    pthread_mutex_lock(&g_sig_mu);
+    while (!g_sig_first) pthread_cond_wait(&g_sig_cv, &g_sig_mu);
+    mm_log_info(LOG, "signal %d: draining (no new calls; up to %lld s for running requests)", g_sig_first,
+                (long long)(cli.drain_ms / 1000));
     g_sig_sched = s;
-    pthread_t th;
-    if (pthread_create(&th, NULL, second_signal_main, NULL) == 0) pthread_detach(th);
-    wk_sched_drain(s, cli.drain_ms);
+    wk_sched_drain(s, g_sig_cut ? 0 : cli.drain_ms);
+    pthread_mutex_unlock(&g_sig_mu);
     wk_grpc_shutdown(g, cli.drain_ms + 5000); /* streams end once the scheduler finished or aborted them */
     wk_sched_wait_idle(s, 5000);
     /* stop the scheduler while the calls it may still hold are valid, then the server (whose late

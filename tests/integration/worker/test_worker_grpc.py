@@ -13,7 +13,7 @@ Protocol checks: 16 concurrent streams each equal their solo result; n > 1; logp
 (cached_tokens); Abort mid-stream frees pages at once (Load shows it); a client that goes away frees them
 too; every malformed request gets its status code and the worker keeps serving; UploadTensor and shared
 memory give the same tokens as inline bytes; queue and pool bounds answer RESOURCE_EXHAUSTED; SIGTERM drains
-(running streams finish, new calls are refused, exit 0).
+(running streams finish, new calls are refused, exit 0); a second SIGTERM ends them UNAVAILABLE, still exit 0.
 
 Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
 """
@@ -522,6 +522,42 @@ def suite_drain(c, w):
     check(rc == 0, "worker exited 0 (%s)" % rc)
 
 
+def suite_drain_twice(args, pb2):
+    """A second SIGTERM during the drain ends the running streams at once, each with its Complete "abort" and
+    UNAVAILABLE, and the worker still exits 0. (It used to reach an OpenBLAS thread started before main
+    blocked the signals, whose default action killed the worker: exit -15, streams cut without a status.)"""
+    print("a second SIGTERM cuts the drain short: streams end UNAVAILABLE, exit 0", flush=True)
+    argv, env = worker_argv(args, ["--drain-timeout", "300", "--cache-pages", "4096"])  # a long stream
+    w = wc.WorkerProc(argv, env=env).wait_ready()
+    try:
+        c = Ctx(args.target, w, pb2)
+        ids = c.prompt(20, 61)
+        n = c.long_new(len(ids), 100000)
+        started = threading.Event()
+        box = {}
+        req = wc.make_request(pb2, c.rid("drain2"), ids, max_new=n)
+        th = threading.Thread(target=lambda: box.setdefault("r", wc.generate(
+            c.stub, req, on_chunk=lambda r: started.set())))
+        th.start()
+        check(started.wait(120), "drain twice: stream started")
+        w.signal(signal.SIGTERM)
+        time.sleep(0.5)
+        w.signal(signal.SIGTERM)
+        th.join(60)
+        r = box.get("r")
+        check(r is not None and r.code == grpc.StatusCode.UNAVAILABLE and "shutting down" in r.details and
+              r.completes.get(0) is not None and r.completes[0].finish_reason == "abort",
+              "drain twice: the stream ended with Complete abort and UNAVAILABLE (%s %r)" %
+              (r.code if r else None, r.details if r else ""))
+        try:
+            rc = w.wait_exit(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, "drain twice: worker exited 0 (%s)" % rc)
+    finally:
+        w.stop()
+
+
 def suite_queue(args, pb2):
     """A worker with one sequence and a queue of one: the third concurrent request is refused."""
     print("queue bound -> RESOURCE_EXHAUSTED", flush=True)
@@ -638,6 +674,7 @@ def main():
         w.stop()
     if args.target != "toy":  # the toy has no queue
         suite_queue(args, pb2)
+        suite_drain_twice(args, pb2)
     if FAILS:
         print("\nworker log tail:\n" + w.log_text()[-3000:])
         print("FAILED %d checks:\n  %s" % (len(FAILS), "\n  ".join(FAILS)))
