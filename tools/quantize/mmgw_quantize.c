@@ -176,6 +176,16 @@ int main(int argc, char **argv)
         mm_st_close(f);
         return 1;
     }
+    /* in place, the copies below would truncate tokenizer.json and generation_config.json to nothing (each is
+     * opened for writing while being read) and the unquantized weights would be gone */
+    struct stat st_in, st_out;
+    if (stat(in, &st_in) == 0 && stat(out, &st_out) == 0 && st_in.st_dev == st_out.st_dev &&
+        st_in.st_ino == st_out.st_ino) {
+        fprintf(stderr,
+                "mmgw-quantize: --out %s is the --in folder: write the FP8 checkpoint to another one\n", out);
+        mm_st_close(f);
+        return 2;
+    }
     struct mm_st_writer *w = mm_st_writer_create();
     int rc = w ? 0 : 1;
     int64_t n_q = 0, bytes_in = 0, bytes_out = 0;

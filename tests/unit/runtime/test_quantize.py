@@ -47,6 +47,20 @@ with tempfile.TemporaryDirectory() as tmp:
                                "t/greedy": ("I32", np.zeros(4, np.int32))})
         ref_out = os.path.join(tmp, "ref.safetensors")
         sh([run, "--model", src, "--eval", ein, "--out", ref_out])
+    # --out naming the --in folder (here through a link) is refused and leaves it as it was: in place, the
+    # tokenizer and generation config were truncated to nothing and the unquantized weights were gone
+    inplace = os.path.join(tmp, "inplace")
+    sh([mk, "--out", inplace, "--seed", "6"])
+    for name in ("tokenizer.json", "generation_config.json"):
+        with open(os.path.join(inplace, name), "w") as f:
+            f.write('{"kept": true}\n')
+    before = {n: open(os.path.join(inplace, n), "rb").read() for n in os.listdir(inplace)}
+    os.symlink(inplace, inplace + "-link")
+    r = subprocess.run([quant, "--in", inplace, "--out", inplace + "-link/"], capture_output=True, text=True)
+    after = {n: open(os.path.join(inplace, n), "rb").read() for n in os.listdir(inplace)}
+    ok = r.returncode != 0 and "--in folder" in r.stderr and after == before
+    fail |= not ok
+    print(f"--out = --in refused ({r.returncode}: {r.stderr.strip()}), folder unchanged: {'PASS' if ok else 'FAIL'}")
     q = os.path.join(tmp, "fp8")
     print(sh([quant, "--in", src, "--out", q]).stderr.strip())
     w = load_safetensors(os.path.join(q, "model.safetensors"))
