@@ -175,8 +175,14 @@ int main(int argc, char **argv)
         goto out;
     }
     mm_log_info(LOG, "listening on %s (port %d)", cli.listen, port);
-    if (cli.port_file && write_port_file(cli.port_file, port) != 0)
-        mm_log_warn(LOG, "cannot write the port file '%s'", cli.port_file);
+    if (cli.port_file && write_port_file(cli.port_file, port) != 0) {
+        /* whoever asked for the file waits for it (with port 0 it is the only way to learn the port) */
+        mm_log_error(LOG, "cannot write the port file '%s'", cli.port_file);
+        wk_grpc_shutdown(g, 0);
+        wk_sched_stop(s);
+        wk_grpc_destroy(g);
+        goto out;
+    }
 
     g_sig_set = set;
     if (pthread_create(&g_sig_thread, NULL, signal_main, NULL) == 0) {

@@ -558,6 +558,23 @@ def suite_drain_twice(args, pb2):
         w.stop()
 
 
+def suite_bad_port_file(args):
+    """A --port-file that cannot be written ends the worker with an error (exit 1): it used to log a warning and
+    serve on, so whoever waited for the file (with --listen HOST:0 the only way to learn the port) waited
+    forever."""
+    print("an unwritable --port-file is an error: exit 1", flush=True)
+    argv, env = worker_argv(args, ["--listen", "127.0.0.1:0", "--port-file", "/nonexistent-mmgw-dir/port"])
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    text = out.decode("utf-8", "replace")
+    check(p.returncode == 1 and "port file" in text, "bad port file: exit 1 with a message (%s: %s)" %
+          (p.returncode, text.strip().splitlines()[-1:] if text.strip() else ""))
+
+
 def suite_queue(args, pb2):
     """A worker with one sequence and a queue of one: the third concurrent request is refused."""
     print("queue bound -> RESOURCE_EXHAUSTED", flush=True)
@@ -675,6 +692,7 @@ def main():
     if args.target != "toy":  # the toy has no queue
         suite_queue(args, pb2)
         suite_drain_twice(args, pb2)
+        suite_bad_port_file(args)
     if FAILS:
         print("\nworker log tail:\n" + w.log_text()[-3000:])
         print("FAILED %d checks:\n  %s" % (len(FAILS), "\n  ".join(FAILS)))
