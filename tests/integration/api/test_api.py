@@ -302,15 +302,21 @@ def case_errors():
         body = {"model": "toy", "prompt": prompt, "ignore_eos": True, "n": 2, "stream": stream}
         usage, reasons = {}, []
         try:
-            if stream:
-                st, ev = fx.sse_events(gw, "/v1/completions", dict(body, stream_options={"include_usage": True}),
-                                       timeout=20)
-                ev = [json.loads(e) for e in ev if e.startswith("{")] if st == 200 else []
-                usage = ev[-1]["usage"] if ev and ev[-1].get("usage") else {}
-                reasons = [c["finish_reason"] for e in ev for c in e["choices"] if c["finish_reason"]]
-            else:
-                st, r = fx.post(gw, "/v1/completions", body, timeout=20)
-                usage, reasons = r.get("usage") or {}, [c["finish_reason"] for c in r.get("choices", [])]
+            # the toy runs one request at a time (--max-running 1) and the gateway's cancel of the previous
+            # one reaches it asynchronously: a 429 right after it is that slot, so try again for up to 5 s
+            for _ in range(25):
+                if stream:
+                    st, ev = fx.sse_events(gw, "/v1/completions",
+                                           dict(body, stream_options={"include_usage": True}), timeout=20)
+                    ev = [json.loads(e) for e in ev if e.startswith("{")] if st == 200 else []
+                    usage = ev[-1]["usage"] if ev and ev[-1].get("usage") else {}
+                    reasons = [c["finish_reason"] for e in ev for c in e["choices"] if c["finish_reason"]]
+                else:
+                    st, r = fx.post(gw, "/v1/completions", body, timeout=20)
+                    usage, reasons = r.get("usage") or {}, [c["finish_reason"] for c in r.get("choices", [])]
+                if st != 429:
+                    break
+                time.sleep(0.2)
         except OSError as ex:  # a timeout: the choices ran past max_model_len
             reasons = [repr(ex)]
         fx.check(usage.get("prompt_tokens") == 990 and usage.get("completion_tokens") == 2 * 10 and
