@@ -373,6 +373,15 @@ ProtobufCMessage *gw_up_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescr
     return m;
 }
 
+/* "worker TARGET " at the start of st->message; st->client marks where the rest (what a client may see)
+ * starts. Returns that offset. */
+static size_t status_worker(struct gw_call_status *st, const char *target)
+{
+    int pre = snprintf(st->message, sizeof(st->message), "worker %.128s ", target);
+    st->client = pre > 0 && (size_t)pre < sizeof(st->message) ? (uint16_t)pre : 0;
+    return st->client;
+}
+
 void gw_up_status_fill_text(struct gw_call_status *st, const char *target, const char *method, int grpc_code,
                             const char *details, size_t details_len)
 {
@@ -385,9 +394,8 @@ void gw_up_status_fill_text(struct gw_call_status *st, const char *target, const
     }
     const char *m = strrchr(method, '/');
     int dlen = details_len > 200 ? 200 : (int)details_len;
-    int pre = snprintf(st->message, sizeof(st->message), "worker %.128s ", target);
-    st->client = pre > 0 && (size_t)pre < sizeof(st->message) ? (uint16_t)pre : 0;
-    snprintf(st->message + st->client, sizeof(st->message) - st->client, "%s: %s%s%.*s", m ? m + 1 : method,
+    const size_t at = status_worker(st, target);
+    snprintf(st->message + at, sizeof(st->message) - at, "%s: %s%s%.*s", m ? m + 1 : method,
              gw_grpc_code_name(grpc_code), dlen ? ": " : "", dlen, dlen ? details : "");
 }
 
@@ -405,8 +413,6 @@ void gw_up_status_local(struct gw_call_status *st, const struct gw_upstream_chan
     const char *m = strrchr(method, '/');
     st->code = code;
     st->grpc_code = -1;
-    int pre = snprintf(st->message, sizeof(st->message), "worker %.128s ", ch->target);
-    st->client = pre > 0 && (size_t)pre < sizeof(st->message) ? (uint16_t)pre : 0;
-    snprintf(st->message + st->client, sizeof(st->message) - st->client, "%s: %.300s", m ? m + 1 : method,
-             what);
+    const size_t at = status_worker(st, ch->target);
+    snprintf(st->message + at, sizeof(st->message) - at, "%s: %.300s", m ? m + 1 : method, what);
 }

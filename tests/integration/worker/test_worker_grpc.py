@@ -383,12 +383,8 @@ def suite_errors(c):
         expect_code(c, mk(two, media=[item]), I, "a second image token no run covers")
     # a live duplicate request_id
     rid = c.rid("dup")
-    box = {}
-    started = threading.Event()
     long_new = c.long_new(len(ids))
-    th = threading.Thread(target=lambda: box.setdefault("r", wc.generate(
-        c.stub, wc.make_request(pb2, rid, ids, max_new=long_new), on_chunk=lambda r: started.set())))
-    th.start()
+    th, started, box = stream_in_background(c, wc.make_request(pb2, rid, ids, max_new=long_new))
     started.wait(120)
     expect_code(c, wc.make_request(pb2, rid, ids, max_new=3), I, "request_id of a live request")
     c.stub.Abort(pb2.AbortRequest(request_id=rid), timeout=30)
@@ -486,17 +482,22 @@ def suite_uploads(c):
         os.unlink(path)
 
 
+def stream_in_background(c, req):
+    """Generate req on a thread of its own: (thread, event set at the first chunk, box["r"] the result)."""
+    started = threading.Event()
+    box = {}
+    th = threading.Thread(target=lambda: box.setdefault("r", wc.generate(
+        c.stub, req, on_chunk=lambda r: started.set())))
+    th.start()
+    return th, started, box
+
+
 def suite_drain(c, w):
     pb2 = c.pb2
     print("SIGTERM drains: running streams finish, new calls are refused, exit 0", flush=True)
     ids = c.prompt(50, 41)
     n = c.long_new(len(ids), 300) if c.target != "toy" else 100
-    started = threading.Event()
-    box = {}
-    req = wc.make_request(pb2, c.rid("drain"), ids, max_new=n)
-    th = threading.Thread(target=lambda: box.setdefault("r", wc.generate(
-        c.stub, req, on_chunk=lambda r: started.set())))
-    th.start()
+    th, started, box = stream_in_background(c, wc.make_request(pb2, c.rid("drain"), ids, max_new=n))
     check(started.wait(120), "drain: stream started")
     w.signal(signal.SIGTERM)
     time.sleep(0.3)
@@ -533,12 +534,7 @@ def suite_drain_twice(args, pb2):
         c = Ctx(args.target, w, pb2)
         ids = c.prompt(20, 61)
         n = c.long_new(len(ids), 100000)
-        started = threading.Event()
-        box = {}
-        req = wc.make_request(pb2, c.rid("drain2"), ids, max_new=n)
-        th = threading.Thread(target=lambda: box.setdefault("r", wc.generate(
-            c.stub, req, on_chunk=lambda r: started.set())))
-        th.start()
+        th, started, box = stream_in_background(c, wc.make_request(pb2, c.rid("drain2"), ids, max_new=n))
         check(started.wait(120), "drain twice: stream started")
         w.signal(signal.SIGTERM)
         time.sleep(0.5)
