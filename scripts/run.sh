@@ -69,6 +69,12 @@ or stream a text chat:
   curl -sN http://127.0.0.1:8080/v1/chat/completions -H 'content-type: application/json' \\
     -d '{"model":"m3-tiny","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"Hello"}]}'
 
+or ask about the sample video by a file: URL (read beneath allowed_local_media_path, conf/mmgw.conf):
+
+  curl -s http://127.0.0.1:8080/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{"model":"m3-tiny","max_tokens":16,"messages":[{"role":"user","content":[{"type":"video_url",
+        "video_url":{"url":"file://$PWD/$DEMO/sample.mp4"}},{"type":"text","text":"What happens?"}]}]}'
+
 Ctrl-C stops the gateway and the worker.
 EOT
 wait -n "${pids[@]}"

@@ -2,10 +2,12 @@
  * to {"type":"image"|"video","mmgw_media":K} (what plugins' render_chat expects, as vLLM's chat_utils
  * does before templating), render the prompt through the plugin, then run the pipeline. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "gw_api_dataurl.h"
+#include "gw_api_fileurl.h"
 #include "gw_api_internal.h"
 
 /* The URL of a media part, or NULL when the field is missing or not a string / {"url": string}. */
@@ -32,20 +34,36 @@ static int add_media(struct gw_api_req *r, int32_t kind, json_t *src, const char
                            r->model->name, mc->max_media_per_request);
     const char *url = json_string_value(src);
     size_t len = json_string_length(src);
+    const struct gw_media_conf *media = &r->st->config->media;
+    const char *accepted = media->local_media_path ? "http, https, data and file" : "http, https and data";
     if (gw_api_is_data_url(url, len)) {
-        if (!r->st->config->media.allow_data_urls)
+        if (!media->allow_data_urls)
             return gw_api_fail(e, 400, param,
                                "%s: data: URLs are disabled on this server (allow_data_urls off)", param);
+    } else if (gw_api_is_file_url(url, len)) {
+        if (!media->local_media_path)
+            return gw_api_fail(e, 400, param,
+                               "%s: file: URLs are disabled on this server (no allowed_local_media_path)",
+                               param);
+        /* refused here, before any work, when malformed or plainly outside the folder; the pool reads it */
+        char *path = NULL;
+        struct mm_err me;
+        if (gw_api_file_url_path(url, len, &path, &me) != MM_OK)
+            return gw_api_fail(e, me.code == MM_NOMEM ? 503 : 400, param, "%s: %s", param, me.msg);
+        bool inside = gw_api_file_beneath(media->local_media_path, path) ||
+                      gw_api_file_beneath(media->local_media_alias, path);
+        free(path);
+        if (!inside)
+            return gw_api_fail(e, 400, param,
+                               "%s: the file is outside the folder this server reads media from", param);
     } else if (!(len >= 7 && strncasecmp(url, "http://", 7) == 0) &&
                !(len >= 8 && strncasecmp(url, "https://", 8) == 0)) {
         const char *colon = memchr(url, ':', len < 32 ? len : 32);
         if (!colon) /* a file path or a bare name: nothing is read from the server's disk */
-            return gw_api_fail(e, 400, param,
-                               "%s: \"%.40s%s\" is not a URL (only http, https and data URLs are accepted)",
-                               param, url, len > 40 ? "..." : "");
-        return gw_api_fail(e, 400, param,
-                           "%s: unsupported URL scheme \"%.*s\" (only http, https and data are accepted)",
-                           param, (int)(colon - url), url);
+            return gw_api_fail(e, 400, param, "%s: \"%.40s%s\" is not a URL (only %s URLs are accepted)",
+                               param, url, len > 40 ? "..." : "", accepted);
+        return gw_api_fail(e, 400, param, "%s: unsupported URL scheme \"%.*s\" (only %s are accepted)", param,
+                           (int)(colon - url), url, accepted);
     }
     if (!r->media) {
         r->media = calloc((size_t)mc->max_media_per_request, sizeof *r->media);

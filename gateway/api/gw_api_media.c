@@ -1,13 +1,14 @@
 /* The request pipeline up to the prompt: every media item the template kept is loaded and preprocessed
- * concurrently — data: URLs are decoded on the preprocessing pool, http(s) URLs are fetched on the
- * service loop under the media policy first — and when the last one is in, the prompt is built and the
- * generation (or the /tokenize answer) starts. Nothing here blocks an event loop. */
+ * concurrently — data: URLs are decoded and file: URLs read on the preprocessing pool, http(s) URLs are
+ * fetched on the service loop under the media policy first — and when the last one is in, the prompt is built
+ * and the generation (or the /tokenize answer) starts. Nothing here blocks an event loop. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "gw_api_dataurl.h"
+#include "gw_api_fileurl.h"
 #include "gw_api_internal.h"
 #include "mm_dtype.h"
 #include "mm_log.h"
@@ -115,8 +116,10 @@ struct pjob {
     const struct mmgw_plugin *vt;
     const struct mmgw_plugin_instance *inst;
     int32_t kind;
-    const char *url; /* a data: URL (decoded here), or NULL when bytes are given */
+    const char *url; /* a data: URL (decoded here), or NULL when bytes or path are given */
     size_t url_len;
+    char *path;               /* a file: URL's path (read here beneath root), or NULL */
+    const char *root, *alias; /* allowed_local_media_path, real and as configured */
     uint8_t *bytes;
     size_t n_bytes;
     uint64_t max_bytes;
@@ -160,6 +163,9 @@ static void pjob_run(void *arg)
         j->in_decode_url = j->rc != MM_OK;
         j->bytes = du.data;
         j->n_bytes = du.len;
+    } else if (j->path) {
+        j->rc = gw_api_file_read(j->root, j->alias, j->path, j->max_bytes, &j->bytes, &j->n_bytes, &j->err);
+        j->in_decode_url = j->rc != MM_OK;
     }
     if (j->rc == MM_OK) {
         struct gw_media_input in = {.kind = j->kind, .data = j->bytes, .len = j->n_bytes, .label = j->label};
@@ -169,6 +175,8 @@ static void pjob_run(void *arg)
     }
     free(j->bytes);
     j->bytes = NULL;
+    free(j->path);
+    j->path = NULL;
     if (gw_executor_post(j->ex, pjob_back, j) != 0) {
         /* the loop is gone (shutdown): nobody will read this */
         gw_media_result_free(&j->res);
@@ -202,7 +210,8 @@ static void pjob_back(void *arg)
     if (--r->media_left == 0) all_media_ready(r);
 }
 
-/* Queue the preprocessing of item k; takes bytes (or decodes the data: URL on the pool). */
+/* Queue the preprocessing of item k; takes bytes (or, given none, decodes the data: URL or reads the file:
+ * URL's file on the pool: both can take milliseconds the loop must not spend). */
 static int submit_media(struct gw_api_req *r, size_t k, uint8_t *bytes, size_t n)
 {
     struct gw_api_media *m = &r->media[k];
@@ -220,11 +229,20 @@ static int submit_media(struct gw_api_req *r, size_t k, uint8_t *bytes, size_t n
     j->kind = m->kind;
     j->bytes = bytes;
     j->n_bytes = n;
-    if (!bytes) {
+    const struct gw_media_conf *mc = &r->st->config->media;
+    if (!bytes && gw_api_is_file_url(m->url, m->url_len)) {
+        struct mm_err err;
+        if (gw_api_file_url_path(m->url, m->url_len, &j->path, &err) != MM_OK) {
+            free(j);
+            media_failed(r, m, err.code, false, err.msg);
+            return -1;
+        }
+        j->root = mc->local_media_path;
+        j->alias = mc->local_media_alias;
+    } else if (!bytes) {
         j->url = m->url;
         j->url_len = m->url_len;
     }
-    const struct gw_media_conf *mc = &r->st->config->media;
     j->max_bytes = (uint64_t)mc->fetch_max_bytes;
     j->lim.max_input_bytes = (uint64_t)mc->fetch_max_bytes;
     if (mc->max_pixels > 0) j->lim.max_source_pixels = (uint64_t)mc->max_pixels;
@@ -232,6 +250,7 @@ static int submit_media(struct gw_api_req *r, size_t k, uint8_t *bytes, size_t n
     int32_t rc = gw_pool_submit(r->model->pool, pjob_run, j);
     if (rc != MM_OK) {
         free(j->bytes);
+        free(j->path);
         free(j);
         media_failed(r, m, rc == MM_EXHAUSTED ? MM_EXHAUSTED : MM_UNAVAILABLE, false,
                      "the preprocessing queue is full; try again later");
@@ -353,7 +372,7 @@ void gw_api_pipeline_start(struct gw_api_req *r)
     for (size_t k = 0; k < r->n_media && !r->finished; k++) {
         struct gw_api_media *m = &r->media[k];
         if (!m->rendered) continue;
-        if (gw_api_is_data_url(m->url, m->url_len))
+        if (gw_api_is_data_url(m->url, m->url_len) || gw_api_is_file_url(m->url, m->url_len))
             submit_media(r, k, NULL, 0);
         else
             fetch_media(r, k);

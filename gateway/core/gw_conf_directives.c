@@ -3,10 +3,12 @@
 #include "gw_conf.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ctype.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mm_log.h"
 
@@ -386,6 +388,24 @@ static const struct gw_directive model_directives[] = {
     {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
 };
 
+/* The folder's real path is what file: URLs are resolved beneath (openat2 RESOLVE_BENEATH); the path as
+ * written is kept too, since clients name files through it. A folder that does not exist is an error at
+ * this line rather than a 400 at every request. */
+static const char *set_local_media_path(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    struct gw_media_conf *m = conf;
+    const char *err = gw_conf_set_path(cf, d, conf);
+    if (err) return err;
+    char *real = realpath(m->local_media_alias, NULL);
+    if (!real) return gw_conf_msg(cf, "\"%s\": %s", m->local_media_alias, strerror(errno));
+    struct stat st;
+    bool dir = stat(real, &st) == 0 && S_ISDIR(st.st_mode);
+    m->local_media_path = dir ? gw_conf_strdup(cf, real) : NULL;
+    free(real);
+    if (!dir) return gw_conf_msg(cf, "\"%s\" is not a directory", m->local_media_alias);
+    return m->local_media_path ? NULL : "out of memory";
+}
+
 static const struct gw_directive media_directives[] = {
     {"media_fetch_allow", GW_CTX_MEDIA | GW_CONF_1MORE | GW_CONF_MULTI, set_host_rules, MEDIA(fetch_allow), 0,
      0, NULL, "HOST | *.DOMAIN | CIDR ...",
@@ -405,6 +425,11 @@ static const struct gw_directive media_directives[] = {
      "Decoded pixels per image or frame before resizing; 0 = the plugin's budget.", NULL},
     {"allow_data_urls", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_flag, MEDIA(allow_data_urls), 0, 0, "on",
      "on | off", "Accept `data:` URLs in image_url / video_url parts.", NULL},
+    {"allowed_local_media_path", GW_CTX_MEDIA | GW_CONF_TAKE1, set_local_media_path, MEDIA(local_media_alias),
+     0, 0, NULL, "DIR",
+     "Accept `file:` URLs (file:///path) for files beneath DIR (neither `..` nor a symbolic link leads out; "
+     "regular files only, at most fetch_max_bytes). Without it `file:` URLs are refused.",
+     NULL},
     {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
 };
 

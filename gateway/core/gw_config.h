@@ -104,6 +104,9 @@ struct gw_media_conf {
     int32_t fetch_max_redirects;
     int64_t max_pixels;   /* decoded pixels per image or video frame, before resizing; 0 = plugin's */
     bool allow_data_urls; /* accept data: URLs in image_url/video_url */
+    /* allowed_local_media_path: file: URLs are read beneath this folder (its real path; NULL = refused) */
+    const char *local_media_path;
+    const char *local_media_alias; /* the same folder as written, made absolute (clients may use either) */
 };
 
 struct gw_config {

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gw_media_source.h"
+#include "mm_file.h"
 
 void gw_bytes_free(struct gw_bytes *b)
 {
@@ -128,37 +128,9 @@ static int32_t load_file(const char *path, const struct gw_source_limits *lim, s
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return mm_err_set(err, errno == ENOENT ? MM_NOT_FOUND : MM_IO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return mm_err_set(err, MM_INVALID, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > lim->max_bytes) {
-        close(fd);
-        return mm_err_set(err, MM_TOO_LARGE, "%s: %lld bytes, over the limit of %llu", path,
-                          (long long)st.st_size, (unsigned long long)lim->max_bytes);
-    }
-    size_t size = (size_t)st.st_size;
-    uint8_t *buf = malloc(size ? size : 1);
-    if (!buf) {
-        close(fd);
-        return mm_err_set(err, MM_NOMEM, "%s: out of memory for %zu bytes", path, size);
-    }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
+    int32_t rc = mm_file_read_fd(fd, path, lim->max_bytes, &out->data, &out->len, err);
     close(fd);
-    if (got != size) {
-        free(buf);
-        return mm_err_set(err, MM_IO, "%s: short read", path);
-    }
-    out->data = buf;
-    out->len = size;
-    return MM_OK;
+    return rc;
 }
 
 /* ---- http(s) ---- */

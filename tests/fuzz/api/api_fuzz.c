@@ -6,11 +6,12 @@
  * with the defaults, "m3-tight" with a context of 1024 tokens, at most 2 media and video disabled (as the
  * registry disables a kind whose expansion does not fit the tokenizer). Served together, "model" is
  * required; "m3" alone (with data: URLs switched off) it may be left out. data: URLs are decoded under a
- * 4 KiB cap. Nothing is fetched: an http(s) item's URL text stands in for its bytes, and instead of
- * decoding images (tests/fuzz/media does that) each item gets a small grid drawn from its bytes, which is
- * all the prompt build reads. The steps are the handlers' own (gw_api_parse_body, gw_api_params_parse,
- * gw_api_*_prepare, gw_api_media_error, gw_api_prompt_build, gw_api_choices_init) on a context made with
- * gw_api_req_init and freed with gw_api_req_clear. */
+ * 4 KiB cap; file: URLs are accepted beneath /tmp. Nothing is fetched or read: an http(s) or file:
+ * item's URL text stands in for its bytes, and instead of decoding images (tests/fuzz/media does that) each
+ * item gets a small grid drawn from its bytes, which is all the prompt build reads. The steps are the
+ * handlers' own (gw_api_parse_body, gw_api_params_parse, gw_api_*_prepare, gw_api_media_error,
+ * gw_api_prompt_build, gw_api_choices_init) on a context made with gw_api_req_init and freed with
+ * gw_api_req_clear. */
 #include "api_fuzz.h"
 
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <strings.h>
 
 #include "gw_api_dataurl.h"
+#include "gw_api_fileurl.h"
 #include "gw_api_internal.h"
 #include "gw_api_output.h"
 #include "gw_api_tokcache.h"
@@ -88,10 +90,10 @@ static void setup(void)
     static const char conf_fmt[] = "model m3 { plugin m3; tokenizer %s; upstream 127.0.0.1:9; }\n"
                                    "model m3-tight { plugin m3; tokenizer %s; upstream 127.0.0.1:9;"
                                    " max_model_len %d; max_media_per_request 2; }\n"
-                                   "media { fetch_max_bytes %d; }\n";
+                                   "media { fetch_max_bytes %d; allowed_local_media_path %s; }\n";
     const char *tokpath = MMGW_FUZZ_API_DIR "/tokenizer.json";
     char conf[2048];
-    snprintf(conf, sizeof conf, conf_fmt, tokpath, tokpath, TIGHT_MODEL_LEN, DATA_CAP);
+    snprintf(conf, sizeof conf, conf_fmt, tokpath, tokpath, TIGHT_MODEL_LEN, DATA_CAP, "/tmp");
     struct mm_err err;
     mm_err_clear(&err);
     if (gw_config_parse_text("fuzz.conf", conf, strlen(conf), "/", false, &H.cfg, &err) != MM_OK)
@@ -112,7 +114,8 @@ static void setup(void)
     H.one =
         (struct gw_api_state){.config = H.cfg_nodata, .models = H.models, .n_models = 1, .check_only = true};
     if (H.cfg->media.fetch_max_bytes != DATA_CAP || !H.cfg->media.allow_data_urls ||
-        H.cfg_nodata->media.allow_data_urls)
+        H.cfg_nodata->media.allow_data_urls || !H.cfg->media.local_media_path ||
+        H.cfg_nodata->media.local_media_path)
         FAIL("media config");
     H.verbose = getenv("API_FUZZ_VERBOSE") != NULL;
     H.ready = 1;
@@ -190,6 +193,16 @@ static void check_media(const struct gw_api_req *r)
         bool ok = gw_api_is_data_url(m->url, m->url_len) ||
                   (m->url_len >= 7 && strncasecmp(m->url, "http://", 7) == 0) ||
                   (m->url_len >= 8 && strncasecmp(m->url, "https://", 8) == 0);
+        if (gw_api_is_file_url(m->url, m->url_len)) {
+            /* accepted only where configured, well-formed, and beneath the folder */
+            const struct gw_media_conf *mc = &r->st->config->media;
+            char *path = NULL;
+            struct mm_err err;
+            ok = mc->local_media_path && gw_api_file_url_path(m->url, m->url_len, &path, &err) == MM_OK &&
+                 (gw_api_file_beneath(mc->local_media_path, path) ||
+                  gw_api_file_beneath(mc->local_media_alias, path));
+            free(path);
+        }
         if (!ok) FAIL("media %zu has the URL %.*s", k, (int)m->url_len, m->url);
     }
     if (r->chat_prompt) {

@@ -37,6 +37,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import threading
 import time
 import zlib
@@ -272,7 +273,8 @@ def case_errors():
     expect(400, {"model": "toy", "messages": [{"role": "wizard", "content": "x"}]}, "messages", "role")
     # 400: media, with the reason
     img = lambda url: [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}]
-    expect(400, user(img("file:///etc/passwd")), "messages[0].content[1].image_url", "scheme")
+    expect(400, user(img("file:///etc/passwd")), "messages[0].content[1].image_url",
+           "file: URLs are disabled on this server")
     expect(400, user(img("ftp://example.com/x.png")), "messages[0].content[1].image_url", "scheme")
     expect(400, user(img("/etc/passwd")), "messages[0].content[1].image_url", '"/etc/passwd" is not a URL')
     expect(400, user(img(stub.url("/x.png"))), "messages[0].content[1].image_url", None, what="loopback refused")
@@ -479,7 +481,6 @@ def case_qwen2vl():
 def case_surface():
     """What SDKs and demanding clients rely on beyond the basic shapes: GET /v1/models/{id}, the parameter
     named by tool-definition errors, media errors that name the part once, and completions' text_offset."""
-    import urllib.parse
     d = tempfile.mkdtemp(prefix="mmgw-api-surf-")
     srv = fx.MediaServer({"/ok.png": png_bytes(40, 30)},
                          redirects={"/meta": "http://169.254.169.254/latest/meta-data", "/file": "file:///etc/passwd"})
@@ -586,6 +587,10 @@ def case_conftest():
         ("media {\n    fetch_timeout 5s;\n    media_fetch_allow 10.0.0.1/8;\n}\n",
          r"t\.conf:6: \"media_fetch_allow\" directive: invalid value \"10\.0\.0\.1/8\""),
         ("include inc.conf;\n", r"inc\.conf:3: model z: tokenizer /nonexistent\.json"),
+        ("media {\n    allowed_local_media_path no-such-dir;\n}\n",
+         r"t\.conf:5: \"allowed_local_media_path\" directive: .*no-such-dir\": No such file"),
+        ("media {\n    allowed_local_media_path inc.conf;\n}\n",
+         r"t\.conf:5: \"allowed_local_media_path\" directive: .*inc\.conf\" is not a directory"),
     ]
     with open(os.path.join(d, "inc.conf"), "w") as f:
         f.write("model z {\n    plugin m3;\n    tokenizer /nonexistent.json;\n    upstream 127.0.0.1:1;\n}\n")
@@ -1068,9 +1073,19 @@ def case_demo():
     w = fx.RealWorker(os.path.join(d, "ckpt"))
     png = png_bytes(100, 60)
     srv = fx.MediaServer({"/cat.png": png})
+    # file: URLs beneath a folder: the image itself, a link inside, and what must stay out of reach
+    mdir = os.path.join(d, "media")
+    os.makedirs(os.path.join(mdir, "sub dir"))
+    with open(os.path.join(mdir, "sub dir", "cat.png"), "wb") as f:
+        f.write(png)
+    with open(os.path.join(d, "secret.png"), "wb") as f:
+        f.write(png)
+    os.symlink("../secret.png", os.path.join(mdir, "out.png"))
+    os.symlink("sub dir/cat.png", os.path.join(mdir, "in.png"))
+    os.mkfifo(os.path.join(mdir, "fifo.png"))
     gw = fx.Gateway(fx.model_block("m3-demo", "m3", tok, [w.addr]) +
                     fx.model_block("m3-demo-low", "m3", tok, [w.addr], "plugin_option max_pixels 60000;"),
-                    media="media_fetch_allow 127.0.0.1;")
+                    media=f"media_fetch_allow 127.0.0.1;\n    allowed_local_media_path {mdir};")
     # text, then the same with an image by data: URL and by URL: the image costs grid/4 + 2 tokens
     text = [{"type": "text", "text": "What is in the picture"}]
     base = stream_usage(gw, text, model="m3-demo")
@@ -1083,6 +1098,21 @@ def case_demo():
     fx.check(u2 == u1, f"by URL {u2} tokens, by data: URL {u1}")
     fx.check(srv.hits == ["/cat.png"], f"media server hits: {srv.hits}")
     srv.close()
+    for url in ("file://" + urllib.parse.quote(os.path.join(mdir, "sub dir", "cat.png")),
+                "file://localhost" + urllib.parse.quote(os.path.join(mdir, "in.png"))):
+        u3 = stream_usage(gw, text + [{"type": "image_url", "image_url": {"url": url}}], model="m3-demo")
+        fx.check(u3 == u1, f"by {url}: {u3} tokens, by data: URL {u1}")
+    for url, status, want in (("file://" + os.path.join(d, "secret.png"), 400, "outside the folder"),
+                              ("file://" + os.path.join(mdir, "sub dir", "..", "..", "secret.png"), 400, "leads out"),
+                              ("file://" + os.path.join(mdir, "out.png"), 400, "leads out"),
+                              ("file://" + os.path.join(mdir, "none.png"), 400, "no such file"),
+                              ("file://" + os.path.join(mdir, "fifo.png"), 400, "not a regular file"),
+                              ("file://example.com" + os.path.join(mdir, "in.png"), 400, "host"),
+                              ("file://" + os.path.join(mdir, "in.png") + "?x", 400, "query")):
+        st, r = fx.post(gw, "/v1/chat/completions", {"model": "m3-demo", "max_tokens": 1, "messages": [
+            {"role": "user", "content": text + [{"type": "image_url", "image_url": {"url": url}}]}]})
+        msg = r.get("error", {}).get("message", "") if isinstance(r, dict) else str(r)
+        fx.check(st == status and want in msg, f"{url}: want {status} '{want}', got {st}: {r}")
     # the same file preprocessed at another size (a second model with its own plugin_option, same worker) must
     # not lend its cached pages: greedy answers for one set of pixels agree whichever encoding was sent first
     rng = random.Random(7)
