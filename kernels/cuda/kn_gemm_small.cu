@@ -364,34 +364,26 @@ __global__ void __launch_bounds__(GS_WARPS * 32)
                          int64_t ldy)
 {
     kn_chain_entry();
-    const int e = blockIdx.y;
-    const int32_t p0 = off[e], cnt = off[e + 1] - p0;
-    if (cnt <= 0) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
-    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)p0 * ldy;
     /* warp v takes 32-wide k blocks [v B / 8, (v + 1) B / 8) of the B in a row: any multiple of 32 */
-    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS, chunks_row = cols / 8, nb = cols / 32;
-    const int64_t b_begin = warp * nb / GS_WARPS, k_begin = 32 * b_begin;
-    const int blocks = (int)((warp + 1) * nb / GS_WARPS - b_begin);
-    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
-    const uint4 *wa = w + (r0 + gid) * chunks_row + (k_begin >> 3) + tig;
-    const uint4 *wb = w + (r0 + gid + 8) * chunks_row + (k_begin >> 3) + tig;
+    ge_cta c;
+    if (!ge_cta_make(c, off, rows, cols / 32)) return;
+    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[c.e];
+    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)c.p0 * ldy;
+    const int64_t chunks_row = cols / 8, k_begin = 32 * c.b_begin;
+    const uint4 *wa = w + (c.r0 + c.gid) * chunks_row + (k_begin >> 3) + c.tig;
+    const uint4 *wb = w + (c.r0 + c.gid + 8) * chunks_row + (k_begin >> 3) + c.tig;
     const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-    for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
-        const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
-        const float *xt = x + (int64_t)(p0 + t0) * ldx;
+    for (int32_t t0 = 0; t0 < c.cnt; t0 += 16) {
+        const int32_t n = c.cnt - t0 < 16 ? c.cnt - t0 : 16;
+        const float *xt = x + (int64_t)(c.p0 + t0) * ldx;
         float acc[2][4];
-#pragma unroll
-        for (int t = 0; t < 2; t++)
-#pragma unroll
-            for (int v = 0; v < 4; v++) acc[t][v] = 0.0f;
+        gs_zero<2>(acc);
 #pragma unroll 4
-        for (int b = 0; b < blocks; b++)
-            gs_block<2>(acc, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z, xt, ldx, n,
-                        k_begin + 8 * tig + 32 * b, gid);
+        for (int b = 0; b < c.blocks; b++)
+            gs_block<2>(acc, c.ra ? __ldcs(wa + 4 * b) : z, c.rb ? __ldcs(wb + 4 * b) : z, xt, ldx, n,
+                        k_begin + 8 * c.tig + 32 * b, c.gid);
         if (t0) __syncthreads(); /* the previous chunk's sums are read */
-        gs_store<2>(acc, n, rows, r0, y + (int64_t)t0 * ldy, ldy);
+        gs_store<2>(acc, n, rows, c.r0, y + (int64_t)t0 * ldy, ldy);
     }
 }
 
@@ -416,40 +408,32 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 3)
 {
     extern __shared__ __align__(128) uint8_t ge_sm[];
     kn_chain_entry();
-    const int e = blockIdx.y;
-    const int32_t p0 = off[e], cnt = off[e + 1] - p0;
-    if (cnt <= 0) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[e];
-    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)p0 * ldy;
-    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS, chunks_row = cols / 8, nb = cols / 32;
-    const int64_t b_begin = warp * nb / GS_WARPS, k_begin = 32 * b_begin;
-    const int blocks = (int)((warp + 1) * nb / GS_WARPS - b_begin);
-    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
+    ge_cta c;
+    if (!ge_cta_make(c, off, rows, cols / 32)) return;
+    const uint4 *w = (const uint4 *)(blockIdx.z ? w_b : w_a)[c.e];
+    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)c.p0 * ldy;
+    const int64_t chunks_row = cols / 8, k_begin = 32 * c.b_begin;
     /* a row past the weight's end copies nothing from row r0 (zero-filled: the products add zeros) */
-    const uint4 *wa = w + (r0 + (ra ? gid : 0)) * chunks_row + (k_begin >> 3) + tig;
-    const uint4 *wb = w + (r0 + (rb ? gid + 8 : 0)) * chunks_row + (k_begin >> 3) + tig;
-    const gs_ring ring = gs_ring_make(ge_sm, warp, lane, wa, wb, ra, rb, blocks);
-    for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
-        const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
-        const float *xt = x + (int64_t)(p0 + t0) * ldx;
+    const uint4 *wa = w + (c.r0 + (c.ra ? c.gid : 0)) * chunks_row + (k_begin >> 3) + c.tig;
+    const uint4 *wb = w + (c.r0 + (c.rb ? c.gid + 8 : 0)) * chunks_row + (k_begin >> 3) + c.tig;
+    const gs_ring ring = gs_ring_make(ge_sm, c.warp, c.lane, wa, wb, c.ra, c.rb, c.blocks);
+    for (int32_t t0 = 0; t0 < c.cnt; t0 += 16) {
+        const int32_t n = c.cnt - t0 < 16 ? c.cnt - t0 : 16;
+        const float *xt = x + (int64_t)(c.p0 + t0) * ldx;
 #pragma unroll
         for (int i = 0; i < GS_RING_DEPTH; i++) ring.issue(i);
         float acc[2][4];
-#pragma unroll
-        for (int t = 0; t < 2; t++)
-#pragma unroll
-            for (int v = 0; v < 4; v++) acc[t][v] = 0.0f;
+        gs_zero<2>(acc);
         float4 xa[2], xb[2], na[2], nb8[2];
-        if (XP && blocks > 0) gs_xload<2>(na, nb8, xt, ldx, n, k_begin + 8 * tig, gid);
-        for (int b = 0; b < blocks; b++) {
-            const int64_t k = k_begin + 8 * tig + 32 * b;
+        if (XP && c.blocks > 0) gs_xload<2>(na, nb8, xt, ldx, n, k_begin + 8 * c.tig, c.gid);
+        for (int b = 0; b < c.blocks; b++) {
+            const int64_t k = k_begin + 8 * c.tig + 32 * b;
             if (XP) {
 #pragma unroll
                 for (int t = 0; t < 2; t++) xa[t] = na[t], xb[t] = nb8[t];
-                if (b + 1 < blocks) gs_xload<2>(na, nb8, xt, ldx, n, k + 32, gid);
+                if (b + 1 < c.blocks) gs_xload<2>(na, nb8, xt, ldx, n, k + 32, c.gid);
             } else {
-                gs_xload<2>(xa, xb, xt, ldx, n, k, gid);
+                gs_xload<2>(xa, xb, xt, ldx, n, k, c.gid);
             }
             uint4 a0, a8;
             ring.take(b, a0, a8);
@@ -458,7 +442,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 3)
         }
         kn_cp_async_wait<0>();
         if (t0) __syncthreads(); /* the previous chunk's sums are read */
-        gs_store<2>(acc, n, rows, r0, y + (int64_t)t0 * ldy, ldy);
+        gs_store<2>(acc, n, rows, c.r0, y + (int64_t)t0 * ldy, ldy);
     }
 }
 

@@ -141,3 +141,39 @@ __device__ __forceinline__ gs_ring gs_ring_make(uint8_t *sm, int warp, int lane,
     g.wa = wa, g.wb = wb, g.ba = ra ? 16 : 0, g.bb = rb ? 16 : 0, g.blocks = blocks;
     return g;
 }
+
+/* One CTA of the grouped expert products (k_gemm_small_experts[_ring], k_gemm_experts_fp8[_ring]): expert e
+ * = blockIdx.y with activation rows p0 .. p0 + cnt (sorted by expert), its weight rows r0 .. r0 + GS_ROWS,
+ * this lane's rows gid and gid + 8 (ra, rb: they exist) and this warp's share [b_begin, b_begin + blocks)
+ * of a row's nb k blocks. */
+struct ge_cta {
+    int e;
+    int32_t p0, cnt;
+    int lane, warp, gid, tig;
+    int64_t r0, b_begin;
+    int blocks;
+    bool ra, rb;
+};
+
+/* false for an expert without rows: its CTAs exit */
+__device__ __forceinline__ bool ge_cta_make(ge_cta &c, const int32_t *__restrict__ off, int64_t rows,
+                                            int64_t nb)
+{
+    c.e = blockIdx.y;
+    c.p0 = off[c.e], c.cnt = off[c.e + 1] - c.p0;
+    if (c.cnt <= 0) return false;
+    c.lane = threadIdx.x & 31, c.warp = threadIdx.x >> 5, c.gid = c.lane >> 2, c.tig = c.lane & 3;
+    c.r0 = (int64_t)blockIdx.x * GS_ROWS;
+    c.b_begin = c.warp * nb / GS_WARPS;
+    c.blocks = (int)((c.warp + 1) * nb / GS_WARPS - c.b_begin);
+    c.ra = c.r0 + c.gid < rows, c.rb = c.r0 + c.gid + 8 < rows;
+    return true;
+}
+
+template <int NT> __device__ __forceinline__ void gs_zero(float (&acc)[NT][4])
+{
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int v = 0; v < 4; v++) acc[t][v] = 0.0f;
+}

@@ -241,79 +241,29 @@ extern "C" int32_t kn_cuda_gemm_small_fp8(int64_t n, int64_t rows, int64_t cols,
     return kn_cuda_check(e, "kn_cuda_gemm_small_fp8", err);
 }
 
-/* The expert route: blockIdx.y = expert e with activation rows off[e] .. off[e + 1] of xh / y (sorted by
- * expert), blockIdx.z the weight table (w_a, or w_b: gate and up in one launch); 16 weight rows per CTA, the
- * 64-wide blocks of the inner dimension split over its 8 warps; an expert without rows exits. */
-__global__ void __launch_bounds__(GS_WARPS * 32)
-    k_gemm_experts_fp8(const __half *__restrict__ xh, const float *__restrict__ xs,
-                       const int32_t *__restrict__ off, const uint8_t *const *__restrict__ w_a,
-                       const float *const *__restrict__ s_a, const uint8_t *const *__restrict__ w_b,
-                       const float *const *__restrict__ s_b, int32_t bs_rows, int32_t bs_cols, int64_t rows,
-                       int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
+/* The grouped expert kernels' per-lane pieces (ge_cta, kn_gemm_small.cuh). sa / sb: the scale rows of this
+ * lane's weight rows gid and gid + 8 (row 0's for one past the weight's end). */
+__device__ __forceinline__ void ge8_scales(const ge_cta &c, const float *scale, int32_t bs_rows,
+                                           int32_t bs_cols, int64_t cols, const float *&sa, const float *&sb)
 {
-    kn_chain_entry();
-    const int e = blockIdx.y;
-    const int32_t p0 = off[e], cnt = off[e + 1] - p0;
-    if (cnt <= 0) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-    const uint8_t *w = (blockIdx.z ? w_b : w_a)[e];
-    const float *scale = (blockIdx.z ? s_b : s_a)[e];
-    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)p0 * ldy;
-    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS, nb = cols / G8_BLOCK;
-    const int64_t b_begin = warp * nb / GS_WARPS;
-    const int blocks = (int)((warp + 1) * nb / GS_WARPS - b_begin);
-    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
     const int64_t scols = (cols + bs_cols - 1) / bs_cols;
-    const float *sa = scale + (ra ? (r0 + gid) / bs_rows : 0) * scols;
-    const float *sb = scale + (rb ? (r0 + gid + 8) / bs_rows : 0) * scols;
-    const uint4 *wa = reinterpret_cast<const uint4 *>(w + (r0 + gid) * cols) + 4 * b_begin + tig;
-    const uint4 *wb = reinterpret_cast<const uint4 *>(w + (r0 + gid + 8) * cols) + 4 * b_begin + tig;
-    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-    for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
-        const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
-        const __half *xt = xh + (int64_t)(p0 + t0) * cols;
-        float acc[2][4], blk[2][4];
-#pragma unroll
-        for (int t = 0; t < 2; t++)
-#pragma unroll
-            for (int v = 0; v < 4; v++) acc[t][v] = 0.0f, blk[t][v] = 0.0f;
-#pragma unroll 2
-        for (int b = 0; b < blocks; b++) {
-            const int64_t c = G8_BLOCK * (b_begin + b);
-            uint4 bx[2][2];
-#pragma unroll
-            for (int t = 0; t < 2; t++) {
-                const int tok = 8 * t + gid;
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    bx[t][h] =
-                        tok < n
-                            ? __ldg(reinterpret_cast<const uint4 *>(xt + tok * cols + c + 16 * tig + 8 * h))
-                            : z;
-            }
-            g8_block<2>(blk, ra ? __ldcs(wa + 4 * b) : z, rb ? __ldcs(wb + 4 * b) : z, bx);
-            if (b + 1 == blocks || (c + G8_BLOCK) % bs_cols == 0)
-                g8_flush<2>(acc, blk, __ldg(sa + c / bs_cols), __ldg(sb + c / bs_cols));
-        }
-#pragma unroll
-        for (int t = 0; t < 2; t++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int tok = 8 * t + 2 * tig + h;
-                const float u = tok < n ? __ldg(xs + p0 + t0 + tok) : 0.0f;
-                acc[t][h] *= u, acc[t][2 + h] *= u;
-            }
-        if (t0) __syncthreads(); /* the previous chunk's sums are read */
-        gs_store<2>(acc, n, rows, r0, y + (int64_t)t0 * ldy, ldy);
-    }
+    sa = scale + (c.ra ? (c.r0 + c.gid) / bs_rows : 0) * scols;
+    sb = scale + (c.rb ? (c.r0 + c.gid + 8) / bs_rows : 0) * scols;
 }
 
-/* The same products with the e4m3 weights fed through a per-warp cp.async ring (k_gemm_small_experts_ring's
- * design, kn_gemm_small.cu: each lane copies its own two 16-byte chunks of every 64-wide block, GS_RING_DEPTH
- * blocks ahead (gs_ring); the register-fed kernel above reads a decode batch's grouped experts at ~44 % of
- * copy, kn_bench fp8w "grouped fp8 tc"). XP: each block's activation fragments loaded one block ahead. The
- * same products in the same order: the same bits. */
-#define GE8_RING_DEFAULT 2 /* KN_CUDA_GS_EXPERTS_RING: the ring with x a block ahead (v130) */
+/* each token's activation scale xs[tok] on its sums (tokens 8 t + 2 tig + h below n; zero beyond) */
+__device__ __forceinline__ void ge8_xscale(float (&acc)[2][4], const float *__restrict__ xs, int32_t n,
+                                           int tig)
+{
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tok = 8 * t + 2 * tig + h;
+            const float u = tok < n ? __ldg(xs + tok) : 0.0f;
+            acc[t][h] *= u, acc[t][2 + h] *= u;
+        }
+}
 
 /* this lane's activation fragments of a 64-wide block at column c for tiles' rows 8 t + gid < n */
 __device__ __forceinline__ void ge8_xload(uint4 (&bx)[2][2], const __half *__restrict__ xt, int64_t cols,
@@ -330,6 +280,54 @@ __device__ __forceinline__ void ge8_xload(uint4 (&bx)[2][2], const __half *__res
     }
 }
 
+/* The expert route: blockIdx.y = expert e with activation rows off[e] .. off[e + 1] of xh / y (sorted by
+ * expert), blockIdx.z the weight table (w_a, or w_b: gate and up in one launch); 16 weight rows per CTA, the
+ * 64-wide blocks of the inner dimension split over its 8 warps; an expert without rows exits. */
+__global__ void __launch_bounds__(GS_WARPS * 32)
+    k_gemm_experts_fp8(const __half *__restrict__ xh, const float *__restrict__ xs,
+                       const int32_t *__restrict__ off, const uint8_t *const *__restrict__ w_a,
+                       const float *const *__restrict__ s_a, const uint8_t *const *__restrict__ w_b,
+                       const float *const *__restrict__ s_b, int32_t bs_rows, int32_t bs_cols, int64_t rows,
+                       int64_t cols, float *__restrict__ y_a, float *__restrict__ y_b, int64_t ldy)
+{
+    kn_chain_entry();
+    ge_cta c;
+    if (!ge_cta_make(c, off, rows, cols / G8_BLOCK)) return;
+    const uint8_t *w = (blockIdx.z ? w_b : w_a)[c.e];
+    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)c.p0 * ldy;
+    const float *sa, *sb;
+    ge8_scales(c, (blockIdx.z ? s_b : s_a)[c.e], bs_rows, bs_cols, cols, sa, sb);
+    const uint4 *wa = reinterpret_cast<const uint4 *>(w + (c.r0 + c.gid) * cols) + 4 * c.b_begin + c.tig;
+    const uint4 *wb = reinterpret_cast<const uint4 *>(w + (c.r0 + c.gid + 8) * cols) + 4 * c.b_begin + c.tig;
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+    for (int32_t t0 = 0; t0 < c.cnt; t0 += 16) {
+        const int32_t n = c.cnt - t0 < 16 ? c.cnt - t0 : 16;
+        const __half *xt = xh + (int64_t)(c.p0 + t0) * cols;
+        float acc[2][4], blk[2][4];
+        gs_zero<2>(acc);
+        gs_zero<2>(blk);
+#pragma unroll 2
+        for (int b = 0; b < c.blocks; b++) {
+            const int64_t k = G8_BLOCK * (c.b_begin + b);
+            uint4 bx[2][2];
+            ge8_xload(bx, xt, cols, n, k, c.gid, c.tig);
+            g8_block<2>(blk, c.ra ? __ldcs(wa + 4 * b) : z, c.rb ? __ldcs(wb + 4 * b) : z, bx);
+            if (b + 1 == c.blocks || (k + G8_BLOCK) % bs_cols == 0)
+                g8_flush<2>(acc, blk, __ldg(sa + k / bs_cols), __ldg(sb + k / bs_cols));
+        }
+        ge8_xscale(acc, xs + c.p0 + t0, n, c.tig);
+        if (t0) __syncthreads(); /* the previous chunk's sums are read */
+        gs_store<2>(acc, n, rows, c.r0, y + (int64_t)t0 * ldy, ldy);
+    }
+}
+
+/* The same products with the e4m3 weights fed through a per-warp cp.async ring (k_gemm_small_experts_ring's
+ * design, kn_gemm_small.cu: each lane copies its own two 16-byte chunks of every 64-wide block, GS_RING_DEPTH
+ * blocks ahead (gs_ring); the register-fed kernel above reads a decode batch's grouped experts at ~44 % of
+ * copy, kn_bench fp8w "grouped fp8 tc"). XP: each block's activation fragments loaded one block ahead. The
+ * same products in the same order: the same bits. */
+#define GE8_RING_DEFAULT 2 /* KN_CUDA_GS_EXPERTS_RING: the ring with x a block ahead (v130) */
+
 template <int XP>
 __global__ void __launch_bounds__(GS_WARPS * 32, 2) /* 3 CTAs per SM spill (80 registers) */
     k_gemm_experts_fp8_ring(const __half *__restrict__ xh, const float *__restrict__ xs,
@@ -341,64 +339,48 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 2) /* 3 CTAs per SM spill (80 r
 {
     extern __shared__ __align__(128) uint8_t ge8_sm[];
     kn_chain_entry();
-    const int e = blockIdx.y;
-    const int32_t p0 = off[e], cnt = off[e + 1] - p0;
-    if (cnt <= 0) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-    const uint8_t *w = (blockIdx.z ? w_b : w_a)[e];
-    const float *scale = (blockIdx.z ? s_b : s_a)[e];
-    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)p0 * ldy;
-    const int64_t r0 = (int64_t)blockIdx.x * GS_ROWS, nb = cols / G8_BLOCK;
-    const int64_t b_begin = warp * nb / GS_WARPS;
-    const int blocks = (int)((warp + 1) * nb / GS_WARPS - b_begin);
-    const bool ra = r0 + gid < rows, rb = r0 + gid + 8 < rows;
-    const int64_t scols = (cols + bs_cols - 1) / bs_cols;
-    const float *sa = scale + (ra ? (r0 + gid) / bs_rows : 0) * scols;
-    const float *sb = scale + (rb ? (r0 + gid + 8) / bs_rows : 0) * scols;
+    ge_cta c;
+    if (!ge_cta_make(c, off, rows, cols / G8_BLOCK)) return;
+    const uint8_t *w = (blockIdx.z ? w_b : w_a)[c.e];
+    float *y = (blockIdx.z ? y_b : y_a) + (int64_t)c.p0 * ldy;
+    const float *sa, *sb;
+    ge8_scales(c, (blockIdx.z ? s_b : s_a)[c.e], bs_rows, bs_cols, cols, sa, sb);
     /* a row past the weight's end copies nothing from row r0 (zero-filled) */
-    const uint4 *wa = reinterpret_cast<const uint4 *>(w + (r0 + (ra ? gid : 0)) * cols) + 4 * b_begin + tig;
+    const uint4 *wa =
+        reinterpret_cast<const uint4 *>(w + (c.r0 + (c.ra ? c.gid : 0)) * cols) + 4 * c.b_begin + c.tig;
     const uint4 *wb =
-        reinterpret_cast<const uint4 *>(w + (r0 + (rb ? gid + 8 : 0)) * cols) + 4 * b_begin + tig;
-    const gs_ring ring = gs_ring_make(ge8_sm, warp, lane, wa, wb, ra, rb, blocks);
-    for (int32_t t0 = 0; t0 < cnt; t0 += 16) {
-        const int32_t n = cnt - t0 < 16 ? cnt - t0 : 16;
-        const __half *xt = xh + (int64_t)(p0 + t0) * cols;
+        reinterpret_cast<const uint4 *>(w + (c.r0 + (c.rb ? c.gid + 8 : 0)) * cols) + 4 * c.b_begin + c.tig;
+    const gs_ring ring = gs_ring_make(ge8_sm, c.warp, c.lane, wa, wb, c.ra, c.rb, c.blocks);
+    for (int32_t t0 = 0; t0 < c.cnt; t0 += 16) {
+        const int32_t n = c.cnt - t0 < 16 ? c.cnt - t0 : 16;
+        const __half *xt = xh + (int64_t)(c.p0 + t0) * cols;
 #pragma unroll
         for (int i = 0; i < GS_RING_DEPTH; i++) ring.issue(i);
         float acc[2][4], blk[2][4];
-#pragma unroll
-        for (int t = 0; t < 2; t++)
-#pragma unroll
-            for (int v = 0; v < 4; v++) acc[t][v] = 0.0f, blk[t][v] = 0.0f;
+        gs_zero<2>(acc);
+        gs_zero<2>(blk);
         uint4 bx[2][2], bn[2][2];
-        if (XP && blocks > 0) ge8_xload(bn, xt, cols, n, G8_BLOCK * b_begin, gid, tig);
-        for (int b = 0; b < blocks; b++) {
-            const int64_t c = G8_BLOCK * (b_begin + b);
+        if (XP && c.blocks > 0) ge8_xload(bn, xt, cols, n, G8_BLOCK * c.b_begin, c.gid, c.tig);
+        for (int b = 0; b < c.blocks; b++) {
+            const int64_t k = G8_BLOCK * (c.b_begin + b);
             if (XP) {
 #pragma unroll
                 for (int t = 0; t < 2; t++) bx[t][0] = bn[t][0], bx[t][1] = bn[t][1];
-                if (b + 1 < blocks) ge8_xload(bn, xt, cols, n, c + G8_BLOCK, gid, tig);
+                if (b + 1 < c.blocks) ge8_xload(bn, xt, cols, n, k + G8_BLOCK, c.gid, c.tig);
             } else {
-                ge8_xload(bx, xt, cols, n, c, gid, tig);
+                ge8_xload(bx, xt, cols, n, k, c.gid, c.tig);
             }
             uint4 a0, a8;
             ring.take(b, a0, a8);
             g8_block<2>(blk, a0, a8, bx);
-            if (b + 1 == blocks || (c + G8_BLOCK) % bs_cols == 0)
-                g8_flush<2>(acc, blk, __ldg(sa + c / bs_cols), __ldg(sb + c / bs_cols));
+            if (b + 1 == c.blocks || (k + G8_BLOCK) % bs_cols == 0)
+                g8_flush<2>(acc, blk, __ldg(sa + k / bs_cols), __ldg(sb + k / bs_cols));
             ring.issue(b + GS_RING_DEPTH); /* after this block's reads of the slot it refills */
         }
         kn_cp_async_wait<0>();
-#pragma unroll
-        for (int t = 0; t < 2; t++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int tok = 8 * t + 2 * tig + h;
-                const float u = tok < n ? __ldg(xs + p0 + t0 + tok) : 0.0f;
-                acc[t][h] *= u, acc[t][2 + h] *= u;
-            }
+        ge8_xscale(acc, xs + c.p0 + t0, n, c.tig);
         if (t0) __syncthreads(); /* the previous chunk's sums are read */
-        gs_store<2>(acc, n, rows, r0, y + (int64_t)t0 * ldy, ldy);
+        gs_store<2>(acc, n, rows, c.r0, y + (int64_t)t0 * ldy, ldy);
     }
 }
 
