@@ -220,9 +220,8 @@ int gw_api_chat_prepare(struct gw_api_req *r, struct gw_api_error *e)
     if (gw_api_chat_collect(r, e)) return -1;
     int64_t t0 = mm_now_ns();
     if (r->n_media == 0 && r->http->body && r->kind == GW_API_CHAT) {
-        /* nothing was rewritten: the body as received is already what the plugin expects */
-        r->norm = r->http->body;
-        r->norm_len = r->http->body_len;
+        /* nothing was rewritten: the body as received (less a BOM) is what the plugin expects */
+        r->norm = gw_api_body_text(r->http, &r->norm_len);
     } else {
         r->norm_json = json_dumps(r->body, JSON_COMPACT);
         if (!r->norm_json) return gw_api_fail(e, 503, NULL, "out of memory");

@@ -12,6 +12,7 @@
 #define WRITE_PIECE (64 * 1024) /* well under stream_buffer_max, so a write can always make progress */
 
 static void finalize(struct gw_api_req *r);
+static void fail_midway(struct gw_api_req *r, const struct gw_api_error *e);
 
 /* ---- backpressure ---- */
 
@@ -81,7 +82,12 @@ static void first_response(struct gw_api_req *r)
     }
 }
 
-/* The worker's Complete for a choice: usage counts and the finish reason. */
+/* The worker's Complete for a choice: usage counts and the finish reason. "abort" (the worker failed in the
+ * middle of this choice, e.g. out of memory) is no OpenAI finish_reason and would pass a truncated answer off
+ * as finished: the choice stays open and marked, and the request fails at the stream's end (finalize), or
+ * with the worker's own status when the stream ends in an error, as the worker's scheduler does after it
+ * ended every open choice "abort". A choice the gateway already ended (stop string, max_model_len) keeps its
+ * answer. */
 static int complete_choice(struct gw_api_req *r, const Mmgw__Worker__V1__GenerateComplete *cp,
                            struct gw_api_choice **out)
 {
@@ -90,10 +96,13 @@ static int complete_choice(struct gw_api_req *r, const Mmgw__Worker__V1__Generat
     *out = c;
     if (cp->cached_tokens > r->cached_tokens) r->cached_tokens = cp->cached_tokens;
     c->worker_complete = true;
-    const char *reason = strcmp(cp->finish_reason, "length") == 0  ? "length"
-                         : strcmp(cp->finish_reason, "abort") == 0 ? "abort"
-                                                                   : "stop";
-    return c->finished ? 0 : gw_api_choice_finish(r, c, reason);
+    if (c->finished || c->worker_abort) return 0; /* ended already (or a worker's second Complete) */
+    if (strcmp(cp->finish_reason, "abort") == 0) {
+        c->worker_abort = true;
+        r->n_lost++;
+        return 0;
+    }
+    return gw_api_choice_finish(r, c, strcmp(cp->finish_reason, "length") == 0 ? "length" : "stop");
 }
 
 static void on_response(void *arg, const Mmgw__Worker__V1__GenerateResponse *resp)
@@ -125,10 +134,11 @@ static void on_response(void *arg, const Mmgw__Worker__V1__GenerateResponse *res
         if (gw_api_chunk_write(r, c, &r->out)) out_nomem(r);
         flush_out(r);
     }
-    if (r->n_finished == r->n_choices && !r->finished && !r->finished_stream) {
+    if (r->n_finished + r->n_lost == r->n_choices && !r->finished && !r->finished_stream) {
         bool all_worker = true;
         for (uint32_t i = 0; i < r->n_choices; i++) all_worker &= r->choices[i].worker_complete;
-        /* stopped by a stop string: the worker is still generating, stop it; else its end is imminent */
+        /* stopped by a stop string: the worker is still generating, stop it; else its end is imminent (and
+         * may carry the worker's error status, which then says why a choice was aborted) */
         if (!all_worker) {
             if (r->call) gw_route_cancel(r->call);
             r->call = NULL;
@@ -157,22 +167,47 @@ static void on_done(void *arg, const struct gw_call_status *st, uint32_t respons
         gw_api_fail(&e, status, NULL, "worker %s", msg);
     else
         gw_api_fail(&e, status, NULL, "%s", mm_strerror(st->code));
-    if (r->streaming) {
-        flush_out(r); /* what the client already has stays valid; the error event ends the stream */
-        mm_buf_reset(&r->out);
-    }
-    gw_api_req_fail(r, &e);
+    fail_midway(r, &e);
 }
 
 /* ---- the end ---- */
+
+/* The request fails after the worker's stream began: an error response, or on a started stream the error
+ * event after what the client already has (which stays valid). */
+static void fail_midway(struct gw_api_req *r, const struct gw_api_error *e)
+{
+    if (r->streaming) {
+        flush_out(r);
+        mm_buf_reset(&r->out);
+    }
+    gw_api_req_fail(r, e);
+}
+
+/* The worker's stream ended without error but a choice has no answer: the worker ended it "abort" (it
+ * failed mid-generation, e.g. out of memory) or never sent its Complete. Its text is cut short, which no
+ * OpenAI finish_reason says, so the request fails as after a worker error mid-stream: 503 (retryable;
+ * Retry-After from the server core), or the error event on a started stream. */
+static void fail_lost(struct gw_api_req *r, const struct gw_api_choice *c)
+{
+    const char *why = c->worker_abort ? "the worker aborted the generation (e.g. out of memory)"
+                                      : "the worker's stream ended without finishing it";
+    mm_log_warn(GW_API_COMP, "request %s (%s): choice %u: %s", r->http->id_str, r->model->name, c->index,
+                why);
+    struct gw_api_error e;
+    gw_api_fail(&e, 503, NULL, "choice %u is incomplete: %s; try again", c->index, why);
+    fail_midway(r, &e);
+}
 
 static void finalize(struct gw_api_req *r)
 {
     if (r->finished || r->finished_stream) return;
     for (uint32_t i = 0; i < r->n_choices; i++)
-        if (!r->choices[i].finished && gw_api_choice_finish(r, &r->choices[i], "abort")) out_nomem(r);
+        if (!r->choices[i].finished) {
+            fail_lost(r, &r->choices[i]);
+            return;
+        }
     count_usage(r);
-    if (!r->t_first_ns) first_response(r); /* e.g. every choice had max_tokens 0 */
+    if (!r->t_first_ns) first_response(r); /* defensive: a finished choice had a worker response */
     if (r->streaming) {
         for (uint32_t i = 0; i < r->n_choices; i++)
             if (gw_api_chunk_write(r, &r->choices[i], &r->out)) out_nomem(r);

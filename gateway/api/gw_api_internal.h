@@ -226,6 +226,7 @@ struct gw_api_choice {
     struct mmgw_output_parser *parser;
     bool finished, role_sent, finish_sent;
     bool worker_complete; /* the worker sent its Complete for this choice */
+    bool worker_abort; /* ... with finish_reason "abort": the answer is lost (finalize fails the request) */
     const char *finish_reason;
     uint32_t n_tokens;
     uint32_t n_calls_total;
@@ -279,6 +280,7 @@ struct gw_api_req {
     struct gw_route_call *call;
     struct gw_api_choice *choices;
     uint32_t n_choices, n_finished;
+    uint32_t n_lost; /* choices the worker ended "abort" (never finished) */
     uint32_t prompt_tokens, cached_tokens;
     uint64_t len_cap;     /* tokens per choice the context leaves when max_tokens is unset (0: none) */
     struct mm_buf out;    /* SSE bytes not yet accepted by the transport */
@@ -328,7 +330,9 @@ void gw_api_handle_models(struct gw_request *req, void *ud);
 void gw_api_handle_model(struct gw_request *req, void *ud);
 void gw_api_handle_health(struct gw_request *req, void *ud);
 
-/** Parse the body as a JSON object, find the model. 0 or -1 with e (400 / 404). */
+/** The request body as JSON text: without one leading UTF-8 byte order mark (RFC 8259 §8.1), never NULL. */
+const char *gw_api_body_text(const struct gw_request *req, size_t *len);
+/** Parse the body (gw_api_body_text) as a JSON object, find the model. 0 or -1 with e (400 / 404). */
 int gw_api_parse_body(struct gw_request *req, struct gw_api_state *st, json_t **body,
                       struct gw_api_model **model, struct gw_api_error *e);
 

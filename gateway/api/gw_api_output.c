@@ -144,6 +144,13 @@ static bool is_hidden(const struct gw_api_req *r, uint32_t id)
     return false;
 }
 
+static bool is_request_stop(const struct gw_api_req *r, uint32_t id)
+{
+    for (size_t i = 0; i < r->p.n_stop_ids; i++)
+        if (r->p.stop_ids[i] == id) return true;
+    return false;
+}
+
 /* ---- logprobs ---- */
 
 static int token_str(struct gw_api_req *r, struct mm_buf *b, uint32_t id)
@@ -220,9 +227,20 @@ static int legacy_logprob(struct gw_api_req *r, struct gw_api_choice *c, uint32_
 int gw_api_choice_token(struct gw_api_req *r, struct gw_api_choice *c, uint32_t id, const float *lp,
                         const Mmgw__Worker__V1__TopLogprobs *top)
 {
-    if (c->finished) return 0;
+    if (c->finished || c->worker_abort) return 0;
+    /* a token past max_model_len (len_cap) is never shown: reachable only when a worker goes on after a
+     * stop token at the bound that it stops on (below), which it should not */
+    if (r->len_cap && c->n_tokens >= r->len_cap) return gw_api_choice_finish(r, c, "length");
     c->n_tokens++;
-    if (is_hidden(r, id)) return 0; /* a stop token: it ends the choice; its text is never shown */
+    if (is_hidden(r, id)) {
+        /* a stop token: its text is never shown. One the worker stops on (every hidden id, or with
+         * ignore_eos only the request's stop_token_ids) ends the choice with the worker's Complete ("stop",
+         * also at the bound). Past the others (eos under ignore_eos) the worker goes on, so the bound
+         * applies here as to a shown token */
+        if (r->p.ignore_eos && !is_request_stop(r, id) && r->len_cap && c->n_tokens >= r->len_cap)
+            return gw_api_choice_finish(r, c, "length");
+        return 0;
+    }
     if (r->p.logprobs && lp) {
         int rc =
             r->kind == GW_API_CHAT ? chat_logprob(r, c, id, *lp, top) : legacy_logprob(r, c, id, *lp, top);

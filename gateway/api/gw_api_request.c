@@ -136,13 +136,29 @@ void gw_api_req_fail(struct gw_api_req *r, const struct gw_api_error *e)
     gw_api_req_release(r);
 }
 
+const char *gw_api_body_text(const struct gw_request *req, size_t *len)
+{
+    const char *text = req->body ? req->body : "";
+    *len = req->body_len;
+    /* one leading UTF-8 byte order mark, which RFC 8259 §8.1 lets a parser ignore (PowerShell and other
+     * Windows tools write one); jansson and the plugins' parsers refuse it. Only one: a second is not JSON.
+     * Error positions count from after it. */
+    if (*len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) {
+        text += 3;
+        *len -= 3;
+    }
+    return text;
+}
+
 int gw_api_parse_body(struct gw_request *req, struct gw_api_state *st, json_t **body,
                       struct gw_api_model **model, struct gw_api_error *e)
 {
     *body = NULL;
     *model = NULL;
     json_error_t je;
-    json_t *b = json_loadb(req->body ? req->body : "", req->body_len, 0, &je);
+    size_t len;
+    const char *text = gw_api_body_text(req, &len);
+    json_t *b = json_loadb(text, len, 0, &je);
     if (!b && json_error_code(&je) == json_error_null_character) /* valid JSON, but strings here are C's */
         return gw_api_fail(
             e, 400, NULL,

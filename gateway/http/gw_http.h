@@ -122,6 +122,11 @@ int32_t gw_http_add_header(struct gw_request *req, const char *name, const char 
 
 /* ---- complete responses ---- */
 
+/** The retry-after value (seconds) every 429 and 503 response gets unless its handler added its own
+ * (gw_http_add_header): the gateway's causes (a full worker or queue, no healthy worker, draining, out of
+ * memory) are momentary, and SDKs back off on their own from there. */
+#define GW_HTTP_RETRY_AFTER "1"
+
 /** Send a complete response (body copied). content_type may be NULL for an empty body.
  * Returns MM_OK, MM_INVALID (response already started, status outside 200..599), MM_NOMEM, MM_CANCELLED. */
 int32_t gw_http_respond(struct gw_request *req, int status, const char *content_type, const void *body,

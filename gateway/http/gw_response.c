@@ -61,6 +61,13 @@ int32_t gw_http_add_header(struct gw_request *req, const char *name, const char 
     return push_header(r, name, value);
 }
 
+static bool has_header(const struct gw__req *r, const char *name)
+{
+    for (const struct gw_resp_header *h = r->resp_headers; h; h = h->next)
+        if (strcmp(h->name, name) == 0) return true; /* names are lower case (valid_token) */
+    return false;
+}
+
 static int32_t begin(struct gw__req *r, int status, const char *content_type, int64_t length)
 {
     int32_t rc = check_open(r);
@@ -69,6 +76,12 @@ static int32_t begin(struct gw__req *r, int status, const char *content_type, in
     if (content_type && (!valid_value(content_type) || push_header(r, "content-type", content_type)))
         return MM_NOMEM;
     if (push_header(r, "x-request-id", r->pub.id_str)) return MM_NOMEM;
+    /* 429 and 503 are "try again": say when, unless the handler did (RFC 9110 §10.2.3). Every one the
+     * gateway makes (a full worker, no healthy worker, draining, a full queue, out of memory) is a
+     * momentary state, so one short value fits them all; see GW_HTTP_RETRY_AFTER */
+    if ((status == 429 || status == 503) && !has_header(r, "retry-after") &&
+        push_header(r, "retry-after", GW_HTTP_RETRY_AFTER))
+        return MM_NOMEM;
     r->status = status;
     r->resp = length < 0 ? GW_RESP_STREAMING : GW_RESP_DONE;
     return r->ops->start(r, status, length);

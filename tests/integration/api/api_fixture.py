@@ -207,19 +207,27 @@ def model_block(name, plugin, tokenizer, upstreams, extra=""):
 
 def post(gw, path, body, timeout=60, raw=None):
     """(status, parsed JSON or text) over HTTP/1.1."""
+    status, parsed, _ = post_headers(gw, path, body, timeout, raw)
+    return status, parsed
+
+
+def post_headers(gw, path, body, timeout=60, raw=None):
+    """(status, parsed JSON or text, {lower-case header name: value}) over HTTP/1.1."""
     data = raw if raw is not None else json.dumps(body).encode()
     req = urllib.request.Request(gw.url(path), data=data, headers={"content-type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             txt = r.read()
             status = r.status
+            headers = {k.lower(): v for k, v in r.headers.items()}
     except urllib.error.HTTPError as e:
         txt = e.read()
         status = e.code
+        headers = {k.lower(): v for k, v in e.headers.items()}
     try:
-        return status, json.loads(txt)
+        return status, json.loads(txt), headers
     except ValueError:
-        return status, txt.decode(errors="replace")
+        return status, txt.decode(errors="replace"), headers
 
 
 def get(gw, path, timeout=30):

@@ -2,10 +2,14 @@
 """A scripted worker for the API tests: every Generate streams the token ids written in --script (a JSON
 file re-read on each call, so a test can change it between requests), one token per chunk, then a Complete.
 
-  {"ids": [..], "finish": "stop"|"length", "die_after": K, "error": "UNAVAILABLE"}
+  {"ids": [..], "finish": "stop"|"length"|"abort", "die_after": K, "error": "UNAVAILABLE",
+   "complete": false, "end_error": "RESOURCE_EXHAUSTED"}
 
 die_after K: after K chunks the call fails with INTERNAL (a worker failing mid-stream); error: the call fails
-with that status before any chunk. Choices (sampling.n) all get the same ids. Speaks proto/worker.proto;
+with that status before any chunk; complete false: no Complete is sent (the stream just ends OK); end_error:
+after the Completes the call fails with that status (what mmgw-worker does when it ends a request with an
+error: every open choice "abort", then the status). Choices (sampling.n) all get the same ids. Speaks
+proto/worker.proto;
 loopback only. Usage: script_worker.py --listen 127.0.0.1:0 --port-file F --script S [--vocab V] [--eos ID]
 """
 import argparse
@@ -45,10 +49,12 @@ def main():
                     ctx.abort(grpc.StatusCode.INTERNAL, "scripted crash mid-stream")
                 for i in range(n):
                     yield pb2.GenerateResponse(request_id=req.request_id, chunk=pb2.GenerateChunk(index=i, token_ids=[t]))
-            for i in range(n):
+            for i in range(n if s.get("complete", True) else 0):
                 yield pb2.GenerateResponse(request_id=req.request_id, complete=pb2.GenerateComplete(
                     index=i, finish_reason=s.get("finish", "stop"), prompt_tokens=len(req.input_ids),
                     completion_tokens=len(s["ids"]), cached_tokens=s.get("cached", 0)))
+            if s.get("end_error"):
+                ctx.abort(getattr(grpc.StatusCode, s["end_error"]), "scripted failure after the choices ended")
 
         def Abort(self, req, ctx):
             return pb2.AbortResponse(found=False)

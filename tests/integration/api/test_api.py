@@ -9,12 +9,14 @@ Usage: test_api.py CASE   (exit 0 pass, 1 fail, 77 skipped with a reason)
   tokenize      /tokenize equals tokenizer/goldens.json; /detokenize gives the decoded text back
   media_tokens  a streamed image chat costs exactly t*h*w/4 + 2 tokens more than the same text; a video chat
                 (h*w/4 + 2 + its timestamp text) per temporal group
-  errors        every error class: 400 (JSON, fields, media, context), 404, 405, 413, 429, 503
+  errors        every error class: 400 (JSON, fields, media, context), 404, 405, 413, 429, 503 (with retry-after,
+                HTTP/1.1 and h2c); one UTF-8 BOM before a JSON body is accepted on every JSON endpoint
   toy           the Python toy worker behind the gateway: chat, completions, streaming, n, stop strings,
                 stop_token_ids, logprobs
   qwen2vl       the Qwen2-VL plugin behind the gateway (template, stop token, image pads) with the toy worker
   parse         a scripted worker: reasoning_content, tool_calls (streamed and not), finish_reason tool_calls,
-                thinking_mode, stop strings, worker failures before and after the first token
+                thinking_mode, stop strings, worker failures before and after the first token, choices the worker
+                ends "abort" or never ends (503 / the error event), eos and stop ids at the max_model_len bound
   robust        400 random and malformed requests (every answer a 2xx or an OpenAI error), 40 concurrent streams
                 of which half are cut by their client
   disconnect    a client that goes away mid-stream aborts the worker request (the worker's Load shows it)
@@ -254,6 +256,15 @@ def case_errors():
     fx.check("not valid JSON" not in r["error"]["message"] and "JSON_ALLOW_NUL" not in r["error"]["message"],
              f"a NUL escape is valid JSON: {r}")
     expect(400, None, None, "JSON object", raw=b'[1, 2]')
+    # one UTF-8 byte order mark before the body is ignored (RFC 8259 §8.1) on every JSON endpoint, the chat
+    # template's own parse included; a second one is not JSON
+    bom = b"\xef\xbb\xbf"
+    for path, b in ((chat, user("hi")), ("/v1/completions", {"model": "toy", "prompt": "hi", "max_tokens": 2}),
+                    ("/tokenize", {"model": "toy", "prompt": "hi"}), ("/detokenize", {"model": "toy", "tokens": [5]})):
+        st, r = fx.post(gw, path, None, raw=bom + json.dumps(b).encode())
+        fx.check(st == 200 and not fx.is_error(r), f"BOM before the body of {path}: {st} {str(r)[:300]}")
+    expect(400, None, None, "not valid JSON", raw=bom + bom + json.dumps(user("hi")).encode(), what="two BOMs")
+    expect(400, None, None, "not valid JSON", raw=bom, what="a BOM alone")
     expect(400, {"model": "toy"}, "messages", "required")
     expect(400, {"model": "toy", "messages": []}, "messages", "non-empty")
     expect(400, dict(user("hi"), temperature=5), "temperature", "between")
@@ -342,15 +353,27 @@ def case_errors():
                                                                          stream=True)), daemon=True)
     hold.start()
     time.sleep(0.5)
-    st, r = fx.post(gw, chat, user("hello"))
+    st, r, hd = fx.post_headers(gw, chat, user("hello"))
     fx.check(st == 429 and fx.is_error(r), f"worker full: expected 429, got {st}: {str(r)[:300]}")
+    # 429 and 503 say when to try again; other errors do not
+    fx.check(hd.get("retry-after") == "1", f"429 retry-after: {hd}")
     hold.join(30)
     stub.close()
+    st, r, hd = fx.post_headers(gw, chat, {"model": "toy"})
+    fx.check(st == 400 and "retry-after" not in hd, f"400 without retry-after: {st} {hd}")
     # 503: no worker listening
     gw2 = fx.Gateway(fx.model_block("toy", "m3", os.path.join(d, "tokenizer.json"), [f"127.0.0.1:{fx.free_port()}"],
                                     "health_check_interval 200ms;\n    retries 1;"))
-    st, r = fx.post(gw2, chat, user("hello"), timeout=60)
+    st, r, hd = fx.post_headers(gw2, chat, user("hello"), timeout=60)
     fx.check(st == 503 and fx.is_error(r), f"no worker: expected 503, got {st}: {str(r)[:300]}")
+    fx.check(hd.get("retry-after") == "1", f"503 retry-after: {hd}")
+    # the same over HTTP/2 (h2c prior knowledge): the header is added where both transports start a response
+    p = subprocess.run(["curl", "-sS", "-i", "--noproxy", "*", "--http2-prior-knowledge", "-H",
+                        "content-type: application/json", "--data-binary", json.dumps(user("hello")),
+                        gw2.url(chat)], capture_output=True, timeout=60)
+    head = p.stdout.decode(errors="replace").split("\r\n\r\n", 1)[0].lower()
+    fx.check(head.startswith("http/2 503") and "\r\nretry-after: 1\r\n" in head + "\r\n",
+             f"h2 503 retry-after: {head[:300]!r}")
     deadline = time.time() + 5  # three failed checks at 200 ms take the worker out
     while time.time() < deadline:
         st, body = fx.get(gw2, "/health/models")
@@ -730,6 +753,72 @@ def case_parse():
         fx.check(fx.is_error(last) and len(ev) >= 2, f"mid-stream failure ends with an error event: {ev[-2:]}")
     st, r = fx.post(gw, "/v1/chat/completions", body)
     fx.check(st >= 500 and fx.is_error(r), f"non-streamed mid-stream failure: {st} {str(r)[:300]}")
+    parse_lost_answers(gw, sw)
+    parse_context_bound(d, tok, ids, sw)
+
+
+def parse_lost_answers(gw, sw):
+    """A choice the worker ends "abort" (it failed mid-generation, e.g. out of memory) or never ends before its
+    stream ends OK is a truncated answer, which no OpenAI finish_reason says: the request fails as after a worker
+    error mid-stream, a 503 or (streamed) the error event after the deltas so far, never finish_reason "abort"."""
+    chat = "/v1/chat/completions"
+    plain = {"model": "m3", "messages": [{"role": "user", "content": "Count."}], "max_tokens": 50}
+    text = tokenize(gw, "one two three")
+    for what, script, contains in (("abort", dict(finish="abort"), "aborted"),
+                                   ("no Complete", dict(complete=False), "without finishing")):
+        sw.set(text, **script)
+        for n in (1, 2):
+            st, r, hd = fx.post_headers(gw, chat, dict(plain, n=n))
+            fx.check(st == 503 and fx.is_error(r, None, contains) and hd.get("retry-after") == "1",
+                     f"{what}, n={n}: expected 503 '{contains}', got {st}: {str(r)[:300]} {hd}")
+        st, ev = fx.sse_events(gw, chat, dict(plain, stream=True))
+        if fx.check(st == 200 and isinstance(ev, list) and len(ev) >= 2, f"{what} streamed: {st} {str(ev)[:300]}"):
+            last = json.loads(ev[-1]) if ev[-1] != "[DONE]" else {}
+            chunks = [json.loads(e) for e in ev[:-1]]
+            fx.check(fx.is_error(last, None, contains) and "[DONE]" not in ev, f"{what} streamed: ends {ev[-2:]}")
+            fx.check("".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "one two three" and
+                     not any(c["choices"][0]["finish_reason"] for c in chunks),
+                     f"{what} streamed: the deltas before the error, no finish_reason: {str(chunks)[-300:]}")
+    # mmgw-worker ends every open choice "abort" before its error status: the client gets that status
+    sw.set(text, finish="abort", end_error="RESOURCE_EXHAUSTED")
+    st, r = fx.post(gw, chat, plain)
+    fx.check(st == 429 and fx.is_error(r, None, "RESOURCE_EXHAUSTED"), f"abort then status: {st} {str(r)[:300]}")
+    # a choice the gateway ended first (a stop string) keeps its answer whatever the worker says after
+    sw.set(tokenize(gw, "Alpha beta. STOP here and more"), finish="abort")
+    st, r = fx.post(gw, chat, dict(plain, stop=[" STOP"]))
+    fx.check(st == 200 and r["choices"][0]["message"]["content"] == "Alpha beta." and
+             r["choices"][0]["finish_reason"] == "stop", f"stop string before an abort: {st} {str(r)[:300]}")
+
+
+def parse_context_bound(d, tok, ids, sw):
+    """Without max_tokens a choice ends at max_model_len (here 40: a 30-token prompt leaves 10). An eos the
+    worker goes past (ignore_eos) at the bound still counts: nothing after it is shown, finish "length"; a
+    request stop_token_ids hit (or an eos without ignore_eos) at the bound is the worker's "stop"."""
+    gw = fx.Gateway(fx.model_block("m3", "m3", tok, [sw.addr], "retries 0;\n    max_model_len 40;"))
+    a, b, c, x = (tokenize(gw, ch)[0] for ch in "abcx")
+    eos = ids["[e~["]
+    prompt = {"model": "m3", "prompt": [a] * 30}
+    for what, script, req, want in (
+            ("ignore_eos, eos at the bound", dict(ids=[b] * 9 + [eos, c, c]), dict(ignore_eos=True), "length"),
+            ("ignore_eos, eos before the bound", dict(ids=[b] * 8 + [eos, c, c]), dict(ignore_eos=True), "length"),
+            ("stop_token_ids at the bound", dict(ids=[b] * 9 + [x]), dict(ignore_eos=True, stop_token_ids=[x]),
+             "stop"),
+            ("eos at the bound", dict(ids=[b] * 9 + [eos]), {}, "stop")):
+        n_text = script["ids"].index(eos if eos in script["ids"] else x)
+        want_text = "b" * n_text + ("c" * (9 - n_text) if want == "length" else "")
+        sw.set(**script)
+        st, r = fx.post(gw, "/v1/completions", dict(prompt, **req))
+        got = (r["choices"][0]["text"], r["choices"][0]["finish_reason"], r["usage"]["completion_tokens"]) \
+            if st == 200 else (st, str(r)[:200])
+        fx.check(got == (want_text, want, 10), f"{what}: expected {(want_text, want, 10)}, got {got}")
+        st, ev = fx.sse_events(gw, "/v1/completions", dict(prompt, stream=True,
+                                                           stream_options={"include_usage": True}, **req))
+        ev = [json.loads(e) for e in ev if e.startswith("{")] if st == 200 else []
+        got = ("".join(ch["text"] for e in ev for ch in e["choices"]),
+               [ch["finish_reason"] for e in ev for ch in e["choices"] if ch["finish_reason"]],
+               ev[-1]["usage"]["completion_tokens"] if ev and ev[-1].get("usage") else None)
+        fx.check(got == (want_text, [want], 10), f"{what}, streamed: expected {(want_text, [want], 10)}, got {got}")
+    gw.stop()
 
 
 # ---------------------------------------------------------------- robustness
