@@ -21,8 +21,10 @@ static char *join_path(const char *a, int alen, const char *b)
     return s;
 }
 
-/* Whether the link cur lies in /proc (/proc/self/fd/N, also reached as /dev/fd/N): a magic link, which names
- * an open file ("pipe:[7]", "/x (deleted)", or a path whose file the descriptor may not be the start of). */
+/* Whether the link cur lies in /proc (/proc/self/fd/N, also reached as /dev/fd/N): a magic link names an open
+ * file, not a path. It reads "pipe:[7]", "/x (deleted)" or a file's path, and renaming over that file would
+ * leave whoever holds the descriptor (a shell's `>>`, a group of commands sharing one output) on the old one.
+ */
 static int32_t in_procfs(const char *cur)
 {
     const char *slash = strrchr(cur, '/');

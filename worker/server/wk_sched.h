@@ -90,9 +90,8 @@ void wk_sched_destroy(struct wk_sched *s);
 
 /** Queue a request. On MM_OK the scheduler owns r and will call sink->end exactly once; *ticket names it
  * for wk_sched_cancel. On error r still belongs to the caller and the sink is never called:
- * MM_INVALID (request_id in use, or its reservation, all n choices at once, is larger than the whole cache
- * pool: it could never be admitted), MM_EXHAUSTED (queue full, n over max_seqs), MM_UNAVAILABLE (draining).
- */
+ * MM_INVALID (request_id in use, or a reservation of all n choices larger than the whole cache pool, which
+ * could never be admitted), MM_EXHAUSTED (queue full, n over max_seqs), MM_UNAVAILABLE (draining). */
 int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct wk_sched_sink *sink,
                         uint64_t *ticket, struct mm_err *err);
 /** The client went away: abort the request (its pages are freed before the next step). */
