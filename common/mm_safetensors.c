@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "mm_dtype.h"
+#include "mm_outfile.h"
 
 struct mm_st_file {
     char *path;
@@ -399,16 +400,13 @@ int32_t mm_st_writer_save(struct mm_st_writer *w, const char *path, struct mm_er
     json_decref(root);
     if (!hdr) return mm_err_set(err, MM_NOMEM, "out of memory");
     size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7; /* data starts 8-aligned */
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp) {
+    struct mm_outfile out; /* a temporary file renamed into place; links and devices written through */
+    int32_t rc = mm_outfile_open(&out, path, err);
+    if (rc != MM_OK) {
         free(hdr);
-        return mm_err_set(err, MM_INVALID, "%s: path too long", path);
+        return rc;
     }
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        free(hdr);
-        return mm_err_set(err, MM_IO, "%s: %s", tmp, strerror(errno));
-    }
+    FILE *fp = out.f;
     unsigned char lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     int ok = fwrite(lenb, 1, 8, fp) == 8 && fwrite(hdr, 1, hl, fp) == hl;
@@ -416,11 +414,5 @@ int32_t mm_st_writer_save(struct mm_st_writer *w, const char *path, struct mm_er
     free(hdr);
     for (size_t i = 0; ok && i < w->n; i++)
         ok = fwrite(w->t[i].data, 1, w->t[i].nbytes, fp) == w->t[i].nbytes;
-    if (fclose(fp) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return mm_err_set(err, MM_IO, "%s: write failed: %s", path, strerror(e));
-    }
-    return MM_OK;
+    return mm_outfile_close(&out, ok, err);
 }

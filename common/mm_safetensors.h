@@ -54,7 +54,8 @@ int32_t mm_st_writer_add(struct mm_st_writer *w, const char *name, int32_t dtype
                          const int64_t *shape, const void *data, size_t nbytes, struct mm_err *err);
 int32_t mm_st_writer_add_metadata(struct mm_st_writer *w, const char *key, const char *value,
                                   struct mm_err *err);
-/** Write atomically (a temporary file renamed over path). */
+/** Write path as mm_outfile.h does: atomically (a temporary file renamed over it) when it is new or a regular
+ * file, at their target for symbolic links, directly into a device or FIFO. */
 int32_t mm_st_writer_save(struct mm_st_writer *w, const char *path, struct mm_err *err);
 
 #endif

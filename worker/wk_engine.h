@@ -50,6 +50,9 @@ struct wk_model_info {
     /* appended (media encoding beside forward): */
     int32_t concurrent_encode; /* 1 after wk_engine_set_encode_threads: the encode calls may run on another
                                   thread concurrently with every other call */
+    /* appended (placeholder checks): */
+    int32_t merge_factor; /* patch rows per media embedding (placeholder token): the vision config's
+                             spatial_merge_size squared (4 for M3's 2x2 merge); 0 without a vision tower */
 };
 
 /** A media item ready for the vision tower: patch rows [n_rows, row_len] (row_len = C*T*P*P) in the
@@ -71,7 +74,8 @@ void wk_engine_close(struct wk_engine *e);
 const struct wk_model_info *wk_engine_info(const struct wk_engine *e);
 
 /** Run the vision tower and projector on one item. *embeds (malloc'ed, caller frees) receives
- * [*n_tokens, hidden_size] f32 rows: one per placeholder token (t*h*w/4 for M3). */
+ * [*n_tokens, hidden_size] f32 rows: one per placeholder token (t*h*w / info.merge_factor: t*h*w/4 for M3).
+ */
 int32_t wk_engine_encode_media(struct wk_engine *e, const struct wk_media *m, float **embeds,
                                int64_t *n_tokens, struct mm_err *err);
 

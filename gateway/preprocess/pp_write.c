@@ -1,14 +1,13 @@
 /* Streaming safetensors writer for mmgw-preprocess (see pp_write.h). The format: an 8-byte little-endian
  * header length, the JSON header (padded with spaces to a multiple of 8), then the raw tensor data. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
 #include "mm_dtype.h"
+#include "mm_outfile.h"
 #include "pp_write.h"
 
 int32_t pp_write_safetensors(const char *path, const struct pp_tensor *t, size_t n, const char *meta_key,
@@ -45,22 +44,13 @@ int32_t pp_write_safetensors(const char *path, const struct pp_tensor *t, size_t
     if (!text) return mm_err_set(err, MM_NOMEM, "out of memory");
     size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
 
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 16);
-    if (!tmp) {
+    struct mm_outfile out; /* a temporary file renamed into place; links and devices written through */
+    int32_t rc = mm_outfile_open(&out, path, err);
+    if (rc != MM_OK) {
         free(text);
-        return mm_err_set(err, MM_NOMEM, "out of memory");
+        return rc;
     }
-    snprintf(tmp, pl + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (!f) {
-        int e = errno;
-        if (fd >= 0) close(fd), unlink(tmp);
-        free(tmp);
-        free(text);
-        return mm_err_set(err, MM_IO, "%s: cannot create: %s", path, strerror(e));
-    }
+    FILE *f = out.f;
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(text, 1, hl, f) == hl;
@@ -70,17 +60,5 @@ int32_t pp_write_safetensors(const char *path, const struct pp_tensor *t, size_t
         for (size_t c = 0; ok && c < t[i].n_chunks; c++)
             ok = t[i].chunks[c].len == 0 ||
                  fwrite(t[i].chunks[c].data, 1, t[i].chunks[c].len, f) == t[i].chunks[c].len;
-    int e = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        e = errno;
-    }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) e = errno;
-        unlink(tmp);
-        free(tmp);
-        return mm_err_set(err, MM_IO, "%s: write failed: %s", path, strerror(e));
-    }
-    free(tmp);
-    return MM_OK;
+    return mm_outfile_close(&out, ok, err);
 }

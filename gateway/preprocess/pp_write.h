@@ -24,8 +24,9 @@ struct pp_tensor {
     size_t n_chunks;
 };
 
-/** Write the tensors (in the given order) and one metadata pair (key may be NULL) to path, atomically
- * (a temporary file renamed over it). The chunks' total length must match each tensor's shape. */
+/** Write the tensors (in the given order) and one metadata pair (key may be NULL) to path as mm_outfile.h
+ * does: atomically (a temporary file renamed over it) when it is new or a regular file, at their target for
+ * symbolic links, directly into a device or FIFO. The chunks' total length must match each tensor's shape. */
 int32_t pp_write_safetensors(const char *path, const struct pp_tensor *t, size_t n, const char *meta_key,
                              const char *meta_value, struct mm_err *err);
 

@@ -149,6 +149,8 @@ int32_t wk_engine_open(const char *model_dir, const struct wk_engine_opts *opts,
     mi->n_index_heads = t->idx_heads;
     mi->local_blocks = t->local_blocks;
     mi->bytes_per_page = bpp;
+    /* what the vision tower makes of a grid (wk_vision.c): one embedding per merge x merge patches */
+    mi->merge_factor = e->w.has_vision ? e->cfg.vision.merge * e->cfg.vision.merge : 0;
     e->threads = o.threads;
     e->keep_cap = WK_MEDIA_KEEP_DEFAULT;
     mm_log_info("runtime",

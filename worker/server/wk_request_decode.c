@@ -232,6 +232,8 @@ static int32_t decode_item(const Mmgw__Worker__V1__MultimodalItem *it, size_t k,
     m->grid_t = it->grid_thw[0];
     m->grid_h = it->grid_thw[1];
     m->grid_w = it->grid_thw[2];
+    if (lim->merge_factor <= 0)
+        return mm_err_set(err, MM_INVALID, "mm_inputs[%zu]: the model has no vision tower", k);
     int64_t hw = m->grid_h * m->grid_w, per_group = hw / lim->merge_factor;
     if (hw % lim->merge_factor)
         return mm_err_set(err, MM_INVALID,
@@ -270,9 +272,10 @@ static int32_t decode_item(const Mmgw__Worker__V1__MultimodalItem *it, size_t k,
         if (len != want)
             return mm_err_set(
                 err, MM_INVALID,
-                "mm_inputs[%zu].placeholders[%lld] has length %lld, the grid %lldx%lldx%lld needs %lld", k,
-                (long long)j, (long long)len, (long long)m->grid_t, (long long)m->grid_h,
-                (long long)m->grid_w, (long long)want);
+                "mm_inputs[%zu].placeholders[%lld] has length %lld, the grid %lldx%lldx%lld needs %lld (one "
+                "token per %d patches)",
+                k, (long long)j, (long long)len, (long long)m->grid_t, (long long)m->grid_h,
+                (long long)m->grid_w, (long long)want, lim->merge_factor);
         if (off + len > r->n_ids)
             return mm_err_set(err, MM_INVALID,
                               "mm_inputs[%zu].placeholders[%lld] [%lld, +%lld) passes the prompt (%lld)", k,

@@ -19,7 +19,7 @@ struct wk_decode_limits {
     int32_t vocab_size;
     int64_t max_context;
     int32_t image_token_id, video_token_id;
-    int32_t merge_factor;       /* vision patches per placeholder token (4: M3's 2x2 merge) */
+    int32_t merge_factor;       /* vision patches per placeholder token (4: M3's 2x2 merge); 0: no media */
     int64_t max_row_len;        /* 0 = any; else the patch row length the vision tower takes */
     struct wk_uploads *uploads; /* NULL: upload_id refused */
     int32_t allow_shm;

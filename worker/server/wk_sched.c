@@ -71,7 +71,7 @@ static int32_t running_seqs(const struct wk_sched *s)
  * what they already generated. */
 static void set_horizons(const struct wk_sched *s, struct sreq *q)
 {
-    const int64_t P = q->r->n_ids, ctx = s->info->max_context;
+    const int64_t P = q->r->n_ids, ctx = s->max_context;
     for (int32_t i = 0; i < q->r->sp.n; i++) {
         struct choice *c = &q->ch[i];
         int64_t h = q->bounded ? P + q->r->sp.max_new_tokens : P + c->n_gen + s->o.grow_tokens;
@@ -292,7 +292,7 @@ static void run_commands(struct wk_sched *s, struct cmd *c)
  * the youngest unbounded request when the pool cannot cover the extension. */
 static void extend_horizons(struct wk_sched *s)
 {
-    const int64_t ctx = s->info->max_context;
+    const int64_t ctx = s->max_context;
     struct sreq *q = s->running;
     while (q) {
         struct sreq *next = q->next;
@@ -440,6 +440,11 @@ int32_t wk_sched_create(struct wk_engine *e, const struct wk_sched_opts *opts, s
     s->e = e;
     s->info = wk_engine_info(e);
     s->o = *opts;
+    /* A sequence longer than the pool can never be held: the context a request may fill is the smaller of
+     * the two (and so is what the worker advertises, wk_sched_max_context). */
+    s->max_context = s->info->max_context;
+    if (s->info->pages_total * (int64_t)s->info->block_size < s->max_context)
+        s->max_context = s->info->pages_total * (int64_t)s->info->block_size;
     if (s->o.max_waiting <= 0) s->o.max_waiting = 256;
     if (s->o.max_seqs <= 0) s->o.max_seqs = 256;
     if (s->o.step_tokens <= 0) s->o.step_tokens = 2048;
@@ -462,6 +467,11 @@ int32_t wk_sched_create(struct wk_engine *e, const struct wk_sched_opts *opts, s
     publish_load(s);
     *out = s;
     return MM_OK;
+}
+
+int64_t wk_sched_max_context(const struct wk_sched *s)
+{
+    return s->max_context;
 }
 
 int32_t wk_sched_start(struct wk_sched *s, struct mm_err *err)
@@ -547,18 +557,21 @@ int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct w
         q->ch[i].rng = seed ^ (0xd1b54a32d192ed03ull * (uint64_t)(i + 1));
     }
     set_horizons(s, q);
-    /* A request that cannot fit the whole pool alone would wait forever: refuse it now. */
-    int64_t alone = sched_growth(s, q);
+    /* A request whose reservation exceeds the whole pool can never be admitted (not even alone, with every
+     * page free): that is the request's fault, not a busy worker's, so MM_INVALID (a 400 at the gateway)
+     * rather than MM_EXHAUSTED (a 429 that invites retries that cannot succeed). */
+    int64_t alone = sched_growth(s, q), reserved = q->ch[0].horizon - r->n_ids;
     if (alone > s->info->pages_total) {
         free(q->embeds);
         free(q->jobs);
         free(q);
-        return mm_err_set(
-            err, MM_EXHAUSTED,
-            "request needs %lld cache pages (%lld prompt tokens, up to %lld new, %d choices), the "
-            "cache holds %lld; lower max_new_tokens or raise --cache-pages",
-            (long long)alone, (long long)r->n_ids, (long long)r->sp.max_new_tokens, n,
-            (long long)s->info->pages_total);
+        return mm_err_set(err, MM_INVALID,
+                          "request needs %lld cache pages at once (%lld prompt tokens, %lld new reserved per "
+                          "choice, %d choices), the cache holds %lld pages (%lld tokens); lower n or "
+                          "max_new_tokens",
+                          (long long)alone, (long long)r->n_ids, (long long)reserved, n,
+                          (long long)s->info->pages_total,
+                          (long long)(s->info->pages_total * s->info->block_size));
     }
     if (n > s->o.max_seqs) {
         free(q->embeds);

@@ -76,6 +76,10 @@ struct wk_sched;
 
 int32_t wk_sched_create(struct wk_engine *e, const struct wk_sched_opts *opts, struct wk_sched **out,
                         struct mm_err *err);
+/** The longest sequence (prompt + generated tokens) a request may reach: the model's context capped by the
+ * cache pool (pages x block size), since one sequence longer than the pool could never be held. The worker
+ * advertises it (ModelInfo.max_context) and refuses longer prompts at decode. */
+int64_t wk_sched_max_context(const struct wk_sched *s);
 /** Start the scheduler thread. */
 int32_t wk_sched_start(struct wk_sched *s, struct mm_err *err);
 /** Stop the thread; every live request ends with MM_UNAVAILABLE. Later submits say MM_UNAVAILABLE, aborts
@@ -86,8 +90,8 @@ void wk_sched_destroy(struct wk_sched *s);
 
 /** Queue a request. On MM_OK the scheduler owns r and will call sink->end exactly once; *ticket names it
  * for wk_sched_cancel. On error r still belongs to the caller and the sink is never called:
- * MM_INVALID (request_id in use), MM_EXHAUSTED (queue full, or the request can never fit the cache),
- * MM_UNAVAILABLE (draining). */
+ * MM_INVALID (request_id in use, or a reservation of all n choices larger than the whole cache pool, which
+ * could never be admitted), MM_EXHAUSTED (queue full, n over max_seqs), MM_UNAVAILABLE (draining). */
 int32_t wk_sched_submit(struct wk_sched *s, struct wk_request *r, const struct wk_sched_sink *sink,
                         uint64_t *ticket, struct mm_err *err);
 /** The client went away: abort the request (its pages are freed before the next step). */

@@ -63,6 +63,7 @@ struct wk_sched {
     struct wk_engine *e;
     const struct wk_model_info *info;
     struct wk_sched_opts o;
+    int64_t max_context; /* the model's context capped by the pool: what one sequence can ever hold */
 
     pthread_t th;
     int32_t started;

@@ -309,7 +309,7 @@ static void commit_token(struct wk_sched *s, struct sreq *q, int32_t i, int32_t 
 
     if ((!sp->ignore_eos && is_eos(s, tok)) || is_stop(q, tok)) {
         sched_finish_choice(s, q, i, "stop", 1, tok);
-    } else if (c->n_gen >= sp->max_new_tokens || q->r->n_ids + c->n_gen >= s->info->max_context) {
+    } else if (c->n_gen >= sp->max_new_tokens || q->r->n_ids + c->n_gen >= s->max_context) {
         sched_finish_choice(s, q, i, "length", 0, 0);
     }
 }

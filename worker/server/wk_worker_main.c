@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "mm_log.h"
+#include "mm_outfile.h"
 #include "wk_cli.h"
 #include "wk_engine.h"
 #include "wk_grpc_server.h"
@@ -21,16 +22,14 @@
 
 #define LOG "worker"
 
-static int32_t write_port_file(const char *path, int32_t port)
+/* Whoever waits for the file never reads half of it (a temporary file renamed into place); a symbolic link
+ * or a FIFO at the path is written through (mm_outfile.h). */
+static int32_t write_port_file(const char *path, int32_t port, struct mm_err *err)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) return -1;
-    FILE *f = fopen(tmp, "w");
-    if (!f) return -1;
-    int ok = fprintf(f, "%d\n", port) > 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) return -1;
-    return 0;
+    struct mm_outfile out;
+    int32_t rc = mm_outfile_open(&out, path, err);
+    if (rc != MM_OK) return rc;
+    return mm_outfile_close(&out, fprintf(out.f, "%d\n", port) > 0, err);
 }
 
 /* Signals, once serving: one thread sigwaits for SIGTERM/SIGINT for the whole run. The first starts the drain
@@ -128,16 +127,6 @@ int main(int argc, char **argv)
                 mi->concurrent_encode ? "encoded beside the decode steps"
                                       : "encoded inside the decode steps");
 
-    /* A prompt longer than the whole cache can never be admitted: advertise and enforce the smaller of the
-     * model's context and the cache, so the gateway answers 400 (too long) instead of a 429 that invites
-     * retries that cannot succeed. */
-    int64_t max_context = mi->max_context;
-    if (mi->pages_total > 0 && mi->pages_total * (int64_t)mi->block_size < max_context) {
-        max_context = mi->pages_total * (int64_t)mi->block_size;
-        mm_log_info(LOG, "context limited to %lld tokens by the cache (model: %lld)", (long long)max_context,
-                    (long long)mi->max_context);
-    }
-
     struct wk_uploads *up = wk_uploads_create((uint64_t)cli.upload_bytes, cli.upload_ttl_ms);
     struct wk_sched_opts so = {.max_waiting = cli.max_queue,
                                .max_seqs = cli.max_seqs,
@@ -154,6 +143,17 @@ int main(int argc, char **argv)
         mm_log_error(LOG, "scheduler: %s", err.msg);
         goto out;
     }
+    /* A sequence longer than the whole cache can never be held: advertise and enforce the smaller of the
+     * model's context and the pool (the scheduler's), so the gateway answers 400 (too long) instead of a
+     * 429 that invites retries that cannot succeed. Clamped rather than refused (vLLM refuses to start):
+     * a small --cache-pages is a legitimate choice for short prompts. */
+    int64_t max_context = wk_sched_max_context(s);
+    if (max_context < mi->max_context)
+        mm_log_warn(
+            LOG,
+            "context limited to %lld tokens by the cache (%lld pages of %d; the model's is %lld): raise "
+            "--cache-pages for longer sequences",
+            (long long)max_context, (long long)mi->pages_total, mi->block_size, (long long)mi->max_context);
     struct wk_service svc = {
         .info = mi,
         .sched = s,
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
                    .max_context = max_context,
                    .image_token_id = mi->image_token_id,
                    .video_token_id = mi->video_token_id,
-                   .merge_factor = 4,
+                   .merge_factor = mi->merge_factor, /* the checkpoint's: what its vision tower makes */
                    .uploads = up,
                    .allow_shm = cli.allow_shm},
         .max_message_bytes = cli.max_message_bytes,
@@ -175,9 +175,9 @@ int main(int argc, char **argv)
         goto out;
     }
     mm_log_info(LOG, "listening on %s (port %d)", cli.listen, port);
-    if (cli.port_file && write_port_file(cli.port_file, port) != 0) {
+    if (cli.port_file && write_port_file(cli.port_file, port, &err) != MM_OK) {
         /* whoever asked for the file waits for it (with port 0 it is the only way to learn the port) */
-        mm_log_error(LOG, "cannot write the port file '%s'", cli.port_file);
+        mm_log_error(LOG, "cannot write the port file: %s", err.msg);
         wk_grpc_shutdown(g, 0);
         wk_sched_stop(s);
         wk_grpc_destroy(g);

@@ -12,8 +12,10 @@ Targets:
 Protocol checks: 16 concurrent streams each equal their solo result; n > 1; logprobs; prefix reuse
 (cached_tokens); Abort mid-stream frees pages at once (Load shows it); a client that goes away frees them
 too; every malformed request gets its status code and the worker keeps serving; UploadTensor and shared
-memory give the same tokens as inline bytes; queue and pool bounds answer RESOURCE_EXHAUSTED; SIGTERM drains
-(running streams finish, new calls are refused, exit 0); a second SIGTERM ends them UNAVAILABLE, still exit 0.
+memory give the same tokens as inline bytes; the queue bound answers RESOURCE_EXHAUSTED; a cache smaller than
+the model's context is the advertised context, and a request that could never fit the pool is INVALID_ARGUMENT;
+SIGTERM drains (running streams finish, new calls are refused, exit 0); a second SIGTERM ends them UNAVAILABLE,
+still exit 0.
 
 Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
 """
@@ -389,15 +391,7 @@ def suite_errors(c):
     expect_code(c, wc.make_request(pb2, rid, ids, max_new=3), I, "request_id of a live request")
     c.stub.Abort(pb2.AbortRequest(request_id=rid), timeout=30)
     th.join(60)
-    # RESOURCE_EXHAUSTED: more pages than the pool holds
-    ld = c.load()
-    cap_tokens = ld.total_kv_pages * ld.page_tokens
-    if cap_tokens + 100 < c.ctx - len(ids):
-        expect_code(c, mk(ids, max_new=cap_tokens + 100), grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    "max_new_tokens past the whole cache (%d tokens)" % cap_tokens)
-    else:
-        # mmgw-worker caps its advertised context to the pool, so one request alone always fits
-        skip("pool bound: the cache (%d tokens) holds the whole context" % cap_tokens)
+    # more pages than the whole pool holds: suite_context_cache (its own worker, with a small cache)
     # bytes that are no GenerateRequest (grpcio servers say INTERNAL), and a method the worker does not have
     raw = c.w.channel.unary_stream("/mmgw.worker.v1.Worker/Generate")
     try:
@@ -609,6 +603,78 @@ def suite_queue(args, pb2):
         w.stop()
 
 
+def suite_port_file_link(args):
+    """A --port-file that is a symbolic link gets the port in its target; the link stays a link (the worker
+    used to rename a temporary file over it)."""
+    print("a --port-file through a symbolic link writes its target", flush=True)
+    d = tempfile.mkdtemp(prefix="mmgw-portlink-")
+    os.mkdir(os.path.join(d, "sub"))
+    link, target = os.path.join(d, "port"), os.path.join(d, "sub", "port.txt")
+    os.symlink("sub/port.txt", link)
+    argv, env = worker_argv(args, ["--listen", "127.0.0.1:0", "--port-file", link])
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end, port = time.time() + 120, ""
+        while time.time() < end and p.poll() is None and not port:
+            time.sleep(0.05)
+            if os.path.exists(target):
+                port = open(target).read().strip()
+        check(port.isdigit() and os.path.islink(link),
+              "port %r in the link's target, the link still a link (%s)" % (port, os.path.islink(link)))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def suite_context_cache(args, pb2):
+    """A worker whose cache (16 pages) holds less than the model's context. It advertises the cache as its
+    context and admits every prompt shorter than that, max_new_tokens set or not (an unset one used to reserve
+    256 tokens past the prompt, over the pool: RESOURCE_EXHAUSTED); what can never fit the whole pool, n
+    choices of a long prompt, is INVALID_ARGUMENT (a 400 at the gateway), not RESOURCE_EXHAUSTED (a 429 that
+    invites retries that cannot succeed); a request that only has to wait for pages still waits and runs."""
+    print("a cache smaller than the context: advertised, filled, and never-fitting requests -> INVALID_ARGUMENT",
+          flush=True)
+    argv, env = worker_argv(args, ["--cache-pages", "16"])
+    w = wc.WorkerProc(argv, env=env).wait_ready()
+    I = grpc.StatusCode.INVALID_ARGUMENT
+    try:
+        c = Ctx(args.target, w, pb2)
+        bs = c.info.block_size
+        check(c.pool_tokens == 16 * bs and c.ctx == c.pool_tokens,
+              "ModelInfo: max_context %d == the pool's 16 x %d tokens" % (c.ctx, bs))
+        full = (c.prompt(c.ctx + 16, 61))[:c.ctx - 1]
+        for max_new in (None, 5):
+            r = c.gen(full, max_new)
+            done = r.completes.get(0)
+            check(r.code == grpc.StatusCode.OK and len(r.tokens.get(0, [])) == 1 and done is not None and
+                  done.finish_reason == "length",
+                  "a prompt of max_context - 1 tokens, max_new_tokens %s: OK, 1 token, length (%s %s)" %
+                  (max_new, r.code, r.details))
+        r = c.gen(full + [full[0]], None)
+        check(r.code == I, "a prompt of max_context tokens -> INVALID_ARGUMENT (%s %s)" % (r.code, r.details))
+        r = c.gen(full, None, n=2)
+        check(r.code == I and "cache" in r.details,
+              "2 choices of that prompt (the pool + a copied page) -> INVALID_ARGUMENT (%s %s)" % (r.code, r.details))
+        half = full[:c.ctx // 2]
+        r = c.gen(half, c.ctx - len(half) - 1, n=2)
+        check(r.code == I and "cache" in r.details,
+              "2 choices of %d + %d tokens -> INVALID_ARGUMENT (%s %s)" % (len(half), c.ctx - len(half) - 1,
+                                                                         r.code, r.details))
+        # two requests of 10 pages each on 16: the second waits for the first's pages, then runs
+        p10 = full[:9 * bs]
+        res = wc.run_threads([lambda i=i: c.gen(p10[i:] + p10[:i], bs - 1) for i in range(2)])
+        check(all(r.code == grpc.StatusCode.OK and len(r.tokens.get(0, [])) == bs - 1 for r in res),
+              "two requests that do not fit together both run (%s)" % [(r.code, r.details) for r in res])
+        ld = c.load()
+        check(ld.free_kv_pages == 16 and ld.running_requests == 0, "every page back (free %d)" % ld.free_kv_pages)
+    finally:
+        w.stop()
+
+
 def worker_argv(args, extra=()):
     env = dict(os.environ)
     if args.target == "toy":
@@ -687,8 +753,10 @@ def main():
         w.stop()
     if args.target != "toy":  # the toy has no queue
         suite_queue(args, pb2)
+        suite_context_cache(args, pb2)
         suite_drain_twice(args, pb2)
         suite_bad_port_file(args)
+        suite_port_file_link(args)
     if FAILS:
         print("\nworker log tail:\n" + w.log_text()[-3000:])
         print("FAILED %d checks:\n  %s" % (len(FAILS), "\n  ".join(FAILS)))

@@ -14,6 +14,7 @@ import math
 import os
 import random
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -429,6 +430,70 @@ def test_http(tmp):
         srv.shutdown()
 
 
+def test_out_paths(tmp):
+    """--out through a symbolic link writes its target (the link stays); a FIFO and /dev/fd/1 (a pipe, or a
+    redirected file) are written through, not replaced by a regular file."""
+    print("--out through links, FIFOs and /dev/fd/1")
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=120x90", "-frames:v", "1", f"{tmp}/out_src.png")
+    args = ["--plugin", "m3", "--image", f"{tmp}/out_src.png", "--dtype", "bf16", "--quiet", "--out"]
+    rc, _, err, _ = run(args + [f"{tmp}/out_ref.st"])
+    ref = open(f"{tmp}/out_ref.st", "rb").read() if rc == 0 else b""
+    check(rc == 0 and len(ref) > 8, f"--out a new file: {err.strip()}")
+    os.makedirs(f"{tmp}/out_sub", exist_ok=True)
+    for name, target, existing in (("link.st", "out_sub/target.st", True), ("dangling.st", "out_sub/later.st", False)):
+        if existing:
+            open(f"{tmp}/{target}", "wb").write(b"old")
+        os.symlink(target, f"{tmp}/{name}")
+        rc, _, err, _ = run(args + [f"{tmp}/{name}"])
+        got = open(f"{tmp}/{target}", "rb").read() if os.path.exists(f"{tmp}/{target}") else b""
+        check(rc == 0 and os.path.islink(f"{tmp}/{name}") and got == ref,
+              f"--out a {'' if existing else 'dangling '}symbolic link: the link stays, its target written "
+              f"(rc {rc}, link {os.path.islink(f'{tmp}/{name}')}, target {len(got)} bytes): {err.strip()}")
+    # a FIFO: read while the CLI writes (the reader opens first, non-blocking, so nothing waits forever)
+    fifo = f"{tmp}/out.fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    p = subprocess.Popen([BIN] + args + [fifo], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    data, end = bytearray(), time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            chunk = None
+        if chunk:
+            data += chunk
+        elif p.poll() is not None:
+            break
+        else:
+            time.sleep(0.005)
+    os.close(fd)
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    err = p.stderr.read().decode(errors="replace")
+    check(p.returncode == 0 and bytes(data) == ref and is_fifo(fifo),
+          f"--out a FIFO: written through (rc {p.returncode}, {len(data)} of {len(ref)} bytes, still a FIFO "
+          f"{is_fifo(fifo)}): {err.strip()}")
+    # /dev/fd/1 to a pipe, and to a file (the file keeps its inode: written through its descriptor)
+    p = subprocess.run([BIN] + args + ["/dev/fd/1"], capture_output=True, timeout=60)
+    check(p.returncode == 0 and p.stdout == ref, f"--out /dev/fd/1 to a pipe: rc {p.returncode}, {len(p.stdout)} "
+          f"bytes: {p.stderr.decode(errors='replace').strip()}")
+    with open(f"{tmp}/out_redirect.st", "wb") as f:
+        ino = os.fstat(f.fileno()).st_ino
+        p = subprocess.run([BIN] + args + ["/dev/fd/1"], stdout=f, stderr=subprocess.PIPE, timeout=60)
+    got = open(f"{tmp}/out_redirect.st", "rb").read()
+    check(p.returncode == 0 and got == ref and os.stat(f"{tmp}/out_redirect.st").st_ino == ino,
+          f"--out /dev/fd/1 to a file: rc {p.returncode}, {len(got)} bytes: "
+          f"{p.stderr.decode(errors='replace').strip()}")
+
+
+def is_fifo(path):
+    try:
+        return stat.S_ISFIFO(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def main():
     if not os.access(BIN, os.X_OK):
         print(f"SKIP: {BIN} not built")
@@ -441,6 +506,7 @@ def main():
         test_videos(tmp)
         test_prompt_against_golden_ids(tmp)
         test_bad_inputs(tmp)
+        test_out_paths(tmp)
         test_http(tmp)
     if failures:
         print(f"FAILED: {len(failures)} checks")

@@ -27,6 +27,7 @@ void fake_model_info(struct wk_model_info *info, const struct fake_config *c, co
     info->eos_ids[0] = c->eos;
     info->n_eos = 1;
     info->pages_total = pages;
+    info->merge_factor = 4; /* fake_model_encode_media: one token per 4 rows */
 }
 
 int32_t fake_model_encode_media(int32_t hidden, const struct wk_media *m, float **embeds, int64_t *n_tokens,

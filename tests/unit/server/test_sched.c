@@ -281,13 +281,55 @@ static void test_admission(void)
     }
     CHECK_EQ_INT(fake_engine_stats(v.e)->exhausted, 0); /* never ran out mid-generation */
 
-    /* a request that can never fit the pool is refused at once */
+    /* a request that can never fit the pool, even alone, is refused at once, as the client's error: 4
+     * choices of 10 + 30 tokens reserve 10 + 3 x 8 = 34 pages of 24 */
     int32_t big[60];
     mkprompt(big, 60, 5, 64);
     struct rec *x = rec_new();
-    CHECK_EQ_INT(submit(&v, mkreq("huge", big, 60, 60, 1, 512), x), MM_EXHAUSTED);
-    CHECK_EQ_INT(submit(&v, mkreq("many", big, 10, 30, 4, 512), x), MM_EXHAUSTED);
+    CHECK_EQ_INT(submit(&v, mkreq("many", big, 10, 30, 4, 512), x), MM_INVALID);
     rec_free(x);
+    env_close(&v);
+}
+
+/* The context a request may fill is capped by the pool (24 pages of 4 = 96 tokens of the model's 512): a
+ * prompt that fits it is admitted, whether or not max_new_tokens is set (an unbounded one reserves up to the
+ * capped context, not 256 tokens past the prompt); n choices that cannot all fit are MM_INVALID. */
+static void test_context_capped_by_pool(void)
+{
+    struct fake_config cfg = k_cfg;
+    cfg.pages = 24;
+    struct wk_sched_opts so = {0};
+    struct env v = env_open(&cfg, &so, 1);
+    CHECK_EQ_INT(wk_sched_max_context(v.s), 96);
+    int32_t ids[95];
+    mkprompt(ids, 95, 7, 64);
+    /* the requests as the decoder makes them with the advertised context (96): max_new_tokens <= 96 - n */
+    const char *names[2] = {"unbounded", "bounded"};
+    for (int b = 0; b < 2; b++) {
+        struct rec *r = rec_new();
+        CHECK_EQ_INT(submit(&v, mkreq(names[b], ids, 95, b ? 500 : -1, 1, 96), r), MM_OK);
+        CHECK(rec_wait_end(r, 5000) == 0);
+        CHECK_EQ_INT(r->status, MM_OK);
+        check_solo(r, 0, ids, 95, 1);
+        CHECK_STR(r->comp[0].finish_reason, "length");
+        rec_free(r);
+    }
+    struct rec *x = rec_new();
+    /* two choices of the 95-token prompt: 24 pages + the second's copied last page */
+    CHECK_EQ_INT(submit(&v, mkreq("two", ids, 95, -1, 2, 96), x), MM_INVALID);
+    /* two choices of 40 + 56 tokens: 24 + (24 - 10) pages */
+    CHECK_EQ_INT(submit(&v, mkreq("two-bounded", ids, 40, 56, 2, 96), x), MM_INVALID);
+    rec_free(x);
+    /* what fits is still admitted, the pool whole again */
+    struct rec *r = rec_new();
+    CHECK_EQ_INT(submit(&v, mkreq("two-short", ids, 40, 8, 2, 96), r), MM_OK);
+    CHECK(rec_wait_end(r, 5000) == 0);
+    CHECK_EQ_INT(r->status, MM_OK);
+    check_solo(r, 0, ids, 40, 8);
+    rec_free(r);
+    struct wk_sched_load l;
+    wk_sched_load(v.s, &l);
+    CHECK_EQ_INT(l.free_pages, 24);
     env_close(&v);
 }
 
@@ -585,6 +627,7 @@ int main(void)
     test_stops();
     test_abort_cancel();
     test_admission();
+    test_context_capped_by_pool();
     test_queue_bound_and_ids();
     test_prefix_reuse();
     test_preemption();
