@@ -35,13 +35,14 @@ static int add_media(struct gw_api_req *r, int32_t kind, json_t *src, const char
     const char *url = json_string_value(src);
     size_t len = json_string_length(src);
     const struct gw_media_conf *media = &r->st->config->media;
-    const char *accepted = media->local_media_path ? "http, https, data and file" : "http, https and data";
+    const char *root = r->st->local_media_real;
+    const char *accepted = root ? "http, https, data and file" : "http, https and data";
     if (gw_api_is_data_url(url, len)) {
         if (!media->allow_data_urls)
             return gw_api_fail(e, 400, param,
                                "%s: data: URLs are disabled on this server (allow_data_urls off)", param);
     } else if (gw_api_is_file_url(url, len)) {
-        if (!media->local_media_path)
+        if (!root)
             return gw_api_fail(e, 400, param,
                                "%s: file: URLs are disabled on this server (no allowed_local_media_path)",
                                param);
@@ -50,8 +51,7 @@ static int add_media(struct gw_api_req *r, int32_t kind, json_t *src, const char
         struct mm_err me;
         if (gw_api_file_url_path(url, len, &path, &me) != MM_OK)
             return gw_api_fail(e, me.code == MM_NOMEM ? 503 : 400, param, "%s: %s", param, me.msg);
-        bool inside = gw_api_file_beneath(media->local_media_path, path) ||
-                      gw_api_file_beneath(media->local_media_alias, path);
+        bool inside = gw_api_file_beneath(root, path) || gw_api_file_beneath(media->local_media_path, path);
         free(path);
         if (!inside)
             return gw_api_fail(e, 400, param,

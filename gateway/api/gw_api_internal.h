@@ -145,6 +145,7 @@ struct gw_api_state {
     struct gw_fetch_policy *policy;
     struct gw_fetcher *fetcher; /* on svc */
     struct gw_upstream *up;     /* shared by every generation */
+    char *local_media_real;     /* allowed_local_media_path's real path (file: URLs); NULL = refused */
     struct gw_metrics *reg;
     struct gw_api_metrics m;
     bool collecting;

@@ -119,7 +119,7 @@ struct pjob {
     const char *url; /* a data: URL (decoded here), or NULL when bytes or path are given */
     size_t url_len;
     char *path;               /* a file: URL's path (read here beneath root), or NULL */
-    const char *root, *alias; /* allowed_local_media_path, real and as configured */
+    const char *root, *alias; /* allowed_local_media_path, real and as configured (the state's) */
     uint8_t *bytes;
     size_t n_bytes;
     uint64_t max_bytes;
@@ -237,8 +237,8 @@ static int submit_media(struct gw_api_req *r, size_t k, uint8_t *bytes, size_t n
             media_failed(r, m, err.code, false, err.msg);
             return -1;
         }
-        j->root = mc->local_media_path;
-        j->alias = mc->local_media_alias;
+        j->root = r->st->local_media_real;
+        j->alias = mc->local_media_path;
     } else if (!bytes) {
         j->url = m->url;
         j->url_len = m->url_len;

@@ -2,6 +2,7 @@
  * tokenizer, special-token ids, worker pool (router), preprocessing pool and what the workers said about
  * themselves (ModelInfo). Expensive, immutable pieces are shared with the previous generation: a
  * tokenizer whose file did not change, and the process's one gRPC client. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -448,6 +449,22 @@ struct gw_api_model *gw_api_find_model(struct gw_api_state *st, const char *name
 
 /* ---- the generation ---- */
 
+/* file: URLs are opened beneath the folder's real path (openat2 RESOLVE_BENEATH, gw_api_fileurl.c); a folder
+ * that is missing is an error at its line here (as a tokenizer is), not a 400 at every request. */
+static int32_t local_media_resolve(struct gw_api_state *st, const struct gw_media_conf *mc,
+                                   struct mm_err *err)
+{
+    const char *dir = mc->local_media_path;
+    st->local_media_real = realpath(dir, NULL);
+    struct stat sb;
+    const char *why = !st->local_media_real                                          ? strerror(errno)
+                      : stat(st->local_media_real, &sb) != 0 || !S_ISDIR(sb.st_mode) ? "not a directory"
+                                                                                     : NULL;
+    if (!why) return MM_OK;
+    return mm_err_set(err, MM_INVALID, "%s:%d: \"allowed_local_media_path\" directive: \"%s\": %s",
+                      mc->local_media_file, (int)mc->local_media_line, dir, why);
+}
+
 int32_t gw_api_registry_build(struct gw_api_state *st, const struct gw_module_ctx *ctx, struct mm_err *err)
 {
     const struct gw_config *c = ctx->config;
@@ -458,6 +475,7 @@ int32_t gw_api_registry_build(struct gw_api_state *st, const struct gw_module_ct
     rc = gw_fetch_policy_create(mc->fetch_allow, mc->n_fetch_allow, mc->fetch_deny, mc->n_fetch_deny,
                                 &st->policy, err);
     if (rc != MM_OK) return mm_err_prefix(err, "%s: media", c->path);
+    if (mc->local_media_path && (rc = local_media_resolve(st, mc, err)) != MM_OK) return rc;
     if (!ctx->check_only) {
         if ((rc = gw_fetch_global_init(err)) != MM_OK) return rc;
         if ((rc = gw_media_global_init(err)) != MM_OK) return rc;
@@ -491,5 +509,6 @@ void gw_api_registry_free(struct gw_api_state *st)
     free(st->models);
     gw_api_svc_free(st->svc);
     gw_fetch_policy_destroy(st->policy);
+    free(st->local_media_real);
     if (st->up) up_release();
 }

@@ -3,12 +3,10 @@
 #include "gw_conf.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
 #include <ctype.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "mm_log.h"
 
@@ -388,22 +386,14 @@ static const struct gw_directive model_directives[] = {
     {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
 };
 
-/* The folder's real path is what file: URLs are resolved beneath (openat2 RESOLVE_BENEATH); the path as
- * written is kept too, since clients name files through it. A folder that does not exist is an error at
- * this line rather than a 400 at every request. */
+/* The folder is resolved by the API module (gw_api_registry.c), which names this line when it is missing. */
 static const char *set_local_media_path(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
 {
     struct gw_media_conf *m = conf;
-    const char *err = gw_conf_set_path(cf, d, conf);
-    if (err) return err;
-    char *real = realpath(m->local_media_alias, NULL);
-    if (!real) return gw_conf_msg(cf, "\"%s\": %s", m->local_media_alias, strerror(errno));
-    struct stat st;
-    bool dir = stat(real, &st) == 0 && S_ISDIR(st.st_mode);
-    m->local_media_path = dir ? gw_conf_strdup(cf, real) : NULL;
-    free(real);
-    if (!dir) return gw_conf_msg(cf, "\"%s\" is not a directory", m->local_media_alias);
-    return m->local_media_path ? NULL : "out of memory";
+    m->local_media_file = gw_conf_strdup(cf, gw_conf_file(cf));
+    m->local_media_line = gw_conf_line(cf);
+    if (!m->local_media_file) return "out of memory";
+    return gw_conf_set_path(cf, d, conf);
 }
 
 static const struct gw_directive media_directives[] = {
@@ -425,7 +415,7 @@ static const struct gw_directive media_directives[] = {
      "Decoded pixels per image or frame before resizing; 0 = the plugin's budget.", NULL},
     {"allow_data_urls", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_flag, MEDIA(allow_data_urls), 0, 0, "on",
      "on | off", "Accept `data:` URLs in image_url / video_url parts.", NULL},
-    {"allowed_local_media_path", GW_CTX_MEDIA | GW_CONF_TAKE1, set_local_media_path, MEDIA(local_media_alias),
+    {"allowed_local_media_path", GW_CTX_MEDIA | GW_CONF_TAKE1, set_local_media_path, MEDIA(local_media_path),
      0, 0, NULL, "DIR",
      "Accept `file:` URLs (file:///path) for files beneath DIR (neither `..` nor a symbolic link leads out; "
      "regular files only, at most fetch_max_bytes). Without it `file:` URLs are refused.",

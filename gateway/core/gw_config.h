@@ -104,9 +104,12 @@ struct gw_media_conf {
     int32_t fetch_max_redirects;
     int64_t max_pixels;   /* decoded pixels per image or video frame, before resizing; 0 = plugin's */
     bool allow_data_urls; /* accept data: URLs in image_url/video_url */
-    /* allowed_local_media_path: file: URLs are read beneath this folder (its real path; NULL = refused) */
+    /* allowed_local_media_path: file: URLs are read beneath this folder (as written, made absolute; NULL =
+     * refused). The API module resolves its real path when it loads the config, as it loads tokenizers: the
+     * server core's -t checks syntax only, so the shipped demo config passes before the demo exists. */
     const char *local_media_path;
-    const char *local_media_alias; /* the same folder as written, made absolute (clients may use either) */
+    const char *local_media_file; /* where the directive was written */
+    int32_t local_media_line;
 };
 
 struct gw_config {

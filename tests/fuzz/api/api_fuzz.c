@@ -110,7 +110,10 @@ static void setup(void)
     if (gw_plugin_instance_create(&H.plugin, NULL, 0, &H.inst, &err) != MM_OK) FAIL("instance: %s", err.msg);
     if (H.cfg->n_models != 2) FAIL("config has %zu models", H.cfg->n_models);
     for (size_t i = 0; i < 2; i++) model_setup(&H.models[i], &H.cfg->models[i]);
-    H.two = (struct gw_api_state){.config = H.cfg, .models = H.models, .n_models = 2, .check_only = true};
+    /* file: URLs beneath /tmp (what the registry resolves from allowed_local_media_path) */
+    static char tmp_dir[] = "/tmp";
+    H.two = (struct gw_api_state){
+        .config = H.cfg, .models = H.models, .n_models = 2, .check_only = true, .local_media_real = tmp_dir};
     H.one =
         (struct gw_api_state){.config = H.cfg_nodata, .models = H.models, .n_models = 1, .check_only = true};
     if (H.cfg->media.fetch_max_bytes != DATA_CAP || !H.cfg->media.allow_data_urls ||
@@ -195,12 +198,12 @@ static void check_media(const struct gw_api_req *r)
                   (m->url_len >= 8 && strncasecmp(m->url, "https://", 8) == 0);
         if (gw_api_is_file_url(m->url, m->url_len)) {
             /* accepted only where configured, well-formed, and beneath the folder */
-            const struct gw_media_conf *mc = &r->st->config->media;
+            const char *root = r->st->local_media_real;
             char *path = NULL;
             struct mm_err err;
-            ok = mc->local_media_path && gw_api_file_url_path(m->url, m->url_len, &path, &err) == MM_OK &&
-                 (gw_api_file_beneath(mc->local_media_path, path) ||
-                  gw_api_file_beneath(mc->local_media_alias, path));
+            ok = root && gw_api_file_url_path(m->url, m->url_len, &path, &err) == MM_OK &&
+                 (gw_api_file_beneath(root, path) ||
+                  gw_api_file_beneath(r->st->config->media.local_media_path, path));
             free(path);
         }
         if (!ok) FAIL("media %zu has the URL %.*s", k, (int)m->url_len, m->url);

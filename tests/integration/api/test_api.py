@@ -613,7 +613,7 @@ def case_conftest():
         ("media {\n    allowed_local_media_path no-such-dir;\n}\n",
          r"t\.conf:5: \"allowed_local_media_path\" directive: .*no-such-dir\": No such file"),
         ("media {\n    allowed_local_media_path inc.conf;\n}\n",
-         r"t\.conf:5: \"allowed_local_media_path\" directive: .*inc\.conf\" is not a directory"),
+         r"t\.conf:5: \"allowed_local_media_path\" directive: .*inc\.conf\": not a directory"),
     ]
     with open(os.path.join(d, "inc.conf"), "w") as f:
         f.write("model z {\n    plugin m3;\n    tokenizer /nonexistent.json;\n    upstream 127.0.0.1:1;\n}\n")
