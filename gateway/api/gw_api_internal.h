@@ -103,8 +103,9 @@ struct gw_api_winfo {
     uint32_t eos[GW_API_MAX_EOS];
     uint32_t n_eos;
     int warned;
-    char model_type[64]; /* "" when not reported */
-    int type_checked;    /* compared with the plugin's match_model_type (on a loop thread) */
+    char model_type[64];   /* "" when not reported */
+    uint32_t merge_factor; /* patch rows per media token; 0 when not reported (or no vision tower) */
+    int type_checked;      /* compared with the plugin's match_model_type and merge (on a loop thread) */
 };
 
 struct gw_api_state;

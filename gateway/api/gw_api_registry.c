@@ -141,6 +141,7 @@ static void on_model_info(void *arg, const struct gw_call_status *st, const Prot
         w->max_context = mi->max_context;
         w->n_eos = 0;
         snprintf(w->model_type, sizeof w->model_type, "%s", mi->model_type ? mi->model_type : "");
+        w->merge_factor = mi->merge_factor;
         w->type_checked = 0;
         for (size_t i = 0; i < mi->n_eos_token_ids && w->n_eos < GW_API_MAX_EOS; i++)
             w->eos[w->n_eos++] = mi->eos_token_ids[i];
@@ -202,6 +203,21 @@ uint64_t gw_api_max_model_len(struct gw_api_model *m)
     return best;
 }
 
+/* A worker whose vision tower merges patches otherwise than the plugin preprocesses them refuses every media
+ * request (the placeholder runs do not match its embeddings): say so once, in the operator's log. */
+static void check_merge(const struct gw_api_model *m, const struct gw_api_winfo *w, const char *target)
+{
+    if (!w->merge_factor || (!m->marker[0] && !m->marker[1]) || !m->vt->vision_params) return;
+    const struct mmgw_vision_params *vp = m->vt->vision_params(m->inst);
+    uint32_t want = vp ? vp->merge_size * vp->merge_size : 0;
+    if (want && want != w->merge_factor)
+        mm_log_warn(
+            GW_API_COMP,
+            "model %s: worker %s makes one media token per %u patches but plugin %s per %u (merge %u): "
+            "its image and video requests will be refused",
+            m->name, target, w->merge_factor, m->vt->name, want, vp->merge_size);
+}
+
 size_t gw_api_worker_eos(struct gw_api_model *m, uint32_t *out, size_t cap)
 {
     if (!m->winfo) return 0;
@@ -213,13 +229,14 @@ size_t gw_api_worker_eos(struct gw_api_model *m, uint32_t *out, size_t cap)
         if (!b->w[i].known) continue;
         any = true;
         struct gw_api_winfo *w = &b->w[i];
-        if (!w->type_checked && w->model_type[0] && m->vt->match_model_type) {
+        if (!w->type_checked) {
             /* here, not on the gRPC thread: the plugin is certainly loaded while a request uses the model */
             w->type_checked = 1;
-            if (!m->vt->match_model_type(w->model_type))
+            if (w->model_type[0] && m->vt->match_model_type && !m->vt->match_model_type(w->model_type))
                 mm_log_warn(GW_API_COMP,
                             "model %s: worker %s serves model_type \"%s\", which plugin %s does not claim",
                             m->name, m->conf->upstreams[i], w->model_type, m->vt->name);
+            check_merge(m, w, m->conf->upstreams[i]);
         }
         for (uint32_t k = 0; k < b->w[i].n_eos; k++) {
             bool dup = false;

@@ -75,6 +75,7 @@ void wk_rpc_model_info(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *pay
     resp.model_type = (char *)mi->model_type;
     resp.image_token_id = (uint32_t)mi->image_token_id;
     resp.video_token_id = (uint32_t)mi->video_token_id;
+    resp.merge_factor = (uint32_t)g->svc.limits.merge_factor;
     resp.protocol_version = PROTOCOL_VERSION;
     resp.supports_shm = g->svc.limits.allow_shm ? 1 : 0;
     resp.max_message_bytes = (uint64_t)(g->svc.max_message_bytes > 0 ? g->svc.max_message_bytes : INT_MAX);

@@ -1229,6 +1229,20 @@ def case_demo():
     st, ver, r3 = fx.curl_json(gw.url("/v1/completions"), dict(b, prompt=ids_hello), "--http2-prior-knowledge")
     fx.check(st == 200 and ver == "2" and r3["choices"][0]["logprobs"]["tokens"] ==
              r2["choices"][0]["logprobs"]["tokens"], f"h2c: {st} {ver}")
+    # a worker whose checkpoint merges 3 x 3 patches per token behind the M3 plugin (2 x 2): text is served,
+    # and the gateway says once in its log that media requests will be refused (ModelInfo merge_factor)
+    subprocess.run([fx.MKDEMO, "--out", os.path.join(d, "ckpt3"), "--tokenizer", tok, "--set", "merge=3"], check=True,
+                   capture_output=True, timeout=120)
+    w3 = fx.RealWorker(os.path.join(d, "ckpt3"))
+    gw3 = fx.Gateway(fx.model_block("m3-merge3", "m3", tok, [w3.addr]))
+    fx.check(stream_usage(gw3, text, model="m3-merge3") == base, "text through a merge-3 worker")
+    try:
+        gw3.wait_log(r"worker \S+ makes one media token per 9 patches but plugin m3 per 4", timeout=10)
+        warned = True
+    except RuntimeError:
+        warned = False
+    fx.check(warned, "merge mismatch warning in the gateway log")
+    fx.check(gw.text().count("media token per") == 0, "no merge warning for the merge-2 worker")
 
 
 CASES = {

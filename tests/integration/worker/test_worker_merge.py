@@ -82,6 +82,7 @@ def suite_merge(args, pb2, merge, tmp):
     w = wc.WorkerProc([args.binary, "--model", model, "--threads", "2", "--cache-pages", "256"]).wait_ready()
     try:
         info = w.stub.ModelInfo(pb2.ModelInfoRequest(), timeout=30)
+        check(info.merge_factor == merge * merge, "ModelInfo merge_factor %d" % info.merge_factor)
         case = mm_case(info, merge, 40 + merge)
         r = wc.generate(w.stub, request(pb2, info, *case, max_new=6), timeout=300)
         check(r.code == grpc.StatusCode.OK and len(r.tokens.get(0, [])) == 6,
@@ -116,6 +117,7 @@ def suite_no_vision(args, pb2, tmp):
     w = wc.WorkerProc([args.binary, "--model", model, "--threads", "2", "--cache-pages", "256"]).wait_ready()
     try:
         info = w.stub.ModelInfo(pb2.ModelInfoRequest(), timeout=30)
+        check(info.merge_factor == 0, "ModelInfo merge_factor %d (no vision tower)" % info.merge_factor)
         ids, pi, pv, gi, gv = mm_case(info, 2, 60)
         r = wc.generate(w.stub, request(pb2, info, ids, pi, pv, gi, gv, max_new=2), timeout=120)
         check(r.code == grpc.StatusCode.INVALID_ARGUMENT and "no vision tower" in r.details,
