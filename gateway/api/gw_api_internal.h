@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -289,6 +290,11 @@ struct gw_api_req {
     struct mm_buf prefix; /* the chunk JSON up to "choices":[ */
     int pending;          /* async operations whose completion will come back to us */
     bool aborted, finished, streaming, paused, metrics_done;
+    /* Set (by the loop thread) when the request is over: finished, aborted by the client, or failed. Its
+     * preprocessing jobs poll it from pool threads (gw_media_options.cancel) and stop at their next check.
+     * Safe to read there: r is freed only once pending is 0, and a job's pending hold is dropped on the loop
+     * after the job has returned from gw_media_process. */
+    atomic_bool stop_media;
     bool finished_stream; /* the last SSE bytes are queued in out: end the stream once they are written */
     char rid[40];         /* the worker request_id */
     uint32_t worker_stops[GW_API_MAX_STOP_IDS];

@@ -27,7 +27,10 @@ static bool async_back(struct gw_api_req *r)
 }
 
 /* A fetch or decode problem is the client's (400: refused address, undecodable, too many pixels); byte
- * caps on what was sent or fetched are 413 (bytes_stage); overload and shutdown 503. */
+ * caps on what was sent or fetched are 413 (bytes_stage); overload and shutdown 503. The time caps
+ * (fetch_timeout, preprocess_timeout: MM_TIMEOUT) are 400 too, like the other "too expensive media"
+ * refusals: the item itself is too slow to fetch or preprocess, and sending it again would fail again (a
+ * 504 would invite that retry). */
 int gw_api_media_error(struct gw_api_error *e, const struct gw_api_media *m, int32_t code, bool bytes_stage,
                        const char *msg)
 {
@@ -124,6 +127,7 @@ struct pjob {
     size_t n_bytes;
     uint64_t max_bytes;
     struct gw_media_limits lim;
+    const atomic_bool *cancel; /* &r->stop_media: polled while the job runs (r outlives it, see there) */
     char label[128];
     /* out */
     int32_t rc;
@@ -157,7 +161,10 @@ static void pjob_run(void *arg)
     struct pjob *j = arg;
     mm_err_clear(&j->err);
     j->rc = MM_OK;
-    if (j->url) {
+    if (atomic_load_explicit(j->cancel, memory_order_relaxed)) {
+        /* the request ended while this job was queued: skip even the data: URL's decoding */
+        j->rc = MM_CANCELLED;
+    } else if (j->url) {
         struct gw_api_dataurl du;
         j->rc = gw_api_dataurl_decode(j->url, j->url_len, j->max_bytes, &du, &j->err);
         j->in_decode_url = j->rc != MM_OK;
@@ -169,7 +176,7 @@ static void pjob_run(void *arg)
     }
     if (j->rc == MM_OK) {
         struct gw_media_input in = {.kind = j->kind, .data = j->bytes, .len = j->n_bytes, .label = j->label};
-        struct gw_media_options opt = {.dtype = MM_DT_BF16, .limits = &j->lim};
+        struct gw_media_options opt = {.dtype = MM_DT_BF16, .limits = &j->lim, .cancel = j->cancel};
         j->rc = gw_media_process(&in, j->vt, j->inst, &opt, &j->res, &j->err);
         if (j->rc == MM_OK) j->hash = pixels_hash(&j->res);
     }
@@ -246,6 +253,8 @@ static int submit_media(struct gw_api_req *r, size_t k, uint8_t *bytes, size_t n
     j->max_bytes = (uint64_t)mc->fetch_max_bytes;
     j->lim.max_input_bytes = (uint64_t)mc->fetch_max_bytes;
     if (mc->max_pixels > 0) j->lim.max_source_pixels = (uint64_t)mc->max_pixels;
+    j->lim.max_process_ns = (uint64_t)mc->preprocess_timeout_ms * 1000000u;
+    j->cancel = &r->stop_media;
     snprintf(j->label, sizeof j->label, "%s", m->param);
     int32_t rc = gw_pool_submit(r->model->pool, pjob_run, j);
     if (rc != MM_OK) {

@@ -22,6 +22,7 @@ void gw_api_req_init(struct gw_api_req *r, struct gw_request *http, struct gw_ap
                      enum gw_api_kind kind, const char *endpoint)
 {
     memset(r, 0, sizeof *r);
+    atomic_init(&r->stop_media, false);
     r->http = http;
     r->st = st;
     r->kind = kind;
@@ -106,6 +107,8 @@ void gw_api_req_release(struct gw_api_req *r)
     }
     if (!r->finished) {
         r->finished = true;
+        /* nothing will read this request's media any more: preprocessing still running for it stops */
+        atomic_store_explicit(&r->stop_media, true, memory_order_relaxed);
         gw_request_on_abort(r->http, NULL, NULL);
         if (r->streaming) gw_http_stream_on_drain(r->http, 0, NULL, NULL); /* r is going away */
     }

@@ -413,6 +413,12 @@ static const struct gw_directive media_directives[] = {
      "5", "N", "Redirect hops followed (each re-checked against the policy).", NULL},
     {"max_pixels", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_int64, MEDIA(max_pixels), 0, 1LL << 40, "0", "N",
      "Decoded pixels per image or frame before resizing; 0 = the plugin's budget.", NULL},
+    {"preprocess_timeout", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_msec, MEDIA(preprocess_timeout_ms), 1,
+     MS_DAY, "60s", "TIME",
+     "Time for preprocessing one image or video (decode, frame sampling, resize, patching) from when a pool "
+     "thread starts it; over it the item fails with 400 naming the part (fetching has fetch_timeout). A 4 s "
+     "1080p clip or a 48 Mpx photo takes under a second; raise it for videos of many minutes.",
+     NULL},
     {"allow_data_urls", GW_CTX_MEDIA | GW_CONF_TAKE1, gw_conf_set_flag, MEDIA(allow_data_urls), 0, 0, "on",
      "on | off", "Accept `data:` URLs in image_url / video_url parts.", NULL},
     {"allowed_local_media_path", GW_CTX_MEDIA | GW_CONF_TAKE1, set_local_media_path, MEDIA(local_media_path),

@@ -102,8 +102,9 @@ struct gw_media_conf {
     int64_t fetch_connect_timeout_ms;
     int64_t fetch_max_bytes;
     int32_t fetch_max_redirects;
-    int64_t max_pixels;   /* decoded pixels per image or video frame, before resizing; 0 = plugin's */
-    bool allow_data_urls; /* accept data: URLs in image_url/video_url */
+    int64_t max_pixels; /* decoded pixels per image or video frame, before resizing; 0 = plugin's */
+    int64_t preprocess_timeout_ms; /* wall-clock budget for preprocessing one item on the pool */
+    bool allow_data_urls;          /* accept data: URLs in image_url/video_url */
     /* allowed_local_media_path: file: URLs are read beneath this folder (as written, made absolute; NULL =
      * refused). The API module resolves its real path when it loads the config, as it loads tokenizers: the
      * server core's -t checks syntax only, so the shipped demo config passes before the demo exists. */

@@ -22,10 +22,20 @@
  *
  * Bad input never crashes, hangs or takes unbounded memory: sizes claimed by headers are checked against
  * struct gw_media_limits before anything large is allocated or decoded, and every failure returns a status
- * with a one-line message in err. */
+ * with a one-line message in err.
+ *
+ * Nor unbounded time: each item has a wall-clock budget (gw_media_limits.max_process_ns, counted from the
+ * call) and may be cancelled from another thread (gw_media_options.cancel). Both are checked inside the long
+ * loops (video demuxing, frame decoding, every decoded or resized row) and through FFmpeg's interrupt
+ * callback; an item over budget fails with MM_TIMEOUT, a cancelled one with MM_CANCELLED, its memory freed.
+ * A single library call that cannot be interrupted (libjpeg's whole-file pass for a progressive JPEG,
+ * libwebp's decode, libvips' full decode of an interlaced PNG) runs to its end first: it is bounded by the
+ * pixel caps. See docs/design/preprocess.md, "Time budget and cancellation". */
 #ifndef GW_MEDIA_H
 #define GW_MEDIA_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,8 +52,13 @@ struct gw_media_limits {
     uint64_t max_video_frames;  /* frames a video may contain (default 1,000,000) */
     double max_video_seconds;   /* duration a video may claim (default 4 h) */
     uint64_t max_output_bytes;  /* the patch tensor (default 4 GiB) */
-    uint64_t max_decode_ns;     /* wall-clock budget for decoding one video (default 60 s; 0 = default) */
+    uint64_t max_process_ns;    /* wall-clock budget for one item, from the call to its result: decoding,
+                                   frame sampling, resizing, patching (default 60 s; 0 = default;
+                                   GW_MEDIA_NO_TIME_LIMIT = none) */
 };
+
+/** max_process_ns for no time limit (the CLI's --timeout 0). */
+#define GW_MEDIA_NO_TIME_LIMIT UINT64_MAX
 
 /** How to run. Zero-initialised = defaults. */
 struct gw_media_options {
@@ -55,6 +70,10 @@ struct gw_media_options {
                                              with the reference: see docs/design/preprocess.md) */
     int32_t no_autorotate;                /* 1 = ignore a video's rotation metadata (default: apply it, as
                                              torchcodec, decord and FFmpeg's CLI do) */
+    const atomic_bool *cancel;            /* NULL, or a flag another thread may set: the item then stops at
+                                             its next check with MM_CANCELLED (the gateway sets it when the
+                                             request is over, e.g. the client went away). Must stay valid
+                                             until gw_media_process returns. */
 };
 
 struct gw_media_input {

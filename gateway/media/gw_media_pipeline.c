@@ -10,6 +10,7 @@
 
 #include "gw_image_decode.h"
 #include "gw_media.h"
+#include "gw_media_guard.h"
 #include "gw_media_simd.h"
 #include "gw_patchify.h"
 #include "gw_plugin.h"
@@ -26,9 +27,7 @@
 
 static uint64_t now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return gw_media_mono_ns();
 }
 
 void gw_media_limits_default(struct gw_media_limits *lim)
@@ -41,7 +40,11 @@ void gw_media_limits_default(struct gw_media_limits *lim)
     lim->max_video_frames = 1000000;
     lim->max_video_seconds = 4 * 3600.0;
     lim->max_output_bytes = 4ull << 30;
-    lim->max_decode_ns = 60ull * 1000000000ull;
+    /* A 4 s 1080p clip and a 48 Mpx JPEG each take under a second on one core (even in a Debug build); a
+     * minute leaves a wide margin for a loaded machine and long videos, and still stops the small files
+     * that would hold a pool thread for many minutes (docs/design/preprocess.md, "Time budget and
+     * cancellation"). */
+    lim->max_process_ns = 60ull * 1000000000ull;
 }
 
 static void limits_resolve(const struct gw_media_limits *in, struct gw_media_limits *out)
@@ -54,7 +57,20 @@ static void limits_resolve(const struct gw_media_limits *in, struct gw_media_lim
     if (in->max_video_frames) out->max_video_frames = in->max_video_frames;
     if (in->max_video_seconds > 0) out->max_video_seconds = in->max_video_seconds;
     if (in->max_output_bytes) out->max_output_bytes = in->max_output_bytes;
-    if (in->max_decode_ns) out->max_decode_ns = in->max_decode_ns;
+    if (in->max_process_ns) out->max_process_ns = in->max_process_ns;
+}
+
+/* ---- the time budget ---- */
+
+int32_t gw_media_guard_fail(const struct gw_media_guard *g, int32_t why, const char *label, const char *stage,
+                            struct mm_err *err)
+{
+    if (why == MM_CANCELLED)
+        return mm_err_set(err, MM_CANCELLED, "%s: preprocessing was cancelled (while %s)", label, stage);
+    unsigned long long ms = (unsigned long long)((g->budget_ns + 999999) / 1000000);
+    return mm_err_set(err, MM_TIMEOUT,
+                      "%s: preprocessing took longer than the time limit of %llu ms (stopped while %s)",
+                      label, ms, stage);
 }
 
 /* ---- one-time set-up ---- */
@@ -145,6 +161,7 @@ struct gw_job_ctx {
     struct gw_media_limits lim;
     int32_t dtype;
     const char *label;
+    struct gw_media_guard guard; /* the item's deadline and cancel flag */
     struct gw_patch_lut lut;
 };
 
@@ -188,12 +205,16 @@ struct frame_sink {
     uint8_t *band; /* P resized rows, written out as whole patches when complete */
     void *pixels;
     uint32_t in_rows;
-    uint64_t post_ns; /* time spent resizing and patching (the rest of an image's time is decoding) */
+    uint64_t post_ns;  /* time spent resizing and patching (the rest of an image's time is decoding) */
+    const char *stage; /* what a stop reports doing: "decoding the image", "resizing video frames" */
 };
 
 static int32_t sink_begin(void *ctx, uint32_t w, uint32_t h, struct mm_err *err)
 {
     struct frame_sink *fs = ctx;
+    /* a decoder may have spent long before its first row (a progressive JPEG's whole-file pass) */
+    int32_t why = gw_media_guard_check(&fs->c->guard, fs->c->label, fs->stage, err);
+    if (why) return why;
     if (fs->have_rs && (fs->rs.in_w != w || fs->rs.in_h != h)) {
         gw_resizer_free(&fs->rs);
         fs->have_rs = 0;
@@ -213,6 +234,11 @@ static int32_t sink_row(void *ctx, const uint8_t *rgb, struct mm_err *err)
     struct frame_sink *fs = ctx;
     if (fs->in_rows++ >= fs->rs.in_h)
         return mm_err_set(err, MM_ERROR, "%s: decoder gave too many rows", fs->c->label);
+    /* Every row of every image and sampled frame passes here: the budget and the cancel flag are polled
+     * per row (a clock read and an atomic load, small beside the row's decoding and resampling), which also
+     * stops an image decoder between its rows (returning an error stops gw_image_decode). */
+    int32_t why = gw_media_guard_check(&fs->c->guard, fs->c->label, fs->stage, err);
+    if (why) return why;
     uint64_t t = now_ns();
     gw_resizer_push(&fs->rs, rgb);
     const uint32_t P = fs->g->P;
@@ -268,6 +294,8 @@ static int32_t process_image(struct gw_job_ctx *c, const struct gw_media_options
     struct gw_image_src *src = NULL;
     uint32_t w = 0, h = 0;
     int32_t rc = gw_image_open(c->in->data, c->in->len, &c->lim, c->label, &src, &w, &h, err);
+    if (!rc && (rc = gw_media_guard_check(&c->guard, c->label, "reading the image header", err)))
+        gw_image_close(src);
     if (rc) return rc;
 
     struct mmgw_error perr = {{MM_OK, ""}};
@@ -291,6 +319,7 @@ static int32_t process_image(struct gw_job_ctx *c, const struct gw_media_options
     rc = frame_sink_init(&fs, c, &g, th, tw, out->pixels, err);
     if (!rc) {
         fs.nt = c->vp->temporal_patch_size; /* a still image fills every temporal slot */
+        fs.stage = "decoding the image";
         struct gw_row_sink sink = {&fs, sink_begin, sink_row};
         rc = gw_image_decode(src, opt->fast_jpeg, tw * GW_JPEG_REDUCE_MARGIN, th * GW_JPEG_REDUCE_MARGIN,
                              &sink, err);
@@ -323,7 +352,7 @@ static int32_t process_video(struct gw_job_ctx *c, const struct gw_media_options
     uint64_t t0 = now_ns(), decode_ns = 0;
     struct gw_video *v = NULL;
     struct gw_video_info vi;
-    int32_t rc = gw_video_open(c->in->data, c->in->len, &c->lim, c->label, opt->video_threads,
+    int32_t rc = gw_video_open(c->in->data, c->in->len, &c->lim, &c->guard, c->label, opt->video_threads,
                                !opt->no_autorotate, &v, &vi, err);
     if (rc) return rc;
     decode_ns += now_ns() - t0;
@@ -368,6 +397,7 @@ static int32_t process_video(struct gw_job_ctx *c, const struct gw_media_options
     if ((rc = alloc_output(c, &g, groups, out, err))) goto done;
     if ((rc = frame_sink_init(&fs, c, &g, th, tw, out->pixels, err))) goto done;
     have_fs = 1;
+    fs.stage = "resizing video frames";
     gw_video_want(v, idx, n);
     for (uint32_t i = 0; i < n; i++) {
         uint64_t a = now_ns();
@@ -437,12 +467,18 @@ int32_t gw_media_process(const struct gw_media_input *in, const struct mmgw_plug
         return mm_err_set(err, MM_ERROR, "media: plugin %s gave unusable vision parameters", vt->name);
     }
     gw_patch_lut_init(&c->lut, c->vp);
-    if (in->kind == MMGW_MEDIA_IMAGE)
-        rc = process_image(c, opt, out, err);
-    else if (in->kind == MMGW_MEDIA_VIDEO)
-        rc = process_video(c, opt, out, err);
-    else
-        rc = mm_err_set(err, MM_INVALID, "%s: unknown media kind %d", c->label, (int)in->kind);
+    /* the budget counts from here: the item's whole time on this thread */
+    gw_media_guard_init(&c->guard, c->lim.max_process_ns, opt->cancel);
+    /* an item whose request ended while it was queued stops before any work */
+    rc = gw_media_guard_check(&c->guard, c->label, "waiting to start", err);
+    if (rc == MM_OK) {
+        if (in->kind == MMGW_MEDIA_IMAGE)
+            rc = process_image(c, opt, out, err);
+        else if (in->kind == MMGW_MEDIA_VIDEO)
+            rc = process_video(c, opt, out, err);
+        else
+            rc = mm_err_set(err, MM_INVALID, "%s: unknown media kind %d", c->label, (int)in->kind);
+    }
     free(c);
     gw_patch_fence();
     if (rc) gw_media_result_free(out);

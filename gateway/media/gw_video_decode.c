@@ -2,7 +2,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -12,6 +11,7 @@
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 
+#include "gw_media_guard.h"
 #include "gw_media_simd.h"
 #include "gw_video_decode.h"
 
@@ -69,15 +69,11 @@ struct gw_video {
     struct gw_rgb_image rgb;  /* the frame handed out (displayed orientation) */
     struct gw_rgb_image conv; /* the coded-orientation conversion when the stream is rotated */
     int rotation;             /* clockwise degrees to display the coded frames upright: 0, 90, 180, 270 */
-    uint64_t deadline_ns;
+    const struct gw_media_guard *guard; /* the item's time budget and cancel flag (the caller's) */
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+/* How often the packet loop polls the guard: reading a packet from memory takes ~1 us. */
+#define GW_INDEX_POLL_PACKETS 64
 
 static int mem_read(void *opaque, uint8_t *buf, int size)
 {
@@ -115,10 +111,18 @@ static int64_t mem_seek(void *opaque, int64_t offset, int whence)
     return np;
 }
 
+/* FFmpeg's AVIOInterruptCB: polled inside avformat_open_input and avformat_find_stream_info (their probing
+ * loops); a non-zero answer makes them return AVERROR_EXIT. Our own loops poll the guard themselves. */
 static int interrupt_cb(void *opaque)
 {
     const struct gw_video *v = opaque;
-    return v->deadline_ns && mono_ns() > v->deadline_ns;
+    return gw_media_guard_poll(v->guard) != MM_OK;
+}
+
+/* The error for a stop the guard reported while `stage`. */
+static int32_t guard_stop(const struct gw_video *v, const char *stage, struct mm_err *err)
+{
+    return gw_media_guard_check(v->guard, v->label, stage, err);
 }
 
 /* Containers may name other files (mov external references, playlists): the bytes we were given are all we
@@ -213,7 +217,16 @@ static int32_t build_index(struct gw_video *v, const struct gw_media_limits *lim
     if (!pkt) return mm_err_set(err, MM_NOMEM, "%s: out of memory", v->label);
     int rc;
     char eb[128];
+    uint64_t polled = 0;
     while ((rc = av_read_frame(v->fmt, pkt)) >= 0) {
+        /* a long video is many packets: the budget and the cancel flag are polled as they are read */
+        if (++polled % GW_INDEX_POLL_PACKETS == 0) {
+            int32_t why = guard_stop(v, "demuxing the video", err);
+            if (why) {
+                av_packet_free(&pkt);
+                return why;
+            }
+        }
         if (pkt->stream_index != v->stream || pkt->size <= 0) {
             av_packet_unref(pkt);
             continue;
@@ -247,7 +260,8 @@ static int32_t build_index(struct gw_video *v, const struct gw_media_limits *lim
     }
     av_packet_free(&pkt);
     if (rc != AVERROR_EOF) {
-        if (interrupt_cb(v)) return mm_err_set(err, MM_TIMEOUT, "%s: video demuxing timed out", v->label);
+        int32_t why = guard_stop(v, "demuxing the video", err);
+        if (why) return why;
         /* A damaged tail: keep what was read, like players do, unless nothing was. */
         if (v->n_pkts == 0)
             return mm_err_set(err, MM_FORMAT, "%s: bad video: %s", v->label, av_errstr(rc, eb, sizeof eb));
@@ -305,9 +319,9 @@ static int32_t build_index(struct gw_video *v, const struct gw_media_limits *lim
     return MM_OK;
 }
 
-int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_limits *lim, const char *label,
-                      int threads, int autorotate, struct gw_video **out, struct gw_video_info *info,
-                      struct mm_err *err)
+int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_limits *lim,
+                      const struct gw_media_guard *guard, const char *label, int threads, int autorotate,
+                      struct gw_video **out, struct gw_video_info *info, struct mm_err *err)
 {
     *out = NULL;
     memset(info, 0, sizeof *info);
@@ -320,7 +334,7 @@ int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_lim
     if (!v) return mm_err_set(err, MM_NOMEM, "%s: out of memory", label);
     v->label = label;
     v->io = (struct gw_mem_io){data, len, 0};
-    v->deadline_ns = mono_ns() + lim->max_decode_ns;
+    v->guard = guard;
     char eb[128];
     int32_t rc = MM_OK;
     int e;
@@ -349,13 +363,14 @@ int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_lim
     if ((e = avformat_open_input(&v->fmt, NULL, NULL, NULL)) < 0) {
         /* avformat_open_input frees the context on failure */
         v->fmt = NULL;
-        rc = interrupt_cb(v) ? mm_err_set(err, MM_TIMEOUT, "%s: video probing timed out", label)
-                             : mm_err_set(err, MM_FORMAT, "%s: not a video in a supported container: %s",
-                                          label, av_errstr(e, eb, sizeof eb));
+        if (!(rc = guard_stop(v, "probing the video", err)))
+            rc = mm_err_set(err, MM_FORMAT, "%s: not a video in a supported container: %s", label,
+                            av_errstr(e, eb, sizeof eb));
         goto fail;
     }
     if ((e = avformat_find_stream_info(v->fmt, NULL)) < 0) {
-        rc = mm_err_set(err, MM_FORMAT, "%s: bad video: %s", label, av_errstr(e, eb, sizeof eb));
+        if (!(rc = guard_stop(v, "probing the video", err)))
+            rc = mm_err_set(err, MM_FORMAT, "%s: bad video: %s", label, av_errstr(e, eb, sizeof eb));
         goto fail;
     }
     const AVCodec *codec = NULL;
@@ -539,7 +554,9 @@ int32_t gw_video_frame(struct gw_video *v, uint64_t index, const struct gw_rgb_i
     }
 
     for (;;) {
-        if (interrupt_cb(v)) return mm_err_set(err, MM_TIMEOUT, "%s: video decoding timed out", v->label);
+        /* every packet sent and frame received: a frame far from a keyframe may need thousands of both */
+        int32_t why = guard_stop(v, "decoding video frames", err);
+        if (why) return why;
         int e = avcodec_receive_frame(v->dec, v->frame);
         if (e == 0) {
             v->out_count++;

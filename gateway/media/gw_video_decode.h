@@ -12,9 +12,10 @@
  * and range when it is tagged, BT.601 limited range otherwise. Rotation metadata is applied after it.
  *
  * Input is untrusted: demuxers and decoders are limited to common video formats (format and codec
- * whitelists), sizes and frame counts are checked against gw_media_limits before decoding, and a
- * wall-clock deadline interrupts FFmpeg through its interrupt callback. Not thread-safe per video; many
- * videos may be decoded on many threads at once. */
+ * whitelists), sizes and frame counts are checked against gw_media_limits before decoding, and the item's
+ * guard (its time budget and cancel flag, gw_media_guard.h) is polled by the packet and decoding loops and
+ * by FFmpeg itself through its interrupt callback while probing. Not thread-safe per video; many videos may
+ * be decoded on many threads at once. */
 #ifndef GW_VIDEO_DECODE_H
 #define GW_VIDEO_DECODE_H
 
@@ -23,6 +24,7 @@
 
 #include "gw_image_decode.h"
 #include "gw_media.h"
+#include "gw_media_guard.h"
 #include "mm_status.h"
 
 struct gw_video;
@@ -35,14 +37,15 @@ struct gw_video_info {
     const char *codec;      /* decoder name, e.g. "h264" (static string) */
 };
 
-/** Open and index a video. threads = decoder threads (0 or 1 = single-threaded). autorotate: apply the
- * stream's display matrix (rotation metadata) to every frame, as FFmpeg's CLI, torchcodec (the reader
- * transformers uses by default) and decord do. The frame rate is torchcodec's: frames / (end of the last
- * frame - start of the first), from the packets' timestamps and durations; the header's average rate
- * only when timestamps are unusable. */
-int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_limits *lim, const char *label,
-                      int threads, int autorotate, struct gw_video **out, struct gw_video_info *info,
-                      struct mm_err *err);
+/** Open and index a video. guard (NULL = none) must outlive the video: it is polled until gw_video_close, and
+ * a stop fails the call in progress with MM_TIMEOUT or MM_CANCELLED. threads = decoder threads (0 or 1 =
+ * single-threaded). autorotate: apply the stream's display matrix (rotation metadata) to every frame, as
+ * FFmpeg's CLI, torchcodec (the reader transformers uses by default) and decord do. The frame rate is
+ * torchcodec's: frames / (end of the last frame - start of the first), from the packets' timestamps and
+ * durations; the header's average rate only when timestamps are unusable. */
+int32_t gw_video_open(const uint8_t *data, size_t len, const struct gw_media_limits *lim,
+                      const struct gw_media_guard *guard, const char *label, int threads, int autorotate,
+                      struct gw_video **out, struct gw_video_info *info, struct mm_err *err);
 
 /** Announce every frame that will be requested, so that no other non-reference frame is decoded. */
 void gw_video_want(struct gw_video *v, const uint32_t *indices, uint32_t n);

@@ -41,6 +41,7 @@ struct cli {
     int fast_jpeg, quiet, print_prompt, no_autorotate;
     uint64_t max_bytes;
     long fetch_timeout_ms;
+    long timeout_ms; /* per-item preprocessing budget; 0 = none */
 };
 
 struct run {
@@ -71,6 +72,8 @@ static void usage(FILE *f)
             "  --fast-jpeg           decode big JPEGs at reduced (DCT-scaled) size: faster, not bit-exact\n"
             "  --max-bytes N         refuse inputs larger than N bytes (default 512 MiB)\n"
             "  --fetch-timeout MS    http(s) transfer timeout (default 30000)\n"
+            "  --timeout MS          time limit for preprocessing one item (default 60000, as the gateway's\n"
+            "                        preprocess_timeout; 0 = none)\n"
             "  --video-threads N     FFmpeg decoder threads per video (default 1)\n"
             "  --no-autorotate       ignore videos' rotation metadata (default: frames are turned upright)\n"
             "  --print-prompt        print each item's prompt expansion (the plugin's expand_media)\n"
@@ -90,6 +93,7 @@ static int parse_args(int argc, char **argv, struct cli *c)
 {
     c->repeat = 1;
     c->threads = 1;
+    c->timeout_ms = 60000;
     c->dtype = MM_DT_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -158,6 +162,11 @@ static int parse_args(int argc, char **argv, struct cli *c)
             if (parse_long(v, 1, 3600000, &c->fetch_timeout_ms)) {
                 fprintf(stderr,
                         "mmgw-preprocess: --fetch-timeout wants milliseconds (1..3600000), got '%s'\n", v);
+                return -1;
+            }
+        } else if (strcmp(a, "--timeout") == 0) {
+            if (parse_long(v, 0, 86400000, &c->timeout_ms)) {
+                fprintf(stderr, "mmgw-preprocess: --timeout wants milliseconds (0..86400000), got '%s'\n", v);
                 return -1;
             }
         } else if (strcmp(a, "--max-bytes") == 0) {
@@ -348,7 +357,9 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    struct gw_media_limits lim = {.max_input_bytes = c->max_bytes};
+    struct gw_media_limits lim = {.max_input_bytes = c->max_bytes,
+                                  .max_process_ns = c->timeout_ms ? (uint64_t)c->timeout_ms * 1000000u
+                                                                  : GW_MEDIA_NO_TIME_LIMIT};
     total = (uint64_t)c->repeat * c->n_items;
     runs = calloc(total, sizeof *runs);
     struct gw_pool *pool = NULL;

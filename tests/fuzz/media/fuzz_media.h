@@ -33,7 +33,7 @@ static int32_t fz_run(int32_t kind, const uint8_t *data, size_t size, int bf16)
                                   .max_source_side = 8192,
                                   .max_video_frames = 2000,
                                   .max_output_bytes = 256u << 20,
-                                  .max_decode_ns = 2000000000ull};
+                                  .max_process_ns = 2000000000ull};
     struct gw_media_options opt = {.dtype = bf16 ? MM_DT_BF16 : MM_DT_F32, .limits = &lim};
     struct gw_media_input in = {kind, data, size, "fuzz"};
     struct gw_media_result r;

@@ -20,6 +20,9 @@ Usage: test_api.py CASE   (exit 0 pass, 1 fail, 77 skipped with a reason)
   robust        400 random and malformed requests (every answer a 2xx or an OpenAI error), 40 concurrent streams
                 of which half are cut by their client
   disconnect    a client that goes away mid-stream aborts the worker request (the worker's Load shows it)
+  media_time    preprocess_timeout: a few-KiB video that takes seconds to preprocess fails within the budget (400
+                naming the part); a client that goes away (HTTP/1.1 and h2) stops its preprocessing job, so the
+                only pool thread serves the next request at once
   failover      two workers behind one model, one killed: requests still succeed
   backpressure  a client that does not read: the gateway pauses the worker stream instead of buffering
   reload        SIGHUP adds a model while a stream runs; the stream completes on the old generation
@@ -975,6 +978,72 @@ def case_disconnect():
     fx.check(st == 200, "serving after disconnects")
 
 
+def long_gif(w, h, n, delay_cs):
+    """A w x h GIF of n 1x1-pixel frames delay_cs/100 s apart: a few KiB, but no frame is a keyframe and every
+    sampled frame is a whole canvas to decode, convert and resize (tests/unit/media/test_media_time.c)."""
+    out = bytearray(b"GIF89a" + struct.pack("<HH", w, h) + bytes([0xF0, 0, 0, 0, 0, 0, 255, 255, 255]))
+    out += b"\x21\xff\x0bNETSCAPE2.0\x03\x01\x00\x00\x00"
+    for i in range(n):
+        out += b"\x21\xf9\x04\x04" + struct.pack("<H", delay_cs) + b"\x00\x00"
+        out += b"\x2c" + struct.pack("<HHHH", i % w, (i // w) % h, 1, 1) + b"\x00\x02\x02\x44\x01\x00"
+    return bytes(out + b"\x3b")
+
+
+def case_media_time():
+    d = tempfile.mkdtemp(prefix="mmgw-api-mtime-")
+    # one preprocessing thread; frames resized to 112 x 112 so that the time goes into the 2000 x 2000 canvas (about
+    # 10 ms a frame, 500 frames sampled at 1 fps: ~5 s of work for 11 KiB)
+    extra = "preprocess_threads 1;\n    plugin_option video_max_pixels 12544;"
+    gw, (toy,), ids = toy_setup(d, models_extra=extra, media="preprocess_timeout 200ms;")
+    gw_long = fx.Gateway(fx.model_block("toy", "m3", os.path.join(d, "tokenizer.json"), [toy.addr], extra))
+    slow = fx.data_url_bytes(long_gif(2000, 2000, 500, 100), "image/gif")
+    small = fx.data_url_bytes(png_bytes(64, 48))
+
+    def chat(kind, url):
+        return {"model": "toy", "max_tokens": 2, "messages": [{"role": "user", "content": [
+            {"type": f"{kind}_url", f"{kind}_url": {"url": url}}, {"type": "text", "text": "what is it?"}]}]}
+
+    # 1. over the budget: a prompt 400 naming the part and the limit
+    t0 = time.time()
+    st, r = fx.post(gw, "/v1/chat/completions", chat("video", slow), timeout=30)
+    dt = time.time() - t0
+    print(f"budget 200 ms: {st} in {dt * 1000:.0f} ms: {str(r)[:300]}")
+    fx.check(st == 400 and fx.is_error(r, "messages[0].content[0].video_url", "time limit of 200 ms"),
+             f"over preprocess_timeout: {st} {str(r)[:300]}")
+    fx.check(dt < 1.5, f"the 200 ms budget answered after {dt:.2f} s")
+    st, r = fx.post(gw, "/v1/chat/completions", chat("image", small), timeout=30)
+    fx.check(st == 200, f"an image within the budget: {st} {str(r)[:200]}")
+
+    # 2. the client goes away while its video is preprocessed (default budget: 60 s): the job stops, and the next
+    # request, queued behind it on the only pool thread, is served at once instead of seconds later
+    body = json.dumps(chat("video", slow)).encode()
+    for proto in ("h1", "h2"):
+        if proto == "h1":
+            s = socket.create_connection(("127.0.0.1", gw_long.port), timeout=10)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                      b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            close = s.close
+        else:
+            p = subprocess.Popen(["curl", "-s", "--http2-prior-knowledge", "-H", "content-type: application/json",
+                                  "--data-binary", "@-", gw_long.url("/v1/chat/completions")],
+                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+            p.stdin.write(body)
+            p.stdin.close()
+            close = lambda: (p.kill(), p.wait())
+        time.sleep(0.5)  # the video is being preprocessed now (its data: URL decodes in a millisecond)
+        close()
+        t0 = time.time()
+        st, r = fx.post(gw_long, "/v1/chat/completions", chat("image", small), timeout=30)
+        dt = time.time() - t0
+        print(f"{proto}: client gone -> the next request took {dt * 1000:.0f} ms ({st})")
+        fx.check(st == 200, f"{proto}: the request after the disconnect: {st} {str(r)[:200]}")
+        fx.check(dt < 1.0, f"{proto}: the request after the disconnect waited {dt:.2f} s behind the abandoned video")
+    # the abandoned requests are counted as 499 (client closed request)
+    st, m = fx.get(gw_long, "/metrics")
+    fx.check(st == 200 and any(l.startswith("mmgw_api_requests_total") and '"499"' in l for l in m.splitlines()),
+             "499 for the abandoned requests in /metrics")
+
+
 def case_failover():
     d = tempfile.mkdtemp(prefix="mmgw-api-fo-")
     gw, workers, ids = toy_setup(d, n_workers=2, models_extra="retries 2;\n    breaker_failures 2;")
@@ -1248,7 +1317,7 @@ def case_demo():
 CASES = {
     "golden_h1": case_golden_h1, "golden_h2": case_golden_h2, "tokenize": case_tokenize,
     "media_tokens": case_media_tokens, "errors": case_errors, "toy": case_toy, "disconnect": case_disconnect,
-    "failover": case_failover, "parse": case_parse, "qwen2vl": case_qwen2vl, "robust": case_robust, "backpressure": case_backpressure, "reload": case_reload, "metrics": case_metrics,
+    "failover": case_failover, "media_time": case_media_time, "parse": case_parse, "qwen2vl": case_qwen2vl, "robust": case_robust, "backpressure": case_backpressure, "reload": case_reload, "metrics": case_metrics,
     "demo": case_demo, "surface": case_surface, "conftest": case_conftest,
 }
 

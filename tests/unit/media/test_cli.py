@@ -430,6 +430,32 @@ def test_http(tmp):
         srv.shutdown()
 
 
+def test_timeout(tmp):
+    """--timeout MS: the per-item preprocessing budget (the gateway's preprocess_timeout); 0 = none."""
+    print("--timeout")
+    # a 2000 x 2000 GIF of 1x1-pixel frames at 1 fps, each sampled frame a whole canvas (seconds of work)
+    gif = bytearray(b"GIF89a" + struct.pack("<HH", 2000, 2000) + bytes([0xF0, 0, 0, 0, 0, 0, 255, 255, 255]))
+    for i in range(300):
+        gif += b"\x21\xf9\x04\x04" + struct.pack("<H", 100) + b"\x00\x00"
+        gif += b"\x2c" + struct.pack("<HHHH", i % 2000, 0, 1, 1) + b"\x00\x02\x02\x44\x01\x00"
+    open(f"{tmp}/slow.gif", "wb").write(bytes(gif + b"\x3b"))
+    args = ["--plugin", "m3", "--option", "video_max_pixels=12544", "--video", f"{tmp}/slow.gif", "--out",
+            f"{tmp}/slow.st", "--quiet"]
+    rc, _, err, dt = run(args + ["--timeout", "150"])
+    print(f"  150 ms: rc={rc} {dt:.2f}s  {err.strip()}")
+    check(rc == 1 and "time limit of 150 ms" in err and len(err.strip().splitlines()) == 1,
+          f"--timeout 150: exit {rc}: {err!r}")
+    check(dt < 1.5, f"--timeout 150 took {dt:.2f} s")
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=160x120:rate=10", "-frames:v", "20", "-c:v", "libx264",
+           f"{tmp}/short.mp4")
+    for t in ("0", "60000"):
+        rc, _, err, _ = run(["--plugin", "m3", "--video", f"{tmp}/short.mp4", "--out", f"{tmp}/short.st",
+                             "--quiet", "--timeout", t])
+        check(rc == 0, f"--timeout {t}: a short video: exit {rc}: {err.strip()}")
+    rc, _, err, _ = run(args + ["--timeout", "-5"])
+    check(rc == 2 and "--timeout" in err, f"--timeout -5: exit {rc}: {err!r}")
+
+
 def test_out_paths(tmp):
     """--out through a symbolic link writes its target (the link stays); a FIFO and /dev/fd/1 (a pipe, or a
     redirected file) are written through, not replaced by a regular file."""
@@ -506,6 +532,7 @@ def main():
         test_videos(tmp)
         test_prompt_against_golden_ids(tmp)
         test_bad_inputs(tmp)
+        test_timeout(tmp)
         test_out_paths(tmp)
         test_http(tmp)
     if failures:
