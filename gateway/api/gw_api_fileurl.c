@@ -72,6 +72,7 @@ const char *gw_api_file_beneath(const char *folder, const char *path)
 {
     if (!folder || !path) return NULL;
     size_t n = strlen(folder);
+    while (n > 1 && folder[n - 1] == '/') n--; /* "/srv/media/" as written in the configuration */
     if (n == 1 && folder[0] == '/') return path[0] == '/' ? path + 1 : NULL;
     if (strncmp(path, folder, n) != 0 || path[n] != '/') return NULL;
     return path + n + 1;
@@ -89,6 +90,28 @@ static int32_t open_failed(int e, const char *path, struct mm_err *err)
     return mm_err_set(err, MM_IO, "%s: %s", path, strerror(e));
 }
 
+/* Whether what exists of path (its longest prefix that resolves) lies in root: a path that fails to resolve
+ * outside the folder ("/media/../etc/missing") must say "leads out" as one that resolves there does, not
+ * "no such file", or the fallback would tell whether files outside the folder exist. */
+static bool existing_part_inside(const char *root, const char *path)
+{
+    char *p = strdup(path);
+    if (!p) return false;
+    bool inside = false;
+    for (char *slash = strrchr(p, '/'); slash; slash = strrchr(p, '/')) {
+        slash[slash == p ? 1 : 0] = '\0';
+        char *real = realpath(p, NULL);
+        if (real) {
+            inside = strcmp(real, root) == 0 || gw_api_file_beneath(root, real);
+            free(real);
+            break;
+        }
+        if (slash == p) break;
+    }
+    free(p);
+    return inside;
+}
+
 /* Without openat2 (kernels before 5.6: ENOSYS; container seccomp profiles older than the call: EPERM,
  * which openat2 itself does not return for a path it may not open): resolve the whole path, check
  * the result is still beneath the folder, and open that without following a final link. A link swapped in
@@ -97,7 +120,8 @@ static int open_resolved(const char *root, const char *path, struct mm_err *err,
 {
     char *real = realpath(path, NULL);
     if (!real) {
-        *rc = open_failed(errno, path, err);
+        int e = errno;
+        *rc = open_failed(existing_part_inside(root, path) ? e : EXDEV, path, err);
         return -1;
     }
     int fd = -1;
@@ -131,7 +155,7 @@ int32_t gw_api_file_read(const char *root, const char *alias, const char *path, 
     int fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof how);
     int e = errno;
     close(dfd);
-    if (fd < 0 && e == ENOSYS)
+    if (fd < 0 && (e == ENOSYS || e == EPERM))
         fd = open_resolved(root, path, err, &rc);
     else if (fd < 0)
         rc = open_failed(e, path, err);

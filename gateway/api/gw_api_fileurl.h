@@ -23,7 +23,7 @@ int gw_api_is_file_url(const char *url, size_t len);
  * message that says why; MM_NOMEM. */
 int32_t gw_api_file_url_path(const char *url, size_t len, char **path, struct mm_err *err);
 
-/** Where path lies inside folder (an absolute path without a trailing '/', or "/"): a pointer into path
+/** Where path lies inside folder (an absolute path; trailing '/'s ignored): a pointer into path
  * past the folder and its '/', or NULL when path does not start with the folder. Lexical only. */
 const char *gw_api_file_beneath(const char *folder, const char *path);
 

@@ -1304,6 +1304,11 @@ def case_demo():
                    capture_output=True, timeout=120)
     w3 = fx.RealWorker(os.path.join(d, "ckpt3"))
     gw3 = fx.Gateway(fx.model_block("m3-merge3", "m3", tok, [w3.addr]))
+    # the check runs on a request that finds the worker's ModelInfo in (its max_context shows as max_model_len):
+    # wait for it, or a request racing the first ModelInfo answer would leave nothing to log
+    deadline = time.time() + 30
+    while time.time() < deadline and not json.loads(fx.get(gw3, "/v1/models/m3-merge3")[1]).get("max_model_len"):
+        time.sleep(0.05)
     fx.check(stream_usage(gw3, text, model="m3-merge3") == base, "text through a merge-3 worker")
     try:
         gw3.wait_log(r"worker \S+ makes one media token per 9 patches but plugin m3 per 4", timeout=10)

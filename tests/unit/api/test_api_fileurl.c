@@ -13,15 +13,18 @@
 
 #ifdef NO_OPENAT2
 #include <errno.h>
-/* Linked with --wrap=syscall: the library's openat2 lands here and finds a kernel without it, so the
- * realpath fallback runs. */
+#ifndef NO_OPENAT2_ERRNO
+#define NO_OPENAT2_ERRNO ENOSYS
+#endif
+/* Linked with --wrap=syscall: the library's openat2 lands here and finds a kernel without it (ENOSYS), or a
+ * seccomp profile older than the call (EPERM: NO_OPENAT2_ERRNO), so the realpath fallback runs. */
 static int wrapped_calls;
 long __wrap_syscall(long n, ...);
 long __wrap_syscall(long n, ...)
 {
     (void)n;
     wrapped_calls++;
-    errno = ENOSYS;
+    errno = NO_OPENAT2_ERRNO;
     return -1;
 }
 #endif
@@ -104,6 +107,12 @@ int main(void)
     CHECK(gw_api_file_beneath("/data", "/data") == NULL);
     CHECK(strcmp(gw_api_file_beneath("/", "/etc/x"), "etc/x") == 0);
     CHECK(gw_api_file_beneath(NULL, "/x") == NULL);
+    /* the folder as configured may end in '/' */
+    const char *b1 = gw_api_file_beneath("/data/", "/data/a.png"),
+               *b2 = gw_api_file_beneath("/data//", "/data/a.png");
+    CHECK(b1 && strcmp(b1, "a.png") == 0);
+    CHECK(b2 && strcmp(b2, "a.png") == 0);
+    CHECK(gw_api_file_beneath("/data/", "/database/a.png") == NULL);
 
     /* a folder with a file, a subfolder, links in and out, a FIFO; a secret beside it */
     char base[] = "/tmp/mmgw-fileurl-XXXXXX";
@@ -139,6 +148,9 @@ int main(void)
     CHECK(read_at(root, NULL, p, 1000, &len, &e) == MM_OK && len == 1000);
     snprintf(p, sizeof p, "%s/a.bin", alias); /* named through the folder as configured */
     CHECK(read_at(root, alias, p, 1 << 20, &len, &e) == MM_OK && len == 1000);
+    char alias_slash[260];
+    snprintf(alias_slash, sizeof alias_slash, "%s/", alias); /* configured with a trailing '/' */
+    CHECK_MSG(read_at(root, alias_slash, p, 1 << 20, &len, &e) == MM_OK && len == 1000, "%s", e.msg);
     CHECK(read_at(root, NULL, p, 1 << 20, &len, &e) == MM_DENIED && strstr(e.msg, "outside"));
     snprintf(p, sizeof p, "%s/sub/../a.bin", root);
     CHECK(read_at(root, NULL, p, 1 << 20, &len, &e) == MM_OK && len == 1000);
@@ -149,6 +161,13 @@ int main(void)
               e.msg);
     snprintf(p, sizeof p, "%s/out-link", root);
     CHECK_MSG(read_at(root, NULL, p, 1 << 20, &len, &e) == MM_DENIED, "%s", e.msg);
+    /* outside, a missing file reads as an existing one: whether files exist there is not told */
+    snprintf(p, sizeof p, "%s/../missing.bin", root);
+    CHECK_MSG(read_at(root, NULL, p, 1 << 20, &len, &e) == MM_DENIED && strstr(e.msg, "leads out"), "%s",
+              e.msg);
+    snprintf(p, sizeof p, "%s/sub/../../no-dir/missing.bin", root);
+    CHECK_MSG(read_at(root, NULL, p, 1 << 20, &len, &e) == MM_DENIED && strstr(e.msg, "leads out"), "%s",
+              e.msg);
     snprintf(p, sizeof p, "%s/abs-link", root);
 #ifdef NO_OPENAT2
     /* realpath follows an absolute link; what it reaches is inside, so the fallback reads it */
