@@ -2,6 +2,7 @@
  * concurrently — data: URLs are decoded and file: URLs read on the preprocessing pool, http(s) URLs are
  * fetched on the service loop under the media policy first — and when the last one is in, the prompt is built
  * and the generation (or the /tokenize answer) starts. Nothing here blocks an event loop. */
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +277,10 @@ struct fop {
     size_t k;
     const struct gw_executor *ex;
     struct gw_fetcher *fetcher;
+    struct event_base *svc_base;
+    const atomic_bool *cancel; /* &r->stop_media (r outlives the fop: it holds a pending count) */
+    struct gw_fetch *t;        /* the fetch in flight, on the service loop */
+    struct event *poll;        /* watches cancel while t is in flight */
     char *url;
     int32_t rc;
     char msg[512];
@@ -295,9 +300,36 @@ static void fop_post_back(struct fop *f)
     }
 }
 
+/* The fetch is over (done, or cancelled below): its watch goes. On the service loop. */
+static void fop_unwatch(struct fop *f)
+{
+    if (f->poll) event_free(f->poll);
+    f->poll = NULL;
+    f->t = NULL;
+}
+
+/* A fetch whose request is over (the client went away, another item failed) would otherwise run until
+ * fetch_timeout holding a connection to somebody's server: every FOP_POLL_MS the service loop looks at the
+ * request's stop flag and cancels it. Polled, not posted: the request's loop cannot touch the fetch, and a
+ * cancel message could cross the fetch's own end. */
+#define FOP_POLL_MS 50
+
+static void fop_poll(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct fop *f = arg;
+    if (!atomic_load_explicit(f->cancel, memory_order_relaxed)) return;
+    gw_fetch_cancel(f->t); /* its callback will not run */
+    fop_unwatch(f);
+    f->rc = MM_CANCELLED;
+    snprintf(f->msg, sizeof f->msg, "the fetch was cancelled");
+    fop_post_back(f);
+}
+
 static void fop_done(void *arg, struct gw_fetch_result *res)
 {
     struct fop *f = arg;
+    fop_unwatch(f);
     f->rc = res->status;
     snprintf(f->msg, sizeof f->msg, "%s", res->message ? res->message : "");
     if (res->status == MM_OK) f->body = (uint8_t *)mm_buf_detach(&res->body, &f->n);
@@ -309,11 +341,21 @@ static void fop_start(void *arg)
     struct fop *f = arg;
     struct mm_err err;
     mm_err_clear(&err);
-    int32_t rc = gw_fetch_start(f->fetcher, f->url, NULL, fop_done, f, NULL, &err);
+    int32_t rc = atomic_load_explicit(f->cancel, memory_order_relaxed)
+                     ? mm_err_set(&err, MM_CANCELLED, "the fetch was cancelled")
+                     : gw_fetch_start(f->fetcher, f->url, NULL, fop_done, f, &f->t, &err);
     if (rc != MM_OK) {
         f->rc = rc;
         snprintf(f->msg, sizeof f->msg, "%s", err.msg);
         fop_post_back(f);
+        return;
+    }
+    /* without the watch (no memory) the fetch still ends by fetch_timeout */
+    const struct timeval every = {0, FOP_POLL_MS * 1000};
+    f->poll = event_new(f->svc_base, -1, EV_PERSIST, fop_poll, f);
+    if (f->poll && event_add(f->poll, &every) != 0) {
+        event_free(f->poll);
+        f->poll = NULL;
     }
 }
 
@@ -356,6 +398,8 @@ static int fetch_media(struct gw_api_req *r, size_t k)
     f->k = k;
     f->ex = r->http->executor;
     f->fetcher = r->st->fetcher;
+    f->svc_base = gw_api_svc_base(r->st->svc);
+    f->cancel = &r->stop_media;
     f->t0 = mm_now_ns();
     if (gw_executor_post(gw_api_svc_executor(r->st->svc), fop_start, f) != 0) {
         free(f->url);

@@ -976,6 +976,38 @@ def case_disconnect():
     st, r = fx.post(gw, "/v1/chat/completions", {"model": "toy", "messages": [{"role": "user", "content": "x"}],
                                                   "max_tokens": 3})
     fx.check(st == 200, "serving after disconnects")
+    # a media fetch of a request whose client went away stops (the service loop polls the request's stop flag)
+    # instead of holding a connection to a server that never answers until fetch_timeout (20 s here)
+    stall = socket.socket()
+    stall.bind(("127.0.0.1", 0))
+    stall.listen(4)
+    gw2, _, _ = toy_setup(tempfile.mkdtemp(prefix="mmgw-api-disc2-"),
+                          media="media_fetch_allow 127.0.0.1;\n    fetch_timeout 20s;")
+    body = json.dumps({"model": "toy", "max_tokens": 2, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"http://127.0.0.1:{stall.getsockname()[1]}/never.png"}},
+        {"type": "text", "text": "look"}]}]}).encode()
+    c = socket.create_connection(("127.0.0.1", gw2.port), timeout=10)
+    c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+              b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    stall.settimeout(10)
+    conn, _ = stall.accept()  # the gateway's fetch arrived
+    conn.settimeout(0.2)
+    req = b""
+    while b"\r\n\r\n" not in req:
+        req += conn.recv(4096)
+    t0 = time.time()
+    c.close()
+    closed = False
+    while time.time() - t0 < 3 and not closed:
+        try:
+            closed = conn.recv(4096) == b""
+        except socket.timeout:
+            pass
+    dt = time.time() - t0
+    print(f"client gone -> media fetch closed in {dt * 1000:.0f} ms")
+    fx.check(closed and dt < 1.5, f"the media fetch of a gone client still open after {dt:.2f} s")
+    conn.close()
+    stall.close()
 
 
 def long_gif(w, h, n, delay_cs):
