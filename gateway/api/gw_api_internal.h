@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gw_api_auth.h"
 #include "gw_api_json.h"
 #include "gw_api_stop.h"
 #include "gw_fetch.h"
@@ -139,8 +140,18 @@ struct gw_api_model {
     struct gw_series *tok_prompt, *tok_completion, *tok_cached, *media_image, *media_video;
 };
 
+/* One API route as registered: the handler behind the key check (gw_api_module.c). */
+struct gw_api_route {
+    gw_handler_fn fn;
+    struct gw_api_state *st;
+    bool open; /* no api_key asked (health) */
+};
+#define GW_API_MAX_ROUTES 8
+
 struct gw_api_state {
     const struct gw_config *config;
+    struct gw_api_auth auth;
+    struct gw_api_route routes[GW_API_MAX_ROUTES];
     struct gw_api_model *models;
     size_t n_models;
     struct gw_api_svc *svc;

@@ -40,6 +40,7 @@ static void api_fini(void *state)
     if (!st) return;
     if (st->collecting) gw_metrics_remove_collector(st->reg, collect_workers, st);
     gw_api_registry_free(st);
+    gw_api_auth_free(&st->auth);
     free(st);
 }
 
@@ -47,17 +48,26 @@ struct route_def {
     const char *method, *path;
     gw_handler_fn fn;
     uint32_t match; /* GW_ROUTE_EXACT or GW_ROUTE_PREFIX */
+    bool open;      /* served without an api_key (health checks of load balancers) */
 };
 
 static const struct route_def routes[] = {
-    {"POST", "/v1/chat/completions", gw_api_handle_chat, GW_ROUTE_EXACT},
-    {"POST", "/v1/completions", gw_api_handle_completions, GW_ROUTE_EXACT},
-    {"GET", "/v1/models", gw_api_handle_models, GW_ROUTE_EXACT},
-    {"GET", "/v1/models/", gw_api_handle_model, GW_ROUTE_PREFIX},
-    {"POST", "/tokenize", gw_api_handle_tokenize, GW_ROUTE_EXACT},
-    {"POST", "/detokenize", gw_api_handle_detokenize, GW_ROUTE_EXACT},
-    {"GET", "/health/models", gw_api_handle_health, GW_ROUTE_EXACT},
+    {"POST", "/v1/chat/completions", gw_api_handle_chat, GW_ROUTE_EXACT, false},
+    {"POST", "/v1/completions", gw_api_handle_completions, GW_ROUTE_EXACT, false},
+    {"GET", "/v1/models", gw_api_handle_models, GW_ROUTE_EXACT, false},
+    {"GET", "/v1/models/", gw_api_handle_model, GW_ROUTE_PREFIX, false},
+    {"POST", "/tokenize", gw_api_handle_tokenize, GW_ROUTE_EXACT, false},
+    {"POST", "/detokenize", gw_api_handle_detokenize, GW_ROUTE_EXACT, false},
+    {"GET", "/health/models", gw_api_handle_health, GW_ROUTE_EXACT, true},
 };
+_Static_assert(sizeof routes / sizeof routes[0] <= GW_API_MAX_ROUTES, "GW_API_MAX_ROUTES");
+
+/* Every API route enters here: the key check (api_key), then its handler. */
+static void api_route(struct gw_request *req, void *ud)
+{
+    const struct gw_api_route *rt = ud;
+    if (rt->open || gw_api_auth_check(&rt->st->auth, req)) rt->fn(req, rt->st);
+}
 
 static int32_t api_init(const struct gw_module_ctx *ctx, void *prev_state, void **state, struct mm_err *err)
 {
@@ -66,9 +76,13 @@ static int32_t api_init(const struct gw_module_ctx *ctx, void *prev_state, void 
     st->reg = ctx->metrics;
     int32_t rc = gw_api_metrics_init(ctx->metrics, &st->m, err);
     if (rc == MM_OK) rc = gw_api_registry_build(st, ctx, err);
-    for (size_t i = 0; rc == MM_OK && i < sizeof routes / sizeof routes[0]; i++)
-        rc = gw_routes_add(ctx->routes, routes[i].method, routes[i].path, routes[i].match, routes[i].fn, st,
-                           false, err);
+    if (rc == MM_OK)
+        rc = gw_api_auth_init(&st->auth, ctx->config->http.api_keys, ctx->config->http.n_api_keys, err);
+    for (size_t i = 0; rc == MM_OK && i < sizeof routes / sizeof routes[0]; i++) {
+        st->routes[i] = (struct gw_api_route){.fn = routes[i].fn, .st = st, .open = routes[i].open};
+        rc = gw_routes_add(ctx->routes, routes[i].method, routes[i].path, routes[i].match, api_route,
+                           &st->routes[i], false, err);
+    }
     if (rc == MM_OK && !ctx->check_only) {
         if (gw_metrics_add_collector(ctx->metrics, collect_workers, st) != MM_OK)
             rc = mm_err_set(err, MM_NOMEM, "out of memory");

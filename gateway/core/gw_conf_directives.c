@@ -296,6 +296,20 @@ static const struct gw_directive main_directives[] = {
     {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
 };
 
+/* A key travels in an HTTP header: visible ASCII only (no blanks, no quotes to confuse a shell or a log) */
+static const char *set_api_keys(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    for (size_t i = 0; i < gw_conf_nargs(cf); i++) {
+        const char *k = gw_conf_arg(cf, i);
+        if (!*k) return "empty key";
+        for (const char *p = k; *p; p++)
+            if (*p <= ' ' || *p > '~' || *p == '"' || *p == '\'')
+                return gw_conf_msg(cf, "key %zu has a character other than visible ASCII (a blank, a quote)",
+                                   i + 1);
+    }
+    return gw_conf_set_str_list(cf, d, conf);
+}
+
 static const struct gw_directive http_directives[] = {
     {"listen", GW_CTX_HTTP | GW_CONF_1MORE | GW_CONF_MULTI, set_listen, 0, 0, 0, NULL,
      "ADDRESS:PORT [ssl] [http2] [backlog=N]",
@@ -348,6 +362,12 @@ static const struct gw_directive http_directives[] = {
      "error | warn | info | debug", "Log verbosity (stderr). MMGW_LOG_LEVEL in the environment wins.", NULL},
     {"access_log", GW_CTX_HTTP | GW_CONF_TAKE1, gw_conf_set_flag, HTTP(access_log), 0, 0, "off", "on | off",
      "One log line per request: client, request line, status, bytes, duration, request id.", NULL},
+    {"api_key", GW_CTX_HTTP | GW_CONF_1MORE | GW_CONF_MULTI, set_api_keys, HTTP(api_keys), 0, 0, NULL,
+     "KEY ...",
+     "Require `Authorization: Bearer KEY` (any of the keys; repeatable) on the API's routes (/v1/..., "
+     "/tokenize, /detokenize); /health, /health/models and /metrics stay open. Without it no key is asked. "
+     "Keep keys out of a shared file with `include` of one only the server can read.",
+     NULL},
     {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
 };
 

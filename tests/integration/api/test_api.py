@@ -618,6 +618,13 @@ def case_conftest():
         ("media {\n    allowed_local_media_path inc.conf;\n}\n",
          r"t\.conf:5: \"allowed_local_media_path\" directive: .*inc\.conf\": not a directory"),
     ]
+    # a key with a blank, in the http block of its own file
+    with open(os.path.join(d, "keys.conf"), "w") as f:
+        f.write("http {\n    listen 127.0.0.1:0;\n    api_key ok-key \"a b\";\n}\n")
+    p = subprocess.run([fx.MMGW, "-t", "-c", os.path.join(d, "keys.conf")], capture_output=True, timeout=60, cwd=d)
+    err = p.stderr.decode(errors="replace")
+    fx.check(p.returncode != 0 and 'keys.conf:3: "api_key" directive: key 2 has a character other' in err,
+             f"api_key with a blank: rc {p.returncode}: {err}")
     with open(os.path.join(d, "inc.conf"), "w") as f:
         f.write("model z {\n    plugin m3;\n    tokenizer /nonexistent.json;\n    upstream 127.0.0.1:1;\n}\n")
     import re
@@ -1351,11 +1358,63 @@ def case_demo():
     fx.check(gw.text().count("media token per") == 0, "no merge warning for the merge-2 worker")
 
 
+# ---------------------------------------------------------------- API keys
+
+def case_auth():
+    """api_key: the API's routes need "Authorization: Bearer KEY" (any configured key), answered 401 in OpenAI's
+    shape with WWW-Authenticate otherwise; health and metrics stay open; h2c the same."""
+    d = tempfile.mkdtemp(prefix="mmgw-api-auth-")
+    gw, _, _ = toy_setup(d, http_extra="api_key sk-test-one sk-test-two;")
+    chat = {"model": "toy", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+
+    def call(method, path, body=None, key=None, auth=None):
+        h = {"content-type": "application/json"}
+        if key is not None:
+            h["authorization"] = f"Bearer {key}"
+        if auth is not None:
+            h["authorization"] = auth
+        req = urllib.request.Request(gw.url(path), data=json.dumps(body).encode() if body is not None else None,
+                                     headers=h, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read(), {k.lower(): v for k, v in r.headers.items()}
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), {k.lower(): v for k, v in e.headers.items()}
+
+    for path, body in (("/v1/chat/completions", chat), ("/v1/completions", {"model": "toy", "prompt": "x",
+                                                                           "max_tokens": 1}),
+                       ("/tokenize", {"model": "toy", "prompt": "x"}), ("/detokenize", {"model": "toy", "tokens": [1]})):
+        for label, kw in (("no key", {}), ("wrong key", {"key": "sk-test-three"}), ("not bearer", {"auth": "Basic eA=="}),
+                          ("empty bearer", {"auth": "Bearer "}), ("a key's prefix", {"key": "sk-test-on"})):
+            st, txt, h = call("POST", path, body, **kw)
+            err = json.loads(txt).get("error", {}) if st == 401 else {}
+            fx.check(st == 401 and err.get("code") == "invalid_api_key" and err.get("type") == "invalid_request_error"
+                     and h.get("www-authenticate") == "Bearer", f"{path} {label}: {st} {txt[:200]!r} {h}")
+        for key in ("sk-test-one", "sk-test-two"):
+            st, txt, _ = call("POST", path, body, key=key)
+            fx.check(st == 200, f"{path} with {key}: {st} {txt[:200]!r}")
+    st, _, _ = call("POST", "/v1/chat/completions", chat, auth="bearer   sk-test-two  ")
+    fx.check(st == 200, f"scheme in any case, blanks around the key: {st}")
+    for path in ("/v1/models", "/v1/models/toy"):
+        fx.check(call("GET", path)[0] == 401 and call("GET", path, key="sk-test-one")[0] == 200, f"GET {path}")
+    for path in ("/health", "/health/models", "/metrics"):
+        st, _, _ = call("GET", path)
+        fx.check(st == 200, f"GET {path} without a key: {st}")
+    st, ver, r = fx.curl_json(gw.url("/v1/chat/completions"), chat, "--http2-prior-knowledge")
+    fx.check(st == 401 and ver == "2" and r.get("error", {}).get("code") == "invalid_api_key", f"h2c no key: {st} {r}")
+    st, ver, r = fx.curl_json(gw.url("/v1/chat/completions"), chat, "--http2-prior-knowledge", "-H",
+                              "authorization: Bearer sk-test-one")
+    fx.check(st == 200 and ver == "2", f"h2c with the key: {st} {r}")
+    st, txt, _ = call("POST", "/v1/chat/completions", dict(chat, stream=True), key="sk-test-one")
+    fx.check(st == 200 and b"data: [DONE]" in txt, f"streamed with the key: {st}")
+    fx.check("sk-test" not in gw.text(), "a key in the gateway's log")
+
+
 CASES = {
     "golden_h1": case_golden_h1, "golden_h2": case_golden_h2, "tokenize": case_tokenize,
     "media_tokens": case_media_tokens, "errors": case_errors, "toy": case_toy, "disconnect": case_disconnect,
     "failover": case_failover, "media_time": case_media_time, "parse": case_parse, "qwen2vl": case_qwen2vl, "robust": case_robust, "backpressure": case_backpressure, "reload": case_reload, "metrics": case_metrics,
-    "demo": case_demo, "surface": case_surface, "conftest": case_conftest,
+    "demo": case_demo, "surface": case_surface, "conftest": case_conftest, "auth": case_auth,
 }
 
 if __name__ == "__main__":
