@@ -310,6 +310,20 @@ static const char *set_api_keys(struct gw_conf_parse *cf, const struct gw_direct
     return gw_conf_set_str_list(cf, d, conf);
 }
 
+/* An origin is "scheme://host[:port]" as browsers send it (no path, no blanks), or "*" */
+static const char *set_cors_origins(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    for (size_t i = 0; i < gw_conf_nargs(cf); i++) {
+        const char *o = gw_conf_arg(cf, i);
+        if (strcmp(o, "*") == 0) continue;
+        const char *sep = strstr(o, "://");
+        bool ok = sep && sep > o && sep[3] && !strchr(sep + 3, '/');
+        for (const char *p = o; ok && *p; p++) ok = *p > ' ' && *p <= '~' && *p != '"' && *p != ',';
+        if (!ok) return gw_conf_msg(cf, "invalid origin \"%s\" (scheme://host[:port], or *)", o);
+    }
+    return gw_conf_set_str_list(cf, d, conf);
+}
+
 static const struct gw_directive http_directives[] = {
     {"listen", GW_CTX_HTTP | GW_CONF_1MORE | GW_CONF_MULTI, set_listen, 0, 0, 0, NULL,
      "ADDRESS:PORT [ssl] [http2] [backlog=N]",
@@ -367,6 +381,12 @@ static const struct gw_directive http_directives[] = {
      "Require `Authorization: Bearer KEY` (any of the keys; repeatable) on the API's routes (/v1/..., "
      "/tokenize, /detokenize); /health, /health/models and /metrics stay open. Without it no key is asked. "
      "Keep keys out of a shared file with `include` of one only the server can read.",
+     NULL},
+    {"cors_allow_origin", GW_CTX_HTTP | GW_CONF_1MORE | GW_CONF_MULTI, set_cors_origins, HTTP(cors_origins),
+     0, 0, NULL, "ORIGIN ... | *",
+     "Let browser apps served from these origins (`https://app.example.com`, or `*` for any) call the API: "
+     "preflights (OPTIONS) are answered 204 and responses carry Access-Control-Allow-Origin. Cookies are "
+     "never allowed (use api_key). Without it OPTIONS is a 405.",
      NULL},
     {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
 };

@@ -55,8 +55,10 @@ struct gw_http_conf {
     int64_t shutdown_timeout_ms; /* SIGTERM: how long running requests may finish */
     int32_t log_level;           /* mm_log level (MM_LOG_ERROR..MM_LOG_DEBUG) */
     bool access_log;             /* one log line per request */
-    const char **api_keys; /* api_key: a request to the API needs "Authorization: Bearer" one of these */
-    size_t n_api_keys;     /* (must follow api_keys: gw_conf_set_str_list); 0 = no key needed */
+    const char **api_keys;     /* api_key: a request to the API needs "Authorization: Bearer" one of these */
+    size_t n_api_keys;         /* (must follow api_keys: gw_conf_set_str_list); 0 = no key needed */
+    const char **cors_origins; /* cors_allow_origin: origins (or "*") browsers may call the API from */
+    size_t n_cors_origins;     /* (must follow cors_origins); 0 = no CORS headers, OPTIONS is a 405 */
 };
 
 /** A `key value` pair of `plugin_option`, passed to the plugin as text. */

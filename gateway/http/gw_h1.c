@@ -383,7 +383,7 @@ static int32_t h1_start(struct gw__req *r, int status, int64_t length)
     head_put(&hb, "\r\ndate: ", 8);
     head_str(&hb, gw_loop_date(c->loop));
     head_put(&hb, "\r\nserver: mmgw\r\n", 16);
-    if (!streaming) {
+    if (!streaming && status != 204 && status != 304) { /* RFC 9110 §8.6: never on a 204 */
         head_put(&hb, "content-length: ", 16);
         head_put(&hb, num, fmt_u64(num, (uint64_t)length, 10));
         head_put(&hb, "\r\n", 2);

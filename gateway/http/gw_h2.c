@@ -391,7 +391,7 @@ static int32_t h2_start(struct gw__req *r, int status, int64_t length)
     nva[k++] = make_nv(":status", status_s);
     nva[k++] = make_nv("date", gw_loop_date(h->c->loop));
     nva[k++] = make_nv("server", "mmgw");
-    if (length >= 0) {
+    if (length >= 0 && status != 204 && status != 304) { /* RFC 9110 §8.6: never on a 204 */
         snprintf(len_s, 24, "%lld", (long long)length);
         nva[k++] = make_nv("content-length", len_s);
     }

@@ -277,6 +277,10 @@ int32_t gw__req_set_line(struct gw__req *r, const char *method, size_t ml, const
 int32_t gw__req_add_body(struct gw__req *r, const void *p, size_t n);
 /** Route and call the handler (or answer 404/405). */
 void gw__req_dispatch(struct gw__req *r);
+/** cors_allow_origin (gw_cors.c): answer a preflight from an allowed origin (true: answered, or refused
+ * with 403); add Access-Control-Allow-Origin for an allowed Origin to a response being started. */
+bool gw__cors_preflight(struct gw__req *r);
+int32_t gw__cors_headers(struct gw__req *r);
 /** Answer an error before dispatch (400/408/413/431...), then the transport lets go as usual. */
 void gw__req_fail(struct gw__req *r, int status, const char *message);
 /** The transport is done with the request (response complete or never started): log, detach, unref. */

@@ -347,7 +347,9 @@ void gw__req_dispatch(struct gw__req *r)
     const struct gw_route *route =
         gw_routes_match(r->site->routes, pub->method, pub->path, &status, allow, sizeof allow);
     gw__req_ref(r);
-    if (!route) {
+    if (gw__cors_preflight(r)) { /* a CORS preflight is answered whatever the route: OPTIONS has none */
+        pub->route = "";
+    } else if (!route) {
         pub->route = "";
         if (status == 405 && allow[0]) gw_http_add_header(pub, "allow", allow);
         char msg[160];

@@ -76,6 +76,7 @@ static int32_t begin(struct gw__req *r, int status, const char *content_type, in
     if (content_type && (!valid_value(content_type) || push_header(r, "content-type", content_type)))
         return MM_NOMEM;
     if (push_header(r, "x-request-id", r->pub.id_str)) return MM_NOMEM;
+    if (gw__cors_headers(r)) return MM_NOMEM;
     /* 429 and 503 are "try again": say when, unless the handler did (RFC 9110 §10.2.3). Every one the
      * gateway makes (a full worker, no healthy worker, draining, a full queue, out of memory) is a
      * momentary state, so one short value fits them all; see GW_HTTP_RETRY_AFTER */

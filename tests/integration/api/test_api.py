@@ -625,6 +625,12 @@ def case_conftest():
     err = p.stderr.decode(errors="replace")
     fx.check(p.returncode != 0 and 'keys.conf:3: "api_key" directive: key 2 has a character other' in err,
              f"api_key with a blank: rc {p.returncode}: {err}")
+    with open(os.path.join(d, "cors.conf"), "w") as f:
+        f.write("http {\n    listen 127.0.0.1:0;\n    cors_allow_origin https://app.example.com/ui;\n}\n")
+    p = subprocess.run([fx.MMGW, "-t", "-c", os.path.join(d, "cors.conf")], capture_output=True, timeout=60, cwd=d)
+    err = p.stderr.decode(errors="replace")
+    fx.check(p.returncode != 0 and 'cors.conf:3: "cors_allow_origin" directive: invalid origin' in err,
+             f"an origin with a path: rc {p.returncode}: {err}")
     with open(os.path.join(d, "inc.conf"), "w") as f:
         f.write("model z {\n    plugin m3;\n    tokenizer /nonexistent.json;\n    upstream 127.0.0.1:1;\n}\n")
     import re
@@ -1362,13 +1368,15 @@ def case_demo():
 
 def case_auth():
     """api_key: the API's routes need "Authorization: Bearer KEY" (any configured key), answered 401 in OpenAI's
-    shape with WWW-Authenticate otherwise; health and metrics stay open; h2c the same."""
+    shape with WWW-Authenticate otherwise; health and metrics stay open; h2c the same. cors_allow_origin:
+    preflights from listed origins answered 204 without a key, responses (401s too) name the origin."""
     d = tempfile.mkdtemp(prefix="mmgw-api-auth-")
-    gw, _, _ = toy_setup(d, http_extra="api_key sk-test-one sk-test-two;")
+    gw, _, _ = toy_setup(d, http_extra="api_key sk-test-one sk-test-two;\n    "
+                                        "cors_allow_origin https://app.example.com http://localhost:3000;")
     chat = {"model": "toy", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
 
-    def call(method, path, body=None, key=None, auth=None):
-        h = {"content-type": "application/json"}
+    def call(method, path, body=None, key=None, auth=None, extra=None):
+        h = {"content-type": "application/json", **(extra or {})}
         if key is not None:
             h["authorization"] = f"Bearer {key}"
         if auth is not None:
@@ -1408,6 +1416,38 @@ def case_auth():
     st, txt, _ = call("POST", "/v1/chat/completions", dict(chat, stream=True), key="sk-test-one")
     fx.check(st == 200 and b"data: [DONE]" in txt, f"streamed with the key: {st}")
     fx.check("sk-test" not in gw.text(), "a key in the gateway's log")
+    # CORS (cors_allow_origin): a browser app's preflight needs no key; its answers name the origin, 401s too
+    app = {"origin": "https://app.example.com"}
+    st, _, h = call("OPTIONS", "/v1/chat/completions", extra=dict(app, **{
+        "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type"}))
+    fx.check(st == 204 and h.get("access-control-allow-origin") == "https://app.example.com" and
+             "POST" in h.get("access-control-allow-methods", "") and
+             h.get("access-control-allow-headers") == "authorization, content-type" and h.get("vary") == "origin"
+             and "content-length" not in h, f"preflight from an allowed origin: {st} {h}")
+    st, ver, _ = fx.curl_json(gw.url("/v1/chat/completions"), {}, "--http2-prior-knowledge", "-X", "OPTIONS", "-H",
+                              "origin: http://localhost:3000", "-H", "access-control-request-method: POST")
+    fx.check(st == 204 and ver == "2", f"h2c preflight: {st} {ver}")
+    st, _, h = call("OPTIONS", "/v1/chat/completions", extra={"origin": "https://evil.example.com",
+                                                              "access-control-request-method": "POST"})
+    fx.check(st == 403 and "access-control-allow-origin" not in h, f"preflight from another origin: {st} {h}")
+    st, _, h = call("POST", "/v1/chat/completions", chat, key="sk-test-one", extra=app)
+    fx.check(st == 200 and h.get("access-control-allow-origin") == "https://app.example.com", f"POST: {st} {h}")
+    st, _, h = call("POST", "/v1/chat/completions", chat, extra=app)
+    fx.check(st == 401 and h.get("access-control-allow-origin") == "https://app.example.com", f"401: {st} {h}")
+    st, _, h = call("POST", "/v1/chat/completions", chat, key="sk-test-one", extra={"origin": "https://evil.example.com"})
+    fx.check(st == 200 and "access-control-allow-origin" not in h, f"POST from another origin: {st} {h}")
+    st, _, h = call("OPTIONS", "/v1/chat/completions")  # not a preflight (no Origin): no route takes OPTIONS
+    fx.check(st == 405, f"OPTIONS without Origin: {st}")
+    # without the directive: no CORS headers, OPTIONS stays a 405
+    gw2, _, _ = toy_setup(tempfile.mkdtemp(prefix="mmgw-api-auth2-"))
+    req = urllib.request.Request(gw2.url("/v1/chat/completions"), method="OPTIONS",
+                                 headers={**app, "access-control-request-method": "POST"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            st2, h2 = r.status, {k.lower(): v for k, v in r.headers.items()}
+    except urllib.error.HTTPError as e:
+        st2, h2 = e.code, {k.lower(): v for k, v in e.headers.items()}
+    fx.check(st2 == 405 and "access-control-allow-origin" not in h2, f"no cors_allow_origin: {st2} {h2}")
 
 
 CASES = {
