@@ -618,34 +618,28 @@ def case_conftest():
         ("media {\n    allowed_local_media_path inc.conf;\n}\n",
          r"t\.conf:5: \"allowed_local_media_path\" directive: .*inc\.conf\": not a directory"),
     ]
-    # a key with a blank, in the http block of its own file
-    with open(os.path.join(d, "keys.conf"), "w") as f:
-        f.write("http {\n    listen 127.0.0.1:0;\n    api_key ok-key \"a b\";\n}\n")
-    p = subprocess.run([fx.MMGW, "-t", "-c", os.path.join(d, "keys.conf")], capture_output=True, timeout=60, cwd=d)
-    err = p.stderr.decode(errors="replace")
-    fx.check(p.returncode != 0 and 'keys.conf:3: "api_key" directive: key 2 has a character other' in err,
-             f"api_key with a blank: rc {p.returncode}: {err}")
-    with open(os.path.join(d, "cors.conf"), "w") as f:
-        f.write("http {\n    listen 127.0.0.1:0;\n    cors_allow_origin https://app.example.com/ui;\n}\n")
-    p = subprocess.run([fx.MMGW, "-t", "-c", os.path.join(d, "cors.conf")], capture_output=True, timeout=60, cwd=d)
-    err = p.stderr.decode(errors="replace")
-    fx.check(p.returncode != 0 and 'cors.conf:3: "cors_allow_origin" directive: invalid origin' in err,
-             f"an origin with a path: rc {p.returncode}: {err}")
+    def mmgw_t(name, text):
+        """mmgw -t on text written to d/name: (exit status, stderr)."""
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+        p = subprocess.run([fx.MMGW, "-t", "-c", os.path.join(d, name)], capture_output=True, timeout=60, cwd=d)
+        return p.returncode, p.stderr.decode(errors="replace")
+
+    # a key with a blank, and an origin with a path, in the http block of a file of their own
+    rc, err = mmgw_t("keys.conf", "http {\n    listen 127.0.0.1:0;\n    api_key ok-key \"a b\";\n}\n")
+    fx.check(rc != 0 and 'keys.conf:3: "api_key" directive: key 2 has a character other' in err,
+             f"api_key with a blank: rc {rc}: {err}")
+    rc, err = mmgw_t("cors.conf", "http {\n    listen 127.0.0.1:0;\n    cors_allow_origin https://app.example.com/ui;\n}\n")
+    fx.check(rc != 0 and 'cors.conf:3: "cors_allow_origin" directive: invalid origin' in err,
+             f"an origin with a path: rc {rc}: {err}")
     with open(os.path.join(d, "inc.conf"), "w") as f:
         f.write("model z {\n    plugin m3;\n    tokenizer /nonexistent.json;\n    upstream 127.0.0.1:1;\n}\n")
     import re
     for body, want in cases:
-        path = os.path.join(d, "t.conf")
-        with open(path, "w") as f:
-            f.write(head + body)
-        p = subprocess.run([fx.MMGW, "-t", "-c", path], capture_output=True, timeout=60, cwd=d)
-        err = p.stderr.decode(errors="replace")
-        fx.check(p.returncode != 0 and re.search(want, err), f"mmgw -t: want /{want}/, got rc {p.returncode}: {err}")
-    with open(os.path.join(d, "t.conf"), "w") as f:
-        f.write(head + f"model x {{\n    plugin m3;\n    tokenizer {tok};\n    upstream 127.0.0.1:1;\n}}\n")
-    p = subprocess.run([fx.MMGW, "-t", "-c", os.path.join(d, "t.conf")], capture_output=True, timeout=60, cwd=d)
-    fx.check(p.returncode == 0, f"a good config passes: {p.stderr.decode(errors='replace')}")
-
+        rc, err = mmgw_t("t.conf", head + body)
+        fx.check(rc != 0 and re.search(want, err), f"mmgw -t: want /{want}/, got rc {rc}: {err}")
+    rc, err = mmgw_t("t.conf", head + f"model x {{\n    plugin m3;\n    tokenizer {tok};\n    upstream 127.0.0.1:1;\n}}\n")
+    fx.check(rc == 0, f"a good config passes: {err}")
 
 def token_bytes(path):
     """{id: bytes} of a byte-level BPE tokenizer.json (GPT-2's byte-to-character map; added tokens as UTF-8)."""
