@@ -611,23 +611,15 @@ def suite_port_file_link(args):
     os.mkdir(os.path.join(d, "sub"))
     link, target = os.path.join(d, "port"), os.path.join(d, "sub", "port.txt")
     os.symlink("sub/port.txt", link)
-    argv, env = worker_argv(args, ["--listen", "127.0.0.1:0", "--port-file", link])
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv, env = worker_argv(args)
+    w = wc.WorkerProc(argv, env=env, port_file=link)  # the port is read through the link
     try:
-        end, port = time.time() + 120, ""
-        while time.time() < end and p.poll() is None and not port:
-            time.sleep(0.05)
-            if os.path.exists(target):
-                port = open(target).read().strip()
-        check(port.isdigit() and os.path.islink(link),
+        w.wait_ready()
+        port = open(target).read().strip() if os.path.exists(target) else ""
+        check(port.isdigit() and int(port) == w.port and os.path.islink(link),
               "port %r in the link's target, the link still a link (%s)" % (port, os.path.islink(link)))
     finally:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        w.stop()
 
 
 def suite_context_cache(args, pb2):

@@ -32,9 +32,10 @@ CHANNEL_OPTS = [("grpc.max_receive_message_length", MAX_MSG), ("grpc.max_send_me
 class WorkerProc:
     """A worker process listening on 127.0.0.1 with a port chosen by the OS (reported via --port-file)."""
 
-    def __init__(self, argv, port_flag="--port-file", listen_flag="--listen", env=None, log_path=None):
+    def __init__(self, argv, port_flag="--port-file", listen_flag="--listen", env=None, log_path=None,
+                 port_file=None):
         self.tmp = tempfile.mkdtemp(prefix="mmgw-worker-")
-        self.port_file = os.path.join(self.tmp, "port")
+        self.port_file = port_file or os.path.join(self.tmp, "port")
         self.log_path = log_path or os.path.join(self.tmp, "worker.log")
         self.argv = list(argv) + [listen_flag, "127.0.0.1:0", port_flag, self.port_file]
         self.log = open(self.log_path, "wb")
