@@ -12,6 +12,7 @@
 
 #include "gw_conf.h"
 #include "mm_log.h"
+#include "mm_malloc.h"
 
 #ifndef MMGW_VERSION
 #define MMGW_VERSION "0.0.0"
@@ -282,6 +283,7 @@ static uint32_t loop_count(const struct gw_config *conf)
 
 int gw_server_main(int argc, char **argv, const struct gw_module *const *modules)
 {
+    mm_malloc_tune_server();
     const char *path = DEFAULT_CONF;
     bool test = false;
     for (int i = 1; i < argc; i++) {

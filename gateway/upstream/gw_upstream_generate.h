@@ -7,9 +7,10 @@
  *
  * Media: each MultimodalItem's pixel_values must arrive as inline `data`. F32 tensors are sent as BF16
  * (what the model consumes; half the bytes) unless keep_f32 is set. Per call the client decides
- * how each tensor travels: inline when small; via a POSIX shared-memory object when the worker is on
- * this host and its ModelInfo reported supports_shm (created with shm_open, unlinked when the call
- * ends); otherwise staged with UploadTensor chunks before Generate starts. The caller's tensor bytes
+ * how each tensor travels: via a POSIX shared-memory object when the worker is on this host, its
+ * ModelInfo reported supports_shm and the tensor is not small (created with shm_open, unlinked when the
+ * call ends); else inline when it fits the message; otherwise staged with UploadTensor chunks before
+ * Generate starts. The caller's tensor bytes
  * are read until the uploads finish or the call is cancelled, whichever comes first.
  *
  * Threading: start, pause, resume and cancel are called on the executor's thread, where the callbacks
@@ -34,6 +35,8 @@ struct gw_gen_opts {
     uint32_t timeout_ms;         /* deadline of the Generate call itself, 0 = none */
     uint64_t inline_max_bytes;   /* a tensor larger than this goes out of band; 0 = 4 MiB */
     int no_shm;                  /* never use shared memory (uploads instead) */
+    uint64_t shm_min_bytes;      /* to a local worker with shared memory, a tensor this large or larger goes
+                                    through it even where it fits inline; 0 = 256 KiB */
     uint32_t upload_chunk_bytes; /* UploadTensor chunk size, 0 = 1 MiB */
     int keep_f32;                /* send F32 tensors as they are instead of converting them to BF16 */
     int core_only;               /* gw_upstream_generate_loop: always through gRPC C core */

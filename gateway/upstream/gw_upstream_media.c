@@ -23,8 +23,12 @@ int32_t gw_shm_tensor_create(const void *data, size_t len, char name[GW_SHM_NAME
     if (fd < 0) return mm_err_set(err, MM_IO, "shm_open %s: %s", name, strerror(errno));
     int32_t rc = MM_OK;
     if (len > 0) {
-        if (ftruncate(fd, (off_t)len) != 0) {
-            rc = mm_err_set(err, MM_IO, "ftruncate %s to %zu bytes: %s", name, len, strerror(errno));
+        /* Allocated, not just sized: a full /dev/shm (64 MiB in a default container) is then this error
+         * instead of a SIGBUS in the copy below. */
+        int fe = posix_fallocate(fd, 0, (off_t)len);
+        if (fe != 0) {
+            rc = mm_err_set(err, fe == ENOSPC ? MM_TOO_LARGE : MM_IO, "allocating %zu bytes for %s: %s", len,
+                            name, strerror(fe));
         } else {
             void *p = mmap(NULL, len, PROT_WRITE, MAP_SHARED, fd, 0);
             if (p == MAP_FAILED) {

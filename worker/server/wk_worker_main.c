@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "mm_log.h"
+#include "mm_malloc.h"
 #include "mm_outfile.h"
 #include "wk_cli.h"
 #include "wk_engine.h"
@@ -74,6 +75,7 @@ static void forward_signal(int sig)
 
 int main(int argc, char **argv)
 {
+    mm_malloc_tune_server();
     struct wk_cli cli;
     struct mm_err err = {0};
     if (wk_cli_parse(argc, argv, &cli, &err) != MM_OK) {

@@ -395,6 +395,37 @@ static void test_media(void)
     test_loop_run(loop, NULL, NULL, 50);
     CHECK_EQ_INT(count_shm_objects(), 0);
 
+    /* a mid-size tensor (1 MiB, fits inline) also goes by shared memory to a local worker, and inline when
+     * shm_min_bytes is above it */
+    size_t mid_len = 1u << 20;
+    uint8_t *mid = pattern(mid_len, 3);
+    struct item_buf mb;
+    make_item(&mb, mid, mid_len);
+    Mmgw__Worker__V1__MultimodalItem *mid_items[1] = {&mb.item};
+    char crc_mid[32];
+    snprintf(crc_mid, sizeof(crc_mid), "\"crc\": %lu", crc32(0, mid, (uInt)mid_len));
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "media-mid-shm", &s, NULL, mid_items, 1), MM_OK);
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.shm_items, 1);
+    CHECK_EQ_INT(tr.inline_items, 0);
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
+    CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-shm\"", "\"transport\": \"shm\"", crc_mid, NULL), 1);
+    memset(&s, 0, sizeof(s));
+    struct gw_gen_opts mid_inline = {.shm_min_bytes = 2u << 20};
+    CHECK_EQ_INT(start(ch, "media-mid-inline", &s, &mid_inline, mid_items, 1), MM_OK);
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.inline_items, 1);
+    CHECK_EQ_INT(tr.shm_items, 0);
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
+    CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
+    CHECK_EQ_INT(
+        fake_worker_log_count(&w, "\"media-mid-inline\"", "\"transport\": \"inline\"", crc_mid, NULL), 1);
+    test_loop_run(loop, NULL, NULL, 50);
+    CHECK_EQ_INT(count_shm_objects(), 0);
+    free(mid);
+
     /* without shared memory: an UploadTensor stream first, the Generate names the upload */
     memset(&s, 0, sizeof(s));
     struct gw_gen_opts opts = {.no_shm = 1, .upload_chunk_bytes = 256 * 1024};
