@@ -290,7 +290,7 @@ def main():
                 loads.append(os.getloadavg()[0])
                 print("; ".join(line) + f"; load {loads[-1]:.1f}", flush=True)
         lat_gw = lat_w = float("nan")
-        r_img = {"rps": float("nan"), "2xx": 0, "errors": 0}
+        r_img = {"rps": float("nan"), "2xx": 0, "errors": 0, "server_us": float("nan"), "worker_us": float("nan")}
         pp_rate = float("nan")
         n_prompt = 0
         if not args.quick:
@@ -310,7 +310,7 @@ def main():
                 lat_w = float(out[0])
                 # 3. images per second end to end, 2 preprocessing threads
                 h2load(url, 40, 4, 1, h1=True, body=img)
-                r_img = h2load(url, args.images, 8, 1, h1=True, body=img)
+                r_img = measure(url, args.images, 8, 1, True, img, gw.pids(), [worker.pid], None)
             finally:
                 gw.stop()
                 stop(worker)
@@ -361,7 +361,9 @@ def main():
         print(f"\nadded latency (one request at a time, max_tokens 2, {n_prompt}-token prompt): gateway {lat_gw:.3f} ms "
               f"- worker alone {lat_w:.3f} ms = {lat_gw - lat_w:.3f} ms")
         print(f"images end to end (640x480 JPEG data: URL, 2 preprocessing threads, 8 clients): {r_img['rps']:.1f} "
-              f"images/s ({r_img['2xx']} ok, {r_img['errors']} errors); preprocessing alone, 2 threads: {pp_rate:.1f} images/s")
+              f"images/s ({r_img['2xx']} ok, {r_img['errors']} errors; CPU per image: gateway "
+              f"{r_img['server_us'] / 1e3:.2f} ms, worker {r_img['worker_us'] / 1e3:.2f} ms); preprocessing alone, "
+              f"2 threads: {pp_rate:.1f} images/s")
         if idle:
             print(f"idle connection memory (kB, HTTP/1.1 / h2): nginx {idle['nginx'][0]:.2f} / {idle['nginx'][1]:.2f}, "
                   f"mmgw {idle['mmgw'][0]:.2f} / {idle['mmgw'][1]:.2f}")
