@@ -19,6 +19,7 @@
 
 static const char *const gen_method = GW_WORKER_METHOD("Generate");
 static atomic_uint_fast64_t upload_counter;
+static atomic_int shm_warned;
 
 struct staged_upload {
     char upload_id[128];
@@ -455,8 +456,13 @@ static int32_t make_plan(struct core_call *c, const Mmgw__Worker__V1__GenerateRe
                 c->transport.shm_items++;
                 continue;
             }
-            mm_log_warn("upstream", "shared memory unavailable (%s); %s instead", e.msg,
-                        fits ? "sending the tensor inline" : "uploading");
+            /* once per process as a warning (no /dev/shm, or a full one, would otherwise log every image) */
+            if (!atomic_exchange(&shm_warned, 1))
+                mm_log_warn("upstream",
+                            "shared memory unavailable (%s); %s instead (further cases at debug level)",
+                            e.msg, fits ? "sending the tensor inline" : "uploading");
+            else
+                mm_log_debug("upstream", "shared memory unavailable (%s)", e.msg);
         }
         if (fits) {
             inline_total += len;

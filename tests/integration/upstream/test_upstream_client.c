@@ -3,6 +3,8 @@
  * tensor travels (inline, shared memory, UploadTensor) with byte-exact checks on the worker side. */
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -422,6 +424,24 @@ static void test_media(void)
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
     CHECK_EQ_INT(
         fake_worker_log_count(&w, "\"media-mid-inline\"", "\"transport\": \"inline\"", crc_mid, NULL), 1);
+    /* shared memory refused (here: a file size limit below the tensor, EFBIG from posix_fallocate): the
+     * tensor goes inline instead, and no object is left behind */
+    struct rlimit fsize_was;
+    getrlimit(RLIMIT_FSIZE, &fsize_was);
+    struct rlimit small_files = {.rlim_cur = 512u << 10, .rlim_max = fsize_was.rlim_max};
+    void (*xfsz_was)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &small_files) == 0);
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "media-mid-noshm", &s, NULL, mid_items, 1), MM_OK);
+    setrlimit(RLIMIT_FSIZE, &fsize_was);
+    signal(SIGXFSZ, xfsz_was);
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.inline_items, 1);
+    CHECK_EQ_INT(tr.shm_items, 0);
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
+    CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-noshm\"", "\"transport\": \"inline\"", crc_mid, NULL),
+                 1);
     test_loop_run(loop, NULL, NULL, 50);
     CHECK_EQ_INT(count_shm_objects(), 0);
     free(mid);
