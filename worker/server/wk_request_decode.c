@@ -188,7 +188,9 @@ static int32_t decode_tensor(const Mmgw__Worker__V1__Tensor *t, size_t k, const 
         m->release_arg = up;
     } else {
         if (!lim->allow_shm)
-            return mm_err_set(err, MM_INVALID, "mm_inputs[%zu]: shared memory is disabled", k);
+            return mm_err_set(err, MM_INVALID,
+                              "mm_inputs[%zu]: shared memory is disabled, or the caller is not on this host",
+                              k);
         got = t->shm->length;
         if (got == nbytes) {
             void *h;

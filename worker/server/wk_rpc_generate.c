@@ -10,6 +10,7 @@
  * frees its pages before its next step. */
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
+#include <grpc/support/alloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "wk_grpc_status.h"
 #include "wk_outbox.h"
 #include "wk_sched.h"
+#include "wk_shm.h"
 
 #define LOG "generate"
 
@@ -242,8 +244,14 @@ void wk_rpc_generate(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *paylo
         char fallback[48];
         snprintf(fallback, sizeof(fallback), "wk-%llu",
                  (unsigned long long)__atomic_add_fetch(&g->id_counter, 1, __ATOMIC_RELAXED));
-        c->out.merge_complete = msg->merge_complete;                     /* before decode takes msg */
-        rc = wk_request_decode(msg, &g->svc.limits, fallback, &r, &err); /* takes msg */
+        c->out.merge_complete = msg->merge_complete; /* before decode takes msg */
+        struct wk_decode_limits lim = g->svc.limits;
+        if (lim.allow_shm) {
+            char *peer = grpc_call_get_peer(call);
+            lim.allow_shm = wk_shm_peer_local(peer);
+            gpr_free(peer);
+        }
+        rc = wk_request_decode(msg, &lim, fallback, &r, &err); /* takes msg */
     }
     if (rc == MM_OK) {
         c->request_id = strdup(r->id);

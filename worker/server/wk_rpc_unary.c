@@ -1,6 +1,7 @@
 /* The unary methods: Abort, Health, ModelInfo, Load. */
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
+#include <grpc/support/alloc.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "wk_engine.h"
 #include "wk_grpc_impl.h"
 #include "wk_sched.h"
+#include "wk_shm.h"
 
 #define PROTOCOL_VERSION 1
 
@@ -77,7 +79,9 @@ void wk_rpc_model_info(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *pay
     resp.video_token_id = (uint32_t)mi->video_token_id;
     resp.merge_factor = (uint32_t)g->svc.limits.merge_factor;
     resp.protocol_version = PROTOCOL_VERSION;
-    resp.supports_shm = g->svc.limits.allow_shm ? 1 : 0;
+    char *peer = g->svc.limits.allow_shm ? grpc_call_get_peer(call) : NULL;
+    resp.supports_shm = wk_shm_peer_local(peer) ? 1 : 0; /* only to callers on this host */
+    gpr_free(peer);
     resp.max_message_bytes = (uint64_t)(g->svc.max_message_bytes > 0 ? g->svc.max_message_bytes : INT_MAX);
     wk_unary_reply(call, &resp.base, GRPC_STATUS_OK, NULL);
 }

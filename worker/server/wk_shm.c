@@ -67,3 +67,13 @@ void wk_shm_unmap(void *handle)
     munmap(m->base, m->len);
     free(m);
 }
+
+int wk_shm_peer_local(const char *peer)
+{
+    if (!peer) return 0;
+    static const char *const local[] = {"unix:", "unix-abstract:", "ipv4:127.",
+                                        "ipv6:[::1]:", "ipv6:[::ffff:127."};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (strncmp(peer, local[i], strlen(local[i])) == 0) return 1;
+    return 0;
+}

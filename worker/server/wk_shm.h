@@ -14,4 +14,9 @@ int32_t wk_shm_map(const char *name, uint64_t offset, uint64_t length, const voi
 /** Unmap (a release hook: takes void *). NULL is fine. */
 void wk_shm_unmap(void *handle);
 
+/** Whether a gRPC peer (grpc_call_get_peer's "ipv4:127.0.0.1:5", "ipv6:[::1]:5", "unix:/path") is on this
+ * host. Only such callers may name shared-memory objects: a caller over the network could otherwise have
+ * the worker read any object its user can open. NULL is not local. */
+int wk_shm_peer_local(const char *peer);
+
 #endif

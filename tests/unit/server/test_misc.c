@@ -5,6 +5,7 @@
 #include "wk_cli.h"
 #include "wk_engine.h"
 #include "wk_grpc_status.h"
+#include "wk_shm.h"
 #include "mm_logprobs.h"
 
 static void test_cli(void)
@@ -125,8 +126,28 @@ static void test_status(void)
     CHECK_EQ_INT(wk_grpc_status_from_mm(-999), GRPC_STATUS_INTERNAL);
 }
 
+/* Shared memory is for callers on this host only. */
+static void test_shm_peer(void)
+{
+    CHECK(wk_shm_peer_local("ipv4:127.0.0.1:41234"));
+    CHECK(wk_shm_peer_local("ipv4:127.8.9.10:1"));
+    CHECK(wk_shm_peer_local("ipv6:[::1]:5000"));
+    CHECK(wk_shm_peer_local("ipv6:[::ffff:127.0.0.1]:5000"));
+    CHECK(wk_shm_peer_local("unix:/tmp/worker.sock"));
+    CHECK(wk_shm_peer_local("unix-abstract:mmgw"));
+    CHECK(!wk_shm_peer_local("ipv4:10.0.0.7:41234"));
+    CHECK(!wk_shm_peer_local("ipv4:128.0.0.1:1"));
+    CHECK(!wk_shm_peer_local("ipv4:1.127.0.1:1"));
+    CHECK(!wk_shm_peer_local("ipv6:[::1234]:5000"));
+    CHECK(!wk_shm_peer_local("ipv6:[::ffff:10.0.0.1]:5000"));
+    CHECK(!wk_shm_peer_local("ipv6:[2001:db8::1]:5000"));
+    CHECK(!wk_shm_peer_local(""));
+    CHECK(!wk_shm_peer_local(NULL));
+}
+
 int main(void)
 {
+    test_shm_peer();
     test_cli();
     test_logprobs();
     test_status();
