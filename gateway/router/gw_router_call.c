@@ -19,7 +19,8 @@ struct gw_route_call {
     int worker;              /* its worker, -1 when none */
     int probe;               /* the attempt is its worker's breaker probe */
     int paused;
-    int recorded; /* affinity recorded for this call */
+    int recorded;    /* affinity recorded for this call */
+    int shm_retried; /* sent again after a worker could not open its shared memory */
     uint32_t attempts;
     uint64_t keys[GW_ROUTER_MAX_PAGES];
     size_t n_keys;
@@ -129,6 +130,14 @@ static void on_attempt_done(void *arg, const struct gw_call_status *st, uint32_t
         gw_breaker_release_probe(&wk->breaker); /* the request was bad, not the worker */
     }
     int retry = st->code != MM_OK && responses == 0 && retryable(st) && c->attempts <= (uint32_t)r->o.retries;
+    /* the worker could not open the attempt's shared memory: its channel has stopped using it, so the same
+     * worker may take the request again (once, whatever the retries setting: nothing was wrong with it) */
+    int again = !retry && st->shm_refused && responses == 0 && !c->shm_retried;
+    if (again) {
+        c->shm_retried = 1;
+        c->tried[w] = 0;
+        retry = 1;
+    }
     if (retry) wk->retried++;
     pthread_mutex_unlock(&r->mu);
 

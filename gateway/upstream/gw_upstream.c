@@ -268,6 +268,11 @@ int gw_upstream_chan_is_local(const struct gw_upstream_chan *ch)
     return ch->local;
 }
 
+int gw_upstream_chan_shm_usable(const struct gw_upstream_chan *ch)
+{
+    return ch->local && !atomic_load(&ch->shm_refused);
+}
+
 void gw_upstream_chan_info(struct gw_upstream_chan *ch, struct gw_worker_info *out)
 {
     pthread_mutex_lock(&ch->mu);

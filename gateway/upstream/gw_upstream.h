@@ -34,11 +34,14 @@ struct gw_upstream_opts {
 
 /** How a call ended. */
 struct gw_call_status {
-    int32_t code;      /* mm_status: MM_OK, or mapped from the gRPC status */
-    int grpc_code;     /* the gRPC status code as received */
-    char message[512]; /* one line: the worker, the method and the status details */
-    uint16_t client;   /* where the part a client may see starts: message without the worker's address
-                          (the log keeps the whole line) */
+    int32_t code;        /* mm_status: MM_OK, or mapped from the gRPC status */
+    int grpc_code;       /* the gRPC status code as received */
+    char message[512];   /* one line: the worker, the method and the status details */
+    uint16_t client;     /* where the part a client may see starts: message without the worker's address
+                            (the log keeps the whole line) */
+    uint8_t shm_refused; /* the worker could not open the attempt's shared memory (another /dev/shm: a
+                            container of its own): the channel no longer uses it, the same worker can take
+                            the request again */
 };
 
 int32_t gw_upstream_create(const struct gw_upstream_opts *opts, struct gw_upstream **out, struct mm_err *err);
@@ -56,6 +59,9 @@ const char *gw_upstream_chan_target(const struct gw_upstream_chan *ch);
 /** Whether the worker is on this host (loopback address, localhost or a unix socket), which makes a
  * shared-memory tensor handoff possible. */
 int gw_upstream_chan_is_local(const struct gw_upstream_chan *ch);
+/** Whether calls on ch may put tensors in shared memory: the worker is local, and has not failed to open
+ * one of ours (after which the channel sends inline or by upload). */
+int gw_upstream_chan_shm_usable(const struct gw_upstream_chan *ch);
 
 /** What a worker said about itself in its last ModelInfo answer on this channel. */
 struct gw_worker_info {

@@ -211,6 +211,17 @@ static void on_status(struct gw_up_tag *tag, int ok)
     c->status_done = 1;
     c->final_grpc = c->status;
     if (!c->local_failed) gw_up_status_fill(&c->final, c->ch, gen_method, c->status, &c->details);
+    /* A worker on this host that cannot find our object lives with another /dev/shm (its own container,
+     * a Kubernetes sidecar): stop using shared memory with it and let the router send this one again. */
+    if (!c->local_failed && c->n_shm > 0 && c->status == GRPC_STATUS_NOT_FOUND) {
+        c->final.shm_refused = 1;
+        if (!atomic_exchange(&c->ch->shm_refused, 1))
+            mm_log_warn(
+                "upstream",
+                "worker %s cannot open this gateway's shared memory (%s): sending it tensors inline or "
+                "by upload from now on",
+                c->ch->target, c->final.message + c->final.client);
+    }
     c->batches--;
     maybe_release(c);
     maybe_done(c);
@@ -404,7 +415,7 @@ static int32_t make_plan(struct core_call *c, const Mmgw__Worker__V1__GenerateRe
     /* the whole request must also fit the worker's message limit (4 MiB, gRPC's default, if unknown) */
     uint64_t budget = info.max_message_bytes ? info.max_message_bytes : (4u << 20);
     budget = budget > MESSAGE_SLACK ? budget - MESSAGE_SLACK : 0;
-    int shm_ok = !c->opts.no_shm && info.supports_shm && gw_upstream_chan_is_local(c->ch);
+    int shm_ok = !c->opts.no_shm && info.supports_shm && gw_upstream_chan_shm_usable(c->ch);
     uint64_t inline_total = 0;
 
     for (size_t i = 0; i < n; i++) {

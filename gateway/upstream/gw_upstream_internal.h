@@ -55,8 +55,9 @@ struct gw_upstream_chan {
     struct gw_h2_conn **loop_conns; /* [n_loop_conns] by loop index: array under mu, a slot by its loop */
     uint32_t n_loop_conns;
     uint32_t keepalive_ms;
-    atomic_int refs;     /* the owner's + one per call */
-    atomic_int detached; /* the client was destroyed: no new calls */
+    atomic_int refs;        /* the owner's + one per call */
+    atomic_int detached;    /* the client was destroyed: no new calls */
+    atomic_int shm_refused; /* the worker failed to open our shared memory once: inline/upload from now on */
     int user_closed;
     pthread_mutex_t mu; /* guards info */
     struct gw_worker_info info;

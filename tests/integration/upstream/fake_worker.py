@@ -15,6 +15,8 @@ cancellations it received. Behaviour knobs (all optional):
   --running R --waiting W   what Load reports
   --unhealthy        Health says healthy=false
   --supports-shm     ModelInfo says supports_shm=true
+  --shm-dir DIR      where shared-memory objects are looked up (default /dev/shm; another folder plays a
+                     worker in a container with its own /dev/shm: NOT_FOUND, as mmgw-worker answers)
   --max-message B    receive limit, reported in ModelInfo.max_message_bytes
 Health's message carries "yielded=<chunks sent so far in all streams>" for flow-control tests.
 """
@@ -46,6 +48,7 @@ def main():
     ap.add_argument("--waiting", type=int, default=0)
     ap.add_argument("--unhealthy", action="store_true")
     ap.add_argument("--supports-shm", action="store_true")
+    ap.add_argument("--shm-dir", default="/dev/shm")
     ap.add_argument("--max-message", type=int, default=64 << 20)
     args = ap.parse_args()
 
@@ -70,7 +73,7 @@ def main():
                 data = uploads.get(t.upload_id)
             return "upload", data
         if t.HasField("shm") and t.shm.name:
-            with open("/dev/shm" + t.shm.name, "rb") as f:
+            with open(args.shm_dir + t.shm.name, "rb") as f:
                 f.seek(t.shm.offset)
                 return "shm", f.read(t.shm.length)
         return "inline", t.data
@@ -82,7 +85,12 @@ def main():
                 n = state["generates"]
             mm = []
             for item in req.mm_inputs:
-                how, data = tensor_bytes(item.pixel_values)
+                try:
+                    how, data = tensor_bytes(item.pixel_values)
+                except FileNotFoundError:
+                    log(ev="generate", id=req.request_id, n=n, shm_missing=item.pixel_values.shm.name)
+                    context.abort(grpc.StatusCode.NOT_FOUND, "shm '%s': No such file or directory"
+                                  % item.pixel_values.shm.name)
                 mm.append({"transport": how, "bytes": -1 if data is None else len(data),
                            "crc": 0 if data is None else zlib.crc32(data),
                            "shape": list(item.pixel_values.shape), "dtype": item.pixel_values.dtype})

@@ -293,6 +293,63 @@ static void test_retry_and_errors(void)
     stop_workers(w, 2);
 }
 
+/* The only worker is on this host but has a /dev/shm of its own: it cannot open the request's shared
+ * memory (NOT_FOUND). The router sends the request to it again, now inline, even with retries off. */
+static void test_shm_refused_resend(void)
+{
+    char dir[] = "/tmp/mmgw-noshm-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    const char *a0[] = {"--id", "3", "--supports-shm", "--shm-dir", dir, NULL};
+    const char *const *args[] = {a0};
+    struct fake_worker w[1];
+    if (start_workers(w, 1, args) != 0) {
+        rmdir(dir);
+        return;
+    }
+    struct gw_router_opts o = {.retries = -1};
+    struct gw_router *r = router(w, 1, &o);
+    if (!r) {
+        stop_workers(w, 1);
+        rmdir(dir);
+        return;
+    }
+    wait_rounds(r, 2); /* ModelInfo (supports_shm) is in */
+    static uint8_t px[1u << 20];
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 7);
+    Mmgw__Worker__V1__Tensor t = MMGW__WORKER__V1__TENSOR__INIT;
+    int64_t shape[2] = {(int64_t)(sizeof px / 2352), 1176};
+    t.dtype = MMGW__WORKER__V1__DTYPE__BF16;
+    t.shape = shape;
+    t.n_shape = 2;
+    t.data.data = px;
+    t.data.len = sizeof px;
+    Mmgw__Worker__V1__MultimodalItem item = MMGW__WORKER__V1__MULTIMODAL_ITEM__INIT;
+    item.modality = MMGW__WORKER__V1__MODALITY__IMAGE;
+    item.pixel_values = &t;
+    Mmgw__Worker__V1__MultimodalItem *items[1] = {&item};
+    struct req q;
+    uint32_t ids[3] = {1, 2, 3};
+    make_req(&q, "shm-resend", ids, 3);
+    q.m.mm_inputs = items;
+    q.m.n_mm_inputs = 1;
+    struct result res;
+    memset(&res, 0, sizeof(res));
+    struct mm_err e;
+    CHECK_EQ_INT(gw_router_generate(r, &q.m, test_loop_executor(loop), &cbs, &res, NULL, &e), MM_OK);
+    CHECK(test_loop_run(loop, is_done, &res, 15000));
+    CHECK_MSG(res.st.code == MM_OK, "%s", res.st.message);
+    CHECK_EQ_INT(res.attempts, 2);
+    CHECK_EQ_INT(res.first_token, 3000);
+    CHECK_EQ_INT(fake_worker_log_count(&w[0], "\"shm-resend\"", "shm_missing", NULL), 1);
+    CHECK_EQ_INT(fake_worker_log_count(&w[0], "\"shm-resend\"", "\"transport\": \"inline\"", NULL), 1);
+    gw_router_destroy(r);
+    stop_workers(w, 1);
+    rmdir(dir);
+}
+
 /* Kill the only worker: the breaker opens, requests are refused at once (503), health checks mark it
  * unhealthy; restart it on the same port: the half-open probe closes the breaker and requests flow. */
 static void test_breaker(void)
@@ -433,6 +490,7 @@ int main(void)
     test_affinity();
     printf("-- retries and errors\n");
     test_retry_and_errors();
+    test_shm_refused_resend();
     printf("-- breaker\n");
     test_breaker();
     printf("-- breaker request probe\n");

@@ -353,6 +353,69 @@ static int upload_done(void *arg)
     return ((struct upload_out *)arg)->done;
 }
 
+/* A worker on this host with a /dev/shm of its own (a container, a Kubernetes sidecar): it answers NOT_FOUND
+ * for our object; the status says so, and the channel sends tensors inline from then on. */
+static void test_shm_refused(void)
+{
+    char dir[] = "/tmp/mmgw-noshm-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    struct fake_worker w;
+    const char *args[] = {"--supports-shm", "--shm-dir", dir, "--tokens", "2", NULL};
+    if (fake_worker_start(&w, "noshm", 0, args) != 0) {
+        CHECK(0);
+        rmdir(dir);
+        return;
+    }
+    struct gw_upstream_chan *ch;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
+    struct unary_rec o;
+    memset(&o, 0, sizeof(o));
+    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_rec_done, &o, 10000));
+    CHECK(gw_upstream_chan_shm_usable(ch));
+
+    size_t len = 1u << 20;
+    uint8_t *px = pattern(len, 4);
+    struct item_buf ib;
+    make_item(&ib, px, len);
+    Mmgw__Worker__V1__MultimodalItem *items[1] = {&ib.item};
+    char crc[32];
+    snprintf(crc, sizeof(crc), "\"crc\": %lu", crc32(0, px, (uInt)len));
+    struct stream_rec s;
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "noshm-1", &s, NULL, items, 1), MM_OK);
+    struct gw_gen_transport tr;
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.shm_items, 1);
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
+    CHECK_EQ_INT(s.st.code, MM_NOT_FOUND);
+    CHECK_EQ_INT(s.st.shm_refused, 1);
+    CHECK(!gw_upstream_chan_shm_usable(ch));
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"noshm-1\"", "shm_missing", NULL), 1);
+    test_loop_run(loop, NULL, NULL, 50);
+    CHECK_EQ_INT(count_shm_objects(), 0);
+
+    /* the next call on the channel goes inline and works */
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "noshm-2", &s, NULL, items, 1), MM_OK);
+    gw_gen_transport(s.call, &tr);
+    CHECK_EQ_INT(tr.shm_items, 0);
+    CHECK_EQ_INT(tr.inline_items, 1);
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
+    CHECK_MSG(s.st.code == MM_OK && s.st.shm_refused == 0, "%s", s.st.message);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"noshm-2\"", "\"transport\": \"inline\"", crc, NULL), 1);
+
+    free(px);
+    gw_upstream_chan_close(ch);
+    fake_worker_kill(&w);
+    fake_worker_cleanup(&w);
+    rmdir(dir);
+}
+
 static void test_media(void)
 {
     struct fake_worker w;
@@ -586,6 +649,7 @@ int main(void)
     printf("-- test_media\n");
     fflush(stdout);
     test_media();
+    test_shm_refused();
     printf("-- test_destroy_in_flight\n");
     fflush(stdout);
     test_destroy_in_flight();
