@@ -142,7 +142,8 @@ static void on_attempt_done(void *arg, const struct gw_call_status *st, uint32_t
     pthread_mutex_unlock(&r->mu);
 
     if (retry) {
-        mm_log_info("router", "%s: retrying elsewhere after %s", r->model, st->message);
+        mm_log_info("router", "%s: %s after %s", r->model,
+                    again ? "sending it again without shared memory" : "retrying elsewhere", st->message);
         struct mm_err e;
         if (start_attempt(c, &e) == MM_OK) return;
         /* nobody else: the caller gets the worker's own error, which says more than "no worker" */
