@@ -8,6 +8,7 @@
 
 #include "gw_upstream_internal.h"
 #include "gw_upstream_media.h"
+#include "gw_upstream_shm.h"
 #include "mm_dtype.h"
 #include "mm_log.h"
 
@@ -59,7 +60,7 @@ struct core_call {
     struct staged_upload *uploads;
     size_t n_uploads, next_upload;
     struct gw_upload *cur_upload;
-    char (*shm_names)[GW_SHM_NAME_MAX];
+    struct gw_shm_tensor **shm; /* the call's shared-memory objects */
     size_t n_shm;
     uint16_t **converted; /* BF16 copies of F32 tensors, one slot per item */
     size_t n_items;
@@ -75,9 +76,11 @@ static void gen_unref(struct core_call *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1) return;
     if (c->send) grpc_byte_buffer_destroy(c->send); /* never sent */
-    /* the worker has finished with the shared memory once the call is over */
-    for (size_t i = 0; i < c->n_shm; i++) gw_shm_tensor_unlink(c->shm_names[i]);
-    free(c->shm_names);
+    /* A worker that answered OK has read its tensors (the prompt is prefilled before any token): the
+     * objects may carry the next call's. After a failure or a cancel it may still be reading them. */
+    const int reuse = c->status_done && c->final_grpc == GRPC_STATUS_OK && !c->cancelled && !c->local_failed;
+    for (size_t i = 0; i < c->n_shm; i++) gw_shm_tensor_release(c->shm[i], reuse);
+    free(c->shm);
     free(c->uploads);
     for (size_t i = 0; c->converted && i < c->n_items; i++) free(c->converted[i]);
     free(c->converted);
@@ -400,10 +403,10 @@ static int32_t make_plan(struct core_call *c, const Mmgw__Worker__V1__GenerateRe
     p->tensor_store = calloc(n, sizeof(*p->tensor_store));
     p->shm_store = calloc(n, sizeof(*p->shm_store));
     c->uploads = calloc(n, sizeof(*c->uploads));
-    c->shm_names = calloc(n, sizeof(*c->shm_names));
+    c->shm = calloc(n, sizeof(*c->shm));
     c->converted = calloc(n, sizeof(*c->converted));
     c->n_items = n;
-    if (!p->items || !p->item_store || !p->tensor_store || !p->shm_store || !c->uploads || !c->shm_names ||
+    if (!p->items || !p->item_store || !p->tensor_store || !p->shm_store || !c->uploads || !c->shm ||
         !c->converted)
         return mm_err_set(err, MM_NOMEM, "generate: out of memory");
     p->req.mm_inputs = p->items;
@@ -454,12 +457,11 @@ static int32_t make_plan(struct core_call *c, const Mmgw__Worker__V1__GenerateRe
          * inline, 0.45 ms by shared memory). */
         if (shm_ok && (!fits || len >= shm_min)) {
             struct mm_err e;
-            char *name = c->shm_names[c->n_shm];
-            if (gw_shm_tensor_create(bytes, len, name, &e) == MM_OK) {
+            if (gw_shm_tensor_create(bytes, len, &c->shm[c->n_shm], &e) == MM_OK) {
                 Mmgw__Worker__V1__Tensor *ts = out_of_band(p, i, it, t);
                 Mmgw__Worker__V1__SharedMemoryRef *ref = &p->shm_store[i];
                 mmgw__worker__v1__shared_memory_ref__init(ref);
-                ref->name = name;
+                ref->name = (char *)gw_shm_tensor_name(c->shm[c->n_shm]);
                 ref->offset = 0;
                 ref->length = len;
                 ts->shm = ref;

@@ -1,53 +1,14 @@
-/* Shared-memory tensors and the UploadTensor client stream (see gw_upstream_media.h). */
+/* The UploadTensor client stream (see gw_upstream_media.h). */
 #include "gw_upstream_media.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gw_upstream_internal.h"
 
 #define DEFAULT_CHUNK (1u << 20)
-
-static atomic_uint_fast64_t shm_counter;
-
-int32_t gw_shm_tensor_create(const void *data, size_t len, char name[GW_SHM_NAME_MAX], struct mm_err *err)
-{
-    snprintf(name, GW_SHM_NAME_MAX, "/mmgw-%ld-%llu", (long)getpid(),
-             (unsigned long long)atomic_fetch_add(&shm_counter, 1));
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) return mm_err_set(err, MM_IO, "shm_open %s: %s", name, strerror(errno));
-    int32_t rc = MM_OK;
-    if (len > 0) {
-        /* Allocated, not just sized: a full /dev/shm (64 MiB in a default container) is then this error
-         * instead of a SIGBUS in the copy below. */
-        int fe = posix_fallocate(fd, 0, (off_t)len);
-        if (fe != 0) {
-            rc = mm_err_set(err, fe == ENOSPC ? MM_TOO_LARGE : MM_IO, "allocating %zu bytes for %s: %s", len,
-                            name, strerror(fe));
-        } else {
-            void *p = mmap(NULL, len, PROT_WRITE, MAP_SHARED, fd, 0);
-            if (p == MAP_FAILED) {
-                rc = mm_err_set(err, MM_IO, "mmap %s: %s", name, strerror(errno));
-            } else {
-                memcpy(p, data, len);
-                munmap(p, len);
-            }
-        }
-    }
-    close(fd);
-    if (rc != MM_OK) shm_unlink(name);
-    return rc;
-}
-
-void gw_shm_tensor_unlink(const char *name)
-{
-    if (name && name[0]) shm_unlink(name);
-}
 
 struct gw_upload {
     struct gw_up_tag tag_send, tag_final, tag_status;

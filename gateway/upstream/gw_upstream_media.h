@@ -1,6 +1,5 @@
-/* Out-of-band tensor transport: POSIX shared-memory objects for a worker on this host, and the
- * UploadTensor client stream for any worker. gw_upstream_generate uses both; they are public so that
- * tests (and a future pipeline writing straight into shared memory) can use them directly. */
+/* Out-of-band tensor transport: the UploadTensor client stream, for any worker (shared memory for a worker on
+ * this host: gw_upstream_shm.h). Public so that tests can use it directly. */
 #ifndef GW_UPSTREAM_MEDIA_H
 #define GW_UPSTREAM_MEDIA_H
 
@@ -8,15 +7,6 @@
 #include <stdint.h>
 
 #include "gw_upstream.h"
-
-/** Longest shared-memory object name we create, with its NUL. */
-#define GW_SHM_NAME_MAX 64
-
-/** Create a shared-memory object holding len bytes copied from data (mode 0600: the worker runs as
- * the same user on the same host). Its name ("/mmgw-<pid>-<n>") goes to name. The caller unlinks it
- * (gw_shm_tensor_unlink) once the worker is done with it. */
-int32_t gw_shm_tensor_create(const void *data, size_t len, char name[GW_SHM_NAME_MAX], struct mm_err *err);
-void gw_shm_tensor_unlink(const char *name);
 
 struct gw_upload;
 

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -12,6 +13,7 @@
 #include "gw_upstream.h"
 #include "gw_upstream_generate.h"
 #include "gw_upstream_media.h"
+#include "gw_upstream_shm.h"
 #include "mmgw_test.h"
 #include "test_loop.h"
 #include "upstream_calls.h"
@@ -329,7 +331,8 @@ static int count_shm_objects(void)
     if (!d) return -1;
     int n = 0;
     struct dirent *de;
-    while ((de = readdir(d)) != NULL) n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    while ((de = readdir(d)) != NULL)
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0 && !strstr(de->d_name, "-lock");
     closedir(d);
     return n;
 }
@@ -397,7 +400,7 @@ static void test_shm_refused(void)
     CHECK(!gw_upstream_chan_shm_usable(ch));
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"noshm-1\"", "shm_missing", NULL), 1);
     test_loop_run(loop, NULL, NULL, 50);
-    CHECK_EQ_INT(count_shm_objects(), 0);
+    CHECK_EQ_INT(count_shm_objects(), 0); /* a failed call's object is unlinked, not pooled */
 
     /* the next call on the channel goes inline and works */
     memset(&s, 0, sizeof(s));
@@ -414,6 +417,33 @@ static void test_shm_refused(void)
     fake_worker_kill(&w);
     fake_worker_cleanup(&w);
     rmdir(dir);
+}
+
+/* A process that died with objects out (here: a child that created one and _exit'ed, without atexit) leaves
+ * them in /dev/shm with its lock object free; the next process's first use removes them. Runs before this
+ * process uses shared memory itself. */
+static void test_shm_sweep(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        static uint8_t b[4096];
+        struct gw_shm_tensor *t;
+        struct mm_err e;
+        _exit(gw_shm_tensor_create(b, sizeof b, &t, &e) == MM_OK ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char obj[64], lock[64];
+    snprintf(obj, sizeof obj, "/dev/shm/mmgw-%ld-0", (long)pid);
+    snprintf(lock, sizeof lock, "/dev/shm/mmgw-%ld-lock", (long)pid);
+    CHECK(access(obj, F_OK) == 0 && access(lock, F_OK) == 0);
+    static uint8_t mine[4096];
+    struct gw_shm_tensor *t = NULL;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_shm_tensor_create(mine, sizeof mine, &t, &e), MM_OK);
+    CHECK(access(obj, F_OK) != 0 && access(lock, F_OK) != 0);
+    gw_shm_tensor_release(t, 0);
+    CHECK_EQ_INT(count_shm_objects(), 0);
 }
 
 static void test_media(void)
@@ -457,7 +487,13 @@ static void test_media(void)
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-shm\"", "\"transport\": \"inline\"", crc_small, NULL), 1);
     CHECK_EQ_INT(
         fake_worker_log_count(&w, "\"media-shm\"", "\"transport\": \"shm\"", crc_big, bytes_big, NULL), 1);
+    /* answered OK: the object is kept for the next tensor, and drained (unlinked) on demand */
     test_loop_run(loop, NULL, NULL, 50);
+    size_t pooled = 0;
+    gw_shm_pool_stats(&pooled, NULL);
+    CHECK_EQ_INT(pooled, 1);
+    CHECK_EQ_INT(count_shm_objects(), 1);
+    gw_shm_pool_drain();
     CHECK_EQ_INT(count_shm_objects(), 0);
 
     /* a mid-size tensor (1 MiB, fits inline) also goes by shared memory to a local worker, and inline when
@@ -477,6 +513,24 @@ static void test_media(void)
     CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
     CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-shm\"", "\"transport\": \"shm\"", crc_mid, NULL), 1);
+    /* a second tensor of the size takes the pooled object: still one object, other bytes delivered */
+    test_loop_run(loop, NULL, NULL, 50);
+    CHECK_EQ_INT(count_shm_objects(), 1);
+    uint8_t *mid2 = pattern(mid_len, 5);
+    struct item_buf mb2;
+    make_item(&mb2, mid2, mid_len);
+    Mmgw__Worker__V1__MultimodalItem *mid2_items[1] = {&mb2.item};
+    char crc_mid2[32];
+    snprintf(crc_mid2, sizeof(crc_mid2), "\"crc\": %lu", crc32(0, mid2, (uInt)mid_len));
+    memset(&s, 0, sizeof(s));
+    CHECK_EQ_INT(start(ch, "media-mid-shm2", &s, NULL, mid2_items, 1), MM_OK);
+    CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
+    CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-shm2\"", "\"transport\": \"shm\"", crc_mid2, NULL),
+                 1);
+    test_loop_run(loop, NULL, NULL, 50);
+    CHECK_EQ_INT(count_shm_objects(), 1);
+    free(mid2);
     memset(&s, 0, sizeof(s));
     struct gw_gen_opts mid_inline = {.shm_min_bytes = 2u << 20};
     CHECK_EQ_INT(start(ch, "media-mid-inline", &s, &mid_inline, mid_items, 1), MM_OK);
@@ -487,8 +541,11 @@ static void test_media(void)
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
     CHECK_EQ_INT(
         fake_worker_log_count(&w, "\"media-mid-inline\"", "\"transport\": \"inline\"", crc_mid, NULL), 1);
-    /* shared memory refused (here: a file size limit below the tensor, EFBIG from posix_fallocate): the
-     * tensor goes inline instead, and no object is left behind */
+    /* shared memory refused (here: a file size limit below the tensor, EFBIG from posix_fallocate; the
+     * pooled object that would serve it drained first): the tensor goes inline instead, and no object is
+     * left behind */
+    gw_shm_pool_drain();
+    CHECK_EQ_INT(count_shm_objects(), 0);
     struct rlimit fsize_was;
     getrlimit(RLIMIT_FSIZE, &fsize_was);
     struct rlimit small_files = {.rlim_cur = 512u << 10, .rlim_max = fsize_was.rlim_max};
@@ -625,6 +682,9 @@ static void test_destroy_in_flight(void)
 int main(void)
 {
     main_thread = pthread_self();
+    printf("-- test_shm_sweep\n"); /* first: it forks, before any thread exists */
+    fflush(stdout);
+    test_shm_sweep();
     loop = test_loop_new();
     struct mm_err e;
     if (!loop || gw_upstream_create(NULL, &up, &e) != MM_OK) {
@@ -653,6 +713,7 @@ int main(void)
     printf("-- test_destroy_in_flight\n");
     fflush(stdout);
     test_destroy_in_flight();
+    gw_shm_pool_drain(); /* every object is pooled or gone: none leaked */
     CHECK_EQ_INT(count_shm_objects(), 0);
     if (up) gw_upstream_destroy(up);
     test_loop_free(loop);

@@ -1,0 +1,223 @@
+/* Pooled shared-memory tensor objects (see gw_upstream_shm.h). */
+#include "gw_upstream_shm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "mm_log.h"
+
+/* Room for a burst of images in flight (a 640x480 image is 3.2 MB of bf16 patches) without holding much
+ * of a container's 64 MiB /dev/shm when idle. */
+#define POOL_MAX_BYTES (64u << 20)
+/* Objects are sized in whole MiB, so that one serves tensors of nearby sizes. */
+#define SIZE_STEP (1u << 20)
+
+struct gw_shm_tensor {
+    char name[GW_SHM_NAME_MAX];
+    uint8_t *map; /* cap bytes, read-write */
+    size_t cap;
+    struct gw_shm_tensor *next;
+};
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct gw_shm_tensor *pool;
+static size_t pool_objects, pool_bytes;
+static int started; /* under pool_mu: the lock object is held, stale objects swept, atexit registered */
+static int lock_fd = -1;
+static atomic_uint_fast64_t counter;
+
+/* Remove the objects of processes that died with objects out: their "/mmgw-<pid>-lock" can be locked. */
+static void sweep_stale(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    const long self = (long)getpid();
+    struct dirent *de;
+    long dead[64];
+    size_t n_dead = 0;
+    while ((de = readdir(d)) != NULL && n_dead < sizeof dead / sizeof dead[0]) {
+        long pid;
+        int end = 0;
+        if (sscanf(de->d_name, "mmgw-%ld-lock%n", &pid, &end) != 1 || de->d_name[end] != '\0' || pid == self)
+            continue;
+        char name[NAME_MAX + 2];
+        snprintf(name, sizeof name, "/%s", de->d_name);
+        int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+        if (fd < 0) continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) dead[n_dead++] = pid; /* its owner is gone */
+        close(fd);
+    }
+    for (size_t i = 0; i < n_dead; i++) {
+        char prefix[40];
+        int pl = snprintf(prefix, sizeof prefix, "mmgw-%ld-", dead[i]);
+        rewinddir(d);
+        size_t removed = 0;
+        while ((de = readdir(d)) != NULL) {
+            if (strncmp(de->d_name, prefix, (size_t)pl) != 0) continue;
+            char name[NAME_MAX + 2];
+            snprintf(name, sizeof name, "/%s", de->d_name);
+            removed += shm_unlink(name) == 0;
+        }
+        if (removed)
+            mm_log_info("upstream", "removed %zu shared-memory objects left by process %ld", removed,
+                        dead[i]);
+    }
+    closedir(d);
+}
+
+static void at_exit_drain(void)
+{
+    gw_shm_pool_drain();
+    if (lock_fd >= 0) {
+        char name[GW_SHM_NAME_MAX];
+        snprintf(name, sizeof name, "/mmgw-%ld-lock", (long)getpid());
+        shm_unlink(name);
+    }
+}
+
+/* First use in this process (pool_mu held): hold our lock object, then sweep. */
+static void start_once(void)
+{
+    if (started) return;
+    started = 1;
+    char name[GW_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "/mmgw-%ld-lock", (long)getpid());
+    int fd = shm_open(name, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        lock_fd = fd; /* held until the process ends */
+    } else if (fd >= 0) {
+        close(fd); /* someone else's (a process with our pid in another namespace): do without */
+    }
+    sweep_stale();
+    atexit(at_exit_drain);
+}
+
+static void destroy(struct gw_shm_tensor *t)
+{
+    munmap(t->map, t->cap);
+    shm_unlink(t->name);
+    free(t);
+}
+
+static int32_t make_object(size_t cap, struct gw_shm_tensor **out, struct mm_err *err)
+{
+    struct gw_shm_tensor *t = calloc(1, sizeof *t);
+    if (!t) return mm_err_set(err, MM_NOMEM, "out of memory for a shared-memory object");
+    snprintf(t->name, sizeof t->name, "/mmgw-%ld-%llu", (long)getpid(),
+             (unsigned long long)atomic_fetch_add(&counter, 1));
+    int fd = shm_open(t->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int32_t rc = mm_err_set(err, MM_IO, "shm_open %s: %s", t->name, strerror(errno));
+        free(t);
+        return rc;
+    }
+    /* Allocated, not just sized: a full /dev/shm (64 MiB in a default container) is then this error
+     * instead of a SIGBUS in the copy. */
+    int32_t rc = MM_OK;
+    int fe = posix_fallocate(fd, 0, (off_t)cap);
+    if (fe != 0) {
+        rc = mm_err_set(err, fe == ENOSPC ? MM_TOO_LARGE : MM_IO, "allocating %zu bytes for %s: %s", cap,
+                        t->name, strerror(fe));
+    } else {
+        void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+            rc = mm_err_set(err, MM_IO, "mmap %s: %s", t->name, strerror(errno));
+        else
+            t->map = p;
+    }
+    close(fd);
+    if (rc != MM_OK) {
+        shm_unlink(t->name);
+        free(t);
+        return rc;
+    }
+    t->cap = cap;
+    *out = t;
+    return MM_OK;
+}
+
+int32_t gw_shm_tensor_create(const void *data, size_t len, struct gw_shm_tensor **out, struct mm_err *err)
+{
+    *out = NULL;
+    if (len == 0) return mm_err_set(err, MM_INVALID, "a shared-memory tensor needs at least one byte");
+    if (len > SIZE_MAX - SIZE_STEP) return mm_err_set(err, MM_TOO_LARGE, "tensor of %zu bytes", len);
+    const size_t cap = (len + SIZE_STEP - 1) / SIZE_STEP * SIZE_STEP;
+    struct gw_shm_tensor *t = NULL;
+    pthread_mutex_lock(&pool_mu);
+    start_once();
+    /* the smallest pooled object that fits and is not much larger (a big one would sit under small
+     * tensors while big ones get new objects) */
+    struct gw_shm_tensor **best = NULL;
+    for (struct gw_shm_tensor **p = &pool; *p; p = &(*p)->next)
+        if ((*p)->cap >= len && (*p)->cap <= 2 * cap && (!best || (*p)->cap < (*best)->cap)) best = p;
+    if (best) {
+        t = *best;
+        *best = t->next;
+        t->next = NULL;
+        pool_objects--;
+        pool_bytes -= t->cap;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (!t) {
+        int32_t rc = make_object(cap, &t, err);
+        if (rc != MM_OK) return rc;
+    }
+    memcpy(t->map, data, len);
+    *out = t;
+    return MM_OK;
+}
+
+const char *gw_shm_tensor_name(const struct gw_shm_tensor *t)
+{
+    return t->name;
+}
+
+void gw_shm_tensor_release(struct gw_shm_tensor *t, int reuse)
+{
+    if (!t) return;
+    if (reuse) {
+        pthread_mutex_lock(&pool_mu);
+        if (pool_bytes + t->cap <= POOL_MAX_BYTES) {
+            t->next = pool;
+            pool = t;
+            pool_objects++;
+            pool_bytes += t->cap;
+            t = NULL;
+        }
+        pthread_mutex_unlock(&pool_mu);
+    }
+    if (t) destroy(t);
+}
+
+void gw_shm_pool_drain(void)
+{
+    pthread_mutex_lock(&pool_mu);
+    struct gw_shm_tensor *t = pool;
+    pool = NULL;
+    pool_objects = 0;
+    pool_bytes = 0;
+    pthread_mutex_unlock(&pool_mu);
+    while (t) {
+        struct gw_shm_tensor *next = t->next;
+        destroy(t);
+        t = next;
+    }
+}
+
+void gw_shm_pool_stats(size_t *objects, size_t *bytes)
+{
+    pthread_mutex_lock(&pool_mu);
+    if (objects) *objects = pool_objects;
+    if (bytes) *bytes = pool_bytes;
+    pthread_mutex_unlock(&pool_mu);
+}
