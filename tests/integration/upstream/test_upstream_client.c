@@ -356,6 +356,20 @@ static int upload_done(void *arg)
     return ((struct upload_out *)arg)->done;
 }
 
+/* A channel to w whose worker info (supports_shm, limits) is in, as the router's first health round
+ * leaves it. */
+static struct gw_upstream_chan *open_with_info(const struct fake_worker *w)
+{
+    struct gw_upstream_chan *ch = NULL;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_upstream_chan_open(up, w->target, &ch, &e), MM_OK);
+    struct unary_rec o;
+    memset(&o, 0, sizeof(o));
+    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
+    CHECK(test_loop_run(loop, unary_rec_done, &o, 10000));
+    return ch;
+}
+
 /* A worker on this host with a /dev/shm of its own (a container, a Kubernetes sidecar): it answers NOT_FOUND
  * for our object; the status says so, and the channel sends tensors inline from then on. */
 static void test_shm_refused(void)
@@ -372,13 +386,7 @@ static void test_shm_refused(void)
         rmdir(dir);
         return;
     }
-    struct gw_upstream_chan *ch;
-    struct mm_err e;
-    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct unary_rec o;
-    memset(&o, 0, sizeof(o));
-    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
-    CHECK(test_loop_run(loop, unary_rec_done, &o, 10000));
+    struct gw_upstream_chan *ch = open_with_info(&w);
     CHECK(gw_upstream_chan_shm_usable(ch));
 
     size_t len = 1u << 20;
@@ -454,13 +462,7 @@ static void test_media(void)
         CHECK(0);
         return;
     }
-    struct gw_upstream_chan *ch;
-    struct mm_err e;
-    CHECK_EQ_INT(gw_upstream_chan_open(up, w.target, &ch, &e), MM_OK);
-    struct unary_rec o;
-    memset(&o, 0, sizeof(o));
-    CHECK_EQ_INT(gw_upstream_model_info(ch, 5000, test_loop_executor(loop), unary_rec_cb, &o, &e), MM_OK);
-    CHECK(test_loop_run(loop, unary_rec_done, &o, 10000));
+    struct gw_upstream_chan *ch = open_with_info(&w);
 
     size_t small_len = 2352 * 4, big_len = 2352 * 2600; /* 9 KiB and ~6 MiB */
     uint8_t *small = pattern(small_len, 1), *big = pattern(big_len, 2);
@@ -636,6 +638,7 @@ static void test_media(void)
     free(want);
 
     /* the upload call on its own */
+    struct mm_err e;
     struct upload_out u;
     memset(&u, 0, sizeof(u));
     CHECK_EQ_INT(gw_upstream_upload(ch, "direct-1", big, big_len, 100000, 10000, test_loop_executor(loop),
