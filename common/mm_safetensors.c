@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "mm_dtype.h"
+#include "mm_json.h"
 #include "mm_outfile.h"
 
 struct mm_st_file {
@@ -396,7 +397,7 @@ int32_t mm_st_writer_save(struct mm_st_writer *w, const char *path, struct mm_er
         }
         off += t->nbytes;
     }
-    char *hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *hdr = mm_json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (!hdr) return mm_err_set(err, MM_NOMEM, "out of memory");
     size_t hl = strlen(hdr), padded = (hl + 7) & ~(size_t)7; /* data starts 8-aligned */

@@ -9,6 +9,7 @@
 #include "gw_api_dataurl.h"
 #include "gw_api_fileurl.h"
 #include "gw_api_internal.h"
+#include "mm_json.h"
 
 /* The URL of a media part, or NULL when the field is missing or not a string / {"url": string}. */
 static json_t *url_of(json_t *v)
@@ -223,7 +224,7 @@ int gw_api_chat_prepare(struct gw_api_req *r, struct gw_api_error *e)
         /* nothing was rewritten: the body as received (less a BOM) is what the plugin expects */
         r->norm = gw_api_body_text(r->http, &r->norm_len);
     } else {
-        r->norm_json = json_dumps(r->body, JSON_COMPACT);
+        r->norm_json = mm_json_dumps(r->body, JSON_COMPACT); /* free()d: not json_dumps */
         if (!r->norm_json) return gw_api_fail(e, 503, NULL, "out of memory");
         r->norm = r->norm_json;
         r->norm_len = strlen(r->norm_json);

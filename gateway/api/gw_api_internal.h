@@ -39,6 +39,9 @@
 #define GW_API_MAX_EOS 16
 #define GW_API_SSE_HIGH (64 * 1024) /* pause the worker stream past this many queued bytes */
 #define GW_API_SSE_LOW (16 * 1024)  /* resume at or below this */
+/* jansson allocations a handler makes in its request's arena, counted with the arena's other use; past it
+ * they come from malloc (a large body does not grow the arena beyond what the HTTP layer reuses) */
+#define GW_API_JSON_ARENA_CAP (12 * 1024)
 
 /* ---- errors ---- */
 

@@ -5,6 +5,7 @@
 
 #include "gw_api.h"
 #include "gw_api_internal.h"
+#include "mm_json.h"
 #include "mm_log.h"
 
 static void collect_workers(struct gw_metrics *reg, void *ud)
@@ -66,7 +67,14 @@ _Static_assert(sizeof routes / sizeof routes[0] <= GW_API_MAX_ROUTES, "GW_API_MA
 static void api_route(struct gw_request *req, void *ud)
 {
     const struct gw_api_route *rt = ud;
-    if (rt->open || gw_api_auth_check(&rt->st->auth, req)) rt->fn(req, rt->st);
+    if (!rt->open && !gw_api_auth_check(&rt->st->auth, req)) return;
+    /* the handler's JSON (the body, its normalisation, the plugin's parse of it) comes from the request's
+     * arena: the request holds every value it makes there and drops them before the arena goes (r->body
+     * in gw_api_req_clear, the parsers in choice_free); the dispatcher's reference keeps the arena for
+     * the call */
+    struct mm_json_scope prev = mm_json_arena_enter(req->arena, GW_API_JSON_ARENA_CAP);
+    rt->fn(req, rt->st);
+    mm_json_arena_leave(prev);
 }
 
 static int32_t api_init(const struct gw_module_ctx *ctx, void *prev_state, void **state, struct mm_err *err)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mm_json.h"
 #include "mm_text.h"
 
 int gw_http_status_from_mm(int32_t code)
@@ -171,7 +172,7 @@ char *gw_http_error_json(int status, const char *type, const char *message, cons
         json_t *j = json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", m, "type",
                               type ? type : default_type(status), "param", pa, "code", co);
         if (j) {
-            out = json_dumps(j, JSON_COMPACT);
+            out = mm_json_dumps(j, JSON_COMPACT);
             json_decref(j);
         }
     }

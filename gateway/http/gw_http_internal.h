@@ -33,8 +33,8 @@ struct gw_task {
 struct gw_conn;
 struct gw_listener_group;
 
-#define GW_LOOP_ARENA_POOL 32              /* idle request arenas a loop keeps */
-#define GW_REQ_ARENA_BLOCK 8192            /* a request arena's block size */
+#define GW_LOOP_ARENA_POOL 128             /* idle request arenas a loop keeps */
+#define GW_REQ_ARENA_BLOCK 16384           /* a request arena's block size */
 #define GW_REQ_ARENA_REUSE_MAX (32 * 1024) /* arenas that held more are freed, not kept */
 
 /** A loop's listener on its own socket of a listener group (the group owns the socket). */

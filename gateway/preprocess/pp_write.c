@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "mm_dtype.h"
+#include "mm_json.h"
 #include "mm_outfile.h"
 #include "pp_write.h"
 
@@ -39,7 +40,7 @@ int32_t pp_write_safetensors(const char *path, const struct pp_tensor *t, size_t
         off += bytes;
     }
     if (meta_key) json_object_set_new(hdr, "__metadata__", json_pack("{s:s}", meta_key, meta_value));
-    char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *text = mm_json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(hdr);
     if (!text) return mm_err_set(err, MM_NOMEM, "out of memory");
     size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
