@@ -5,18 +5,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mm_arena.h"
+
 void mm_buf_init(struct mm_buf *b, size_t max)
+{
+    mm_buf_init_arena(b, max, NULL);
+}
+
+void mm_buf_init_arena(struct mm_buf *b, size_t max, struct mm_arena *a)
 {
     b->data = NULL;
     b->len = b->cap = 0;
     b->max = max;
+    b->arena = a;
+    b->owned = false;
+}
+
+void mm_buf_init_with(struct mm_buf *b, size_t max, char *storage, size_t size)
+{
+    mm_buf_init_arena(b, max, NULL);
+    if (storage && size) {
+        b->data = storage;
+        b->cap = size;
+        storage[0] = '\0';
+    }
 }
 
 void mm_buf_free(struct mm_buf *b)
 {
-    free(b->data);
+    if (b->owned) free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
+    b->owned = false;
 }
 
 void mm_buf_reset(struct mm_buf *b)
@@ -33,8 +53,23 @@ int mm_buf_reserve(struct mm_buf *b, size_t extra)
     if (need <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    char *p = realloc(b->data, cap);
-    if (!p) return -1;
+    char *p = NULL;
+    if (b->arena && cap <= MM_BUF_ARENA_MAX) p = mm_arena_alloc(b->arena, cap);
+    if (p) { /* the old storage stays with the arena */
+        if (b->data) memcpy(p, b->data, b->len);
+        p[b->len] = '\0';
+        if (b->owned) free(b->data);
+        b->owned = false;
+    } else if (b->owned) {
+        p = realloc(b->data, cap);
+        if (!p) return -1;
+    } else {
+        p = malloc(cap);
+        if (!p) return -1;
+        if (b->data) memcpy(p, b->data, b->len);
+        p[b->len] = '\0';
+        b->owned = true;
+    }
     b->data = p;
     b->cap = cap;
     return 0;
@@ -86,8 +121,16 @@ void mm_buf_consume(struct mm_buf *b, size_t n)
 char *mm_buf_detach(struct mm_buf *b, size_t *len)
 {
     char *p = b->data;
-    if (len) *len = b->len;
+    if (p && !b->owned) { /* arena or caller storage: the caller gets its own copy */
+        p = malloc(b->len + 1);
+        if (p) {
+            memcpy(p, b->data, b->len);
+            p[b->len] = '\0';
+        }
+    }
+    if (len) *len = p ? b->len : 0;
     b->data = NULL;
     b->len = b->cap = 0;
+    b->owned = false;
     return p;
 }

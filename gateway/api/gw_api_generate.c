@@ -219,9 +219,8 @@ static void finalize(struct gw_api_req *r)
         return;
     }
     struct mm_buf b;
-    mm_buf_init(&b, 0);
-    /* one allocation (512 bytes) for a typical short response instead of 256 then 512; kept below 1 KiB on
-     * purpose: a glibc malloc of 1 KiB or more is a large-bin request and consolidates the fast bins first */
+    mm_buf_init_arena(&b, 0, r->http->arena); /* a typical response: no malloc */
+    /* one allocation (512 bytes) for a typical short response instead of 256 then 512 */
     if (mm_buf_reserve(&b, 480) || gw_api_full_response(r, &b)) {
         mm_buf_free(&b);
         struct gw_api_error e;

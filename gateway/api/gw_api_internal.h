@@ -334,7 +334,7 @@ struct gw_api_req *gw_api_req_new(struct gw_request *http, struct gw_api_state *
 void gw_api_req_release(struct gw_api_req *r);
 /** The two halves of new/release that do not touch the HTTP request's lifetime (no reference, no abort
  * callback): the fuzz harness (tests/fuzz/api) drives the pipeline's steps on a context of its own. init
- * reads only http->start_ns; clear frees everything r owns. */
+ * reads only http->start_ns and http->arena (NULL: buffers on the heap); clear frees everything r owns. */
 void gw_api_req_init(struct gw_api_req *r, struct gw_request *http, struct gw_api_state *st,
                      enum gw_api_kind kind, const char *endpoint);
 void gw_api_req_clear(struct gw_api_req *r);

@@ -66,9 +66,10 @@ int gw_api_choices_init(struct gw_api_req *r, struct gw_api_error *e)
         if (r->kind == GW_API_CHAT && vt->parser_create)
             gw_tok_stream_keep(&c->dec, r->model->parser_ids, r->model->n_parser_ids);
         gw_api_stop_init(&c->stop, &r->stops);
-        mm_buf_init(&c->text, 0);
-        mm_buf_init(&c->content, 0);
-        mm_buf_init(&c->reasoning, 0);
+        /* small answers live in the request's arena (the choices are freed before it) */
+        mm_buf_init_arena(&c->text, 0, r->http->arena);
+        mm_buf_init_arena(&c->content, 0, r->http->arena);
+        mm_buf_init_arena(&c->reasoning, 0, r->http->arena);
         mm_buf_init(&c->lp, 0);
         mm_buf_init(&c->lp_tokens, 0);
         mm_buf_init(&c->lp_values, 0);
@@ -104,8 +105,9 @@ static int deliver(struct gw_api_req *r, struct gw_api_choice *c, const char *te
 static int close_text(struct gw_api_req *r, struct gw_api_choice *c, bool *stopped)
 {
     struct mm_buf tail, rel;
-    mm_buf_init(&tail, 0);
-    mm_buf_init(&rel, 0);
+    char tail_st[256], rel_st[256]; /* the usual tail fits: no malloc */
+    mm_buf_init_with(&tail, 0, tail_st, sizeof tail_st);
+    mm_buf_init_with(&rel, 0, rel_st, sizeof rel_st);
     int rc = gw_tok_stream_finish(&c->dec, &tail, NULL) == MM_OK ? 0 : -1;
     if (!rc && tail.len) {
         int m = gw_api_stop_feed(&c->stop, tail.data, tail.len, &rel);
@@ -247,8 +249,9 @@ int gw_api_choice_token(struct gw_api_req *r, struct gw_api_choice *c, uint32_t 
         if (rc) return -1;
     }
     struct mm_buf piece, rel;
-    mm_buf_init(&piece, 0);
-    mm_buf_init(&rel, 0);
+    char piece_st[128], rel_st[256]; /* one token's text: no malloc per token */
+    mm_buf_init_with(&piece, 0, piece_st, sizeof piece_st);
+    mm_buf_init_with(&rel, 0, rel_st, sizeof rel_st);
     int rc = gw_tok_stream_push(&c->dec, id, &piece, NULL) == MM_OK ? 0 : -1;
     c->text_offset += gw_json_str_chars(piece.data, piece.len);
     int m = 0;

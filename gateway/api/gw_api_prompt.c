@@ -29,20 +29,34 @@ struct builder {
     int failed;
 };
 
-static int flush_text(struct builder *b)
+/* Tokenize t[0..n) onto the prompt ids. */
+static int encode_text(struct builder *b, const char *t, size_t n)
 {
-    if (b->text.len == 0) return 0;
+    if (n == 0) return 0;
     struct mm_err err;
     mm_err_clear(&err);
     const struct gw_api_model *m = b->r->model;
     /* without the post-processor a text's ids are its pieces' ids: the cache serves the repeated ones */
-    int32_t rc =
-        b->tok_flags == 0
-            ? gw_api_tokcache_encode(m->tokcache, m->tok, b->text.data, b->text.len, &b->r->ids, &err)
-            : gw_tokenizer_encode(m->tok, b->text.data, b->text.len, b->tok_flags, &b->r->ids, &err);
-    mm_buf_reset(&b->text);
+    int32_t rc = b->tok_flags == 0 ? gw_api_tokcache_encode(m->tokcache, m->tok, t, n, &b->r->ids, &err)
+                                   : gw_tokenizer_encode(m->tok, t, n, b->tok_flags, &b->r->ids, &err);
     if (rc != MM_OK) return gw_api_fail_mm(b->e, &err, NULL);
     return 0;
+}
+
+static int flush_text(struct builder *b)
+{
+    int rc = encode_text(b, b->text.data, b->text.len);
+    mm_buf_reset(&b->text);
+    return rc;
+}
+
+/* The text t[0..n) and then the end of the prompt: tokenized where it lies when no text is pending (a
+ * prompt without media is not copied). */
+static int flush_with(struct builder *b, const char *t, size_t n)
+{
+    if (b->text.len == 0) return encode_text(b, t, n);
+    if (mm_buf_append(&b->text, t, n)) return gw_api_fail(b->e, 503, NULL, "out of memory");
+    return flush_text(b);
 }
 
 static int32_t seg_emit(void *ctx, const struct mmgw_prompt_seg *seg)
@@ -165,11 +179,10 @@ static int text_prompt(struct builder *b)
     if (!r->chat_prompt && seen != r->n_media)
         return gw_api_fail(b->e, 400, "multi_modal_data",
                            "multi_modal_data has %zu items but the prompt has %zu markers", r->n_media, seen);
-    if (mm_buf_append(&b->text, t + pos, n - pos)) return gw_api_fail(b->e, 503, NULL, "out of memory");
     /* the tokenizer's post-processor (BOS...) only makes sense on a prompt in one piece */
     if (!r->chat_prompt && r->p.add_special_tokens && b->n_ranges == 0 && r->ids.n == 0)
         b->tok_flags = GW_TOK_ADD_SPECIAL;
-    return flush_text(b);
+    return flush_with(b, t + pos, n - pos);
 }
 
 static int ids_prompt(struct builder *b)
@@ -233,10 +246,10 @@ int gw_api_prompt_build(struct gw_api_req *r, struct gw_api_error *e)
 {
     int64_t t0 = mm_now_ns();
     struct builder b = {.r = r, .e = e};
-    mm_buf_init(&b.text, 0);
+    mm_buf_init_arena(&b.text, 0, r->http->arena);
     r->ids.n = 0;
-    /* room for the usual ids at once (text runs ~3-4 bytes per token), not a realloc per doubling */
-    size_t room = r->prompt.len / 3 + 64;
+    /* room for the usual ids at once (text runs ~2-4 bytes per token), not a realloc per doubling */
+    size_t room = r->prompt.len / 2 + 64;
     if (r->ids.cap < room) {
         uint32_t *v = realloc(r->ids.ids, room * sizeof *v);
         if (v) {
@@ -253,12 +266,8 @@ int gw_api_prompt_build(struct gw_api_req *r, struct gw_api_error *e)
     }
     int rc;
     if (r->tokenize_plain) {
-        if (mm_buf_append(&b.text, r->prompt.data ? r->prompt.data : "", r->prompt.len)) {
-            rc = gw_api_fail(e, 503, NULL, "out of memory");
-        } else {
-            b.tok_flags = r->p.add_special_tokens ? GW_TOK_ADD_SPECIAL : 0;
-            rc = flush_text(&b);
-        }
+        b.tok_flags = r->p.add_special_tokens ? GW_TOK_ADD_SPECIAL : 0;
+        rc = flush_with(&b, r->prompt.data ? r->prompt.data : "", r->prompt.len);
     } else {
         rc = r->prompt_ids ? ids_prompt(&b) : text_prompt(&b);
     }

@@ -29,9 +29,10 @@ void gw_api_req_init(struct gw_api_req *r, struct gw_request *http, struct gw_ap
     r->endpoint = endpoint;
     r->created = (int64_t)time(NULL);
     r->t_start_ns = http->start_ns;
-    mm_buf_init(&r->prompt, 0);
-    mm_buf_init(&r->out, 0);
-    mm_buf_init(&r->prefix, 0);
+    /* small prompts and answers live in the HTTP request's arena, which outlives r (NULL: the heap) */
+    mm_buf_init_arena(&r->prompt, 0, http->arena);
+    mm_buf_init_arena(&r->out, 0, http->arena);
+    mm_buf_init_arena(&r->prefix, 0, http->arena);
     gw_tok_ids_init(&r->ids);
 }
 

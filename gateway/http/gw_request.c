@@ -58,7 +58,7 @@ struct gw__req *gw__req_create(struct gw_loop *l, const struct gw_stream_ops *op
         mm_arena_destroy(a);
         return NULL;
     }
-    mm_buf_init(&r->body, 0);
+    mm_buf_init_arena(&r->body, 0, a); /* a small body: no malloc */
     r->loop = l;
     r->ops = ops;
     r->stream = stream;

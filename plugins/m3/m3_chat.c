@@ -583,6 +583,9 @@ int32_t m3_render_chat(const struct mmgw_plugin_instance *inst, const char *requ
     r.host = host;
     r.err = err;
     m3_buf_init(&r.out, host);
+    /* the system block and about the request's text: one allocation for the usual prompt */
+    m3_buf_reserve(&r.out, sizeof identity_default + sizeof thinking_intro + sizeof mode_enabled + 256 +
+                               (size_t)json_len);
     int32_t rc = render(&r, req);
     if (rc == MMGW_OK && r.n_media > media_cap)
         rc = host->set_error(err, MMGW_E_TOO_LARGE, "request: %zu media parts rendered, room for %u",

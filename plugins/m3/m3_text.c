@@ -41,6 +41,13 @@ static int buf_reserve(struct m3_buf *b, size_t extra)
     return 0;
 }
 
+void m3_buf_reserve(struct m3_buf *b, size_t n)
+{
+    int oom = b->oom;
+    buf_reserve(b, n);
+    b->oom = oom; /* only a hint: a buffer that could not get it grows as usual */
+}
+
 void m3_buf_put(struct m3_buf *b, const void *data, size_t n)
 {
     if (n == 0 || buf_reserve(b, n) != 0) return;

@@ -26,6 +26,8 @@ struct m3_buf {
 
 void m3_buf_init(struct m3_buf *b, const struct mmgw_host_api *host);
 void m3_buf_free(struct m3_buf *b);
+/** Room for n more bytes at once (an estimate of the output: one allocation instead of a doubling series). */
+void m3_buf_reserve(struct m3_buf *b, size_t n);
 void m3_buf_put(struct m3_buf *b, const void *data, size_t n);
 void m3_buf_puts(struct m3_buf *b, const char *s);
 void m3_buf_putc(struct m3_buf *b, char c);
