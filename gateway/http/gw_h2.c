@@ -624,7 +624,16 @@ int gw_h2_start(struct gw_conn *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
-    int rc = nghttp2_session_server_new(&h->session, cb, h);
+    /* responses are encoded without HPACK's dynamic table (static-table names, literal values), as nginx
+     * encodes them: keeping the table (a new date entry every second, lookups and evictions per header)
+     * cost ~1.5 us of CPU per 1-token chat for ~60 bytes less per response (bench/api, 2026-12-05) */
+    nghttp2_option *opt = NULL;
+    int rc = nghttp2_option_new(&opt);
+    if (rc == 0) {
+        nghttp2_option_set_max_deflate_dynamic_table_size(opt, 0);
+        rc = nghttp2_session_server_new2(&h->session, cb, h, opt);
+        nghttp2_option_del(opt);
+    }
     nghttp2_session_callbacks_del(cb);
     if (rc != 0) return -1;
     const struct gw_http_conf *hc = hconf(h);
