@@ -32,17 +32,48 @@ static void loop_call_free(struct loop_call *c)
     free(c);
 }
 
+/* protobuf-c's blocks for one response, from a stack array: a response of a few tokens is a handful of small
+ * blocks (the message, its outputs, their id arrays) that live only for the on_response call; malloc past
+ * the array */
+struct scratch {
+    unsigned char *p;
+    size_t used, size;
+};
+
+static void *scratch_alloc(void *data, size_t n)
+{
+    struct scratch *s = data;
+    size_t a = (n + 15) & ~(size_t)15;
+    if (a >= n && s->size - s->used >= a) {
+        void *p = s->p + s->used;
+        s->used += a;
+        return p;
+    }
+    return malloc(n);
+}
+
+static void scratch_free(void *data, void *p)
+{
+    struct scratch *s = data;
+    uintptr_t u = (uintptr_t)p, lo = (uintptr_t)s->p;
+    if (u >= lo && u < lo + s->size) return; /* the array goes with the call */
+    free(p);
+}
+
 static void on_message(void *arg, const uint8_t *data, size_t len)
 {
     struct loop_call *c = arg;
-    Mmgw__Worker__V1__GenerateResponse *r = mmgw__worker__v1__generate_response__unpack(NULL, len, data);
+    _Alignas(16) unsigned char buf[2048];
+    struct scratch sc = {buf, 0, sizeof buf};
+    ProtobufCAllocator alloc = {.alloc = scratch_alloc, .free = scratch_free, .allocator_data = &sc};
+    Mmgw__Worker__V1__GenerateResponse *r = mmgw__worker__v1__generate_response__unpack(&alloc, len, data);
     if (!r) {
         gw_h2_fail(c->s, 13, "malformed GenerateResponse from worker"); /* INTERNAL, as gRPC C core */
         return;
     }
     c->responses++;
     c->cb.on_response(c->arg, r); /* may cancel: c is gone then */
-    protobuf_c_message_free_unpacked(&r->base, NULL);
+    protobuf_c_message_free_unpacked(&r->base, &alloc);
 }
 
 static void on_end(void *arg, const struct gw_call_status *st)

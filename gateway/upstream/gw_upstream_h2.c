@@ -78,9 +78,10 @@ struct gw_h2_stream {
     struct gw_h2_stream_cbs cb;
     void *arg;
     const char *method;
-    uint8_t *req; /* the framed request, until nghttp2 has taken all of it */
+    uint8_t *req; /* the framed request (after the struct, same block), until nghttp2 has taken all of it */
     size_t req_len, req_off;
-    struct mm_buf rx; /* received bytes not yet delivered, from rx_off */
+    struct mm_buf rx;   /* received bytes not yet delivered, from rx_off */
+    char rx_first[256]; /* rx's storage while a response is small (a message of a few tokens) */
     size_t rx_off;
     int http_status;
     bool have_grpc_status;
@@ -175,7 +176,6 @@ static void stream_unref(struct gw_h2_stream *s)
     if (--s->refs > 0) return;
     if (s->has_deadline) event_del(&s->ev_deadline);
     mm_buf_free(&s->rx);
-    free(s->req);
     struct gw_h2_conn *c = s->c;
     free(s);
     conn_unref(c);
@@ -651,8 +651,7 @@ static ssize_t read_body(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t l
     s->req_off += n;
     if (s->req_off == s->req_len) {
         *flags |= NGHTTP2_DATA_FLAG_EOF; /* END_STREAM: the client's half-close */
-        free(s->req);
-        s->req = NULL;
+        s->req = NULL;                   /* in the stream's block */
         s->req_len = s->req_off = 0;
     }
     return (ssize_t)n;
@@ -802,19 +801,17 @@ struct gw_h2_stream *gw_h2_call(struct gw_h2_conn *c, const char *method, const 
 {
     size_t len = protobuf_c_message_get_packed_size(msg);
     if (!gw_h2_conn_usable(c) || len > MAX_MESSAGE) return NULL;
-    struct gw_h2_stream *s = calloc(1, sizeof *s);
+    /* the stream and its framed request in one block (the request is short-lived: sent at the next write) */
+    struct gw_h2_stream *s = malloc(sizeof *s + len + 5);
     if (!s) return NULL;
-    s->req = malloc(len + 5);
-    if (!s->req) {
-        free(s);
-        return NULL;
-    }
+    memset(s, 0, sizeof *s);
+    s->req = (uint8_t *)(s + 1);
     s->c = c;
     s->refs = 1;
     s->cb = *cb;
     s->arg = arg;
     s->method = method;
-    mm_buf_init(&s->rx, 0);
+    mm_buf_init_with(&s->rx, 0, s->rx_first, sizeof s->rx_first);
     s->req[0] = 0;
     s->req[1] = (uint8_t)(len >> 24);
     s->req[2] = (uint8_t)(len >> 16);
@@ -849,7 +846,6 @@ struct gw_h2_stream *gw_h2_call(struct gw_h2_conn *c, const char *method, const 
     int32_t id = nghttp2_submit_request(c->h2, NULL, nva, n_nv, &prd, s);
     if (id < 0) {
         if (id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE) c->draining = true; /* ids used up: a new one */
-        free(s->req);
         free(s);
         return NULL;
     }
