@@ -52,7 +52,9 @@ static int32_t out_emit(void *ctx, int32_t kind, int32_t tool_index, const char 
 int gw_api_choices_init(struct gw_api_req *r, struct gw_api_error *e)
 {
     r->n_choices = r->p.n;
-    r->choices = calloc(r->n_choices, sizeof *r->choices);
+    /* in the request's arena (r->http->arena, NULL: the heap); gw_api_req_clear knows which */
+    r->choices = r->http->arena ? mm_arena_calloc(r->http->arena, r->n_choices, sizeof *r->choices)
+                                : calloc(r->n_choices, sizeof *r->choices);
     if (!r->choices) return gw_api_fail(e, 503, NULL, "out of memory");
     r->stops.strs = r->p.stop;
     r->stops.lens = r->p.stop_len;

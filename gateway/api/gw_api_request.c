@@ -71,7 +71,7 @@ static void choice_free(struct gw_api_req *r, struct gw_api_choice *c)
 void gw_api_req_clear(struct gw_api_req *r)
 {
     for (uint32_t i = 0; i < r->n_choices; i++) choice_free(r, &r->choices[i]);
-    free(r->choices);
+    if (!r->http->arena) free(r->choices); /* else in the arena (gw_api_choices_init) */
     for (size_t i = 0; i < r->n_media; i++) {
         json_decref(r->media[i].src);
         free(r->media[i].bytes);

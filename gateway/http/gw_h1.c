@@ -352,19 +352,6 @@ static void head_str(struct head_buf *b, const char *s)
     head_put(b, s, strlen(s));
 }
 
-/* Decimal (base 10) or lower-case hex (base 16) digits of v into buf, returning their count. */
-static size_t fmt_u64(char *buf, uint64_t v, unsigned base)
-{
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = "0123456789abcdef"[v % base];
-        v /= base;
-    } while (v);
-    for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
-    return n;
-}
-
 static int32_t h1_start(struct gw__req *r, int status, int64_t length)
 {
     struct h1 *h = h1_of(r);
@@ -377,7 +364,7 @@ static int32_t h1_start(struct gw__req *r, int status, int64_t length)
     struct head_buf hb = {.p = hb.stack, .cap = sizeof hb.stack};
     char num[24];
     head_put(&hb, "HTTP/1.1 ", 9);
-    head_put(&hb, num, fmt_u64(num, (uint64_t)status, 10));
+    head_put(&hb, num, gw__fmt_u64(num, (uint64_t)status, 10));
     head_put(&hb, " ", 1);
     head_str(&hb, gw_http_reason(status));
     head_put(&hb, "\r\ndate: ", 8);
@@ -385,7 +372,7 @@ static int32_t h1_start(struct gw__req *r, int status, int64_t length)
     head_put(&hb, "\r\nserver: mmgw\r\n", 16);
     if (!streaming && status != 204 && status != 304) { /* RFC 9110 §8.6: never on a 204 */
         head_put(&hb, "content-length: ", 16);
-        head_put(&hb, num, fmt_u64(num, (uint64_t)length, 10));
+        head_put(&hb, num, gw__fmt_u64(num, (uint64_t)length, 10));
         head_put(&hb, "\r\n", 2);
     }
     if (h->resp_chunked) head_str(&hb, "transfer-encoding: chunked\r\n");
@@ -412,7 +399,7 @@ static int32_t h1_write(struct gw__req *r, const void *data, size_t len)
     int rc = 0;
     if (h->resp_chunked && r->resp == GW_RESP_STREAMING) {
         char size[24];
-        size_t n = fmt_u64(size, len, 16);
+        size_t n = gw__fmt_u64(size, len, 16);
         size[n++] = '\r';
         size[n++] = '\n';
         rc = evbuffer_add(out, size, n);

@@ -386,13 +386,16 @@ static int32_t h2_start(struct gw__req *r, int status, int64_t length)
     char *status_s = mm_arena_alloc(r->pub.arena, 8);
     char *len_s = mm_arena_alloc(r->pub.arena, 24);
     if (!nva || !status_s || !len_s) return MM_NOMEM;
-    snprintf(status_s, 8, "%d", status);
+    if (status >= 0 && status < 1000000)
+        status_s[gw__fmt_u64(status_s, (uint64_t)status, 10)] = '\0'; /* no printf per response */
+    else
+        snprintf(status_s, 8, "%d", status);
     size_t k = 0;
     nva[k++] = make_nv(":status", status_s);
     nva[k++] = make_nv("date", gw_loop_date(h->c->loop));
     nva[k++] = make_nv("server", "mmgw");
     if (length >= 0 && status != 204 && status != 304) { /* RFC 9110 §8.6: never on a 204 */
-        snprintf(len_s, 24, "%lld", (long long)length);
+        len_s[gw__fmt_u64(len_s, (uint64_t)length, 10)] = '\0';
         nva[k++] = make_nv("content-length", len_s);
     }
     for (const struct gw_resp_header *x = r->resp_headers; x; x = x->next)
@@ -626,11 +629,14 @@ int gw_h2_start(struct gw_conn *c)
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     /* responses are encoded without HPACK's dynamic table (static-table names, literal values), as nginx
      * encodes them: keeping the table (a new date entry every second, lookups and evictions per header)
-     * cost ~1.5 us of CPU per 1-token chat for ~60 bytes less per response (bench/api, 2026-12-05) */
+     * cost ~1.5 us of CPU per 1-token chat for ~60 bytes less per response; and closed streams are not kept
+     * in the RFC 7540 priority tree (a PRIORITY frame naming one falls back to the root): ~0.6 us per chat
+     * (bench/api/README.md, "gw-perf") */
     nghttp2_option *opt = NULL;
     int rc = nghttp2_option_new(&opt);
     if (rc == 0) {
         nghttp2_option_set_max_deflate_dynamic_table_size(opt, 0);
+        nghttp2_option_set_no_closed_streams(opt, 1);
         rc = nghttp2_session_server_new2(&h->session, cb, h, opt);
         nghttp2_option_del(opt);
     }

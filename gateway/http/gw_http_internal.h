@@ -33,6 +33,20 @@ struct gw_task {
 struct gw_conn;
 struct gw_listener_group;
 
+/* Decimal (base 10) or lower-case hex (base 16) digits of v into buf (room for 20), returning their count;
+ * no NUL. Status lines and lengths are written per response: no printf. */
+static inline size_t gw__fmt_u64(char *buf, uint64_t v, unsigned base)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = "0123456789abcdef"[v % base];
+        v /= base;
+    } while (v);
+    for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+    return n;
+}
+
 #define GW_LOOP_ARENA_POOL 128             /* idle request arenas a loop keeps */
 #define GW_REQ_ARENA_BLOCK 16384           /* a request arena's block size */
 #define GW_REQ_ARENA_REUSE_MAX (32 * 1024) /* arenas that held more are freed, not kept */
