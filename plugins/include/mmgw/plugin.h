@@ -18,6 +18,10 @@
  * member says otherwise. Memory a plugin returns is either static (lives as long as the plugin is
  * loaded) or written into host-provided sinks (struct mmgw_sink, callbacks). A plugin never frees host
  * memory and allocates only through host->alloc / host->free.
+ * A plugin that parses the request with the jansson the host process loads (as the built-in ones do) must
+ * drop every JSON value it made during render_chat before returning, and those made during parser_create
+ * by parser_destroy: the host (mmgw) may serve jansson's allocations during those calls from the request's
+ * memory, which goes with the request.
  *
  * Threading: instance functions may be called from several threads at once with different instances,
  * and from several threads with the same instance for the functions marked "const"; stream handles
