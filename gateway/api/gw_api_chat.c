@@ -247,6 +247,16 @@ int gw_api_chat_prepare(struct gw_api_req *r, struct gw_api_error *e)
     return 0;
 }
 
+static void chat_parsed(struct gw_api_req *r)
+{
+    struct gw_api_error e = {0};
+    if (gw_api_params_parse(r->body, GW_API_CHAT, r->model->vocab, &r->p, &e) || gw_api_chat_prepare(r, &e)) {
+        gw_api_req_fail(r, &e);
+        return;
+    }
+    gw_api_pipeline_start(r);
+}
+
 void gw_api_handle_chat(struct gw_request *req, void *ud)
 {
     struct gw_api_state *st = ud;
@@ -255,11 +265,5 @@ void gw_api_handle_chat(struct gw_request *req, void *ud)
         gw_http_send_error(req, 503, NULL, "out of memory", NULL, NULL);
         return;
     }
-    struct gw_api_error e = {0};
-    if (gw_api_parse_body(req, st, &r->body, &r->model, &e) ||
-        gw_api_params_parse(r->body, GW_API_CHAT, r->model->vocab, &r->p, &e) || gw_api_chat_prepare(r, &e)) {
-        gw_api_req_fail(r, &e);
-        return;
-    }
-    gw_api_pipeline_start(r);
+    gw_api_parse_then(r, chat_parsed);
 }

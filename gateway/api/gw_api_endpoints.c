@@ -51,6 +51,17 @@ int gw_api_completion_prepare(struct gw_api_req *r, struct gw_api_error *e)
     return 0;
 }
 
+static void completion_parsed(struct gw_api_req *r)
+{
+    struct gw_api_error e = {0};
+    if (gw_api_params_parse(r->body, GW_API_COMPLETION, r->model->vocab, &r->p, &e) ||
+        gw_api_completion_prepare(r, &e)) {
+        gw_api_req_fail(r, &e);
+        return;
+    }
+    gw_api_pipeline_start(r);
+}
+
 void gw_api_handle_completions(struct gw_request *req, void *ud)
 {
     struct gw_api_state *st = ud;
@@ -59,14 +70,7 @@ void gw_api_handle_completions(struct gw_request *req, void *ud)
         gw_http_send_error(req, 503, NULL, "out of memory", NULL, NULL);
         return;
     }
-    struct gw_api_error e = {0};
-    if (gw_api_parse_body(req, st, &r->body, &r->model, &e) ||
-        gw_api_params_parse(r->body, GW_API_COMPLETION, r->model->vocab, &r->p, &e) ||
-        gw_api_completion_prepare(r, &e)) {
-        gw_api_req_fail(r, &e);
-        return;
-    }
-    gw_api_pipeline_start(r);
+    gw_api_parse_then(r, completion_parsed);
 }
 
 /* ---- /tokenize ---- */
@@ -96,6 +100,16 @@ int gw_api_tokenize_prepare(struct gw_api_req *r, struct gw_api_error *e)
     return 0;
 }
 
+static void tokenize_parsed(struct gw_api_req *r)
+{
+    struct gw_api_error e = {0};
+    if (gw_api_tokenize_prepare(r, &e)) {
+        gw_api_req_fail(r, &e);
+        return;
+    }
+    gw_api_pipeline_start(r);
+}
+
 void gw_api_handle_tokenize(struct gw_request *req, void *ud)
 {
     struct gw_api_state *st = ud;
@@ -104,12 +118,7 @@ void gw_api_handle_tokenize(struct gw_request *req, void *ud)
         gw_http_send_error(req, 503, NULL, "out of memory", NULL, NULL);
         return;
     }
-    struct gw_api_error e = {0};
-    if (gw_api_parse_body(req, st, &r->body, &r->model, &e) || gw_api_tokenize_prepare(r, &e)) {
-        gw_api_req_fail(r, &e);
-        return;
-    }
-    gw_api_pipeline_start(r);
+    gw_api_parse_then(r, tokenize_parsed);
 }
 
 /* ---- /detokenize ---- */

@@ -192,3 +192,75 @@ int gw_api_parse_body(struct gw_request *req, struct gw_api_state *st, json_t **
     }
     return 0;
 }
+
+/* ---- the body parsed off the loop ---- */
+
+struct parse_job {
+    struct gw_api_req *r;
+    const struct gw_executor *ex;
+    void (*next)(struct gw_api_req *r);
+    json_t *body;
+    struct gw_api_model *model;
+    int rc;
+    struct gw_api_error e;
+};
+
+static void parse_back(void *arg)
+{
+    struct parse_job *j = arg;
+    struct gw_api_req *r = j->r;
+    r->pending--;
+    if (r->finished) { /* the client left meanwhile */
+        json_decref(j->body);
+        if (r->pending == 0) gw_api_req_release(r);
+    } else if (j->rc) {
+        json_decref(j->body);
+        gw_api_req_fail(r, &j->e);
+    } else {
+        r->body = j->body;
+        r->model = j->model;
+        j->next(r);
+    }
+    free(j);
+}
+
+static void parse_run(void *arg)
+{
+    /* reads the request's body and the state's model table, neither of which changes while r is pending */
+    struct parse_job *j = arg;
+    j->rc = gw_api_parse_body(j->r->http, j->r->st, &j->body, &j->model, &j->e);
+    if (gw_executor_post(j->ex, parse_back, j) != 0) { /* the loop is gone (shutdown) */
+        json_decref(j->body);
+        free(j);
+    }
+}
+
+/* Any model's preprocessing pool will do: the parse does not depend on the model. */
+static struct gw_pool *parse_pool(const struct gw_api_state *st)
+{
+    for (size_t i = 0; i < st->n_models; i++)
+        if (st->models[i].pool) return st->models[i].pool;
+    return NULL;
+}
+
+void gw_api_parse_then(struct gw_api_req *r, void (*next)(struct gw_api_req *r))
+{
+    struct gw_pool *pool = r->http->body_len > GW_API_INLINE_PARSE_MAX ? parse_pool(r->st) : NULL;
+    struct parse_job *j = pool ? calloc(1, sizeof *j) : NULL;
+    if (j) {
+        j->r = r;
+        j->ex = r->http->executor;
+        j->next = next;
+        if (gw_pool_submit(pool, parse_run, j) == MM_OK) {
+            r->pending++;
+            return;
+        }
+        free(j); /* queue full: parse here rather than refuse */
+    }
+    struct gw_api_error e = {0};
+    if (gw_api_parse_body(r->http, r->st, &r->body, &r->model, &e)) {
+        gw_api_req_fail(r, &e);
+        return;
+    }
+    next(r);
+}

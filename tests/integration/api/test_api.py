@@ -481,6 +481,29 @@ def case_toy():
                                               "add_special_tokens": False})
     fx.check(st == 200 and st2 == 200 and r["usage"]["prompt_tokens"] == t["count"] and
              r["choices"][0]["text"] == long_text, f"long prompt: {st} {st2} {str(r)[:200]}")
+    # a body over 256 KiB is parsed on the preprocessing pool: the same answers and the same errors
+    # (whitespace and a prompt of token ids make the bytes without making the prompt long)
+    pad = " " * (300 * 1024)
+
+    def big(body):
+        return (json.dumps(body) + pad).encode()
+
+    ids = (pids * (40000 // len(pids) + 1))[:40000]
+    st, r = fx.post(gw, "/v1/completions", None, raw=big({"model": "toy", "prompt": ids, "max_tokens": 5}))
+    fx.check(st == 200 and r["usage"]["prompt_tokens"] == 40000 and r["choices"][0]["text"] == detok(gw, ids[:5]),
+             f"big body completion: {st} {str(r)[:200]}")
+    st, r = fx.post(gw, "/tokenize", None, raw=big({"model": "toy", "prompt": prompt, "add_special_tokens": False}))
+    fx.check(st == 200 and r["tokens"] == pids, f"big body tokenize: {st} {str(r)[:200]}")
+    chat = {"model": "toy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 500}
+    st, small_r = fx.post(gw, "/v1/chat/completions", chat)
+    st2, r = fx.post(gw, "/v1/chat/completions", None, raw=big(chat))
+    fx.check(st == 200 and st2 == 200 and r["choices"][0]["message"] == small_r["choices"][0]["message"],
+             f"big body chat: {st} {st2} {str(r)[:200]}")
+    bad = b'{"model": "toy", "prompt": "x",' + pad.encode() + b"}"
+    st, r = fx.post(gw, "/v1/completions", None, raw=bad)
+    fx.check(st == 400 and "not valid JSON (line 1" in r["error"]["message"], f"big bad JSON: {st} {str(r)[:200]}")
+    st, r = fx.post(gw, "/v1/chat/completions", None, raw=big(dict(chat, model="nope")))
+    fx.check(st == 404 and r["error"]["code"] == "model_not_found", f"big body, unknown model: {st} {str(r)[:200]}")
 
 
 def case_qwen2vl():
