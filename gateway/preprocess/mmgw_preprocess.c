@@ -19,7 +19,6 @@
 #include "gw_plugin.h"
 #include "gw_pool.h"
 #include "mm_dtype.h"
-#include "mm_malloc.h"
 #include "pp_write.h"
 
 #define MAX_ITEMS 256
@@ -334,7 +333,6 @@ static int32_t write_output(const struct cli *c, const struct run *runs, const c
 
 int main(int argc, char **argv)
 {
-    mm_malloc_tune_server(); /* as the gateway runs the pipeline, so --repeat measures what it does */
     struct cli *c = calloc(1, sizeof *c);
     if (!c) return 1;
     if (parse_args(argc, argv, c)) {
