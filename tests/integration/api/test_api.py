@@ -33,6 +33,7 @@ Usage: test_api.py CASE   (exit 0 pass, 1 fail, 77 skipped with a reason)
   demo          without ../shared: mmgw-mkdemo + mmgw-mktokenizer + the real worker, chat with an image by
                 data: URL and by http URL (fetched from a loopback server the config allows)
 """
+import http.client
 import json
 import os
 import random
@@ -351,16 +352,20 @@ def case_errors():
     expect(413, user("x" * 70000), None, None, what="body too large")
     expect(413, user(img(fx.data_url_bytes(os.urandom(4000), "image/png"))), "messages[0].content[1].image_url",
            "bytes", what="media too large")
-    # 429: the worker is full (--max-running 1): hold one stream open, the next request is refused
-    hold = threading.Thread(target=lambda: fx.sse_events(gw, chat, dict(user("a b c d e f"), max_tokens=40,
-                                                                         stream=True)), daemon=True)
-    hold.start()
-    time.sleep(0.5)
+    # 429: the worker is full (--max-running 1): hold one stream open (its first token read, so the worker
+    # is running it whatever the machine's load; 100 tokens at 50/s keep it there), the next is refused
+    hc = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+    hc.request("POST", chat, json.dumps(dict(user("a b c d e f"), max_tokens=100, stream=True)),
+               {"content-type": "application/json"})
+    hr = hc.getresponse()
+    first = hr.readline() if hr.status == 200 else b""
+    fx.check(hr.status == 200 and first.startswith(b"data: "), f"held stream: {hr.status} {first[:100]!r}")
     st, r, hd = fx.post_headers(gw, chat, user("hello"))
     fx.check(st == 429 and fx.is_error(r), f"worker full: expected 429, got {st}: {str(r)[:300]}")
     # 429 and 503 say when to try again; other errors do not
     fx.check(hd.get("retry-after") == "1", f"429 retry-after: {hd}")
-    hold.join(30)
+    hr.read()
+    hc.close()
     stub.close()
     st, r, hd = fx.post_headers(gw, chat, {"model": "toy"})
     fx.check(st == 400 and "retry-after" not in hd, f"400 without retry-after: {st} {hd}")
