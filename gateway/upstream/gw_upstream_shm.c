@@ -12,13 +12,16 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "mm_log.h"
 
-/* Room for a burst of images in flight (a 640x480 image is 3.2 MB of bf16 patches) without holding much
- * of a container's 64 MiB /dev/shm when idle. */
+/* Room for a burst of images in flight (a 640x480 image is 3.2 MB of bf16 patches), but never more than an
+ * eighth of /dev/shm: a container's is 64 MiB by default, and others on the host (NCCL, data loaders) need
+ * it too. */
 #define POOL_MAX_BYTES (64u << 20)
+#define POOL_SHARE_OF_DEVSHM 8
 /* Objects are sized in whole MiB, so that one serves tensors of nearby sizes. */
 #define SIZE_STEP (1u << 20)
 
@@ -33,6 +36,7 @@ static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct gw_shm_tensor *pool;
 static size_t pool_objects, pool_bytes;
 static int started; /* under pool_mu: the lock object is held, stale objects swept, atexit registered */
+static size_t pool_max = POOL_MAX_BYTES; /* set by start_once */
 static int lock_fd = -1;
 static atomic_uint_fast64_t counter;
 
@@ -99,6 +103,11 @@ static void start_once(void)
         close(fd); /* someone else's (a process with our pid in another namespace): do without */
     }
     sweep_stale();
+    struct statvfs vfs;
+    if (statvfs("/dev/shm", &vfs) == 0 && vfs.f_blocks > 0) {
+        const uint64_t share = (uint64_t)vfs.f_blocks * vfs.f_frsize / POOL_SHARE_OF_DEVSHM;
+        if (share < pool_max) pool_max = (size_t)share;
+    }
     atexit(at_exit_drain);
 }
 
@@ -187,7 +196,7 @@ void gw_shm_tensor_release(struct gw_shm_tensor *t, int reuse)
     if (!t) return;
     if (reuse) {
         pthread_mutex_lock(&pool_mu);
-        if (pool_bytes + t->cap <= POOL_MAX_BYTES) {
+        if (pool_bytes + t->cap <= pool_max) {
             t->next = pool;
             pool = t;
             pool_objects++;

@@ -454,6 +454,26 @@ static void test_shm_sweep(void)
     CHECK_EQ_INT(count_shm_objects(), 0);
 }
 
+/* The pool keeps at most 64 MiB (and an eighth of /dev/shm); what does not fit is unlinked on release. */
+static void test_shm_pool_cap(void)
+{
+    enum { N = 72 };
+    static uint8_t b[1u << 20];
+    struct gw_shm_tensor *t[N];
+    struct mm_err e;
+    int made = 0;
+    for (int i = 0; i < N && gw_shm_tensor_create(b, sizeof b, &t[made], &e) == MM_OK; i++) made++;
+    CHECK_EQ_INT(made, N);
+    for (int i = 0; i < made; i++) gw_shm_tensor_release(t[i], 1);
+    size_t objects = 0, bytes = 0;
+    gw_shm_pool_stats(&objects, &bytes);
+    CHECK_MSG(bytes <= (64u << 20) && bytes == objects * sizeof b && objects >= 1,
+              "pooled %zu objects, %zu bytes", objects, bytes);
+    CHECK_EQ_INT(count_shm_objects(), (int)objects);
+    gw_shm_pool_drain();
+    CHECK_EQ_INT(count_shm_objects(), 0);
+}
+
 static void test_media(void)
 {
     struct fake_worker w;
@@ -688,6 +708,7 @@ int main(void)
     printf("-- test_shm_sweep\n"); /* first: it forks, before any thread exists */
     fflush(stdout);
     test_shm_sweep();
+    test_shm_pool_cap();
     loop = test_loop_new();
     struct mm_err e;
     if (!loop || gw_upstream_create(NULL, &up, &e) != MM_OK) {
