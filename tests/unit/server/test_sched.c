@@ -383,7 +383,9 @@ static void test_preemption(void)
     cfg.pages = 64;
     cfg.max_context = 120;
     struct wk_sched_opts so = {.grow_tokens = 8, .step_tokens = 32};
-    struct env v = env_open(&cfg, &so, 1);
+    /* queued before the scheduler starts, so all three run together whatever the machine's load (started
+     * first, u0 could finish before u2 arrived and nothing would need preempting) */
+    struct env v = env_open(&cfg, &so, 0);
     enum { N = 3 };
     int32_t ids[N][10];
     struct rec *r[N];
@@ -394,6 +396,8 @@ static void test_preemption(void)
         snprintf(id, sizeof(id), "u%d", i);
         CHECK(submit(&v, mkreq(id, ids[i], 10, -1, i == 1 ? 2 : 1, 120), r[i]) == MM_OK);
     }
+    struct mm_err err = {0};
+    CHECK(wk_sched_start(v.s, &err) == MM_OK);
     for (int i = 0; i < N; i++) {
         CHECK(rec_wait_end(r[i], 20000) == 0);
         CHECK_EQ_INT(r[i]->status, MM_OK);
