@@ -332,6 +332,9 @@ void gw_api_req_fail(struct gw_api_req *r, const struct gw_api_error *e);
 struct gw_api_req *gw_api_req_new(struct gw_request *http, struct gw_api_state *st, enum gw_api_kind kind,
                                   const char *endpoint);
 void gw_api_req_release(struct gw_api_req *r);
+/** An asynchronous job of r's (r->pending++ when it was started) came back on r's loop: drop its hold.
+ * True when the request is over (the client left): the caller stops, r may be gone. */
+bool gw_api_req_async_back(struct gw_api_req *r);
 /** The two halves of new/release that do not touch the HTTP request's lifetime (no reference, no abort
  * callback): the fuzz harness (tests/fuzz/api) drives the pipeline's steps on a context of its own. init
  * reads only http->start_ns and http->arena (NULL: buffers on the heap); clear frees everything r owns. */

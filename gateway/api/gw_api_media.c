@@ -16,17 +16,6 @@
 
 static void respond_tokenize(struct gw_api_req *r);
 
-/* An async operation came back: drop its hold; true when the request is over (the caller stops). */
-static bool async_back(struct gw_api_req *r)
-{
-    r->pending--;
-    if (r->finished) {
-        if (r->pending == 0) gw_api_req_release(r);
-        return true;
-    }
-    return false;
-}
-
 /* A fetch or decode problem is the client's (400: refused address, undecodable, too many pixels); byte
  * caps on what was sent or fetched are 413 (bytes_stage); overload and shutdown 503. The time caps
  * (fetch_timeout, preprocess_timeout: MM_TIMEOUT) are 400 too, like the other "too expensive media"
@@ -80,7 +69,7 @@ static void tjob_back(void *arg)
 {
     struct tjob *j = arg;
     struct gw_api_req *r = j->r;
-    if (!async_back(r)) prompt_ready(r, j->rc, &j->e);
+    if (!gw_api_req_async_back(r)) prompt_ready(r, j->rc, &j->e);
     free(j);
 }
 
@@ -196,7 +185,7 @@ static void pjob_back(void *arg)
 {
     struct pjob *j = arg;
     struct gw_api_req *r = j->r;
-    if (async_back(r)) {
+    if (gw_api_req_async_back(r)) {
         gw_media_result_free(&j->res);
         free(j);
         return;
@@ -364,7 +353,7 @@ static void fop_back(void *arg)
     struct fop *f = arg;
     struct gw_api_req *r = f->r;
     free(f->url);
-    if (async_back(r)) {
+    if (gw_api_req_async_back(r)) {
         free(f->body);
         free(f);
         return;
@@ -430,7 +419,7 @@ void gw_api_pipeline_start(struct gw_api_req *r)
         else
             fetch_media(r, k);
     }
-    async_back(r);
+    gw_api_req_async_back(r);
 }
 
 /* ---- /tokenize answers come from here once the prompt exists ---- */

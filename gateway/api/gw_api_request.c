@@ -116,6 +116,16 @@ void gw_api_req_release(struct gw_api_req *r)
     if (r->pending == 0) req_destroy(r);
 }
 
+bool gw_api_req_async_back(struct gw_api_req *r)
+{
+    r->pending--;
+    if (r->finished) {
+        if (r->pending == 0) gw_api_req_release(r);
+        return true;
+    }
+    return false;
+}
+
 void gw_api_req_metrics(struct gw_api_req *r, int status)
 {
     if (r->metrics_done) return; /* recorded once */
@@ -209,10 +219,8 @@ static void parse_back(void *arg)
 {
     struct parse_job *j = arg;
     struct gw_api_req *r = j->r;
-    r->pending--;
-    if (r->finished) { /* the client left meanwhile */
+    if (gw_api_req_async_back(r)) { /* the client left meanwhile */
         json_decref(j->body);
-        if (r->pending == 0) gw_api_req_release(r);
     } else if (j->rc) {
         json_decref(j->body);
         gw_api_req_fail(r, &j->e);

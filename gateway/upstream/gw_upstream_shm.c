@@ -38,6 +38,7 @@ static size_t pool_objects, pool_bytes;
 static int started; /* under pool_mu: the lock object is held, stale objects swept, atexit registered */
 static size_t pool_max = POOL_MAX_BYTES; /* set by start_once */
 static int lock_fd = -1;
+static char lock_name[GW_SHM_NAME_MAX]; /* "/mmgw-<pid>-lock", while lock_fd is held */
 static atomic_uint_fast64_t counter;
 
 /* Remove the objects of processes that died with objects out: their "/mmgw-<pid>-lock" can be locked. */
@@ -82,11 +83,7 @@ static void sweep_stale(void)
 static void at_exit_drain(void)
 {
     gw_shm_pool_drain();
-    if (lock_fd >= 0) {
-        char name[GW_SHM_NAME_MAX];
-        snprintf(name, sizeof name, "/mmgw-%ld-lock", (long)getpid());
-        shm_unlink(name);
-    }
+    if (lock_fd >= 0) shm_unlink(lock_name);
 }
 
 /* First use in this process (pool_mu held): hold our lock object, then sweep. */
@@ -94,9 +91,8 @@ static void start_once(void)
 {
     if (started) return;
     started = 1;
-    char name[GW_SHM_NAME_MAX];
-    snprintf(name, sizeof name, "/mmgw-%ld-lock", (long)getpid());
-    int fd = shm_open(name, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    snprintf(lock_name, sizeof lock_name, "/mmgw-%ld-lock", (long)getpid());
+    int fd = shm_open(lock_name, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
     if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
         lock_fd = fd; /* held until the process ends */
     } else if (fd >= 0) {

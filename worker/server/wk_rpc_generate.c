@@ -10,7 +10,6 @@
  * frees its pages before its next step. */
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
-#include <grpc/support/alloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,11 +245,7 @@ void wk_rpc_generate(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *paylo
                  (unsigned long long)__atomic_add_fetch(&g->id_counter, 1, __ATOMIC_RELAXED));
         c->out.merge_complete = msg->merge_complete; /* before decode takes msg */
         struct wk_decode_limits lim = g->svc.limits;
-        if (lim.allow_shm) {
-            char *peer = grpc_call_get_peer(call);
-            lim.allow_shm = wk_shm_peer_local(peer);
-            gpr_free(peer);
-        }
+        lim.allow_shm = lim.allow_shm && wk_shm_call_local(call);
         rc = wk_request_decode(msg, &lim, fallback, &r, &err); /* takes msg */
     }
     if (rc == MM_OK) {

@@ -1,7 +1,6 @@
 /* The unary methods: Abort, Health, ModelInfo, Load. */
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
-#include <grpc/support/alloc.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,9 +78,7 @@ void wk_rpc_model_info(struct wk_grpc *g, grpc_call *call, grpc_byte_buffer *pay
     resp.video_token_id = (uint32_t)mi->video_token_id;
     resp.merge_factor = (uint32_t)g->svc.limits.merge_factor;
     resp.protocol_version = PROTOCOL_VERSION;
-    char *peer = g->svc.limits.allow_shm ? grpc_call_get_peer(call) : NULL;
-    resp.supports_shm = wk_shm_peer_local(peer) ? 1 : 0; /* only to callers on this host */
-    gpr_free(peer);
+    resp.supports_shm = g->svc.limits.allow_shm && wk_shm_call_local(call); /* only to callers on this host */
     resp.max_message_bytes = (uint64_t)(g->svc.max_message_bytes > 0 ? g->svc.max_message_bytes : INT_MAX);
     wk_unary_reply(call, &resp.base, GRPC_STATUS_OK, NULL);
 }

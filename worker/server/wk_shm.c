@@ -1,8 +1,9 @@
-/* Shared-memory tensor sources. The sender owns the object (and unlinks it); we only map it read-only for
- * as long as the vision tower needs the bytes. */
+/* Shared-memory tensor sources. The sender owns the object (and unlinks or reuses it once we answered); we
+ * only map it read-only for as long as the vision tower needs the bytes. */
 #include "wk_shm.h"
 
 #include <errno.h>
+#include <grpc/support/alloc.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -76,4 +77,12 @@ int wk_shm_peer_local(const char *peer)
     for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
         if (strncmp(peer, local[i], strlen(local[i])) == 0) return 1;
     return 0;
+}
+
+int wk_shm_call_local(grpc_call *call)
+{
+    char *peer = grpc_call_get_peer(call);
+    int local = wk_shm_peer_local(peer);
+    gpr_free(peer);
+    return local;
 }

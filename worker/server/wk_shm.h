@@ -2,6 +2,7 @@
 #ifndef WK_SHM_H
 #define WK_SHM_H
 
+#include <grpc/grpc.h>
 #include <stdint.h>
 
 #include "mm_status.h"
@@ -18,5 +19,7 @@ void wk_shm_unmap(void *handle);
  * host. Only such callers may name shared-memory objects: a caller over the network could otherwise have
  * the worker read any object its user can open. NULL is not local. */
 int wk_shm_peer_local(const char *peer);
+/** wk_shm_peer_local of a call's peer. */
+int wk_shm_call_local(grpc_call *call);
 
 #endif
