@@ -323,6 +323,22 @@ static void make_item(struct item_buf *b, uint8_t *data, size_t len)
     b->item.pixel_values = &b->tensor;
 }
 
+/* One item of len pattern bytes (seed), and the crc line the fake worker logs for it. */
+struct one_item {
+    uint8_t *px;
+    struct item_buf ib;
+    Mmgw__Worker__V1__MultimodalItem *items[1];
+    char crc[32];
+};
+
+static void one_item_make(struct one_item *o, size_t len, unsigned seed)
+{
+    o->px = pattern(len, seed);
+    make_item(&o->ib, o->px, len);
+    o->items[0] = &o->ib.item;
+    snprintf(o->crc, sizeof(o->crc), "\"crc\": %lu", crc32(0, o->px, (uInt)len));
+}
+
 static int count_shm_objects(void)
 {
     char prefix[64];
@@ -389,16 +405,11 @@ static void test_shm_refused(void)
     struct gw_upstream_chan *ch = open_with_info(&w);
     CHECK(gw_upstream_chan_shm_usable(ch));
 
-    size_t len = 1u << 20;
-    uint8_t *px = pattern(len, 4);
-    struct item_buf ib;
-    make_item(&ib, px, len);
-    Mmgw__Worker__V1__MultimodalItem *items[1] = {&ib.item};
-    char crc[32];
-    snprintf(crc, sizeof(crc), "\"crc\": %lu", crc32(0, px, (uInt)len));
+    struct one_item it;
+    one_item_make(&it, 1u << 20, 4);
     struct stream_rec s;
     memset(&s, 0, sizeof(s));
-    CHECK_EQ_INT(start(ch, "noshm-1", &s, NULL, items, 1), MM_OK);
+    CHECK_EQ_INT(start(ch, "noshm-1", &s, NULL, it.items, 1), MM_OK);
     struct gw_gen_transport tr;
     gw_gen_transport(s.call, &tr);
     CHECK_EQ_INT(tr.shm_items, 1);
@@ -412,15 +423,15 @@ static void test_shm_refused(void)
 
     /* the next call on the channel goes inline and works */
     memset(&s, 0, sizeof(s));
-    CHECK_EQ_INT(start(ch, "noshm-2", &s, NULL, items, 1), MM_OK);
+    CHECK_EQ_INT(start(ch, "noshm-2", &s, NULL, it.items, 1), MM_OK);
     gw_gen_transport(s.call, &tr);
     CHECK_EQ_INT(tr.shm_items, 0);
     CHECK_EQ_INT(tr.inline_items, 1);
     CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_MSG(s.st.code == MM_OK && s.st.shm_refused == 0, "%s", s.st.message);
-    CHECK_EQ_INT(fake_worker_log_count(&w, "\"noshm-2\"", "\"transport\": \"inline\"", crc, NULL), 1);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"noshm-2\"", "\"transport\": \"inline\"", it.crc, NULL), 1);
 
-    free(px);
+    free(it.px);
     gw_upstream_chan_close(ch);
     fake_worker_kill(&w);
     fake_worker_cleanup(&w);
@@ -521,49 +532,40 @@ static void test_media(void)
 
     /* a mid-size tensor (1 MiB, fits inline) also goes by shared memory to a local worker, and inline when
      * shm_min_bytes is above it */
-    size_t mid_len = 1u << 20;
-    uint8_t *mid = pattern(mid_len, 3);
-    struct item_buf mb;
-    make_item(&mb, mid, mid_len);
-    Mmgw__Worker__V1__MultimodalItem *mid_items[1] = {&mb.item};
-    char crc_mid[32];
-    snprintf(crc_mid, sizeof(crc_mid), "\"crc\": %lu", crc32(0, mid, (uInt)mid_len));
+    struct one_item mid;
+    one_item_make(&mid, 1u << 20, 3);
     memset(&s, 0, sizeof(s));
-    CHECK_EQ_INT(start(ch, "media-mid-shm", &s, NULL, mid_items, 1), MM_OK);
+    CHECK_EQ_INT(start(ch, "media-mid-shm", &s, NULL, mid.items, 1), MM_OK);
     gw_gen_transport(s.call, &tr);
     CHECK_EQ_INT(tr.shm_items, 1);
     CHECK_EQ_INT(tr.inline_items, 0);
     CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
-    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-shm\"", "\"transport\": \"shm\"", crc_mid, NULL), 1);
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-shm\"", "\"transport\": \"shm\"", mid.crc, NULL), 1);
     /* a second tensor of the size takes the pooled object: still one object, other bytes delivered */
     test_loop_run(loop, NULL, NULL, 50);
     CHECK_EQ_INT(count_shm_objects(), 1);
-    uint8_t *mid2 = pattern(mid_len, 5);
-    struct item_buf mb2;
-    make_item(&mb2, mid2, mid_len);
-    Mmgw__Worker__V1__MultimodalItem *mid2_items[1] = {&mb2.item};
-    char crc_mid2[32];
-    snprintf(crc_mid2, sizeof(crc_mid2), "\"crc\": %lu", crc32(0, mid2, (uInt)mid_len));
+    struct one_item mid2;
+    one_item_make(&mid2, 1u << 20, 5);
     memset(&s, 0, sizeof(s));
-    CHECK_EQ_INT(start(ch, "media-mid-shm2", &s, NULL, mid2_items, 1), MM_OK);
+    CHECK_EQ_INT(start(ch, "media-mid-shm2", &s, NULL, mid2.items, 1), MM_OK);
     CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
-    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-shm2\"", "\"transport\": \"shm\"", crc_mid2, NULL),
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-shm2\"", "\"transport\": \"shm\"", mid2.crc, NULL),
                  1);
     test_loop_run(loop, NULL, NULL, 50);
     CHECK_EQ_INT(count_shm_objects(), 1);
-    free(mid2);
+    free(mid2.px);
     memset(&s, 0, sizeof(s));
     struct gw_gen_opts mid_inline = {.shm_min_bytes = 2u << 20};
-    CHECK_EQ_INT(start(ch, "media-mid-inline", &s, &mid_inline, mid_items, 1), MM_OK);
+    CHECK_EQ_INT(start(ch, "media-mid-inline", &s, &mid_inline, mid.items, 1), MM_OK);
     gw_gen_transport(s.call, &tr);
     CHECK_EQ_INT(tr.inline_items, 1);
     CHECK_EQ_INT(tr.shm_items, 0);
     CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
     CHECK_EQ_INT(
-        fake_worker_log_count(&w, "\"media-mid-inline\"", "\"transport\": \"inline\"", crc_mid, NULL), 1);
+        fake_worker_log_count(&w, "\"media-mid-inline\"", "\"transport\": \"inline\"", mid.crc, NULL), 1);
     /* shared memory refused (here: a file size limit below the tensor, EFBIG from posix_fallocate; the
      * pooled object that would serve it drained first): the tensor goes inline instead, and no object is
      * left behind */
@@ -575,7 +577,7 @@ static void test_media(void)
     void (*xfsz_was)(int) = signal(SIGXFSZ, SIG_IGN);
     CHECK(setrlimit(RLIMIT_FSIZE, &small_files) == 0);
     memset(&s, 0, sizeof(s));
-    CHECK_EQ_INT(start(ch, "media-mid-noshm", &s, NULL, mid_items, 1), MM_OK);
+    CHECK_EQ_INT(start(ch, "media-mid-noshm", &s, NULL, mid.items, 1), MM_OK);
     setrlimit(RLIMIT_FSIZE, &fsize_was);
     signal(SIGXFSZ, xfsz_was);
     gw_gen_transport(s.call, &tr);
@@ -583,11 +585,11 @@ static void test_media(void)
     CHECK_EQ_INT(tr.shm_items, 0);
     CHECK(test_loop_run(loop, stream_rec_done, &s, 10000));
     CHECK_MSG(s.st.code == MM_OK, "%s", s.st.message);
-    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-noshm\"", "\"transport\": \"inline\"", crc_mid, NULL),
+    CHECK_EQ_INT(fake_worker_log_count(&w, "\"media-mid-noshm\"", "\"transport\": \"inline\"", mid.crc, NULL),
                  1);
     test_loop_run(loop, NULL, NULL, 50);
     CHECK_EQ_INT(count_shm_objects(), 0);
-    free(mid);
+    free(mid.px);
 
     /* without shared memory: an UploadTensor stream first, the Generate names the upload */
     memset(&s, 0, sizeof(s));
