@@ -15,7 +15,7 @@ set -u
 OUT=${OUT:-/tmp/mmgw-out}
 mkdir -p "$OUT"
 ROOT=$(pwd)
-B=/tmp/mmgw-cuda-build
+B=${MMGW_CUDA_BUILD:-/tmp/mmgw-cuda-build} # a prebuilt tree (bin/, tests/, lib/) may be carried
 STEPS=${*:-build tests goldens sass bench torch model moe}
 LOG=$OUT/log
 export LD_LIBRARY_PATH=$ROOT/.carry/debroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}

@@ -8,6 +8,7 @@
 #include <cblas.h>
 #endif
 
+#ifdef MMGW_HAVE_OPENBLAS
 #define KN_BLAS_MAX_DIM 2147483647LL /* cblas takes int dimensions */
 
 static int fits_blas(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
@@ -15,6 +16,7 @@ static int fits_blas(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, 
     return m <= KN_BLAS_MAX_DIM && n <= KN_BLAS_MAX_DIM && k <= KN_BLAS_MAX_DIM && lda <= KN_BLAS_MAX_DIM &&
            ldb <= KN_BLAS_MAX_DIM && ldc <= KN_BLAS_MAX_DIM;
 }
+#endif
 
 KN_DISPATCH(dot, (const float *restrict a, const float *restrict b, int64_t n, float *out), (a, b, n, out))
 
