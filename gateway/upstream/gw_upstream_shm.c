@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -22,12 +23,13 @@
  * it too. */
 #define POOL_MAX_BYTES (64u << 20)
 #define POOL_SHARE_OF_DEVSHM 8
-/* Objects are sized in whole MiB, so that one serves tensors of nearby sizes. */
+/* Objects hold whole MiB (after the key's page), so that one serves tensors of nearby sizes. */
 #define SIZE_STEP (1u << 20)
 
 struct gw_shm_tensor {
     char name[GW_SHM_NAME_MAX];
-    uint8_t *map; /* cap bytes, read-write */
+    uint8_t key[GW_SHM_KEY_BYTES];
+    uint8_t *map; /* cap bytes, read-write: the key, then the tensor at GW_SHM_DATA_OFFSET */
     size_t cap;
     struct gw_shm_tensor *next;
 };
@@ -155,8 +157,13 @@ int32_t gw_shm_tensor_create(const void *data, size_t len, struct gw_shm_tensor 
 {
     *out = NULL;
     if (len == 0) return mm_err_set(err, MM_INVALID, "a shared-memory tensor needs at least one byte");
-    if (len > SIZE_MAX - SIZE_STEP) return mm_err_set(err, MM_TOO_LARGE, "tensor of %zu bytes", len);
-    const size_t cap = (len + SIZE_STEP - 1) / SIZE_STEP * SIZE_STEP;
+    if (len > SIZE_MAX - SIZE_STEP - GW_SHM_DATA_OFFSET)
+        return mm_err_set(err, MM_TOO_LARGE, "tensor of %zu bytes", len);
+    const size_t need = GW_SHM_DATA_OFFSET + len;
+    const size_t cap = (len + SIZE_STEP - 1) / SIZE_STEP * SIZE_STEP + GW_SHM_DATA_OFFSET;
+    uint8_t key[GW_SHM_KEY_BYTES];
+    if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key)
+        return mm_err_set(err, MM_IO, "getrandom for a shared-memory key: %s", strerror(errno));
     struct gw_shm_tensor *t = NULL;
     pthread_mutex_lock(&pool_mu);
     start_once();
@@ -164,7 +171,7 @@ int32_t gw_shm_tensor_create(const void *data, size_t len, struct gw_shm_tensor 
      * tensors while big ones get new objects) */
     struct gw_shm_tensor **best = NULL;
     for (struct gw_shm_tensor **p = &pool; *p; p = &(*p)->next)
-        if ((*p)->cap >= len && (*p)->cap <= 2 * cap && (!best || (*p)->cap < (*best)->cap)) best = p;
+        if ((*p)->cap >= need && (*p)->cap <= 2 * cap && (!best || (*p)->cap < (*best)->cap)) best = p;
     if (best) {
         t = *best;
         *best = t->next;
@@ -177,7 +184,9 @@ int32_t gw_shm_tensor_create(const void *data, size_t len, struct gw_shm_tensor 
         int32_t rc = make_object(cap, &t, err);
         if (rc != MM_OK) return rc;
     }
-    memcpy(t->map, data, len);
+    memcpy(t->key, key, sizeof key);
+    memcpy(t->map, key, sizeof key);
+    memcpy(t->map + GW_SHM_DATA_OFFSET, data, len);
     *out = t;
     return MM_OK;
 }
@@ -185,6 +194,11 @@ int32_t gw_shm_tensor_create(const void *data, size_t len, struct gw_shm_tensor 
 const char *gw_shm_tensor_name(const struct gw_shm_tensor *t)
 {
     return t->name;
+}
+
+const uint8_t *gw_shm_tensor_key(const struct gw_shm_tensor *t)
+{
+    return t->key;
 }
 
 void gw_shm_tensor_release(struct gw_shm_tensor *t, int reuse)

@@ -19,6 +19,10 @@
 
 /** Longest shared-memory object name we create, with its NUL. */
 #define GW_SHM_NAME_MAX 64
+/** An object starts with its key (SharedMemoryRef.key, new random bytes for each tensor: names are visible
+ * to every user, the key only to us and the worker); the tensor follows at GW_SHM_DATA_OFFSET. */
+#define GW_SHM_KEY_BYTES 16
+#define GW_SHM_DATA_OFFSET 4096
 
 struct gw_shm_tensor;
 
@@ -26,8 +30,10 @@ struct gw_shm_tensor;
  * 0600, pages allocated up front so a full /dev/shm is an error here and not a SIGBUS later). */
 int32_t gw_shm_tensor_create(const void *data, size_t len, struct gw_shm_tensor **out, struct mm_err *err);
 
-/** Its name, as shm_open takes it; the bytes are at offset 0. */
+/** Its name, as shm_open takes it; the bytes are at GW_SHM_DATA_OFFSET. */
 const char *gw_shm_tensor_name(const struct gw_shm_tensor *t);
+/** Its key, GW_SHM_KEY_BYTES bytes (also at offset 0 of the object). */
+const uint8_t *gw_shm_tensor_key(const struct gw_shm_tensor *t);
 
 /** The call is over. reuse: the worker answered it OK, so the object may hold the next tensor (it is
  * pooled while the pool has room); otherwise it is unlinked. NULL is fine. */

@@ -20,8 +20,8 @@ struct wk_shm_map {
     size_t len;
 };
 
-int32_t wk_shm_map(const char *name, uint64_t offset, uint64_t length, const void **data, void **handle,
-                   struct mm_err *err)
+int32_t wk_shm_map(const char *name, const uint8_t *key, size_t key_len, uint64_t offset, uint64_t length,
+                   const void **data, void **handle, struct mm_err *err)
 {
     *data = NULL;
     *handle = NULL;
@@ -34,6 +34,12 @@ int32_t wk_shm_map(const char *name, uint64_t offset, uint64_t length, const voi
                           "shm name '%s' must be '" WK_SHM_PREFIX "...' without further slashes",
                           name ? name : "");
     if (length == 0) return mm_err_set(err, MM_INVALID, "shm '%s': length is 0", name);
+    if (!key || key_len != WK_SHM_KEY_BYTES)
+        return mm_err_set(err, MM_NOT_FOUND, "shm '%s': the request has no %d-byte key", name,
+                          WK_SHM_KEY_BYTES);
+    if (offset < WK_SHM_KEY_BYTES)
+        return mm_err_set(err, MM_INVALID, "shm '%s': the tensor at %llu overlaps the key", name,
+                          (unsigned long long)offset);
     /* O_NONBLOCK: /dev/shm is writable by every user, and opening a FIFO put there would wait for a writer,
      * holding this gRPC thread for good (glibc's shm_open adds O_NOFOLLOW and O_CLOEXEC itself). */
     int fd = shm_open(name, O_RDONLY | O_NONBLOCK, 0);
@@ -71,6 +77,15 @@ int32_t wk_shm_map(const char *name, uint64_t offset, uint64_t length, const voi
         close(fd);
         return mm_err_set(err, MM_INVALID, "shm '%s': bytes [%llu, +%llu) pass the object's %llu bytes", name,
                           (unsigned long long)offset, (unsigned long long)length, (unsigned long long)size);
+    }
+    /* the caller must know the key the object starts with (compared in full: no early exit to time) */
+    uint8_t have[WK_SHM_KEY_BYTES];
+    ssize_t got = pread(fd, have, sizeof have, 0);
+    uint8_t diff = got == (ssize_t)sizeof have ? 0 : 1;
+    for (size_t i = 0; i < sizeof have; i++) diff |= (uint8_t)(have[i] ^ key[i]);
+    if (diff) {
+        close(fd);
+        return mm_err_set(err, MM_NOT_FOUND, "shm '%s': the key does not match the object's", name);
     }
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t start = offset / page * page;

@@ -2,8 +2,11 @@
  * (Abort reaches the worker), a worker dying mid-stream, status mapping, deadlines, and the three ways a
  * tensor travels (inline, shared memory, UploadTensor) with byte-exact checks on the worker side. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -479,10 +482,40 @@ static void test_shm_pool_cap(void)
     for (int i = 0; i < made; i++) gw_shm_tensor_release(t[i], 1);
     size_t objects = 0, bytes = 0;
     gw_shm_pool_stats(&objects, &bytes);
-    CHECK_MSG(bytes <= (64u << 20) && bytes == objects * sizeof b && objects >= 1,
+    CHECK_MSG(bytes <= (64u << 20) && bytes == objects * (sizeof b + GW_SHM_DATA_OFFSET) && objects >= 1,
               "pooled %zu objects, %zu bytes", objects, bytes);
     CHECK_EQ_INT(count_shm_objects(), (int)objects);
     gw_shm_pool_drain();
+    CHECK_EQ_INT(count_shm_objects(), 0);
+}
+
+/* An object is 0600, starts with its key and holds the tensor at GW_SHM_DATA_OFFSET; a pooled object gets a
+ * new key with each tensor (the worker that read the last one knew the old key). */
+static void test_shm_key(void)
+{
+    static uint8_t b[8192];
+    for (size_t i = 0; i < sizeof b; i++) b[i] = (uint8_t)(i * 13 + 1);
+    struct gw_shm_tensor *t = NULL;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_shm_tensor_create(b, sizeof b, &t, &e), MM_OK);
+    if (!t) return;
+    uint8_t key1[GW_SHM_KEY_BYTES], head[GW_SHM_KEY_BYTES], back[sizeof b];
+    memcpy(key1, gw_shm_tensor_key(t), sizeof key1);
+    char name[GW_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "%s", gw_shm_tensor_name(t));
+    int fd = shm_open(name, O_RDONLY, 0);
+    struct stat st;
+    CHECK(fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) == 0600);
+    CHECK(pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && memcmp(head, key1, sizeof head) == 0);
+    CHECK(pread(fd, back, sizeof back, GW_SHM_DATA_OFFSET) == (ssize_t)sizeof back &&
+          memcmp(back, b, sizeof b) == 0);
+    close(fd);
+    gw_shm_tensor_release(t, 1);
+    CHECK_EQ_INT(gw_shm_tensor_create(b, sizeof b, &t, &e), MM_OK);
+    if (!t) return;
+    CHECK(strcmp(name, gw_shm_tensor_name(t)) == 0); /* the pooled object */
+    CHECK(memcmp(key1, gw_shm_tensor_key(t), sizeof key1) != 0);
+    gw_shm_tensor_release(t, 0);
     CHECK_EQ_INT(count_shm_objects(), 0);
 }
 
@@ -712,6 +745,7 @@ int main(void)
     fflush(stdout);
     test_shm_sweep();
     test_shm_pool_cap();
+    test_shm_key();
     loop = test_loop_new();
     struct mm_err e;
     if (!loop || gw_upstream_create(NULL, &up, &e) != MM_OK) {

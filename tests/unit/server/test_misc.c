@@ -160,11 +160,19 @@ static void on_alarm(int sig)
     _exit(1);
 }
 
-/* A regular object named name, 4096 bytes, mode 0600 (fd left open, or -1). */
+static const uint8_t key[WK_SHM_KEY_BYTES] = "0123456789abcde";
+
+static int32_t map(const char *name, uint64_t off, uint64_t len, const void **data, void **h,
+                   struct mm_err *err)
+{
+    return wk_shm_map(name, key, sizeof key, off, len, data, h, err);
+}
+
+/* A regular object named name, 4096 bytes starting with key, mode 0600 (fd left open, or -1). */
 static int make_object(const char *name)
 {
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0 && ftruncate(fd, 4096) != 0) {
+    if (fd >= 0 && (ftruncate(fd, 4096) != 0 || pwrite(fd, key, sizeof key, 0) != (ssize_t)sizeof key)) {
         close(fd);
         shm_unlink(name);
         fd = -1;
@@ -187,17 +195,17 @@ static void test_shm_map_refuses(void)
     if (mkfifo(path, 0600) == 0) {
         signal(SIGALRM, on_alarm);
         alarm(5);
-        CHECK_EQ_INT(wk_shm_map(name, 0, 1, &data, &h, &err), MM_INVALID);
+        CHECK_EQ_INT(map(name, 16, 1, &data, &h, &err), MM_INVALID);
         alarm(0);
         unlink(path);
     }
-    CHECK_EQ_INT(wk_shm_map("/..", 0, 1, &data, &h, &err), MM_INVALID); /* /dev */
-    CHECK_EQ_INT(wk_shm_map("/.", 0, 1, &data, &h, &err), MM_INVALID);  /* /dev/shm */
-    CHECK_EQ_INT(wk_shm_map("/mmgw-/x", 0, 1, &data, &h, &err), MM_INVALID);
+    CHECK_EQ_INT(map("/..", 0, 1, &data, &h, &err), MM_INVALID); /* /dev */
+    CHECK_EQ_INT(map("/.", 0, 1, &data, &h, &err), MM_INVALID);  /* /dev/shm */
+    CHECK_EQ_INT(map("/mmgw-/x", 0, 1, &data, &h, &err), MM_INVALID);
 
     snprintf(name, sizeof name, "/other-test-%d", (int)getpid()); /* another program's object */
     int fd = make_object(name);
-    CHECK_EQ_INT(wk_shm_map(name, 0, 1, &data, &h, &err), MM_INVALID);
+    CHECK_EQ_INT(map(name, 16, 1, &data, &h, &err), MM_INVALID);
     CHECK(h == NULL && data == NULL);
     if (fd >= 0) close(fd);
     shm_unlink(name);
@@ -205,17 +213,25 @@ static void test_shm_map_refuses(void)
     snprintf(name, sizeof name, "/mmgw-test-mode-%d", (int)getpid());
     fd = make_object(name);
     if (fd < 0) return;
-    CHECK_EQ_INT(wk_shm_map(name, 0, 4096, &data, &h, &err), MM_OK);
+    CHECK_EQ_INT(map(name, 16, 4080, &data, &h, &err), MM_OK);
     wk_shm_unmap(h);
+    /* another local client sees the name in /dev/shm, not the key */
+    uint8_t wrong[WK_SHM_KEY_BYTES];
+    memcpy(wrong, key, sizeof wrong);
+    wrong[15] ^= 1;
+    CHECK_EQ_INT(wk_shm_map(name, wrong, sizeof wrong, 16, 4080, &data, &h, &err), MM_NOT_FOUND);
+    CHECK_EQ_INT(wk_shm_map(name, NULL, 0, 16, 4080, &data, &h, &err), MM_NOT_FOUND);
+    CHECK_EQ_INT(wk_shm_map(name, key, 8, 16, 4080, &data, &h, &err), MM_NOT_FOUND);
+    CHECK_EQ_INT(map(name, 0, 4096, &data, &h, &err), MM_INVALID); /* the tensor may not overlap the key */
     CHECK(fchmod(fd, 0622) == 0); /* others could truncate it under our mapping */
-    CHECK_EQ_INT(wk_shm_map(name, 0, 4096, &data, &h, &err), MM_INVALID);
+    CHECK_EQ_INT(map(name, 16, 4080, &data, &h, &err), MM_INVALID);
     CHECK(strstr(err.msg, "writable") != NULL);
     if (geteuid() == 0) { /* root opens anything: the owner decides */
         CHECK(fchmod(fd, 0600) == 0 && fchown(fd, 65534, (gid_t)-1) == 0);
     } else { /* a sender of another user: its 0600 object cannot be opened */
         CHECK(fchmod(fd, 0) == 0);
     }
-    CHECK_EQ_INT(wk_shm_map(name, 0, 4096, &data, &h, &err), MM_NOT_FOUND);
+    CHECK_EQ_INT(map(name, 16, 4080, &data, &h, &err), MM_NOT_FOUND);
     close(fd);
     shm_unlink(name);
 }
