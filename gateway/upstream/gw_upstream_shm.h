@@ -6,9 +6,13 @@
  * takes the next tensor that fits. One whose call failed or was cancelled is unlinked instead: that worker
  * may still be reading it (its mapping keeps the old pages alive).
  *
- * Names are "/mmgw-<pid>-<n>". Each process holds an flock on its "/mmgw-<pid>-lock" object while it
- * has objects; on first use a process removes the objects of any process whose lock is free (it died
- * without cleaning up), so a crash does not leave the pool in /dev/shm for good. */
+ * Names are "/mmgw-<pid>-<token>-<n>", token 16 random hex digits per process, so that a process never
+ * shares a prefix with a dead one of the same pid (PID reuse, PID namespaces sharing /dev/shm). Each
+ * process holds an flock on its "/mmgw-<pid>-<token>-lock" object (created O_EXCL, 0600); on first use a
+ * process removes the objects of any process whose lock, a regular file of our user with exactly that
+ * name form, is free (it died without cleaning up), keeping the lock held until its objects and then the
+ * lock are unlinked. So a crash does not leave the pool in /dev/shm for good, and no lock-like name
+ * another user leaves there can make us remove a live process's objects. */
 #ifndef GW_UPSTREAM_SHM_H
 #define GW_UPSTREAM_SHM_H
 
