@@ -462,8 +462,10 @@ static int32_t make_plan(struct core_call *c, const Mmgw__Worker__V1__GenerateRe
                 Mmgw__Worker__V1__SharedMemoryRef *ref = &p->shm_store[i];
                 mmgw__worker__v1__shared_memory_ref__init(ref);
                 ref->name = (char *)gw_shm_tensor_name(c->shm[c->n_shm]);
-                ref->offset = 0;
+                ref->offset = GW_SHM_DATA_OFFSET;
                 ref->length = len;
+                ref->key.data = (uint8_t *)gw_shm_tensor_key(c->shm[c->n_shm]);
+                ref->key.len = GW_SHM_KEY_BYTES;
                 ts->shm = ref;
                 c->n_shm++;
                 c->transport.shm_items++;

@@ -194,7 +194,8 @@ static int32_t decode_tensor(const Mmgw__Worker__V1__Tensor *t, size_t k, const 
         got = t->shm->length;
         if (got == nbytes) {
             void *h;
-            int32_t rc = wk_shm_map(t->shm->name, t->shm->offset, t->shm->length, &m->pixels, &h, err);
+            int32_t rc = wk_shm_map(t->shm->name, t->shm->key.data, t->shm->key.len, t->shm->offset,
+                                    t->shm->length, &m->pixels, &h, err);
             if (rc) return mm_err_prefix(err, "mm_inputs[%zu].pixel_values", k);
             m->release = wk_shm_unmap;
             m->release_arg = h;

@@ -3,15 +3,23 @@
 #define WK_SHM_H
 
 #include <grpc/grpc.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mm_status.h"
 
-/** Map bytes [offset, offset + length) of the object `name` ("/name", as shm_open takes it) read-only.
- * *data points at the first byte; *handle is passed to wk_shm_unmap. MM_INVALID for a bad name or a
- * range past the object's end, MM_NOT_FOUND when the object does not exist. */
-int32_t wk_shm_map(const char *name, uint64_t offset, uint64_t length, const void **data, void **handle,
-                   struct mm_err *err);
+/** Bytes of the key at the start of an object (SharedMemoryRef.key). */
+#define WK_SHM_KEY_BYTES 16
+
+/** Map bytes [offset, offset + length) of the object `name` ("/mmgw-...", as shm_open takes it) read-only,
+ * once its first WK_SHM_KEY_BYTES bytes are the caller's key (offset is at least that). A missing or wrong
+ * key is MM_NOT_FOUND: only the sender knows it, other local clients only see the name.
+ * *data points at the first byte; *handle is passed to wk_shm_unmap. The object must be a regular file
+ * of this process's user that no one else may write. MM_INVALID for a bad name, a FIFO or directory, an
+ * object others may write or a range past the object's end; MM_NOT_FOUND when the object does not exist,
+ * belongs to another user or may not be opened (the sender falls back to inline or upload). */
+int32_t wk_shm_map(const char *name, const uint8_t *key, size_t key_len, uint64_t offset, uint64_t length,
+                   const void **data, void **handle, struct mm_err *err);
 /** Unmap (a release hook: takes void *). NULL is fine. */
 void wk_shm_unmap(void *handle);
 

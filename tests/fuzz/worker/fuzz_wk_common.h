@@ -21,5 +21,7 @@
 /* a shared-memory object of FZ_SHM_BYTES bytes the fuzzer creates (and unlinks at exit) */
 #define FZ_SHM_NAME "/mmgw-fuzz-wk"
 #define FZ_SHM_BYTES 4096
+/* its first 16 bytes, the key a request must name (SharedMemoryRef.key) */
+#define FZ_SHM_KEY "fuzz-wk-shm-key!"
 
 #endif

@@ -34,6 +34,7 @@ static void make_shm(void)
     if (fd < 0) return;
     uint8_t page[FZ_SHM_BYTES];
     for (size_t i = 0; i < sizeof page; i++) page[i] = (uint8_t)(i * 7);
+    memcpy(page, FZ_SHM_KEY, 16);
     if (ftruncate(fd, (off_t)sizeof page) != 0 || pwrite(fd, page, sizeof page, 0) != (ssize_t)sizeof page)
         abort();
     close(fd);

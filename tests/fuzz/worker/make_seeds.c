@@ -239,8 +239,13 @@ static void request_seeds(void)
     a.shm.name = FZ_SHM_NAME;
     a.shm.offset = 100;
     a.shm.length = FZ_UPLOAD_BYTES;
+    a.shm.key.data = (uint8_t *)FZ_SHM_KEY;
+    a.shm.key.len = 16;
     a.t.shm = &a.shm;
     save_req("valid_shm.pb", &m);
+    a.shm.key.data = (uint8_t *)"fuzz-wk-shm-key?"; /* the name without the key: NOT_FOUND */
+    save_req("bad_shm_key.pb", &m);
+    a.shm.key.data = (uint8_t *)FZ_SHM_KEY;
     a.shm.offset = FZ_SHM_BYTES - 8;
     save_req("bad_shm_range.pb", &m);
     a.shm.offset = UINT64_MAX - 8;

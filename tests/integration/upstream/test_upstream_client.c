@@ -2,8 +2,11 @@
  * (Abort reaches the worker), a worker dying mid-stream, status mapping, deadlines, and the three ways a
  * tensor travels (inline, shared memory, UploadTensor) with byte-exact checks on the worker side. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -438,30 +441,117 @@ static void test_shm_refused(void)
     rmdir(dir);
 }
 
+/* Entries of /dev/shm whose names start with "mmgw-<pid>-" (locks too). */
+static int count_pid_entries(long pid)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "mmgw-%ld-", pid);
+    DIR *d = opendir("/dev/shm");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* A regular 0600 object /dev/shm/<name> (no leading slash), 1 byte. */
+static void touch_shm(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    CHECK(fd >= 0 && write(fd, "x", 1) == 1);
+    if (fd >= 0) close(fd);
+}
+
+static void unlink_shm(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    unlink(path);
+}
+
 /* A process that died with objects out (here: a child that created one and _exit'ed, without atexit) leaves
- * them in /dev/shm with its lock object free; the next process's first use removes them. Runs before this
- * process uses shared memory itself. */
+ * them in /dev/shm with its lock object free; the next process's first use removes them, and nothing else:
+ * not a live process's objects whatever lock-like names lie around ("mmgw-0<pid>-lock" once meant process
+ * <pid>'s), not old objects with our own pid (a predecessor with the same pid, whose leftovers once made
+ * every O_EXCL create fail). Runs before this process uses shared memory itself. */
 static void test_shm_sweep(void)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        static uint8_t b[4096];
+    static uint8_t b[4096];
+    pid_t dead = fork();
+    if (dead == 0) {
         struct gw_shm_tensor *t;
         struct mm_err e;
         _exit(gw_shm_tensor_create(b, sizeof b, &t, &e) == MM_OK ? 0 : 1);
     }
     int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char obj[64], lock[64];
-    snprintf(obj, sizeof obj, "/dev/shm/mmgw-%ld-0", (long)pid);
-    snprintf(lock, sizeof lock, "/dev/shm/mmgw-%ld-lock", (long)pid);
-    CHECK(access(obj, F_OK) == 0 && access(lock, F_OK) == 0);
-    static uint8_t mine[4096];
+    CHECK(dead > 0 && waitpid(dead, &status, 0) == dead && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ_INT(count_pid_entries(dead), 2); /* its object and its lock */
+
+    int go[2], ready[2];
+    CHECK(pipe(go) == 0 && pipe(ready) == 0);
+    pid_t live = fork();
+    if (live == 0) {
+        struct gw_shm_tensor *t;
+        struct mm_err e;
+        char c = gw_shm_tensor_create(b, sizeof b, &t, &e) == MM_OK ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) < 0) _exit(2);
+        gw_shm_tensor_release(t, 1);
+        exit(0); /* atexit drains the pool */
+    }
+    char c = 0;
+    CHECK(live > 0 && read(ready[0], &c, 1) == 1 && c == 'y');
+    CHECK_EQ_INT(count_pid_entries(live), 2);
+
+    char forged[3][64], self_old[2][64], self_new[2][64];
+    snprintf(forged[0], sizeof forged[0], "mmgw-0%ld-lock", (long)live);
+    snprintf(forged[1], sizeof forged[1], "mmgw-+%ld-lock", (long)live);
+    snprintf(forged[2], sizeof forged[2], "mmgw-0%ld-0123456789abcdef-lock", (long)live);
+    snprintf(self_old[0], sizeof self_old[0], "mmgw-%ld-lock", (long)getpid());
+    snprintf(self_old[1], sizeof self_old[1], "mmgw-%ld-0", (long)getpid());
+    snprintf(self_new[0], sizeof self_new[0], "mmgw-%ld-0123456789abcdef-lock", (long)getpid());
+    snprintf(self_new[1], sizeof self_new[1], "mmgw-%ld-0123456789abcdef-0", (long)getpid());
+    for (int i = 0; i < 3; i++) touch_shm(forged[i]);
+    for (int i = 0; i < 2; i++) touch_shm(self_old[i]), touch_shm(self_new[i]);
+
     struct gw_shm_tensor *t = NULL;
     struct mm_err e;
-    CHECK_EQ_INT(gw_shm_tensor_create(mine, sizeof mine, &t, &e), MM_OK);
-    CHECK(access(obj, F_OK) != 0 && access(lock, F_OK) != 0);
+    CHECK_MSG(gw_shm_tensor_create(b, sizeof b, &t, &e) == MM_OK, "%s", e.msg);
+    CHECK_EQ_INT(count_pid_entries(dead), 0);
+    CHECK_EQ_INT(count_pid_entries(live), 2); /* alive: untouched */
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%s", self_new[1]);
+    CHECK(access(path, F_OK) != 0); /* a dead predecessor with our pid: removed */
     gw_shm_tensor_release(t, 0);
+
+    CHECK(write(go[1], "g", 1) == 1);
+    CHECK(waitpid(live, &status, 0) == live && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ_INT(count_pid_entries(live), 0);
+    for (int i = 0; i < 3; i++) unlink_shm(forged[i]);
+    for (int i = 0; i < 2; i++) unlink_shm(self_old[i]), unlink_shm(self_new[i]);
+    close(go[0]), close(go[1]), close(ready[0]), close(ready[1]);
+    CHECK_EQ_INT(count_shm_objects(), 0);
+}
+
+/* A forked child that exits through exit() runs the atexit drain: it must leave its parent's objects alone.
+ */
+static void test_shm_fork_exit(void)
+{
+    static uint8_t b[4096];
+    struct gw_shm_tensor *t = NULL;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_shm_tensor_create(b, sizeof b, &t, &e), MM_OK);
+    gw_shm_tensor_release(t, 1);
+    CHECK_EQ_INT(count_shm_objects(), 1);
+    pid_t pid = fork();
+    if (pid == 0) exit(0);
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_EQ_INT(count_shm_objects(), 1);
+    CHECK_EQ_INT(count_pid_entries(getpid()), 2); /* and our lock */
+    gw_shm_pool_drain();
     CHECK_EQ_INT(count_shm_objects(), 0);
 }
 
@@ -479,10 +569,40 @@ static void test_shm_pool_cap(void)
     for (int i = 0; i < made; i++) gw_shm_tensor_release(t[i], 1);
     size_t objects = 0, bytes = 0;
     gw_shm_pool_stats(&objects, &bytes);
-    CHECK_MSG(bytes <= (64u << 20) && bytes == objects * sizeof b && objects >= 1,
+    CHECK_MSG(bytes <= (64u << 20) && bytes == objects * (sizeof b + GW_SHM_DATA_OFFSET) && objects >= 1,
               "pooled %zu objects, %zu bytes", objects, bytes);
     CHECK_EQ_INT(count_shm_objects(), (int)objects);
     gw_shm_pool_drain();
+    CHECK_EQ_INT(count_shm_objects(), 0);
+}
+
+/* An object is 0600, starts with its key and holds the tensor at GW_SHM_DATA_OFFSET; a pooled object gets a
+ * new key with each tensor (the worker that read the last one knew the old key). */
+static void test_shm_key(void)
+{
+    static uint8_t b[8192];
+    for (size_t i = 0; i < sizeof b; i++) b[i] = (uint8_t)(i * 13 + 1);
+    struct gw_shm_tensor *t = NULL;
+    struct mm_err e;
+    CHECK_EQ_INT(gw_shm_tensor_create(b, sizeof b, &t, &e), MM_OK);
+    if (!t) return;
+    uint8_t key1[GW_SHM_KEY_BYTES], head[GW_SHM_KEY_BYTES], back[sizeof b];
+    memcpy(key1, gw_shm_tensor_key(t), sizeof key1);
+    char name[GW_SHM_NAME_MAX];
+    snprintf(name, sizeof name, "%s", gw_shm_tensor_name(t));
+    int fd = shm_open(name, O_RDONLY, 0);
+    struct stat st;
+    CHECK(fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) == 0600);
+    CHECK(pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && memcmp(head, key1, sizeof head) == 0);
+    CHECK(pread(fd, back, sizeof back, GW_SHM_DATA_OFFSET) == (ssize_t)sizeof back &&
+          memcmp(back, b, sizeof b) == 0);
+    close(fd);
+    gw_shm_tensor_release(t, 1);
+    CHECK_EQ_INT(gw_shm_tensor_create(b, sizeof b, &t, &e), MM_OK);
+    if (!t) return;
+    CHECK(strcmp(name, gw_shm_tensor_name(t)) == 0); /* the pooled object */
+    CHECK(memcmp(key1, gw_shm_tensor_key(t), sizeof key1) != 0);
+    gw_shm_tensor_release(t, 0);
     CHECK_EQ_INT(count_shm_objects(), 0);
 }
 
@@ -712,6 +832,8 @@ int main(void)
     fflush(stdout);
     test_shm_sweep();
     test_shm_pool_cap();
+    test_shm_key();
+    test_shm_fork_exit();
     loop = test_loop_new();
     struct mm_err e;
     if (!loop || gw_upstream_create(NULL, &up, &e) != MM_OK) {

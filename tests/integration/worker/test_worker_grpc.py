@@ -458,8 +458,9 @@ def suite_uploads(c):
         return
     name = "/mmgw-test-" + uuid.uuid4().hex[:10]
     path = "/dev/shm" + name
-    with open(path, "wb") as f:
-        f.write(b"\0" * 64 + data)
+    key = os.urandom(16)  # the object starts with it; the request must name it (SharedMemoryRef.key)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        f.write(key + b"\0" * 48 + data)
     try:
         it3 = pb2.MultimodalItem()
         it3.CopyFrom(item)
@@ -467,6 +468,9 @@ def suite_uploads(c):
         it3.pixel_values.shm.name = name
         it3.pixel_values.shm.offset = 64
         it3.pixel_values.shm.length = len(data)
+        expect_code(c, wc.make_request(pb2, c.rid("shm0"), ids, max_new=6, media=[it3]),
+                    grpc.StatusCode.NOT_FOUND, "shm without the key")
+        it3.pixel_values.shm.key = key
         r = wc.generate(c.stub, wc.make_request(pb2, c.rid("shm"), ids, max_new=6, media=[it3]))
         check(r.code == grpc.StatusCode.OK and r.tokens.get(0) == inline.tokens.get(0), "shm: same tokens")
         it3.pixel_values.shm.length = len(data) + 64

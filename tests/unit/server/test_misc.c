@@ -1,5 +1,11 @@
 /* Small pieces of the worker service: command line, log-probabilities, status mapping. */
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mmgw_test.h"
 #include "wk_cli.h"
@@ -145,9 +151,95 @@ static void test_shm_peer(void)
     CHECK(!wk_shm_peer_local(NULL));
 }
 
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "wk_shm_map waited on a FIFO\n";
+    ssize_t n = write(2, msg, sizeof msg - 1);
+    (void)n;
+    _exit(1);
+}
+
+static const uint8_t key[WK_SHM_KEY_BYTES] = "0123456789abcde";
+
+static int32_t map(const char *name, uint64_t off, uint64_t len, const void **data, void **h,
+                   struct mm_err *err)
+{
+    return wk_shm_map(name, key, sizeof key, off, len, data, h, err);
+}
+
+/* A regular object named name, 4096 bytes starting with key, mode 0600 (fd left open, or -1). */
+static int make_object(const char *name)
+{
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0 && (ftruncate(fd, 4096) != 0 || pwrite(fd, key, sizeof key, 0) != (ssize_t)sizeof key)) {
+        close(fd);
+        shm_unlink(name);
+        fd = -1;
+    }
+    CHECK(fd >= 0);
+    return fd;
+}
+
+/* The worker opens only regular objects of its own user, named like the gateway's, and never waits: a local
+ * client must not make it read another program's object, hang on a FIFO, or map an object another user can
+ * truncate under it (SIGBUS). */
+static void test_shm_map_refuses(void)
+{
+    const void *data;
+    void *h;
+    struct mm_err err = {0};
+    char name[64], path[80];
+    snprintf(name, sizeof name, "/mmgw-test-fifo-%d", (int)getpid());
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    if (mkfifo(path, 0600) == 0) {
+        signal(SIGALRM, on_alarm);
+        alarm(5);
+        CHECK_EQ_INT(map(name, 16, 1, &data, &h, &err), MM_INVALID);
+        alarm(0);
+        unlink(path);
+    }
+    CHECK_EQ_INT(map("/..", 0, 1, &data, &h, &err), MM_INVALID); /* /dev */
+    CHECK_EQ_INT(map("/.", 0, 1, &data, &h, &err), MM_INVALID);  /* /dev/shm */
+    CHECK_EQ_INT(map("/mmgw-/x", 0, 1, &data, &h, &err), MM_INVALID);
+
+    snprintf(name, sizeof name, "/other-test-%d", (int)getpid()); /* another program's object */
+    int fd = make_object(name);
+    CHECK_EQ_INT(map(name, 16, 1, &data, &h, &err), MM_INVALID);
+    CHECK(h == NULL && data == NULL);
+    if (fd >= 0) close(fd);
+    shm_unlink(name);
+
+    snprintf(name, sizeof name, "/mmgw-test-mode-%d", (int)getpid());
+    fd = make_object(name);
+    if (fd < 0) return;
+    CHECK_EQ_INT(map(name, 16, 4080, &data, &h, &err), MM_OK);
+    wk_shm_unmap(h);
+    /* another local client sees the name in /dev/shm, not the key */
+    uint8_t wrong[WK_SHM_KEY_BYTES];
+    memcpy(wrong, key, sizeof wrong);
+    wrong[15] ^= 1;
+    CHECK_EQ_INT(wk_shm_map(name, wrong, sizeof wrong, 16, 4080, &data, &h, &err), MM_NOT_FOUND);
+    CHECK_EQ_INT(wk_shm_map(name, NULL, 0, 16, 4080, &data, &h, &err), MM_NOT_FOUND);
+    CHECK_EQ_INT(wk_shm_map(name, key, 8, 16, 4080, &data, &h, &err), MM_NOT_FOUND);
+    CHECK_EQ_INT(map(name, 0, 4096, &data, &h, &err), MM_INVALID); /* the tensor may not overlap the key */
+    CHECK(fchmod(fd, 0622) == 0); /* others could truncate it under our mapping */
+    CHECK_EQ_INT(map(name, 16, 4080, &data, &h, &err), MM_INVALID);
+    CHECK(strstr(err.msg, "writable") != NULL);
+    if (geteuid() == 0) { /* root opens anything: the owner decides */
+        CHECK(fchmod(fd, 0600) == 0 && fchown(fd, 65534, (gid_t)-1) == 0);
+    } else { /* a sender of another user: its 0600 object cannot be opened */
+        CHECK(fchmod(fd, 0) == 0);
+    }
+    CHECK_EQ_INT(map(name, 16, 4080, &data, &h, &err), MM_NOT_FOUND);
+    close(fd);
+    shm_unlink(name);
+}
+
 int main(void)
 {
     test_shm_peer();
+    test_shm_map_refuses();
     test_cli();
     test_logprobs();
     test_status();

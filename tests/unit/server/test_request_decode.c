@@ -8,6 +8,7 @@
 #include "mm_dtype.h"
 #include "mmgw_test.h"
 #include "wk_request_decode.h"
+#include "wk_shm.h"
 #include "wk_uploads.h"
 
 enum { VOCAB = 100, CTX = 64, IMG = 90, VID = 91, ROW = 6 };
@@ -379,8 +380,10 @@ static void test_upload_and_shm(void)
     snprintf(name, sizeof(name), "/mmgw-test-%d", (int)getpid());
     int fd = shm_open(name, O_CREAT | O_RDWR | O_EXCL, 0600);
     CHECK(fd >= 0);
-    size_t off = 10;
+    size_t off = 18; /* after the key; any alignment */
+    uint8_t key[WK_SHM_KEY_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     CHECK(ftruncate(fd, (off_t)(off + sizeof(q.px))) == 0);
+    CHECK(pwrite(fd, key, sizeof key, 0) == (ssize_t)sizeof key);
     CHECK(pwrite(fd, q.px, sizeof(q.px), (off_t)off) == (ssize_t)sizeof(q.px));
     close(fd);
     Mmgw__Worker__V1__SharedMemoryRef shm = MMGW__WORKER__V1__SHARED_MEMORY_REF__INIT;
@@ -389,9 +392,15 @@ static void test_upload_and_shm(void)
     shm.length = sizeof(q.px);
     q.t.upload_id = "";
     q.t.shm = &shm;
+    expect_fail(&q.m, MM_NOT_FOUND, "key"); /* the name alone (every user can list it) is not enough */
+    shm.key.data = key;
+    shm.key.len = sizeof key;
     CHECK_EQ_INT(decode(&q.m, &r, &err), MM_OK);
     CHECK(r && memcmp(r->media[0].pixels, q.px, sizeof(q.px)) == 0);
     wk_request_free(r);
+    key[0] ^= 0x80;
+    expect_fail(&q.m, MM_NOT_FOUND, "key");
+    key[0] ^= 0x80;
     shm.length -= 4;
     expect_fail(&q.m, MM_INVALID, "bytes");
     shm.length = sizeof(q.px) + 100; /* the right size claimed, but past the object's end */

@@ -1,3 +1,3 @@
 
-req-2ƒ@"0!"up-img*
-/mmgw-fuzz-wk`"(0
+req-2ƒ@"B3"up-img*#
+/mmgw-fuzz-wk`"fuzz-wk-shm-key!"(0
