@@ -3,6 +3,7 @@
  * tensor travels (inline, shared memory, UploadTensor) with byte-exact checks on the worker side. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -458,7 +459,7 @@ static int count_pid_entries(long pid)
 /* A regular 0600 object /dev/shm/<name> (no leading slash), 1 byte. */
 static void touch_shm(const char *name)
 {
-    char path[128];
+    char path[PATH_MAX];
     snprintf(path, sizeof path, "/dev/shm/%s", name);
     int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
     CHECK(fd >= 0 && write(fd, "x", 1) == 1);
@@ -467,7 +468,7 @@ static void touch_shm(const char *name)
 
 static void unlink_shm(const char *name)
 {
-    char path[128];
+    char path[PATH_MAX];
     snprintf(path, sizeof path, "/dev/shm/%s", name);
     unlink(path);
 }
