@@ -415,6 +415,9 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
         rc = gw_upstream_chan_open(st->up, c->upstreams[i], &m->chans[i], err);
         if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", c->file, c->line, c->name);
         m->n_chans++;
+        if (c->upstream_token &&
+            (rc = gw_upstream_chan_set_token(m->chans[i], c->upstream_token, err)) != MM_OK)
+            return mm_err_prefix(err, "%s:%d: model %s", c->file, c->line, c->name);
     }
     m->info_asked_ms = (uint64_t)mm_now_ms();
     ask_model_info(m);
@@ -426,6 +429,7 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
                     .cooldown_ms = (uint32_t)c->breaker_cooldown_ms},
         .retries = c->retries > 0 ? c->retries : -1,
         .gen = {.timeout_ms = (uint32_t)c->request_timeout_ms, .core_only = upstream_core_only()},
+        .auth_token = c->upstream_token,
     };
     rc = gw_router_create(st->up, c->name, c->upstreams, c->n_upstreams, &ro, gw_api_svc_base(st->svc),
                           &m->router, err);

@@ -324,6 +324,18 @@ static const char *set_cors_origins(struct gw_conf_parse *cf, const struct gw_di
     return gw_conf_set_str_list(cf, d, conf);
 }
 
+/* The token a worker's --auth-token-file holds: one word of visible ASCII (it travels in a header) */
+static const char *set_upstream_token(struct gw_conf_parse *cf, const struct gw_directive *d, void *conf)
+{
+    const char *t = gw_conf_arg(cf, 0);
+    if (!*t) return "empty token";
+    if (strlen(t) > 4096) return "token longer than 4096 bytes";
+    for (const char *p = t; *p; p++)
+        if (*p <= ' ' || *p > '~')
+            return "the token has a character other than visible ASCII (a blank, a control character)";
+    return gw_conf_set_str(cf, d, conf);
+}
+
 static const struct gw_directive http_directives[] = {
     {"listen", GW_CTX_HTTP | GW_CONF_1MORE | GW_CONF_MULTI, set_listen, 0, 0, 0, NULL,
      "ADDRESS:PORT [ssl] [http2] [backlog=N]",
@@ -423,6 +435,12 @@ static const struct gw_directive model_directives[] = {
      NULL},
     {"request_timeout", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_msec, MODEL(request_timeout_ms), 0,
      7 * MS_DAY, "0", "TIME", "Deadline of one generation on the worker; 0 = none.", NULL},
+    {"upstream_token", GW_CTX_MODEL | GW_CONF_TAKE1, set_upstream_token, MODEL(upstream_token), 0, 0, NULL,
+     "TOKEN",
+     "Sent to this model's workers with every call as `authorization: Bearer TOKEN`: what a worker started "
+     "with `--auth-token-file` requires (without it, anyone who reaches a worker's port may use it; a "
+     "plaintext connection still shows the token to whoever can read the traffic).",
+     NULL},
     {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -89,6 +89,7 @@ struct gw_model_conf {
     int64_t breaker_cooldown_ms; /* open breaker: time before a half-open probe */
     int64_t upstream_connect_timeout_ms;
     int64_t request_timeout_ms; /* a whole generation; 0 = none */
+    const char *upstream_token; /* sent to the workers as "authorization: Bearer"; NULL = none */
     const char *file;           /* where the block starts, for messages */
     int32_t line;
     /* where `plugin` and `tokenizer` were written (messages about them name that line) */

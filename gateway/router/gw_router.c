@@ -306,6 +306,10 @@ int32_t gw_router_create(struct gw_upstream *up, const char *model, const char *
             return mm_err_prefix(err, "model %s", model ? model : "?");
         }
         r->n++;
+        if (r->o.auth_token && (rc = gw_upstream_chan_set_token(w->ch, r->o.auth_token, err)) != MM_OK) {
+            gw_router_destroy(r);
+            return mm_err_prefix(err, "model %s", model ? model : "?");
+        }
     }
     if (base) {
         r->timer = event_new(base, -1, EV_PERSIST, on_timer, r);

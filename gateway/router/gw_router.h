@@ -48,6 +48,7 @@ struct gw_router_opts {
     uint32_t affinity_slack;        /* default 4 requests */
     uint64_t seed;                  /* power-of-two randomness; 0 = from the clock */
     struct gw_gen_opts gen;         /* per Generate: deadline (config request_timeout), media transport */
+    const char *auth_token;         /* sent to every worker (gw_upstream_chan_set_token); NULL = none */
 };
 
 /** A pool over targets ("host:port" each), all serving model, on the client up. Health checks start

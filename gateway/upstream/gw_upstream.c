@@ -122,6 +122,7 @@ static void chan_free(struct gw_upstream_chan *ch)
     }
     pthread_mutex_unlock(&chans_mu);
     pthread_mutex_destroy(&ch->mu);
+    free(ch->auth);
     free(ch);
 }
 
@@ -249,6 +250,33 @@ int32_t gw_upstream_chan_open(struct gw_upstream *up, const char *target, struct
     pthread_mutex_unlock(&chans_mu);
     *out = ch;
     return MM_OK;
+}
+
+int32_t gw_upstream_chan_set_token(struct gw_upstream_chan *ch, const char *token, struct mm_err *err)
+{
+    size_t n = token ? strlen(token) : 0;
+    if (n == 0) return mm_err_set(err, MM_INVALID, "upstream: empty worker token");
+    for (size_t i = 0; i < n; i++)
+        if (token[i] <= ' ' || token[i] > '~')
+            return mm_err_set(err, MM_INVALID,
+                              "upstream: the worker token has a character other than visible ASCII");
+    char *a = malloc(n + 8);
+    if (!a) return mm_err_set(err, MM_NOMEM, "upstream: out of memory");
+    memcpy(a, "Bearer ", 7);
+    memcpy(a + 7, token, n + 1);
+    free(ch->auth);
+    ch->auth = a;
+    memset(&ch->auth_md, 0, sizeof ch->auth_md);
+    ch->auth_md.key = grpc_slice_from_static_string("authorization");
+    ch->auth_md.value = grpc_slice_from_static_string(ch->auth); /* lives as long as ch, which a call holds */
+    return MM_OK;
+}
+
+void gw_up_auth_op(struct gw_upstream_chan *ch, grpc_op *op)
+{
+    if (!ch->auth) return;
+    op->data.send_initial_metadata.count = 1;
+    op->data.send_initial_metadata.metadata = &ch->auth_md;
 }
 
 void gw_upstream_chan_close(struct gw_upstream_chan *ch)

@@ -53,6 +53,10 @@ void gw_upstream_destroy(struct gw_upstream *up);
 /** A channel to one worker. target: "host:port", "[v6]:port" or "unix:/path" (gRPC target syntax). */
 int32_t gw_upstream_chan_open(struct gw_upstream *up, const char *target, struct gw_upstream_chan **out,
                               struct mm_err *err);
+/** Send "authorization: Bearer token" with every call on ch (what a worker started with --auth-token-file
+ * asks for; config upstream_token). Before the channel's first call. MM_INVALID for a token that is empty
+ * or not visible ASCII. */
+int32_t gw_upstream_chan_set_token(struct gw_upstream_chan *ch, const char *token, struct mm_err *err);
 /** Drop the caller's reference; calls still running keep the channel alive until they end. */
 void gw_upstream_chan_close(struct gw_upstream_chan *ch);
 const char *gw_upstream_chan_target(const struct gw_upstream_chan *ch);

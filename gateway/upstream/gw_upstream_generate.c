@@ -283,6 +283,7 @@ static void start_call(struct core_call *c)
     grpc_op ops[4];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    gw_up_auth_op(c->ch, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = c->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

@@ -175,7 +175,7 @@ static struct gw_h2_conn *loop_conn(struct gw_upstream_chan *ch, const struct gw
     if (!c) {
         struct mm_err e;
         c = gw_h2_conn_open(loop->base, loop->ex, ch->target, (const struct sockaddr *)&ch->loop_addr,
-                            ch->loop_addrlen, ch->keepalive_ms, &e);
+                            ch->loop_addrlen, ch->keepalive_ms, ch->auth, &e);
         if (c) {
             gw_h2_conn_set_backoff(c, backoff);
             ch->loop_conns[loop->index] = c;

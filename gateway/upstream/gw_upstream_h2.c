@@ -69,6 +69,7 @@ struct gw_h2_conn {
     struct gw_h2_stream *ready_head, *ready_tail;
     char target[256];
     char authority[256];
+    char *auth; /* "Bearer TOKEN" for the authorization header, or NULL */
 };
 
 struct gw_h2_stream {
@@ -163,6 +164,7 @@ static void conn_free(struct gw_h2_conn *c, bool touch_events)
         life_unref_locked(c->life);
         pthread_mutex_unlock(&life_mu);
     }
+    free(c->auth);
     free(c);
 }
 
@@ -679,7 +681,7 @@ static nghttp2_session_callbacks *callbacks(void)
 
 struct gw_h2_conn *gw_h2_conn_open(struct event_base *base, const struct gw_executor *ex, const char *target,
                                    const struct sockaddr *addr, uint32_t addrlen, uint32_t keepalive_ms,
-                                   struct mm_err *err)
+                                   const char *auth, struct mm_err *err)
 {
     nghttp2_session_callbacks *cbs = callbacks();
     if (!cbs) {
@@ -696,7 +698,12 @@ struct gw_h2_conn *gw_h2_conn_open(struct event_base *base, const struct gw_exec
     c->ex = *ex;
     c->fd = -1;
     c->life = life_here();
-    if (!c->life) {
+    if (!c->life || (auth && !(c->auth = strdup(auth)))) {
+        if (c->life) {
+            pthread_mutex_lock(&life_mu);
+            life_unref_locked(c->life);
+            pthread_mutex_unlock(&life_mu);
+        }
         free(c);
         mm_err_set(err, MM_NOMEM, "upstream: out of memory");
         return NULL;
@@ -825,7 +832,7 @@ struct gw_h2_stream *gw_h2_call(struct gw_h2_conn *c, const char *method, const 
         (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME | (fl)        \
     }
     char timeout[24];
-    nghttp2_nv nva[8] = {
+    nghttp2_nv nva[9] = {
         NV(":method", "POST", NGHTTP2_NV_FLAG_NO_COPY_VALUE),
         NV(":scheme", "http", NGHTTP2_NV_FLAG_NO_COPY_VALUE),
         NV(":path", method, NGHTTP2_NV_FLAG_NO_COPY_VALUE),
@@ -839,6 +846,9 @@ struct gw_h2_stream *gw_h2_call(struct gw_h2_conn *c, const char *method, const 
         snprintf(timeout, sizeof timeout, "%um", timeout_ms);
         nva[n_nv++] = (nghttp2_nv)NV("grpc-timeout", timeout, NGHTTP2_NV_FLAG_NONE);
     }
+    if (c->auth) /* never indexed: a secret */
+        nva[n_nv++] = (nghttp2_nv)NV("authorization", c->auth,
+                                     NGHTTP2_NV_FLAG_NO_COPY_VALUE | NGHTTP2_NV_FLAG_NO_INDEX);
 #undef NV
     nghttp2_data_provider prd;
     prd.source.ptr = s;

@@ -47,10 +47,11 @@ struct gw_h2_stream_cbs {
 /** A connection to target (a parsed address) on the loop with this base; the caller holds the one
  * reference. Connecting starts at once. keepalive_ms: while streams are open and nothing arrived for that
  * long, a PING goes out, and no answer within as long fails the connection (a worker host that vanished
- * without a FIN), as gRPC C core's keepalive does; 0 = off. NULL on failure (err says why). */
+ * without a FIN), as gRPC C core's keepalive does; 0 = off. auth: an "authorization" value sent with every
+ * stream ("Bearer TOKEN"; copied), or NULL. NULL on failure (err says why). */
 struct gw_h2_conn *gw_h2_conn_open(struct event_base *base, const struct gw_executor *ex, const char *target,
                                    const struct sockaddr *addr, uint32_t addrlen, uint32_t keepalive_ms,
-                                   struct mm_err *err);
+                                   const char *auth, struct mm_err *err);
 /** Whether new streams can go on this connection (not failed, not draining, not in reconnect backoff). */
 int gw_h2_conn_usable(const struct gw_h2_conn *c);
 /** When a failed connection may be replaced by a new one (CLOCK_MONOTONIC ms): reconnect backoff. */

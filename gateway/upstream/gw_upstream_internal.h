@@ -58,11 +58,16 @@ struct gw_upstream_chan {
     atomic_int refs;        /* the owner's + one per call */
     atomic_int detached;    /* the client was destroyed: no new calls */
     atomic_int shm_refused; /* the worker failed to open our shared memory once: inline/upload from now on */
+    char *auth;             /* "Bearer TOKEN" sent with every call (gw_upstream_chan_set_token), or NULL */
+    grpc_metadata auth_md;  /* auth as gRPC C core's initial metadata */
     int user_closed;
     pthread_mutex_t mu; /* guards info */
     struct gw_worker_info info;
     struct gw_upstream_chan *prev, *next; /* in up->chans */
 };
+
+/** Make op (a GRPC_OP_SEND_INITIAL_METADATA) carry the channel's authorization, if it has one. */
+void gw_up_auth_op(struct gw_upstream_chan *ch, grpc_op *op);
 
 /** Create a call on ch with a deadline (0 = none) and register it as live. NULL when the client is
  * closing or out of memory. Takes a channel reference. */

@@ -250,6 +250,7 @@ int32_t gw_upstream_upload(struct gw_upstream_chan *ch, const char *upload_id, c
     grpc_op first[2];
     memset(first, 0, sizeof(first));
     first[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    gw_up_auth_op(ch, &first[0]);
     first[1].op = GRPC_OP_SEND_MESSAGE;
     first[1].data.send_message.send_message = u->send;
     pthread_mutex_lock(&u->mu);

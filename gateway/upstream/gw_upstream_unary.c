@@ -103,6 +103,7 @@ int32_t gw_upstream_unary(struct gw_upstream_chan *ch, const char *method, const
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    gw_up_auth_op(ch, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = u->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

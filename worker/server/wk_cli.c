@@ -36,6 +36,9 @@ const char *wk_cli_usage(void)
            "                        whole row (default: drawn where the logits lie, without their download)\n"
            "  --grpc-threads N      gRPC completion-queue threads (default 2)\n"
            "  --port-file PATH      write the bound port to PATH once listening\n"
+           "  --auth-token-file F   every call must carry \"authorization: Bearer TOKEN\", TOKEN being F's "
+           "one\n"
+           "                        line (the gateway's upstream_token); others are UNAUTHENTICATED\n"
            "  --log-level L         error|warn|info|debug\n";
 }
 
@@ -135,6 +138,8 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
             if (!(rc = parse_int(a, v, 1, 16, &x, err))) cli->grpc_threads = (int32_t)x;
         } else if (!strcmp(a, "--port-file")) {
             cli->port_file = v;
+        } else if (!strcmp(a, "--auth-token-file")) {
+            cli->auth_token_file = v;
         } else if (!strcmp(a, "--log-level")) {
             cli->log_level = mm_log_level_parse(v);
             if (cli->log_level < 0)

@@ -9,6 +9,7 @@
 
 #include "mm_clock.h"
 #include "mm_log.h"
+#include "wk_auth.h"
 #include "wk_grpc_impl.h"
 
 #define LOG "grpc"
@@ -50,6 +51,8 @@ static void slot_fired(void *obj, int32_t ok)
     struct wk_grpc *g = sl->g;
     grpc_call *call = sl->call;
     grpc_byte_buffer *payload = sl->payload;
+    /* checked before the slot's metadata goes (a re-armed slot reuses it) */
+    const int authorized = !g->svc.auth || (ok && wk_auth_ok(&sl->md, g->svc.auth));
     grpc_metadata_array_destroy(&sl->md);
     if (sl->method == WK_M_UNKNOWN) grpc_call_details_destroy(&sl->details);
     if (!ok) { /* the server is shutting down: the slot is not re-armed */
@@ -58,6 +61,13 @@ static void slot_fired(void *obj, int32_t ok)
         return;
     }
     if (!__atomic_load_n(&g->shutting_down, __ATOMIC_ACQUIRE)) arm_slot(sl);
+    if (g->svc.auth && !authorized) {
+        if (payload) grpc_byte_buffer_destroy(payload);
+        wk_unary_reply(call, NULL, GRPC_STATUS_UNAUTHENTICATED,
+                       "missing or wrong authorization token (the worker's --auth-token-file; the gateway's "
+                       "upstream_token)");
+        return;
+    }
     switch (sl->method) {
     case WK_M_GENERATE:
         wk_rpc_generate(g, call, payload);

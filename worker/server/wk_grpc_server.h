@@ -22,6 +22,7 @@ struct wk_service {
     int64_t max_message_bytes; /* gRPC receive/send limit per message */
     int32_t threads;           /* completion-queue threads (0 = 2): decoding a large request on one does not
                                 * hold up the token streams served by the other */
+    const char *auth;          /* "Bearer TOKEN" every call must carry (wk_auth.h), NULL = none */
 };
 
 struct wk_grpc;

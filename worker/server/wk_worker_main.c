@@ -15,6 +15,7 @@
 #include "mm_log.h"
 #include "mm_malloc.h"
 #include "mm_outfile.h"
+#include "wk_auth.h"
 #include "wk_cli.h"
 #include "wk_engine.h"
 #include "wk_grpc_server.h"
@@ -136,6 +137,7 @@ int main(int argc, char **argv)
                                .grow_tokens = cli.grow_tokens,
                                .host_draw = cli.host_draw};
     struct wk_sched *s = NULL;
+    char *auth = NULL;
     int rc = 1;
     if (!up) {
         mm_log_error(LOG, "out of memory");
@@ -170,6 +172,13 @@ int main(int argc, char **argv)
         .max_message_bytes = cli.max_message_bytes,
         .threads = cli.grpc_threads,
     };
+    if (cli.auth_token_file) {
+        if (wk_auth_load(cli.auth_token_file, &auth, &err) != MM_OK) {
+            mm_log_error(LOG, "%s", err.msg);
+            goto out;
+        }
+        svc.auth = auth;
+    }
     struct wk_grpc *g = NULL;
     int32_t port = 0;
     if (wk_grpc_create(cli.listen, &svc, &g, &port, &err) != MM_OK) {
@@ -230,5 +239,6 @@ out:
     wk_sched_destroy(s);
     wk_uploads_destroy(up);
     wk_engine_close(e);
+    free(auth);
     return rc;
 }

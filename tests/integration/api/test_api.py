@@ -1472,11 +1472,83 @@ def case_auth():
     fx.check(st2 == 405 and "access-control-allow-origin" not in h2, f"no cors_allow_origin: {st2} {h2}")
 
 
+def case_worker_auth():
+    """A worker started with --auth-token-file answers only calls carrying "authorization: Bearer" its token:
+    the gateway's upstream_token sends it on every call (its own HTTP/2 path and gRPC C core's: health, model
+    info, Generate, an image by shared memory); a model with a wrong or no token gets the workers' refusal as
+    an error, never an answer; a bad token file stops the worker at start."""
+    import grpc
+    fx.need_file(fx.MKDEMO, "mmgw-mkdemo")
+    d = tempfile.mkdtemp(prefix="mmgw-api-wauth-")
+    tok, _, _ = demo_tokenizer(d)
+    subprocess.run([fx.MKDEMO, "--out", os.path.join(d, "ckpt"), "--tokenizer", tok], check=True, capture_output=True,
+                   timeout=120)
+    secret = "s3cr3t-Token_of/the+fleet=="
+    tf = os.path.join(d, "token")
+    with open(tf, "w") as f:
+        f.write(secret + "\n")
+    os.chmod(tf, 0o600)
+    for content, want in (("", "empty"), ("two words\n", "visible ASCII")):
+        bad = os.path.join(d, "bad-token")
+        with open(bad, "w") as f:
+            f.write(content)
+        p = subprocess.run([fx.WORKER, "--model", os.path.join(d, "ckpt"), "--listen", "127.0.0.1:0",
+                            "--auth-token-file", bad], capture_output=True, timeout=120)
+        err = p.stderr.decode(errors="replace")
+        fx.check(p.returncode != 0 and want in err and "bad-token" in err,
+                 f"worker with a token file {content!r}: exit {p.returncode}, {err[-300:]!r}")
+    w = fx.RealWorker(os.path.join(d, "ckpt"), extra=("--auth-token-file", tf))
+
+    # the protocol itself: without the header, with a wrong one, with the right one
+    pb2, pb2_grpc = fx.grpc_stubs()
+    stub = pb2_grpc.WorkerStub(grpc.insecure_channel(w.addr))
+    for md, ok in (((), False), ((("authorization", "Bearer wrong"),), False),
+                   ((("authorization", secret),), False), ((("authorization", "Bearer " + secret),), True)):
+        try:
+            stub.Health(pb2.HealthRequest(), timeout=5, metadata=md)
+            got = True
+        except grpc.RpcError as e:
+            got = False
+            fx.check(e.code() == grpc.StatusCode.UNAUTHENTICATED, f"Health with {md}: {e.code()} {e.details()}")
+        fx.check(got == ok, f"Health with {md}: answered {got}, expected {ok}")
+
+    chat = {"max_tokens": 3, "messages": [{"role": "user", "content": "hello"}]}
+    img = {"max_tokens": 2, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this"},
+        {"type": "image_url", "image_url": {"url": fx.data_url_bytes(png_bytes(640, 480))}}]}]}
+    models = (fx.model_block("good", "m3", tok, [w.addr], f"upstream_token {secret};") +
+              fx.model_block("wrong", "m3", tok, [w.addr], "upstream_token nope;\n    retries 0;") +
+              fx.model_block("none", "m3", tok, [w.addr], "retries 0;"))
+    for transport in ("loop", "grpc-core"):
+        old = os.environ.get("MMGW_UPSTREAM_TRANSPORT")
+        if transport == "grpc-core":
+            os.environ["MMGW_UPSTREAM_TRANSPORT"] = "grpc-core"
+        try:
+            gw = fx.Gateway(models)
+        finally:
+            if old is None:
+                os.environ.pop("MMGW_UPSTREAM_TRANSPORT", None)
+            else:
+                os.environ["MMGW_UPSTREAM_TRANSPORT"] = old
+        for body in (chat, img):
+            st, r = fx.post(gw, "/v1/chat/completions", dict(body, model="good"))
+            fx.check(st == 200 and isinstance(r, dict) and r["usage"]["completion_tokens"] >= 1,
+                     f"{transport}: model with the token: {st} {str(r)[:300]}")
+        for m in ("wrong", "none"):
+            st, r = fx.post(gw, "/v1/chat/completions", dict(chat, model=m))
+            fx.check(st >= 500 and fx.is_error(r), f"{transport}: model {m}: {st} {str(r)[:300]}")
+        fx.check("UNAUTHENTICATED" in gw.text(), f"{transport}: the gateway log names the refusal")
+        fx.check(secret not in gw.text(), f"{transport}: the token appears in the gateway's log")
+        gw.stop()
+    fx.check(secret not in w.text(), "the token appears in the worker's log")
+
+
 CASES = {
     "golden_h1": case_golden_h1, "golden_h2": case_golden_h2, "tokenize": case_tokenize,
     "media_tokens": case_media_tokens, "errors": case_errors, "toy": case_toy, "disconnect": case_disconnect,
     "failover": case_failover, "media_time": case_media_time, "parse": case_parse, "qwen2vl": case_qwen2vl, "robust": case_robust, "backpressure": case_backpressure, "reload": case_reload, "metrics": case_metrics,
     "demo": case_demo, "surface": case_surface, "conftest": case_conftest, "auth": case_auth,
+    "worker_auth": case_worker_auth,
 }
 
 if __name__ == "__main__":
