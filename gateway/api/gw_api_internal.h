@@ -133,6 +133,7 @@ struct gw_api_model {
     const char *marker[2]; /* media markers by kind (image, video); NULL if the plugin has none */
     size_t marker_len[2];
     struct gw_router *router;
+    char *tls_ca_pem; /* upstream_tls_ca's certificates, read at load (NULL: plaintext or gRPC's roots) */
     struct gw_pool *pool;
     struct gw_upstream_chan **chans; /* one per upstream, for ModelInfo */
     size_t n_chans;

@@ -3,16 +3,19 @@
  * themselves (ModelInfo). Expensive, immutable pieces are shared with the previous generation: a
  * tokenizer whose file did not change, and the process's one gRPC client. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gw_api_internal.h"
 #include "gw_api_tokcache.h"
 #include "gw_upstream.h"
+#include "mm_file.h"
 #include "mm_log.h"
 
 /* ---- shared tokenizers (main thread only: init and fini) ---- */
@@ -323,6 +326,39 @@ static int upstream_core_only(void)
     return v && strcmp(v, "grpc-core") == 0;
 }
 
+/* upstream_tls_ca read whole (gRPC takes the PEM text), so that mmgw -t finds a missing or unreadable file */
+static int32_t load_tls_ca(const struct gw_model_conf *c, char **pem, struct mm_err *err)
+{
+    *pem = NULL;
+    if (!c->upstream_tls && (c->upstream_tls_ca || c->upstream_tls_name))
+        return mm_err_set(err, MM_INVALID,
+                          "%s:%d: model %s: upstream_tls_ca / upstream_tls_name need upstream_tls on",
+                          c->file, c->line, c->name);
+    if (!c->upstream_tls || !c->upstream_tls_ca) return MM_OK;
+    int fd = open(c->upstream_tls_ca, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return mm_err_set(err, MM_IO, "%s:%d: model %s: upstream_tls_ca %s: %s", c->file, c->line, c->name,
+                          c->upstream_tls_ca, strerror(errno));
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int32_t rc = mm_file_read_fd(fd, c->upstream_tls_ca, 1 << 20, &data, &len, err);
+    close(fd);
+    if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s: upstream_tls_ca", c->file, c->line, c->name);
+    char *s = realloc(data, len + 1);
+    if (!s) {
+        free(data);
+        return mm_err_set(err, MM_NOMEM, "out of memory");
+    }
+    s[len] = '\0';
+    if (!strstr(s, "-----BEGIN CERTIFICATE-----")) {
+        free(s);
+        return mm_err_set(err, MM_INVALID, "%s:%d: model %s: upstream_tls_ca %s holds no PEM certificate",
+                          c->file, c->line, c->name, c->upstream_tls_ca);
+    }
+    *pem = s;
+    return MM_OK;
+}
+
 /* file:line of a model directive, for messages ("plugin", "tokenizer"); the block's when unknown. */
 #define AT(c, what)                                                                                          \
     ((c)->what##_file ? (c)->what##_file : (c)->file), ((c)->what##_file ? (c)->what##_line : (c)->line)
@@ -398,7 +434,9 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
             m->parser_ids[m->n_parser_ids++] = id;
     }
     probe_media(m);
+    if ((rc = load_tls_ca(c, &m->tls_ca_pem, err)) != MM_OK) return rc;
     if (ctx->check_only) return MM_OK;
+    const struct gw_upstream_tls tls = {.ca_pem = m->tls_ca_pem, .server_name = c->upstream_tls_name};
 
     /* worker info, asked once now and again while nobody has answered */
     struct infobox *box = calloc(1, sizeof *box + c->n_upstreams * sizeof(struct gw_api_winfo));
@@ -412,7 +450,8 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
     box->n = c->n_upstreams;
     m->winfo = box->w;
     for (size_t i = 0; i < c->n_upstreams; i++) {
-        rc = gw_upstream_chan_open(st->up, c->upstreams[i], &m->chans[i], err);
+        rc = gw_upstream_chan_open_tls(st->up, c->upstreams[i], c->upstream_tls ? &tls : NULL, &m->chans[i],
+                                       err);
         if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s", c->file, c->line, c->name);
         m->n_chans++;
         if (c->upstream_token &&
@@ -430,6 +469,7 @@ static int32_t model_build(struct gw_api_state *st, struct gw_api_model *m, cons
         .retries = c->retries > 0 ? c->retries : -1,
         .gen = {.timeout_ms = (uint32_t)c->request_timeout_ms, .core_only = upstream_core_only()},
         .auth_token = c->upstream_token,
+        .tls = c->upstream_tls ? &tls : NULL,
     };
     rc = gw_router_create(st->up, c->name, c->upstreams, c->n_upstreams, &ro, gw_api_svc_base(st->svc),
                           &m->router, err);
@@ -459,6 +499,7 @@ static void model_free(struct gw_api_model *m)
     if (m->inst) gw_plugin_instance_destroy(m->plugin, m->inst);
     if (m->plugin) gw_plugin_unload(m->plugin);
     tok_release(m->tokref);
+    free(m->tls_ca_pem);
 }
 
 struct gw_api_model *gw_api_find_model(struct gw_api_state *st, const char *name)

@@ -441,6 +441,19 @@ static const struct gw_directive model_directives[] = {
      "with `--auth-token-file` requires (without it, anyone who reaches a worker's port may use it; a "
      "plaintext connection still shows the token to whoever can read the traffic).",
      NULL},
+    {"upstream_tls", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_flag, MODEL(upstream_tls), 0, 0, "off",
+     "on | off",
+     "Reach this model's workers over TLS (workers started with `--tls-cert` and `--tls-key`); their "
+     "certificates are verified against `upstream_tls_ca`.",
+     NULL},
+    {"upstream_tls_ca", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_path, MODEL(upstream_tls_ca), 0, 0, NULL,
+     "FILE", "PEM certificates that sign the workers' (with `upstream_tls on`); default: gRPC's roots.",
+     NULL},
+    {"upstream_tls_name", GW_CTX_MODEL | GW_CONF_TAKE1, gw_conf_set_str, MODEL(upstream_tls_name), 0, 0, NULL,
+     "NAME",
+     "The name the workers' certificates must carry (with `upstream_tls on`); default: the host of each "
+     "`upstream` address.",
+     NULL},
     {NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL},
 };
 

@@ -88,9 +88,12 @@ struct gw_model_conf {
     int32_t breaker_failures;    /* consecutive failures that open a worker's circuit breaker */
     int64_t breaker_cooldown_ms; /* open breaker: time before a half-open probe */
     int64_t upstream_connect_timeout_ms;
-    int64_t request_timeout_ms; /* a whole generation; 0 = none */
-    const char *upstream_token; /* sent to the workers as "authorization: Bearer"; NULL = none */
-    const char *file;           /* where the block starts, for messages */
+    int64_t request_timeout_ms;    /* a whole generation; 0 = none */
+    const char *upstream_token;    /* sent to the workers as "authorization: Bearer"; NULL = none */
+    bool upstream_tls;             /* workers are reached over TLS (gRPC C core's transport) */
+    const char *upstream_tls_ca;   /* PEM roots that sign the workers' certificates; NULL = gRPC's default */
+    const char *upstream_tls_name; /* the name their certificates must carry; NULL = each address's host */
+    const char *file;              /* where the block starts, for messages */
     int32_t line;
     /* where `plugin` and `tokenizer` were written (messages about them name that line) */
     const char *plugin_file, *tokenizer_file;

@@ -300,7 +300,7 @@ int32_t gw_router_create(struct gw_upstream *up, const char *model, const char *
         struct gw_router_worker *w = &r->w[i];
         snprintf(w->target, sizeof(w->target), "%s", targets[i]);
         gw_breaker_init(&w->breaker, &r->o.breaker);
-        int32_t rc = gw_upstream_chan_open(up, targets[i], &w->ch, err);
+        int32_t rc = gw_upstream_chan_open_tls(up, targets[i], r->o.tls, &w->ch, err);
         if (rc != MM_OK) {
             gw_router_destroy(r);
             return mm_err_prefix(err, "model %s", model ? model : "?");

@@ -49,6 +49,8 @@ struct gw_router_opts {
     uint64_t seed;                  /* power-of-two randomness; 0 = from the clock */
     struct gw_gen_opts gen;         /* per Generate: deadline (config request_timeout), media transport */
     const char *auth_token;         /* sent to every worker (gw_upstream_chan_set_token); NULL = none */
+    const struct gw_upstream_tls
+        *tls; /* workers over TLS (gw_upstream_chan_open_tls; read at creation only) */
 };
 
 /** A pool over targets ("host:port" each), all serving model, on the client up. Health checks start

@@ -219,8 +219,35 @@ static int target_is_local(const char *target)
     return 0;
 }
 
+/* The client's channel arguments plus the TLS name override (the worker's certificate name when it is not
+ * the address's host); the caller frees the array and the struct. */
+static grpc_channel_args *args_with_name(const grpc_channel_args *base, const char *name)
+{
+    grpc_channel_args *a = calloc(1, sizeof *a);
+    grpc_arg *args = calloc(base->num_args + 1, sizeof *args);
+    if (!a || !args) {
+        free(a);
+        free(args);
+        return NULL;
+    }
+    memcpy(args, base->args, base->num_args * sizeof *args);
+    args[base->num_args].type = GRPC_ARG_STRING;
+    args[base->num_args].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[base->num_args].value.string = (char *)name;
+    a->num_args = base->num_args + 1;
+    a->args = args;
+    return a;
+}
+
 int32_t gw_upstream_chan_open(struct gw_upstream *up, const char *target, struct gw_upstream_chan **out,
                               struct mm_err *err)
+{
+    return gw_upstream_chan_open_tls(up, target, NULL, out, err);
+}
+
+int32_t gw_upstream_chan_open_tls(struct gw_upstream *up, const char *target,
+                                  const struct gw_upstream_tls *tls, struct gw_upstream_chan **out,
+                                  struct mm_err *err)
 {
     *out = NULL;
     if (!up || !target || !target[0]) return mm_err_set(err, MM_INVALID, "upstream: no worker address");
@@ -228,18 +255,29 @@ int32_t gw_upstream_chan_open(struct gw_upstream *up, const char *target, struct
         return mm_err_set(err, MM_INVALID, "upstream: worker address '%.64s...' is too long", target);
     struct gw_upstream_chan *ch = calloc(1, sizeof(*ch));
     if (!ch) return mm_err_set(err, MM_NOMEM, "upstream: out of memory");
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    ch->channel = creds ? grpc_channel_create(target, creds, up->chan_args) : NULL;
+    grpc_channel_credentials *creds =
+        tls ? grpc_ssl_credentials_create(tls->ca_pem, NULL, NULL, NULL) : grpc_insecure_credentials_create();
+    grpc_channel_args *named =
+        tls && tls->server_name ? args_with_name(up->chan_args, tls->server_name) : NULL;
+    ch->channel = creds && (named || !(tls && tls->server_name))
+                      ? grpc_channel_create(target, creds, named ? named : up->chan_args)
+                      : NULL;
     if (creds) grpc_channel_credentials_release(creds);
+    if (named) {
+        free(named->args);
+        free(named);
+    }
     if (!ch->channel) {
         free(ch);
-        return mm_err_set(err, MM_INVALID, "upstream: cannot create a channel to '%s'", target);
+        return mm_err_set(err, MM_INVALID, "upstream: cannot create a%s channel to '%s'", tls ? " TLS" : "",
+                          target);
     }
     ch->up = up;
     snprintf(ch->target, sizeof(ch->target), "%s", target);
     ch->local = target_is_local(target);
     ch->keepalive_ms = up->keepalive_ms;
     gw_up_chan_parse_loop_addr(ch);
+    if (tls) ch->loop_ok = 0; /* the loops' own connections speak plaintext HTTP/2 only */
     atomic_init(&ch->refs, 1);
     atomic_init(&ch->detached, 0);
     pthread_mutex_init(&ch->mu, NULL);

@@ -53,6 +53,17 @@ void gw_upstream_destroy(struct gw_upstream *up);
 /** A channel to one worker. target: "host:port", "[v6]:port" or "unix:/path" (gRPC target syntax). */
 int32_t gw_upstream_chan_open(struct gw_upstream *up, const char *target, struct gw_upstream_chan **out,
                               struct mm_err *err);
+
+/** TLS to a worker (config upstream_tls). */
+struct gw_upstream_tls {
+    const char *ca_pem; /* PEM roots the worker's certificate must chain to; NULL = gRPC's default roots */
+    const char *server_name; /* the name the certificate must carry; NULL = the target's host */
+};
+/** gw_upstream_chan_open over TLS when tls is not NULL. Its calls all go through gRPC C core (the loops'
+ * own HTTP/2 connections are plaintext). */
+int32_t gw_upstream_chan_open_tls(struct gw_upstream *up, const char *target,
+                                  const struct gw_upstream_tls *tls, struct gw_upstream_chan **out,
+                                  struct mm_err *err);
 /** Send "authorization: Bearer token" with every call on ch (what a worker started with --auth-token-file
  * asks for; config upstream_token). Before the channel's first call. MM_INVALID for a token that is empty
  * or not visible ASCII. */

@@ -39,6 +39,8 @@ const char *wk_cli_usage(void)
            "  --auth-token-file F   every call must carry \"authorization: Bearer TOKEN\", TOKEN being F's "
            "one\n"
            "                        line (the gateway's upstream_token); others are UNAUTHENTICATED\n"
+           "  --tls-cert F --tls-key F  serve TLS with this PEM certificate (chain) and key (the gateway's\n"
+           "                        upstream_tls)\n"
            "  --log-level L         error|warn|info|debug\n";
 }
 
@@ -140,6 +142,10 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
             cli->port_file = v;
         } else if (!strcmp(a, "--auth-token-file")) {
             cli->auth_token_file = v;
+        } else if (!strcmp(a, "--tls-cert")) {
+            cli->tls_cert = v;
+        } else if (!strcmp(a, "--tls-key")) {
+            cli->tls_key = v;
         } else if (!strcmp(a, "--log-level")) {
             cli->log_level = mm_log_level_parse(v);
             if (cli->log_level < 0)
@@ -151,6 +157,8 @@ int32_t wk_cli_parse(int argc, char **argv, struct wk_cli *cli, struct mm_err *e
         i++;
     }
     if (!cli->help && !cli->model) return mm_err_set(err, MM_INVALID, "--model DIR is required");
+    if (!cli->help && !cli->tls_cert != !cli->tls_key)
+        return mm_err_set(err, MM_INVALID, "--tls-cert and --tls-key go together");
     if (!cli->help) return check_listen(cli->listen, err);
     return MM_OK;
 }

@@ -24,11 +24,12 @@ struct wk_cli {
     int64_t upload_bytes; /* cap on staged uploads */
     int64_t upload_ttl_ms;
     int32_t allow_shm;
-    int32_t host_draw;           /* wk_sched_opts.host_draw */
-    int32_t grpc_threads;        /* completion-queue threads */
-    const char *port_file;       /* write the bound port here once listening */
-    const char *auth_token_file; /* calls must carry "authorization: Bearer" the token in it */
-    int32_t log_level;           /* -1 = from MMGW_LOG_LEVEL / default */
+    int32_t host_draw;              /* wk_sched_opts.host_draw */
+    int32_t grpc_threads;           /* completion-queue threads */
+    const char *port_file;          /* write the bound port here once listening */
+    const char *auth_token_file;    /* calls must carry "authorization: Bearer" the token in it */
+    const char *tls_cert, *tls_key; /* PEM files: serve TLS instead of plaintext HTTP/2 (both or neither) */
+    int32_t log_level;              /* -1 = from MMGW_LOG_LEVEL / default */
     int32_t help;
 };
 

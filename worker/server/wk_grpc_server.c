@@ -156,7 +156,10 @@ int32_t wk_grpc_create(const char *addr, const struct wk_service *svc, struct wk
             g->server, k_paths[m], NULL,
             m == WK_M_UPLOAD ? GRPC_SRM_PAYLOAD_NONE : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
     }
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = svc->tls_key_pem, .cert_chain = svc->tls_cert_pem};
+    grpc_server_credentials *creds = svc->tls_cert_pem
+                                         ? grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL)
+                                         : grpc_insecure_server_credentials_create();
     int bound = grpc_server_add_http2_port(g->server, addr, creds);
     grpc_server_credentials_release(creds);
     if (bound == 0) {
@@ -170,7 +173,8 @@ int32_t wk_grpc_create(const char *addr, const struct wk_service *svc, struct wk
         pthread_mutex_destroy(&g->mu);
         pthread_cond_destroy(&g->cv);
         free(g);
-        return mm_err_set(err, MM_IO, "cannot listen on '%s' (address in use or malformed)", addr);
+        return mm_err_set(err, MM_IO, "cannot listen on '%s' (address in use or malformed%s)", addr,
+                          svc->tls_cert_pem ? ", or a certificate and key gRPC refused" : "");
     }
     grpc_server_start(g->server);
     for (int32_t m = 0; m <= WK_M_COUNT; m++) {

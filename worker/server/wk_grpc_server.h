@@ -23,6 +23,7 @@ struct wk_service {
     int32_t threads;           /* completion-queue threads (0 = 2): decoding a large request on one does not
                                 * hold up the token streams served by the other */
     const char *auth;          /* "Bearer TOKEN" every call must carry (wk_auth.h), NULL = none */
+    const char *tls_cert_pem, *tls_key_pem; /* serve TLS with these (PEM text); NULL = plaintext */
 };
 
 struct wk_grpc;

@@ -4,6 +4,8 @@
  * engine can run it beside the steps), the gRPC completion-queue threads, and the engine's own compute
  * threads. SIGTERM or SIGINT drains: no new calls, running requests finish (or end
  * with UNAVAILABLE after --drain-timeout), then exit 0. A second signal cuts the drain short. */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mm_file.h"
 #include "mm_log.h"
 #include "mm_malloc.h"
 #include "mm_outfile.h"
@@ -26,6 +29,36 @@
 
 /* Whoever waits for the file never reads half of it (a temporary file renamed into place); a symbolic link
  * or a FIFO at the path is written through (mm_outfile.h). */
+/* A PEM file read whole (gRPC takes the text); kind is what its BEGIN line must name ("PRIVATE KEY" also
+ * matches "RSA PRIVATE KEY" and "EC PRIVATE KEY"). */
+static int32_t read_pem(const char *path, const char *opt, const char *kind, char **out, struct mm_err *err)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return mm_err_set(err, MM_IO, "%s %s: %s", opt, path, strerror(errno));
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int32_t rc = mm_file_read_fd(fd, path, 1 << 20, &data, &len, err);
+    close(fd);
+    if (rc != MM_OK) return mm_err_prefix(err, "%s", opt);
+    char *s = realloc(data, len + 1);
+    if (!s) {
+        free(data);
+        return mm_err_set(err, MM_NOMEM, "out of memory");
+    }
+    s[len] = '\0';
+    const char *b = strstr(s, "-----BEGIN ");
+    const char *e = b ? strstr(b, "-----\n") : NULL;
+    char want[64];
+    snprintf(want, sizeof want, "%s-----", kind);
+    if (!b || !e || !memmem(b, (size_t)(e - b) + 5, want, strlen(want))) {
+        free(s);
+        return mm_err_set(err, MM_INVALID, "%s %s holds no PEM %s", opt, path, kind);
+    }
+    *out = s;
+    return MM_OK;
+}
+
 static int32_t write_port_file(const char *path, int32_t port, struct mm_err *err)
 {
     struct mm_outfile out;
@@ -137,7 +170,7 @@ int main(int argc, char **argv)
                                .grow_tokens = cli.grow_tokens,
                                .host_draw = cli.host_draw};
     struct wk_sched *s = NULL;
-    char *auth = NULL;
+    char *auth = NULL, *tls_cert = NULL, *tls_key = NULL;
     int rc = 1;
     if (!up) {
         mm_log_error(LOG, "out of memory");
@@ -178,6 +211,15 @@ int main(int argc, char **argv)
             goto out;
         }
         svc.auth = auth;
+    }
+    if (cli.tls_cert) {
+        if (read_pem(cli.tls_cert, "--tls-cert", "CERTIFICATE", &tls_cert, &err) != MM_OK ||
+            read_pem(cli.tls_key, "--tls-key", "PRIVATE KEY", &tls_key, &err) != MM_OK) {
+            mm_log_error(LOG, "%s", err.msg);
+            goto out;
+        }
+        svc.tls_cert_pem = tls_cert;
+        svc.tls_key_pem = tls_key;
     }
     struct wk_grpc *g = NULL;
     int32_t port = 0;
@@ -240,5 +282,8 @@ out:
     wk_uploads_destroy(up);
     wk_engine_close(e);
     free(auth);
+    free(tls_cert);
+    if (tls_key) explicit_bzero(tls_key, strlen(tls_key));
+    free(tls_key);
     return rc;
 }

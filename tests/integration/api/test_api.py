@@ -40,6 +40,7 @@ import random
 import signal
 import socket
 import struct
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -1543,12 +1544,88 @@ def case_worker_auth():
     fx.check(secret not in w.text(), "the token appears in the worker's log")
 
 
+def case_worker_tls():
+    """A worker started with --tls-cert/--tls-key serves TLS only; the gateway's upstream_tls reaches it
+    through gRPC C core, verifying its certificate against upstream_tls_ca (by the address's IP, or by
+    upstream_tls_name), with the token on top; plaintext or another CA gets no answer; mmgw -t and the worker
+    name a bad setting."""
+    import grpc
+    fx.need_file(fx.MKDEMO, "mmgw-mkdemo")
+    if not shutil.which("openssl"):
+        fx.skip("openssl is not installed")
+    d = tempfile.mkdtemp(prefix="mmgw-api-wtls-")
+    tok, _, _ = demo_tokenizer(d)
+    ckpt = os.path.join(d, "ckpt")
+    subprocess.run([fx.MKDEMO, "--out", ckpt, "--tokenizer", tok], check=True, capture_output=True, timeout=120)
+    crt, key = fx.make_cert(d)
+    other = os.path.join(d, "other")
+    os.makedirs(other)
+    other_crt, _ = fx.make_cert(other)
+    tf = os.path.join(d, "token")
+    with open(tf, "w") as f:
+        f.write("tls-and-token\n")
+    os.chmod(tf, 0o600)
+    for extra, want in ((("--tls-cert", crt), "go together"), (("--tls-cert", crt, "--tls-key", crt), "PRIVATE KEY"),
+                        (("--tls-cert", key, "--tls-key", key), "CERTIFICATE")):
+        p = subprocess.run([fx.WORKER, "--model", ckpt, "--listen", "127.0.0.1:0", *extra], capture_output=True,
+                           timeout=120)
+        err = p.stderr.decode(errors="replace")
+        fx.check(p.returncode != 0 and want in err, f"worker {extra}: exit {p.returncode}, {err[-300:]!r}")
+    w = fx.RealWorker(ckpt, extra=("--tls-cert", crt, "--tls-key", key, "--auth-token-file", tf))
+
+    pb2, pb2_grpc = fx.grpc_stubs()
+    with open(crt, "rb") as f:
+        roots = f.read()
+    md = (("authorization", "Bearer tls-and-token"),)
+    stub = pb2_grpc.WorkerStub(grpc.secure_channel(w.addr, grpc.ssl_channel_credentials(root_certificates=roots)))
+    fx.check(stub.Health(pb2.HealthRequest(), timeout=10, metadata=md) is not None, "Health over TLS")
+    try:
+        pb2_grpc.WorkerStub(grpc.insecure_channel(w.addr)).Health(pb2.HealthRequest(), timeout=5, metadata=md)
+        fx.check(False, "a plaintext call to the TLS worker was answered")
+    except grpc.RpcError as e:
+        fx.check(e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED),
+                 f"plaintext call: {e.code()}")
+
+    chat = {"max_tokens": 3, "messages": [{"role": "user", "content": "hello"}]}
+    img = {"max_tokens": 2, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this"},
+        {"type": "image_url", "image_url": {"url": fx.data_url_bytes(png_bytes(640, 480))}}]}]}
+    by_name = "localhost:" + w.addr.split(":")[1]
+    tls = "upstream_token tls-and-token;\n    upstream_tls on;\n    "
+    models = (fx.model_block("tls", "m3", tok, [w.addr], tls + f"upstream_tls_ca {crt};") +
+              fx.model_block("named", "m3", tok, [w.addr], tls + f"upstream_tls_ca {crt};\n    upstream_tls_name localhost;") +
+              fx.model_block("host", "m3", tok, [by_name], tls + f"upstream_tls_ca {crt};") +
+              fx.model_block("plain", "m3", tok, [w.addr], "upstream_token tls-and-token;\n    retries 0;") +
+              fx.model_block("otherca", "m3", tok, [w.addr], tls + f"upstream_tls_ca {other_crt};\n    retries 0;"))
+    gw = fx.Gateway(models)
+    for m in ("tls", "named", "host"):
+        for body in (chat, img):
+            st, r = fx.post(gw, "/v1/chat/completions", dict(body, model=m))
+            fx.check(st == 200 and isinstance(r, dict) and r["usage"]["completion_tokens"] >= 1,
+                     f"model {m} over TLS: {st} {str(r)[:300]}")
+    for m in ("plain", "otherca"):
+        st, r = fx.post(gw, "/v1/chat/completions", dict(chat, model=m), timeout=60)
+        fx.check(st >= 500 and fx.is_error(r), f"model {m}: {st} {str(r)[:300]}")
+    gw.stop()
+
+    # mmgw -t: the file and line of a bad TLS setting
+    for extra, want in (("upstream_tls_ca /nonexistent/ca.pem;\n    upstream_tls on;", "nonexistent"),
+                        (f"upstream_tls_ca {crt};", "need upstream_tls on"),
+                        (f"upstream_tls on;\n    upstream_tls_ca {key};", "no PEM certificate")):
+        conf = os.path.join(d, "t.conf")
+        with open(conf, "w") as f:
+            f.write("http {\n    listen 127.0.0.1:0;\n}\n" + fx.model_block("m", "m3", tok, [w.addr], extra))
+        p = subprocess.run([fx.MMGW, "-t", "-c", conf], capture_output=True, timeout=60)
+        out = (p.stdout + p.stderr).decode(errors="replace")
+        fx.check(p.returncode != 0 and want in out and "t.conf:" in out, f"mmgw -t with {extra!r}: {out[-300:]!r}")
+
+
 CASES = {
     "golden_h1": case_golden_h1, "golden_h2": case_golden_h2, "tokenize": case_tokenize,
     "media_tokens": case_media_tokens, "errors": case_errors, "toy": case_toy, "disconnect": case_disconnect,
     "failover": case_failover, "media_time": case_media_time, "parse": case_parse, "qwen2vl": case_qwen2vl, "robust": case_robust, "backpressure": case_backpressure, "reload": case_reload, "metrics": case_metrics,
     "demo": case_demo, "surface": case_surface, "conftest": case_conftest, "auth": case_auth,
-    "worker_auth": case_worker_auth,
+    "worker_auth": case_worker_auth, "worker_tls": case_worker_tls,
 }
 
 if __name__ == "__main__":
