@@ -5,6 +5,17 @@
 
 #include "kn_simd.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+
+/* F16C by CPUID leaf 1: clang 14 (Debian 12) does not know "f16c" as a __builtin_cpu_supports name */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 int kn_isa_level__ = -1;
 
 static int32_t detect(void)
@@ -13,11 +24,10 @@ static int32_t detect(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        __builtin_cpu_supports("fma") && has_f16c())
         return KN_ISA_AVX512;
     /* F16C (half-precision conversion, for a half-precision KV cache) comes with every AVX2 CPU */
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return KN_ISA_AVX2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) return KN_ISA_AVX2;
 #endif
     return KN_ISA_BASE;
 }

@@ -159,17 +159,17 @@ PTARGET KN_INLINE float PFN(vmax)(PVEC v, int32_t valid)
         v = (PVEC)(((PVECI)v & keep) | ((PVECI)ninf & ~keep));
     }
 #if PW == 16
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
 #elif PW == 8
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){4, 5, 6, 7, 0, 1, 2, 3}));
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){2, 3, 0, 1, 6, 7, 4, 5}));
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){1, 0, 3, 2, 5, 4, 7, 6}));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6));
 #else
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){2, 3, 0, 1}));
-    v = PFN(vmax2)(v, __builtin_shuffle(v, (PVECI){1, 0, 3, 2}));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 2, 3, 0, 1));
+    v = PFN(vmax2)(v, __builtin_shufflevector(v, v, 1, 0, 3, 2));
 #endif
     return v[0];
 }
@@ -195,17 +195,17 @@ PTARGET KN_INLINE float PFN(row_sum)(const float *s, int64_t n)
     for (; j < n; j++) t0 += s[j];
     a[0] = t0;
 #if PW == 16
-    a += __builtin_shuffle(a, (PVECI){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-    a += __builtin_shuffle(a, (PVECI){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-    a += __builtin_shuffle(a, (PVECI){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-    a += __builtin_shuffle(a, (PVECI){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    a += __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    a += __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    a += __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    a += __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
 #elif PW == 8
-    a += __builtin_shuffle(a, (PVECI){4, 5, 6, 7, 0, 1, 2, 3});
-    a += __builtin_shuffle(a, (PVECI){2, 3, 0, 1, 6, 7, 4, 5});
-    a += __builtin_shuffle(a, (PVECI){1, 0, 3, 2, 5, 4, 7, 6});
+    a += __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3);
+    a += __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5);
+    a += __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6);
 #else
-    a += __builtin_shuffle(a, (PVECI){2, 3, 0, 1});
-    a += __builtin_shuffle(a, (PVECI){1, 0, 3, 2});
+    a += __builtin_shufflevector(a, a, 2, 3, 0, 1);
+    a += __builtin_shufflevector(a, a, 1, 0, 3, 2);
 #endif
     return a[0];
 }

@@ -20,9 +20,13 @@ static inline int kn_isa_level(void)
 #if defined(__x86_64__) && defined(__GNUC__)
 #define KN_FAST_TARGET __attribute__((target("avx2,fma,f16c")))
 /* prefer-vector-width=512: GCC otherwise vectorizes plain loops (norms, exp, scaling) in AVX-512 code with
- * 256-bit vectors */
+ * 256-bit vectors. Clang does not take it in a target attribute. */
+#if defined(__clang__)
+#define KN_512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,f16c")))
+#else
 #define KN_512_TARGET                                                                                        \
     __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,f16c,prefer-vector-width=512")))
+#endif
 static inline int have_fast(void)
 {
     return kn_isa_level() >= 1;

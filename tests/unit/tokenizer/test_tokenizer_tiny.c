@@ -94,7 +94,7 @@ int main(void)
     struct gw_tok_ids d = enc("9081726354", 10);
     CHECK_EQ_INT(d.n, 10);
     for (size_t i = 0; i < d.n && i < 10; i++) {
-        struct gw_tok_ids one = enc("9081726354" + i, 1);
+        struct gw_tok_ids one = enc(&"9081726354"[i], 1);
         CHECK(one.n == 1 && one.ids[0] == d.ids[i]);
         gw_tok_ids_free(&one);
     }
