@@ -1,5 +1,6 @@
 /* Whole-file reads with a regular-file check and a size cap (see mm_file.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,5 +40,27 @@ int32_t mm_file_read_fd(int fd, const char *label, uint64_t max_bytes, uint8_t *
     }
     *data = buf;
     *len = size;
+    return MM_OK;
+}
+
+int32_t mm_file_read_text(const char *path, uint64_t max_bytes, char **text, size_t *len, struct mm_err *err)
+{
+    *text = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return mm_err_set(err, MM_IO, "%s: %s", path, strerror(errno));
+    uint8_t *data = NULL;
+    size_t n = 0;
+    int32_t rc = mm_file_read_fd(fd, path, max_bytes, &data, &n, err);
+    close(fd);
+    if (rc != MM_OK) return rc;
+    char *s = realloc(data, n + 1);
+    if (!s) {
+        free(data);
+        return mm_err_set(err, MM_NOMEM, "%s: out of memory", path);
+    }
+    s[n] = '\0';
+    *text = s;
+    *len = n;
     return MM_OK;
 }

@@ -15,4 +15,8 @@
 int32_t mm_file_read_fd(int fd, const char *label, uint64_t max_bytes, uint8_t **data, size_t *len,
                         struct mm_err *err);
 
+/** Open path (without waiting on a FIFO) and read it as mm_file_read_fd does, into a NUL-terminated buffer
+ * (*text, free(); *len bytes before the NUL). Messages name the path; MM_IO when it cannot be opened. */
+int32_t mm_file_read_text(const char *path, uint64_t max_bytes, char **text, size_t *len, struct mm_err *err);
+
 #endif

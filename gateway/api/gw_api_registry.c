@@ -3,14 +3,12 @@
  * themselves (ModelInfo). Expensive, immutable pieces are shared with the previous generation: a
  * tokenizer whose file did not change, and the process's one gRPC client. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "gw_api_internal.h"
 #include "gw_api_tokcache.h"
@@ -335,21 +333,10 @@ static int32_t load_tls_ca(const struct gw_model_conf *c, char **pem, struct mm_
                           "%s:%d: model %s: upstream_tls_ca / upstream_tls_name need upstream_tls on",
                           c->file, c->line, c->name);
     if (!c->upstream_tls || !c->upstream_tls_ca) return MM_OK;
-    int fd = open(c->upstream_tls_ca, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return mm_err_set(err, MM_IO, "%s:%d: model %s: upstream_tls_ca %s: %s", c->file, c->line, c->name,
-                          c->upstream_tls_ca, strerror(errno));
-    uint8_t *data = NULL;
+    char *s = NULL;
     size_t len = 0;
-    int32_t rc = mm_file_read_fd(fd, c->upstream_tls_ca, 1 << 20, &data, &len, err);
-    close(fd);
-    if (rc != MM_OK) return mm_err_prefix(err, "%s:%d: model %s: upstream_tls_ca", c->file, c->line, c->name);
-    char *s = realloc(data, len + 1);
-    if (!s) {
-        free(data);
-        return mm_err_set(err, MM_NOMEM, "out of memory");
-    }
-    s[len] = '\0';
+    if (mm_file_read_text(c->upstream_tls_ca, 1 << 20, &s, &len, err) != MM_OK)
+        return mm_err_prefix(err, "%s:%d: model %s: upstream_tls_ca", c->file, c->line, c->name);
     if (!strstr(s, "-----BEGIN CERTIFICATE-----")) {
         free(s);
         return mm_err_set(err, MM_INVALID, "%s:%d: model %s: upstream_tls_ca %s holds no PEM certificate",

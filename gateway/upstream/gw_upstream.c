@@ -257,11 +257,10 @@ int32_t gw_upstream_chan_open_tls(struct gw_upstream *up, const char *target,
     if (!ch) return mm_err_set(err, MM_NOMEM, "upstream: out of memory");
     grpc_channel_credentials *creds =
         tls ? grpc_ssl_credentials_create(tls->ca_pem, NULL, NULL, NULL) : grpc_insecure_credentials_create();
-    grpc_channel_args *named =
-        tls && tls->server_name ? args_with_name(up->chan_args, tls->server_name) : NULL;
-    ch->channel = creds && (named || !(tls && tls->server_name))
-                      ? grpc_channel_create(target, creds, named ? named : up->chan_args)
-                      : NULL;
+    const int rename = tls && tls->server_name;
+    grpc_channel_args *named = rename ? args_with_name(up->chan_args, tls->server_name) : NULL;
+    if (creds && (named || !rename))
+        ch->channel = grpc_channel_create(target, creds, named ? named : up->chan_args);
     if (creds) grpc_channel_credentials_release(creds);
     if (named) {
         free(named->args);

@@ -1,56 +1,62 @@
 #include "wk_auth.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "mm_file.h"
 #include "mm_log.h"
 
 #define TOKEN_MAX 4096
 
-int32_t wk_auth_load(const char *path, char **bearer, struct mm_err *err)
+/* buf's one line (a trailing newline dropped): non-empty visible ASCII of at most TOKEN_MAX bytes */
+static int32_t check_token(const char *path, const char *buf, size_t *len, struct mm_err *err)
 {
-    *bearer = NULL;
-    /* O_NONBLOCK: a FIFO given by mistake must not hang the start */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return mm_err_set(err, MM_IO, "--auth-token-file %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return mm_err_set(err, MM_INVALID, "--auth-token-file %s: not a regular file", path);
-    }
-    if (st.st_mode & (S_IRGRP | S_IROTH))
-        mm_log_warn("worker", "--auth-token-file %s may be read by other users (mode %03o): chmod 600 it",
-                    path, (unsigned)(st.st_mode & 0777));
-    char buf[TOKEN_MAX + 2];
-    ssize_t n = read(fd, buf, sizeof buf);
-    int e = errno;
-    close(fd);
-    if (n < 0) return mm_err_set(err, MM_IO, "--auth-token-file %s: %s", path, strerror(e));
-    size_t len = (size_t)n;
-    if (len > 0 && buf[len - 1] == '\n') len--;
-    if (len > 0 && buf[len - 1] == '\r') len--;
-    if (len == 0) return mm_err_set(err, MM_INVALID, "--auth-token-file %s: the token is empty", path);
-    if (len > TOKEN_MAX)
+    size_t n = *len;
+    if (n > 0 && buf[n - 1] == '\n') n--;
+    if (n > 0 && buf[n - 1] == '\r') n--;
+    *len = n;
+    if (n == 0) return mm_err_set(err, MM_INVALID, "--auth-token-file %s: the token is empty", path);
+    if (n > TOKEN_MAX)
         return mm_err_set(err, MM_INVALID, "--auth-token-file %s: the token is longer than %d bytes", path,
                           TOKEN_MAX);
-    for (size_t i = 0; i < len; i++)
+    for (size_t i = 0; i < n; i++)
         if (buf[i] <= ' ' || buf[i] > '~')
             return mm_err_set(
                 err, MM_INVALID,
                 "--auth-token-file %s: the token has a character other than visible ASCII at byte "
                 "%zu (one line, no blanks)",
                 path, i + 1);
-    char *b = malloc(len + 8);
-    if (!b) return mm_err_set(err, MM_NOMEM, "out of memory");
-    memcpy(b, "Bearer ", 7);
-    memcpy(b + 7, buf, len);
-    b[len + 7] = '\0';
-    *bearer = b;
     return MM_OK;
+}
+
+int32_t wk_auth_load(const char *path, char **bearer, struct mm_err *err)
+{
+    *bearer = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    if (mm_file_read_text(path, 1 << 20, &buf, &len, err) != MM_OK)
+        return mm_err_prefix(err, "--auth-token-file");
+    struct stat st;
+    if (stat(path, &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)))
+        mm_log_warn("worker", "--auth-token-file %s may be read by other users (mode %03o): chmod 600 it",
+                    path, (unsigned)(st.st_mode & 0777));
+    const size_t read_len = len;
+    int32_t rc = check_token(path, buf, &len, err);
+    if (rc == MM_OK) {
+        char *b = malloc(len + 8);
+        if (b) {
+            memcpy(b, "Bearer ", 7);
+            memcpy(b + 7, buf, len);
+            b[len + 7] = '\0';
+            *bearer = b;
+        } else {
+            rc = mm_err_set(err, MM_NOMEM, "out of memory");
+        }
+    }
+    explicit_bzero(buf, read_len);
+    free(buf);
+    return rc;
 }
 
 int wk_auth_ok(const grpc_metadata_array *md, const char *bearer)

@@ -61,7 +61,7 @@ static void slot_fired(void *obj, int32_t ok)
         return;
     }
     if (!__atomic_load_n(&g->shutting_down, __ATOMIC_ACQUIRE)) arm_slot(sl);
-    if (g->svc.auth && !authorized) {
+    if (!authorized) {
         if (payload) grpc_byte_buffer_destroy(payload);
         wk_unary_reply(call, NULL, GRPC_STATUS_UNAUTHENTICATED,
                        "missing or wrong authorization token (the worker's --auth-token-file; the gateway's "

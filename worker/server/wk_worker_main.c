@@ -4,8 +4,6 @@
  * engine can run it beside the steps), the gRPC completion-queue threads, and the engine's own compute
  * threads. SIGTERM or SIGINT drains: no new calls, running requests finish (or end
  * with UNAVAILABLE after --drain-timeout), then exit 0. A second signal cuts the drain short. */
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,26 +25,14 @@
 
 #define LOG "worker"
 
-/* Whoever waits for the file never reads half of it (a temporary file renamed into place); a symbolic link
- * or a FIFO at the path is written through (mm_outfile.h). */
 /* A PEM file read whole (gRPC takes the text); kind is what its BEGIN line must name ("PRIVATE KEY" also
  * matches "RSA PRIVATE KEY" and "EC PRIVATE KEY"). */
 static int32_t read_pem(const char *path, const char *opt, const char *kind, char **out, struct mm_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return mm_err_set(err, MM_IO, "%s %s: %s", opt, path, strerror(errno));
-    uint8_t *data = NULL;
+    char *s = NULL;
     size_t len = 0;
-    int32_t rc = mm_file_read_fd(fd, path, 1 << 20, &data, &len, err);
-    close(fd);
-    if (rc != MM_OK) return mm_err_prefix(err, "%s", opt);
-    char *s = realloc(data, len + 1);
-    if (!s) {
-        free(data);
-        return mm_err_set(err, MM_NOMEM, "out of memory");
-    }
-    s[len] = '\0';
+    if (mm_file_read_text(path, 1 << 20, &s, &len, err) != MM_OK) return mm_err_prefix(err, "%s", opt);
     const char *b = strstr(s, "-----BEGIN ");
     const char *e = b ? strstr(b, "-----\n") : NULL;
     char want[64];
@@ -59,6 +45,8 @@ static int32_t read_pem(const char *path, const char *opt, const char *kind, cha
     return MM_OK;
 }
 
+/* Whoever waits for the file never reads half of it (a temporary file renamed into place); a symbolic link
+ * or a FIFO at the path is written through (mm_outfile.h). */
 static int32_t write_port_file(const char *path, int32_t port, struct mm_err *err)
 {
     struct mm_outfile out;
